@@ -1,0 +1,21 @@
+//! Per-call state, keyed by the call's cgroup id (the cgroup directory's inode number).
+
+/// What the kernel programs know about one guarded call.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallConfig {
+    /// `FLAG_*` bits.
+    pub flags: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<CallConfig>() == 8);
+
+/// Kill the whole call (SIGKILL to the offending task) when it diverges, instead of only denying.
+pub const FLAG_KILL_ON_DIVERGENCE: u32 = 1 << 0;
+
+/// Size of the map of guarded calls: the daemon never runs more calls than this at once.
+pub const MAX_CALLS: u32 = 4096;
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), plain integers, no padding (asserted above).
+unsafe impl aya::Pod for CallConfig {}

@@ -1,0 +1,53 @@
+//! Events the kernel programs report through the `EVENTS` ring buffer.
+
+/// A process of a guarded call executed a new image.
+pub const KIND_EXEC: u32 = 1;
+/// A process of a guarded call connected, or tried to.
+pub const KIND_CONNECT: u32 = 2;
+
+/// The operation went ahead.
+pub const ACTION_ALLOWED: u32 = 0;
+/// The kernel refused the operation (EPERM).
+pub const ACTION_DENIED: u32 = 1;
+/// The kernel refused the operation and killed the task.
+pub const ACTION_KILLED: u32 = 2;
+
+/// Length of the path buffer of an exec event, NUL included.
+pub const PATH_LEN: usize = 256;
+
+/// One observation of a guarded call, as written by the kernel.
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct Event {
+    /// `KIND_*`.
+    pub kind: u32,
+    /// `ACTION_*`.
+    pub action: u32,
+    /// Thread group id (the user-space pid) of the task.
+    pub pid: u32,
+    /// Thread id of the task.
+    pub tid: u32,
+    /// The task's cgroup v2 id: names the call.
+    pub cgroup_id: u64,
+    /// Connect: AF_INET or AF_INET6.
+    pub family: u16,
+    /// Connect: destination port, host byte order.
+    pub port: u16,
+    /// Connect: `PROTO_*`.
+    pub proto: u8,
+    pub _pad: [u8; 3],
+    /// Connect: destination address in network byte order (IPv4 in the first four bytes).
+    pub addr: [u8; 16],
+    /// Exec: the path as passed to execve, NUL-terminated.
+    pub path: [u8; PATH_LEN],
+}
+const _: () = assert!(core::mem::size_of::<Event>() == 304);
+
+/// Index into the per-CPU `COUNTERS` array: events lost because the ring buffer was full.
+pub const COUNTER_DROPPED: u32 = 0;
+/// Number of counters.
+pub const COUNTERS: u32 = 1;
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), plain integers and byte arrays, explicit padding (size asserted above).
+unsafe impl aya::Pod for Event {}

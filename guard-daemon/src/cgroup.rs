@@ -1,0 +1,144 @@
+//! The guard's cgroup v2 subtree: one directory per call under the guard's root.
+//!
+//! A call's cgroup id (the directory's inode number) is the key of every per-call map in the
+//! kernel, so creating the cgroup is the first step of a launch and removing it the last.
+
+use std::{
+    fs,
+    io::{self, Write as _},
+    os::{fd::OwnedFd, unix::fs::MetadataExt as _},
+    path::{Path, PathBuf},
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Where the cgroup v2 hierarchy is mounted on a hybrid host (systemd's layout).
+pub const UNIFIED_HYBRID: &str = "/sys/fs/cgroup/unified";
+/// Where the cgroup v2 hierarchy is mounted on a pure v2 host.
+pub const UNIFIED_PURE: &str = "/sys/fs/cgroup";
+
+/// Errors of cgroup management, each naming the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup v2 hierarchy mounted at {UNIFIED_HYBRID} or {UNIFIED_PURE}")]
+    NoUnified,
+    #[error("{op} {path}: {source}")]
+    Io { op: &'static str, path: PathBuf, source: io::Error },
+    #[error("cgroup {path} still has processes after {waited:?}")]
+    Busy { path: PathBuf, waited: Duration },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
+    move |source| CgroupError::Io { op, path: path.to_owned(), source }
+}
+
+/// The mount point of the cgroup v2 hierarchy.
+pub fn unified_mount() -> Result<PathBuf, CgroupError> {
+    for candidate in [UNIFIED_HYBRID, UNIFIED_PURE] {
+        if Path::new(candidate).join("cgroup.procs").exists()
+            && Path::new(candidate).join("cgroup.controllers").exists()
+        {
+            return Ok(candidate.into());
+        }
+    }
+    Err(CgroupError::NoUnified)
+}
+
+/// A cgroup directory that this process created and removes when dropped.
+#[derive(Debug)]
+pub struct Cgroup {
+    path: PathBuf,
+    id: u64,
+}
+
+impl Cgroup {
+    /// Creates `parent/name`, or adopts it if it exists and is empty of processes.
+    pub fn create(parent: &Path, name: &str) -> Result<Self, CgroupError> {
+        let path = parent.join(name);
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create", &path)(e)),
+        }
+        let id = fs::metadata(&path).map_err(io_err("stat", &path))?.ino();
+        Ok(Self { path, id })
+    }
+
+    /// The cgroup id, as `bpf_get_current_cgroup_id()` reports it for tasks inside.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The cgroup's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens `cgroup.procs` for writing: a child writes "0" to it between fork and exec to move
+    /// itself in, without allocating.
+    pub fn procs_fd(&self) -> Result<OwnedFd, CgroupError> {
+        let procs = self.path.join("cgroup.procs");
+        let file = fs::OpenOptions::new().write(true).open(&procs).map_err(io_err("open", &procs))?;
+        Ok(file.into())
+    }
+
+    /// Opens the directory itself, for `clone3(CLONE_INTO_CGROUP)`.
+    pub fn dir_fd(&self) -> Result<OwnedFd, CgroupError> {
+        let file = fs::File::open(&self.path).map_err(io_err("open", &self.path))?;
+        Ok(file.into())
+    }
+
+    /// Writes `value` to the control file `name` (e.g. `pids.max`).
+    pub fn set(&self, name: &str, value: &str) -> Result<(), CgroupError> {
+        let file = self.path.join(name);
+        let mut f = fs::OpenOptions::new().write(true).open(&file).map_err(io_err("open", &file))?;
+        f.write_all(value.as_bytes()).map_err(io_err("write", &file))
+    }
+
+    /// The pids of the processes in this cgroup (not in its children).
+    pub fn pids(&self) -> Result<Vec<u32>, CgroupError> {
+        let procs = self.path.join("cgroup.procs");
+        let text = fs::read_to_string(&procs).map_err(io_err("read", &procs))?;
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    /// Kills every process in the cgroup and its descendants at once (`cgroup.kill`).
+    pub fn kill(&self) -> Result<(), CgroupError> {
+        self.set("cgroup.kill", "1")
+    }
+
+    /// Kills what is left, waits for the cgroup to empty, and removes it.
+    pub fn remove(self) -> Result<(), CgroupError> {
+        let result = self.remove_inner();
+        std::mem::forget(self);
+        result
+    }
+
+    fn remove_inner(&self) -> Result<(), CgroupError> {
+        let waited = Duration::from_secs(5);
+        let deadline = Instant::now() + waited;
+        loop {
+            match fs::remove_dir(&self.path) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                // EBUSY: processes remain (or are still exiting after cgroup.kill).
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    let _ = self.kill();
+                    if Instant::now() >= deadline {
+                        return Err(CgroupError::Busy { path: self.path.clone(), waited });
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(io_err("remove", &self.path)(e)),
+            }
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_inner() {
+            tracing::warn!("leaving cgroup behind: {e}");
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! guard: decide, confine and watch the tool calls of AI agents.
+pub mod cgroup;
+pub mod monitor;
+pub mod plan;

@@ -1,0 +1,300 @@
+//! The kernel side of guard, seen from user space: loads and attaches the programs of
+//! `guard-ebpf`, tells them which cgroups are guarded calls and what each may do, and reads
+//! back what they observed.
+//!
+//! The cgroup programs attach once, to the guard's root cgroup, so processes elsewhere on the
+//! host never run them; the tracepoint is global and costs an unwatched process one map lookup.
+
+use std::{
+    fs,
+    io,
+    net::IpAddr,
+    os::fd::AsFd as _,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, TracePoint},
+};
+use guard_common::{
+    call::CallConfig,
+    event::{COUNTER_DROPPED, Event},
+    net::{Dest4, Dest6},
+};
+use tokio::io::unix::AsyncFd;
+
+/// The kernel programs, as built by `build.rs`.
+static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
+
+/// The cgroup programs and the hook each attaches to.
+const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6"];
+/// The tracepoint programs: (program, category, name).
+const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sched_process_exec")];
+
+/// Why the kernel layer could not be set up or updated; each names the program or map.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    #[error("guardd was built without its kernel programs (AYA_BUILD_SKIP); rebuild with `cargo xtask build`")]
+    NotBuilt,
+    #[error("loading the kernel programs: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("program {name}: {source}")]
+    Program { name: &'static str, source: ProgramError },
+    #[error("program {name} is missing from the object")]
+    MissingProgram { name: &'static str },
+    #[error("map {name}: {source}")]
+    Map { name: &'static str, source: MapError },
+    #[error("map {name} is missing from the object")]
+    MissingMap { name: &'static str },
+    #[error("tracefs: {0}")]
+    Tracefs(String),
+    #[error("cgroup {path}: {source}")]
+    Cgroup { path: PathBuf, source: io::Error },
+    #[error("registering the event ring buffer with tokio: {0}")]
+    Events(io::Error),
+}
+
+fn map_err(name: &'static str) -> impl FnOnce(MapError) -> MonitorError {
+    move |source| MonitorError::Map { name, source }
+}
+
+fn prog_err(name: &'static str) -> impl FnOnce(ProgramError) -> MonitorError {
+    move |source| MonitorError::Program { name, source }
+}
+
+/// One destination a guarded call may connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Destination {
+    pub addr: IpAddr,
+    pub port: u16,
+    /// `guard_common::net::PROTO_TCP` or `PROTO_UDP`.
+    pub proto: u8,
+}
+
+enum DestKey {
+    V4(Dest4),
+    V6(Dest6),
+}
+
+impl Destination {
+    fn key(&self, cgroup_id: u64) -> DestKey {
+        match self.addr {
+            IpAddr::V4(v4) => DestKey::V4(Dest4 {
+                cgroup_id,
+                addr: u32::from_ne_bytes(v4.octets()),
+                port: self.port,
+                proto: self.proto,
+                _pad: 0,
+            }),
+            IpAddr::V6(v6) => {
+                let o = v6.octets();
+                let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+                DestKey::V6(Dest6 {
+                    cgroup_id,
+                    addr: [word(0), word(4), word(8), word(12)],
+                    port: self.port,
+                    proto: self.proto,
+                    _pad: [0; 5],
+                })
+            }
+        }
+    }
+}
+
+/// The loaded, attached kernel programs and their maps.
+pub struct Monitor {
+    // Dropping the Ebpf detaches every program.
+    _ebpf: Ebpf,
+    calls: HashMap<MapData, u64, CallConfig>,
+    allow4: HashMap<MapData, Dest4, u8>,
+    allow6: HashMap<MapData, Dest6, u8>,
+    counters: PerCpuArray<MapData, u64>,
+    events: Option<RingBuf<MapData>>,
+    programs: Vec<&'static str>,
+}
+
+impl Monitor {
+    /// Loads every program and attaches the cgroup programs to `root`, the guard's cgroup.
+    pub fn load(root: &Path) -> Result<Self, MonitorError> {
+        if PROGRAMS.is_empty() {
+            return Err(MonitorError::NotBuilt);
+        }
+        let filename_offset = exec_filename_offset()?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
+            .load(PROGRAMS)?;
+
+        let cgroup = fs::File::open(root)
+            .map_err(|source| MonitorError::Cgroup { path: root.to_owned(), source })?;
+        let mut programs = Vec::new();
+        for &name in CGROUP_PROGRAMS {
+            let program: &mut CgroupSockAddr = ebpf
+                .program_mut(name)
+                .ok_or(MonitorError::MissingProgram { name })?
+                .try_into()
+                .map_err(prog_err(name))?;
+            program.load().map_err(prog_err(name))?;
+            program.attach(cgroup.as_fd(), CgroupAttachMode::AllowMultiple).map_err(prog_err(name))?;
+            programs.push(name);
+        }
+        for &(name, category, event) in TRACEPOINTS {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or(MonitorError::MissingProgram { name })?
+                .try_into()
+                .map_err(prog_err(name))?;
+            program.load().map_err(prog_err(name))?;
+            program.attach(category, event).map_err(prog_err(name))?;
+            programs.push(name);
+        }
+
+        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
+        let calls = HashMap::try_from(take("CALLS")?).map_err(map_err("CALLS"))?;
+        let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
+        let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
+        let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
+        let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
+        Ok(Self { _ebpf: ebpf, calls, allow4, allow6, counters, events, programs })
+    }
+
+    /// The names of the attached programs.
+    pub fn programs(&self) -> &[&'static str] {
+        &self.programs
+    }
+
+    /// Starts guarding the cgroup `cgroup_id`: only `dests` are reachable from it. Install before
+    /// the call's first process enters the cgroup.
+    pub fn watch(
+        &mut self,
+        cgroup_id: u64,
+        config: CallConfig,
+        dests: &[Destination],
+    ) -> Result<(), MonitorError> {
+        for dest in dests {
+            match dest.key(cgroup_id) {
+                DestKey::V4(k) => self.allow4.insert(k, 1, 0).map_err(map_err("ALLOW4"))?,
+                DestKey::V6(k) => self.allow6.insert(k, 1, 0).map_err(map_err("ALLOW6"))?,
+            }
+        }
+        self.calls.insert(cgroup_id, config, 0).map_err(map_err("CALLS"))
+    }
+
+    /// Stops guarding `cgroup_id` and forgets its destinations.
+    pub fn unwatch(&mut self, cgroup_id: u64, dests: &[Destination]) -> Result<(), MonitorError> {
+        let mut result = self.calls.remove(&cgroup_id).map_err(map_err("CALLS"));
+        for dest in dests {
+            let removed = match dest.key(cgroup_id) {
+                DestKey::V4(k) => self.allow4.remove(&k).map_err(map_err("ALLOW4")),
+                DestKey::V6(k) => self.allow6.remove(&k).map_err(map_err("ALLOW6")),
+            };
+            result = result.and(removed);
+        }
+        result
+    }
+
+    /// Events lost because the ring buffer was full, summed over CPUs.
+    pub fn dropped(&self) -> Result<u64, MonitorError> {
+        let values = self.counters.get(&COUNTER_DROPPED, 0).map_err(map_err("COUNTERS"))?;
+        Ok(values.iter().sum())
+    }
+
+    /// The stream of events; can be taken once.
+    pub fn take_events(&mut self) -> Option<Result<EventStream, MonitorError>> {
+        let ring = self.events.take()?;
+        // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, until it is dropped
+        // with the AsyncFd that owns it.
+        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) };
+        Some(fd.map(|fd| EventStream { fd }).map_err(|e| MonitorError::Events(e.into())))
+    }
+}
+
+/// Events from the kernel, read as the ring buffer signals data.
+pub struct EventStream {
+    fd: AsyncFd<RingBuf<MapData>>,
+}
+
+impl EventStream {
+    /// Waits for events and appends every available one to `out`.
+    pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.readable_mut().await?;
+            let ring = guard.get_inner_mut();
+            while let Some(item) = ring.next() {
+                if item.len() >= size_of::<Event>() {
+                    // SAFETY: the kernel wrote a whole `Event` (repr(C), Pod) at this address;
+                    // read_unaligned because ring buffer records are only 8-byte aligned.
+                    out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<Event>()) });
+                }
+            }
+            guard.clear_ready();
+            if !out.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Mounts tracefs at its usual place if it is not there yet.
+pub fn ensure_tracefs() -> Result<(), MonitorError> {
+    if Path::new(TRACEFS).join("events").exists() {
+        return Ok(());
+    }
+    nix::mount::mount(Some("tracefs"), TRACEFS, Some("tracefs"), nix::mount::MsFlags::empty(), None::<&str>)
+        .map_err(|e| MonitorError::Tracefs(format!("mount tracefs at {TRACEFS}: {e}")))
+}
+
+/// The offset of `filename` in the sched_process_exec record, from tracefs's format file.
+fn exec_filename_offset() -> Result<u32, MonitorError> {
+    ensure_tracefs()?;
+    let format = fs::read_to_string(EXEC_FORMAT)
+        .map_err(|e| MonitorError::Tracefs(format!("read {EXEC_FORMAT}: {e}")))?;
+    parse_field_offset(&format, "filename")
+        .ok_or_else(|| MonitorError::Tracefs(format!("{EXEC_FORMAT} has no field `filename`")))
+}
+
+/// Finds `offset:N;` on the line declaring `field` in a tracefs format file.
+fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|line| {
+        let decl = line.trim().strip_prefix("field:")?.split(';').next()?;
+        if decl.split_whitespace().last()? != field {
+            return None;
+        }
+        let offset = line.split(';').find_map(|part| part.trim().strip_prefix("offset:"))?;
+        offset.trim().parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORMAT: &str = "name: sched_process_exec\nID: 316\nformat:\n\
+        \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+        \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+        \tfield:__data_loc char[] filename;\toffset:8;\tsize:4;\tsigned:0;\n\
+        \tfield:pid_t pid;\toffset:12;\tsize:4;\tsigned:1;\n";
+
+    #[test]
+    fn finds_field_offsets_in_a_tracefs_format() {
+        assert_eq!(parse_field_offset(FORMAT, "filename"), Some(8));
+        assert_eq!(parse_field_offset(FORMAT, "pid"), Some(12));
+        assert_eq!(parse_field_offset(FORMAT, "common_pid"), Some(4));
+        assert_eq!(parse_field_offset(FORMAT, "nope"), None);
+    }
+
+    #[test]
+    fn destination_keys_hold_addresses_in_network_order() {
+        let d = Destination { addr: "127.0.0.1".parse().unwrap(), port: 8080, proto: 6 };
+        let DestKey::V4(k) = d.key(7) else { panic!("v4 key expected") };
+        assert_eq!(k.addr.to_ne_bytes(), [127, 0, 0, 1]);
+        assert_eq!((k.cgroup_id, k.port, k.proto), (7, 8080, 6));
+        let d = Destination { addr: "::1".parse().unwrap(), port: 1, proto: 17 };
+        let DestKey::V6(k) = d.key(7) else { panic!("v6 key expected") };
+        assert_eq!(k.addr[3].to_ne_bytes(), [0, 0, 0, 1]);
+    }
+}

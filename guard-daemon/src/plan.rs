@@ -1,0 +1,102 @@
+//! What an approved call will run and may do: the hand-off from `policy` to `sandbox` and
+//! `monitor`. Every path and destination here is already templated from the call's arguments.
+
+use std::{ffi::OsString, path::PathBuf, time::Duration};
+
+use serde::Serialize;
+
+/// Everything needed to launch one approved call and hold it to what was approved.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LaunchPlan {
+    /// The tool's name in the policy.
+    pub tool: String,
+    /// argv, `argv[0]` the absolute path of the program; no shell is involved.
+    #[serde(serialize_with = "ser_os_strings")]
+    pub argv: Vec<OsString>,
+    /// What the call may do.
+    pub effects: Effects,
+    /// How it is confined.
+    pub confinement: Confinement,
+}
+
+/// The effects an approved call may have; anything else is denied and reported.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Effects {
+    /// Paths (files or directory trees) the call may read.
+    pub read: Vec<PathBuf>,
+    /// Paths (files or directory trees) the call may write, create or remove within.
+    pub write: Vec<PathBuf>,
+    /// Programs the call may execute besides `argv[0]`.
+    pub exec: Vec<PathBuf>,
+    /// Destinations the call may connect to.
+    pub connect: Vec<Endpoint>,
+    /// What happens when the call does something it did not declare.
+    pub on_divergence: OnDivergence,
+}
+
+/// A network destination by name or address, and port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Endpoint {
+    /// A host name or an IP literal (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+}
+
+/// The response to an effect the call did not declare.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDivergence {
+    /// Deny the operation and kill the call's whole process tree.
+    #[default]
+    Kill,
+    /// Deny the operation and let the call go on.
+    Deny,
+}
+
+/// Who the call runs as and with what limits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Confinement {
+    /// User name to run as; `None` means the guard's dedicated unprivileged user.
+    pub run_as: Option<String>,
+    /// Wall-clock limit; the call's cgroup is killed when it runs out.
+    #[serde(with = "secs")]
+    pub timeout: Duration,
+    /// Memory limit in bytes.
+    pub memory_max: Option<u64>,
+    /// Limit on the number of tasks in the call.
+    pub pids_max: Option<u64>,
+    /// Syscall names to allow on top of the default seccomp filter's allow-set.
+    pub allow_syscalls: Vec<String>,
+    /// When non-empty: strict mode, any syscall outside this set kills the call.
+    pub syscalls: Vec<String>,
+    /// Extra environment (name, value) on top of the minimal clean environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory of the tool.
+    pub cwd: Option<PathBuf>,
+}
+
+impl Default for Confinement {
+    fn default() -> Self {
+        Self {
+            run_as: None,
+            timeout: Duration::from_secs(60),
+            memory_max: None,
+            pids_max: Some(256),
+            allow_syscalls: Vec::new(),
+            syscalls: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+        }
+    }
+}
+
+fn ser_os_strings<S: serde::Serializer>(argv: &[OsString], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(argv.iter().map(|a| a.to_string_lossy()))
+}
+
+mod secs {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}

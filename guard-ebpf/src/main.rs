@@ -1,0 +1,22 @@
+//! guard's kernel programs.
+//!
+//! Every program starts by looking up the current task's cgroup id in `CALLS`. A process the
+//! guard does not watch is not found there and returns at once: that lookup is the whole cost
+//! guard imposes on the rest of the host.
+#![no_std]
+#![no_main]
+
+mod exec;
+mod maps;
+mod net;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any program that could reach a panic, so this is never called.
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

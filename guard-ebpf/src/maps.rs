@@ -1,0 +1,75 @@
+//! Maps shared by all programs, and the helpers that fill in events.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+    macros::map,
+    maps::{HashMap, PerCpuArray, RingBuf},
+};
+use guard_common::{
+    call::{CallConfig, MAX_CALLS},
+    event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event},
+    net::{Dest4, Dest6, MAX_DESTS},
+};
+
+/// The guarded calls, by cgroup id.
+#[map]
+pub static CALLS: HashMap<u64, CallConfig> = HashMap::with_max_entries(MAX_CALLS, 0);
+
+/// Allowed IPv4 destinations per call.
+#[map]
+pub static ALLOW4: HashMap<Dest4, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
+
+/// Allowed IPv6 destinations per call.
+#[map]
+pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
+
+/// Events for the daemon. 1 MiB holds about 3,400 events.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Counters the daemon reads to report loss (`COUNTER_*`).
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTERS, 0);
+
+/// The current task's call, if the guard watches it.
+#[inline(always)]
+pub fn current_call() -> Option<(u64, CallConfig)> {
+    // SAFETY: a helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: the value is copied out at once; a concurrent delete at worst yields a stale copy.
+    let config = unsafe { CALLS.get(&cgroup_id) }?;
+    Some((cgroup_id, *config))
+}
+
+/// Reserves an event with its common header filled in; counts a drop when the buffer is full.
+#[inline(always)]
+pub fn reserve_event(
+    kind: u32,
+    action: u32,
+    cgroup_id: u64,
+) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<Event>> {
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        if let Some(dropped) = COUNTERS.get_ptr_mut(COUNTER_DROPPED) {
+            // SAFETY: a per-CPU slot, written only by this CPU with preemption disabled.
+            unsafe { *dropped += 1 };
+        }
+        return None;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved, writable, correctly sized ring buffer slot.
+    unsafe {
+        (*event).kind = kind;
+        (*event).action = action;
+        (*event).pid = (pid_tgid >> 32) as u32;
+        (*event).tid = pid_tgid as u32;
+        (*event).cgroup_id = cgroup_id;
+        (*event).family = 0;
+        (*event).port = 0;
+        (*event).proto = 0;
+        (*event)._pad = [0; 3];
+        (*event).addr = [0; 16];
+        (*event).path[0] = 0;
+    }
+    Some(entry)
+}

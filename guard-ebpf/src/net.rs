@@ -1,0 +1,70 @@
+//! `cgroup/connect4` and `cgroup/connect6`: a guarded call reaches only its approved destinations.
+
+use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
+use guard_common::{
+    event::{ACTION_ALLOWED, ACTION_DENIED, KIND_CONNECT},
+    net::{Dest4, Dest6},
+};
+
+use crate::maps::{ALLOW4, ALLOW6, current_call, reserve_event};
+
+const ALLOW: i32 = 1;
+/// Makes the syscall fail with EPERM.
+const DENY: i32 = 0;
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+
+#[cgroup_sock_addr(connect4)]
+pub fn connect4(ctx: SockAddrContext) -> i32 {
+    let Some((cgroup_id, _)) = current_call() else {
+        return ALLOW;
+    };
+    // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
+    let (addr, port, proto) = unsafe {
+        let sa = &*ctx.sock_addr;
+        (sa.user_ip4, u16::from_be(sa.user_port as u16), sa.protocol as u8)
+    };
+    let key = Dest4 { cgroup_id, addr, port, proto, _pad: 0 };
+    // SAFETY: only presence is tested.
+    let allowed = unsafe { ALLOW4.get(&key) }.is_some();
+    let mut bytes = [0u8; 16];
+    bytes[..4].copy_from_slice(&addr.to_ne_bytes());
+    report(cgroup_id, allowed, AF_INET, port, proto, bytes)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    let Some((cgroup_id, _)) = current_call() else {
+        return ALLOW;
+    };
+    // SAFETY: as in connect4.
+    let (addr, port, proto) = unsafe {
+        let sa = &*ctx.sock_addr;
+        (sa.user_ip6, u16::from_be(sa.user_port as u16), sa.protocol as u8)
+    };
+    let key = Dest6 { cgroup_id, addr, port, proto, _pad: [0; 5] };
+    // SAFETY: only presence is tested.
+    let allowed = unsafe { ALLOW6.get(&key) }.is_some();
+    let mut bytes = [0u8; 16];
+    for (i, word) in addr.iter().enumerate() {
+        bytes[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
+    }
+    report(cgroup_id, allowed, AF_INET6, port, proto, bytes)
+}
+
+#[inline(always)]
+fn report(cgroup_id: u64, allowed: bool, family: u16, port: u16, proto: u8, addr: [u8; 16]) -> i32 {
+    let action = if allowed { ACTION_ALLOWED } else { ACTION_DENIED };
+    if let Some(mut entry) = reserve_event(KIND_CONNECT, action, cgroup_id) {
+        let event = entry.as_mut_ptr();
+        // SAFETY: a reserved slot whose header reserve_event initialised.
+        unsafe {
+            (*event).family = family;
+            (*event).port = port;
+            (*event).proto = proto;
+            (*event).addr = addr;
+        }
+        entry.submit(0);
+    }
+    if allowed { ALLOW } else { DENY }
+}

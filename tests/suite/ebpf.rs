@@ -1,0 +1,1 @@
+//! Kernel programs, end to end.
