@@ -22,9 +22,19 @@ pub fn connect4(ctx: SockAddrContext) -> i32 {
     // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
     let (addr, port, proto) = unsafe {
         let sa = &*ctx.sock_addr;
-        (sa.user_ip4, u16::from_be(sa.user_port as u16), sa.protocol as u8)
+        (
+            sa.user_ip4,
+            u16::from_be(sa.user_port as u16),
+            sa.protocol as u8,
+        )
     };
-    let key = Dest4 { cgroup_id, addr, port, proto, _pad: 0 };
+    let key = Dest4 {
+        cgroup_id,
+        addr,
+        port,
+        proto,
+        _pad: 0,
+    };
     // SAFETY: only presence is tested.
     let allowed = unsafe { ALLOW4.get(&key) }.is_some();
     let mut bytes = [0u8; 16];
@@ -40,9 +50,19 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
     // SAFETY: as in connect4.
     let (addr, port, proto) = unsafe {
         let sa = &*ctx.sock_addr;
-        (sa.user_ip6, u16::from_be(sa.user_port as u16), sa.protocol as u8)
+        (
+            sa.user_ip6,
+            u16::from_be(sa.user_port as u16),
+            sa.protocol as u8,
+        )
     };
-    let key = Dest6 { cgroup_id, addr, port, proto, _pad: [0; 5] };
+    let key = Dest6 {
+        cgroup_id,
+        addr,
+        port,
+        proto,
+        _pad: [0; 5],
+    };
     // SAFETY: only presence is tested.
     let allowed = unsafe { ALLOW6.get(&key) }.is_some();
     let mut bytes = [0u8; 16];
@@ -54,7 +74,11 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
 
 #[inline(always)]
 fn report(cgroup_id: u64, allowed: bool, family: u16, port: u16, proto: u8, addr: [u8; 16]) -> i32 {
-    let action = if allowed { ACTION_ALLOWED } else { ACTION_DENIED };
+    let action = if allowed {
+        ACTION_ALLOWED
+    } else {
+        ACTION_DENIED
+    };
     if let Some(mut entry) = reserve_event(KIND_CONNECT, action, cgroup_id) {
         let event = entry.as_mut_ptr();
         // SAFETY: a reserved slot whose header reserve_event initialised.
