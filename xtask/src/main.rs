@@ -1,1 +1,41 @@
-fn main() {}
+//! `cargo xtask`: what cargo alone cannot do for guard: prepare the host, run the daemon,
+//! run the privileged tests and the benchmarks, install.
+mod run;
+mod setup;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check the host and install what guard needs (idempotent; installs only as root).
+    Setup(setup::Options),
+    /// Build every binary, the kernel programs embedded in guardd.
+    Build(run::BuildOptions),
+    /// Set up, build, and run guardd in the foreground with policies/default.toml.
+    Run(run::RunOptions),
+    /// Set up, build, and run every test, unit and privileged.
+    Test(run::TestOptions),
+    /// Set up (with the peers to compare against), build in release, run the benchmarks.
+    Bench(run::BenchOptions),
+    /// Build in release and install the binaries, the default policy and a systemd unit.
+    Install(run::InstallOptions),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Setup(opts) => setup::run(&opts),
+        Command::Build(opts) => run::build(&opts),
+        Command::Run(opts) => run::run(&opts),
+        Command::Test(opts) => run::test(&opts),
+        Command::Bench(opts) => run::bench(&opts),
+        Command::Install(opts) => run::install(&opts),
+    }
+}

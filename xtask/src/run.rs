@@ -1,0 +1,169 @@
+//! Build, run, test, bench and install: thin wrappers that put cargo and the binaries together.
+
+use std::{
+    env, fs,
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::setup;
+
+#[derive(clap::Args)]
+pub struct BuildOptions {
+    /// Build with optimisations.
+    #[arg(long)]
+    pub release: bool,
+}
+
+#[derive(clap::Args)]
+pub struct RunOptions {
+    /// Where the socket and the audit log go.
+    #[arg(long, default_value = "/run/guard-dev")]
+    pub runtime_dir: PathBuf,
+    /// The policy to load.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct TestOptions {
+    /// Passed to `cargo test` after `--` (e.g. a test name filter).
+    #[arg(trailing_var_arg = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct BenchOptions {
+    /// Passed to the benchmark harness (e.g. a benchmark name filter).
+    #[arg(trailing_var_arg = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct InstallOptions {
+    /// Install prefix of the binaries.
+    #[arg(long, default_value = "/usr/local")]
+    pub prefix: PathBuf,
+}
+
+/// The workspace root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+fn check(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("running {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed: {status}");
+    }
+    Ok(())
+}
+
+fn target_dir(release: bool) -> PathBuf {
+    root().join("target").join(if release { "release" } else { "debug" })
+}
+
+pub fn build(opts: &BuildOptions) -> Result<()> {
+    let mut cmd = cargo();
+    // Default members: everything but guard-ebpf, which guard-daemon's build.rs builds.
+    cmd.args(["build", "--bins"]);
+    if opts.release {
+        cmd.arg("--release");
+    }
+    check(&mut cmd)
+}
+
+pub fn run(opts: &RunOptions) -> Result<()> {
+    setup::run(&setup::Options::default())?;
+    build(&BuildOptions { release: false })?;
+    let dir = &opts.runtime_dir;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
+    // The default policy's workspace, so its tools have something to work on.
+    fs::create_dir_all("/srv/agent/workspace").context("creating /srv/agent/workspace")?;
+    let policy = opts.policy.clone().unwrap_or_else(|| root().join("policies/default.toml"));
+    let socket = dir.join("guard.sock");
+    let bin = target_dir(false);
+    println!("guard: runtime dir {} (socket guard.sock, audit log audit.jsonl)", dir.display());
+    println!("  try:  GUARD_SOCKET={} {} list_dir path=/srv/agent/workspace", socket.display(), bin.join("guard-exec").display());
+    println!("  tail: GUARD_SOCKET={} {} events --follow", socket.display(), bin.join("guardctl").display());
+    // exec: Ctrl-C reaches guardd directly and it shuts down cleanly.
+    let err = Command::new(bin.join("guardd"))
+        .arg("--policy")
+        .arg(policy)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(dir.join("audit.jsonl"))
+        .exec();
+    Err(err).context("exec guardd")
+}
+
+pub fn test(opts: &TestOptions) -> Result<()> {
+    setup::run(&setup::Options::default())?;
+    // The end-to-end tests run the real binaries, so build them first.
+    build(&BuildOptions { release: false })?;
+    let mut cmd = cargo();
+    cmd.arg("test");
+    if !opts.args.is_empty() {
+        cmd.arg("--").args(&opts.args);
+    }
+    check(&mut cmd)
+}
+
+pub fn bench(opts: &BenchOptions) -> Result<()> {
+    setup::run(&setup::Options { bench: true })?;
+    build(&BuildOptions { release: true })?;
+    let mut cmd = cargo();
+    cmd.args(["bench", "-p", "guard-daemon"]);
+    if !opts.args.is_empty() {
+        cmd.arg("--").args(&opts.args);
+    }
+    check(&mut cmd)
+}
+
+const UNIT: &str = "[Unit]
+Description=guard: decides, confines and watches AI agents' tool calls
+After=local-fs.target
+
+[Service]
+ExecStart={bin}/guardd
+Restart=on-failure
+RuntimeDirectory=guard
+StateDirectory=guard
+
+[Install]
+WantedBy=multi-user.target
+";
+
+pub fn install(opts: &InstallOptions) -> Result<()> {
+    setup::run(&setup::Options::default())?;
+    build(&BuildOptions { release: true })?;
+    let bin = opts.prefix.join("bin");
+    fs::create_dir_all(&bin)?;
+    for name in ["guardd", "guard-exec", "guardctl"] {
+        let dst = bin.join(name);
+        fs::copy(target_dir(true).join(name), &dst).with_context(|| format!("installing {}", dst.display()))?;
+        println!("install: {}", dst.display());
+    }
+    let policy = Path::new("/etc/guard/policy.toml");
+    if !policy.exists() && !Path::new("/etc/guard/policies").exists() {
+        fs::create_dir_all("/etc/guard")?;
+        fs::copy(root().join("policies/default.toml"), policy)?;
+        println!("install: {} (the default policy; edit it)", policy.display());
+    }
+    let unit = Path::new("/etc/systemd/system/guardd.service");
+    fs::write(unit, UNIT.replace("{bin}", &bin.display().to_string()))?;
+    println!("install: {} (enable with `systemctl enable --now guardd`)", unit.display());
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! `cargo xtask setup`: every piece guard needs on the host, checked, and installed or mounted
+//! when missing and we are root. Each piece reports one line when it changed something or cannot
+//! be fixed; a run that finds everything in place says so in one line.
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// Debian packages bpf-linker is built against.
+const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev", "libzstd-dev", "clang-22"];
+/// Debian packages of the peers `cargo xtask bench` compares guard with.
+const BENCH_PACKAGES: &[&str] = &["bubblewrap", "firejail", "hyperfine"];
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+/// The unprivileged user that confined tools run as by default.
+pub const TOOL_USER: &str = "guard-tool";
+
+#[derive(clap::Args, Default)]
+pub struct Options {
+    /// Also install the sandboxes guard is benchmarked against (bubblewrap, firejail).
+    #[arg(long)]
+    pub bench: bool,
+}
+
+/// What one check found.
+enum Outcome {
+    /// Already in place: says nothing.
+    Present,
+    /// Was missing and is now in place.
+    Fixed(String),
+    /// Missing and not fixable here: what and how to fix.
+    Missing(String),
+}
+
+struct Check {
+    name: &'static str,
+    run: fn(&Ctx) -> Result<Outcome>,
+}
+
+struct Ctx {
+    root: bool,
+    bench: bool,
+}
+
+const CHECKS: &[Check] = &[
+    Check { name: "debian packages", run: debian_packages },
+    Check { name: "nightly rust-src", run: nightly_rust_src },
+    Check { name: "bpf-linker", run: bpf_linker },
+    Check { name: "BTF", run: btf },
+    Check { name: "landlock", run: landlock },
+    Check { name: "cgroup v2", run: cgroup2 },
+    Check { name: "tracefs", run: tracefs },
+    Check { name: "bpffs", run: bpffs },
+    Check { name: "tool user", run: tool_user },
+];
+
+pub fn run(opts: &Options) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let ctx = Ctx { root: unsafe { libc::geteuid() } == 0, bench: opts.bench };
+    let (mut changed, mut missing) = (0, 0);
+    for check in CHECKS {
+        match (check.run)(&ctx).with_context(|| format!("setup: {}", check.name))? {
+            Outcome::Present => {}
+            Outcome::Fixed(what) => {
+                changed += 1;
+                println!("setup: {}: {what}", check.name);
+            }
+            Outcome::Missing(how) => {
+                missing += 1;
+                println!("setup: {}: MISSING: {how}", check.name);
+            }
+        }
+    }
+    if missing > 0 {
+        bail!("setup: {missing} piece(s) missing; see the lines above");
+    }
+    if changed == 0 {
+        println!("setup: everything in place, nothing to do");
+    }
+    Ok(())
+}
+
+fn needs_root(what: &str) -> Outcome {
+    Outcome::Missing(format!("{what}; run `cargo xtask setup` as root"))
+}
+
+fn status(cmd: &mut Command) -> Result<bool> {
+    let program = format!("{cmd:?}");
+    Ok(cmd.status().with_context(|| format!("running {program}"))?.success())
+}
+
+fn quiet(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+fn debian_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"install ok installed"))
+}
+
+fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
+    let mut wanted = LLVM_PACKAGES.to_vec();
+    if ctx.bench {
+        wanted.extend(BENCH_PACKAGES);
+    }
+    let missing: Vec<&str> = wanted.into_iter().filter(|p| !debian_installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(Outcome::Present);
+    }
+    let list = missing.join(" ");
+    if !ctx.root {
+        return Ok(needs_root(&format!("Debian packages {list} are not installed")));
+    }
+    let apt = |args: &[&str]| {
+        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status()
+    };
+    if !apt(&["update", "-q"])?.success() || !apt(&[&["install", "-y", "-q"], &missing[..]].concat())?.success() {
+        return Ok(Outcome::Missing(format!("apt-get install {list} failed; see its output above")));
+    }
+    Ok(Outcome::Fixed(format!("installed {list}")))
+}
+
+fn nightly_rust_src(_: &Ctx) -> Result<Outcome> {
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--toolchain", "nightly", "--installed"])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("rust-src")));
+    if installed {
+        return Ok(Outcome::Present);
+    }
+    // Installs into the invoking user's rustup home: no root needed.
+    let ok = status(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"]))?;
+    Ok(if ok {
+        Outcome::Fixed("installed the nightly toolchain's rust-src".into())
+    } else {
+        Outcome::Missing("`rustup toolchain install nightly --component rust-src` failed".into())
+    })
+}
+
+fn cargo_bin(name: &str) -> PathBuf {
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cargo"));
+    home.join("bin").join(name)
+}
+
+fn bpf_linker(_: &Ctx) -> Result<Outcome> {
+    if quiet(Command::new("bpf-linker").arg("--version")) || quiet(Command::new(cargo_bin("bpf-linker")).arg("--version")) {
+        return Ok(Outcome::Present);
+    }
+    if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+        return Ok(Outcome::Missing(format!("bpf-linker needs LLVM 22 at {LLVM_PREFIX} (Debian's llvm-22-dev)")));
+    }
+    let path = format!("{LLVM_PREFIX}/bin:{}", env::var("PATH").unwrap_or_default());
+    let ok = status(
+        Command::new("cargo")
+            .args(["install", "bpf-linker", "--no-default-features", "--features", "llvm-22"])
+            .env("PATH", path)
+            .env("LLVM_PREFIX", LLVM_PREFIX),
+    )?;
+    Ok(if ok {
+        Outcome::Fixed("built and installed bpf-linker against LLVM 22".into())
+    } else {
+        Outcome::Missing("`cargo install bpf-linker` failed; see its output above".into())
+    })
+}
+
+fn btf(_: &Ctx) -> Result<Outcome> {
+    Ok(if Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Outcome::Present
+    } else {
+        Outcome::Missing("no /sys/kernel/btf/vmlinux: the kernel needs CONFIG_DEBUG_INFO_BTF=y".into())
+    })
+}
+
+fn landlock(_: &Ctx) -> Result<Outcome> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
+    // SAFETY: with a NULL attr, size 0 and the VERSION flag the syscall only returns the ABI.
+    let abi = unsafe {
+        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION)
+    };
+    Ok(if abi >= 4 {
+        Outcome::Present
+    } else if abi < 0 {
+        Outcome::Missing("landlock is not enabled: boot with lsm=...,landlock (kernel >= 6.7 for ABI 4)".into())
+    } else {
+        Outcome::Missing(format!("landlock ABI {abi} < 4 (TCP rules need ABI 4, kernel >= 6.7)"))
+    })
+}
+
+fn is_mounted(target: &str, fstype: &str) -> bool {
+    fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+        m.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            let _source = f.next();
+            f.next() == Some(target) && f.next() == Some(fstype)
+        })
+    })
+}
+
+fn mount(ctx: &Ctx, fstype: &str, target: &str) -> Result<Outcome> {
+    if is_mounted(target, fstype) {
+        return Ok(Outcome::Present);
+    }
+    if !ctx.root {
+        return Ok(needs_root(&format!("{fstype} is not mounted at {target}")));
+    }
+    let ok = status(Command::new("mount").args(["-t", fstype, fstype, target]))?;
+    Ok(if ok {
+        Outcome::Fixed(format!("mounted {fstype} at {target}"))
+    } else {
+        Outcome::Missing(format!("`mount -t {fstype} {fstype} {target}` failed"))
+    })
+}
+
+fn cgroup2(_: &Ctx) -> Result<Outcome> {
+    Ok(if is_mounted("/sys/fs/cgroup/unified", "cgroup2") || is_mounted("/sys/fs/cgroup", "cgroup2") {
+        Outcome::Present
+    } else {
+        Outcome::Missing("no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified".into())
+    })
+}
+
+fn tracefs(ctx: &Ctx) -> Result<Outcome> {
+    mount(ctx, "tracefs", "/sys/kernel/tracing")
+}
+
+fn bpffs(ctx: &Ctx) -> Result<Outcome> {
+    mount(ctx, "bpf", "/sys/fs/bpf")
+}
+
+fn tool_user(ctx: &Ctx) -> Result<Outcome> {
+    if quiet(Command::new("getent").args(["passwd", TOOL_USER])) {
+        return Ok(Outcome::Present);
+    }
+    if !ctx.root {
+        return Ok(needs_root(&format!("user {TOOL_USER} does not exist")));
+    }
+    let ok = status(Command::new("useradd").args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TOOL_USER]))?;
+    Ok(if ok {
+        Outcome::Fixed(format!("created the unprivileged user {TOOL_USER} that tools run as"))
+    } else {
+        Outcome::Missing(format!("`useradd --system {TOOL_USER}` failed"))
+    })
+}
