@@ -10,8 +10,12 @@ pub struct CallConfig {
 }
 const _: () = assert!(core::mem::size_of::<CallConfig>() == 8);
 
-/// Kill the whole call (SIGKILL to the offending task) when it diverges, instead of only denying.
+/// Kill the whole call when it diverges, instead of only denying the operation. (The daemon acts
+/// on it; the kernel reports the divergence either way.)
 pub const FLAG_KILL_ON_DIVERGENCE: u32 = 1 << 0;
+/// Enforce the exec allow-list: a task that executes an image not on it is killed before the
+/// image runs. Without it the exec program only observes.
+pub const FLAG_ENFORCE_EXEC: u32 = 1 << 1;
 
 /// Size of the map of guarded calls: the daemon never runs more calls than this at once.
 pub const MAX_CALLS: u32 = 4096;

@@ -6,4 +6,5 @@
 
 pub mod call;
 pub mod event;
+pub mod exec;
 pub mod net;

@@ -6,9 +6,10 @@
 //! host never run them; the tracepoint is global and costs an unwatched process one map lookup.
 
 use std::{
+    collections::HashMap as StdHashMap,
     fs, io,
     net::IpAddr,
-    os::fd::AsFd as _,
+    os::{fd::AsFd as _, unix::ffi::OsStrExt as _},
     path::{Path, PathBuf},
 };
 
@@ -20,6 +21,7 @@ use aya::{
 use guard_common::{
     call::CallConfig,
     event::{COUNTER_DROPPED, Event},
+    exec::{ExecKey, path_hash},
     net::{Dest4, Dest6},
 };
 use tokio::io::unix::AsyncFd;
@@ -31,7 +33,7 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
 
 /// The cgroup programs and the hook each attaches to.
-const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6"];
+const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6"];
 /// The tracepoint programs: (program, category, name).
 const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sched_process_exec")];
 
@@ -83,9 +85,43 @@ pub struct Destination {
     pub proto: u8,
 }
 
+#[derive(Clone, Copy)]
 enum DestKey {
     V4(Dest4),
     V6(Dest6),
+}
+
+/// What the kernel holds one guarded call to.
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    pub config: CallConfig,
+    /// Where it may connect or send.
+    pub destinations: Vec<Destination>,
+    /// The programs it may execute (enforced with `FLAG_ENFORCE_EXEC`).
+    pub execs: Vec<PathBuf>,
+}
+
+/// The keys installed for one call, so that `unwatch` removes exactly them.
+#[derive(Default)]
+struct Installed {
+    dests: Vec<DestKey>,
+    execs: Vec<ExecKey>,
+}
+
+/// The exec keys of `path`: as written and, if different, with symlinks resolved, because the
+/// kernel sees whichever spelling the caller passed to execve.
+fn exec_keys(cgroup_id: u64, path: &Path) -> Vec<ExecKey> {
+    let mut keys = vec![ExecKey {
+        cgroup_id,
+        hash: path_hash(path.as_os_str().as_bytes()),
+    }];
+    if let Ok(real) = fs::canonicalize(path) {
+        let hash = path_hash(real.as_os_str().as_bytes());
+        if hash != keys[0].hash {
+            keys.push(ExecKey { cgroup_id, hash });
+        }
+    }
+    keys
 }
 
 impl Destination {
@@ -120,6 +156,8 @@ pub struct Monitor {
     calls: HashMap<MapData, u64, CallConfig>,
     allow4: HashMap<MapData, Dest4, u8>,
     allow6: HashMap<MapData, Dest6, u8>,
+    exec_allow: HashMap<MapData, ExecKey, u8>,
+    installed: StdHashMap<u64, Installed>,
     counters: PerCpuArray<MapData, u64>,
     events: Option<RingBuf<MapData>>,
     programs: Vec<&'static str>,
@@ -171,6 +209,7 @@ impl Monitor {
         let calls = HashMap::try_from(take("CALLS")?).map_err(map_err("CALLS"))?;
         let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
         let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
+        let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
         let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
         Ok(Self {
@@ -178,6 +217,8 @@ impl Monitor {
             calls,
             allow4,
             allow6,
+            exec_allow,
+            installed: StdHashMap::new(),
             counters,
             events,
             programs,
@@ -189,34 +230,68 @@ impl Monitor {
         &self.programs
     }
 
-    /// Starts guarding the cgroup `cgroup_id`: only `dests` are reachable from it. Install before
-    /// the call's first process enters the cgroup.
-    pub fn watch(
-        &mut self,
-        cgroup_id: u64,
-        config: CallConfig,
-        dests: &[Destination],
-    ) -> Result<(), MonitorError> {
-        for dest in dests {
-            match dest.key(cgroup_id) {
+    /// Starts guarding the cgroup `cgroup_id`. Install before the call's first process enters
+    /// the cgroup; on error, whatever was installed is removed again.
+    pub fn watch(&mut self, cgroup_id: u64, watch: &Watch) -> Result<(), MonitorError> {
+        let installed = Installed {
+            dests: watch
+                .destinations
+                .iter()
+                .map(|d| d.key(cgroup_id))
+                .collect(),
+            execs: watch
+                .execs
+                .iter()
+                .flat_map(|p| exec_keys(cgroup_id, p))
+                .collect(),
+        };
+        self.installed.insert(cgroup_id, installed);
+        let result = self.install(cgroup_id, watch.config);
+        if result.is_err() {
+            let _ = self.unwatch(cgroup_id);
+        }
+        result
+    }
+
+    fn install(&mut self, cgroup_id: u64, config: CallConfig) -> Result<(), MonitorError> {
+        let installed = &self.installed[&cgroup_id];
+        for key in &installed.dests {
+            match *key {
                 DestKey::V4(k) => self.allow4.insert(k, 1, 0).map_err(map_err("ALLOW4"))?,
                 DestKey::V6(k) => self.allow6.insert(k, 1, 0).map_err(map_err("ALLOW6"))?,
             }
         }
+        for key in &installed.execs {
+            self.exec_allow
+                .insert(*key, 1, 0)
+                .map_err(map_err("EXEC_ALLOW"))?;
+        }
+        // Last: until the call is in CALLS, its cgroup is not guarded and is empty anyway.
         self.calls
             .insert(cgroup_id, config, 0)
             .map_err(map_err("CALLS"))
     }
 
-    /// Stops guarding `cgroup_id` and forgets its destinations.
-    pub fn unwatch(&mut self, cgroup_id: u64, dests: &[Destination]) -> Result<(), MonitorError> {
-        let mut result = self.calls.remove(&cgroup_id).map_err(map_err("CALLS"));
-        for dest in dests {
-            let removed = match dest.key(cgroup_id) {
-                DestKey::V4(k) => self.allow4.remove(&k).map_err(map_err("ALLOW4")),
-                DestKey::V6(k) => self.allow6.remove(&k).map_err(map_err("ALLOW6")),
+    /// Stops guarding `cgroup_id` and removes everything `watch` installed for it.
+    pub fn unwatch(&mut self, cgroup_id: u64) -> Result<(), MonitorError> {
+        let mut result = match self.calls.remove(&cgroup_id) {
+            Err(MapError::KeyNotFound) => Ok(()),
+            other => other.map_err(map_err("CALLS")),
+        };
+        let installed = self.installed.remove(&cgroup_id).unwrap_or_default();
+        let gone = |r: Result<(), MapError>| match r {
+            Err(MapError::KeyNotFound) => Ok(()),
+            other => other,
+        };
+        for key in installed.dests {
+            let removed = match key {
+                DestKey::V4(k) => gone(self.allow4.remove(&k)).map_err(map_err("ALLOW4")),
+                DestKey::V6(k) => gone(self.allow6.remove(&k)).map_err(map_err("ALLOW6")),
             };
             result = result.and(removed);
+        }
+        for key in installed.execs {
+            result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
         }
         result
     }

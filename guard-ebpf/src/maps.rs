@@ -7,7 +7,8 @@ use aya_ebpf::{
 };
 use guard_common::{
     call::{CallConfig, MAX_CALLS},
-    event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event},
+    event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event, PATH_LEN},
+    exec::{ExecKey, MAX_EXECS},
     net::{Dest4, Dest6, MAX_DESTS},
 };
 
@@ -22,6 +23,15 @@ pub static ALLOW4: HashMap<Dest4, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 /// Allowed IPv6 destinations per call.
 #[map]
 pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
+
+/// Allowed programs per call, by path hash.
+#[map]
+pub static EXEC_ALLOW: HashMap<ExecKey, u8> = HashMap::with_max_entries(MAX_EXECS, 0);
+
+/// A per-CPU buffer for a path: too large for the 512-byte BPF stack, and needed even when the
+/// ring buffer is full, because enforcement must not depend on reporting.
+#[map]
+pub static SCRATCH: PerCpuArray<[u8; PATH_LEN]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Events for the daemon. 1 MiB holds about 3,400 events.
 #[map]

@@ -1,4 +1,7 @@
-//! `cgroup/connect4` and `cgroup/connect6`: a guarded call reaches only its approved destinations.
+//! `cgroup/connect*` and `cgroup/sendmsg*`: a guarded call reaches only its approved destinations.
+//!
+//! The sendmsg hooks catch unconnected UDP (`sendto`/`sendmsg` with an address), which never
+//! passes through connect; a connected socket's sends were checked at its connect.
 
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use guard_common::{
@@ -16,6 +19,26 @@ const AF_INET6: u16 = 10;
 
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
+    check4(&ctx)
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
+    check4(&ctx)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    check6(&ctx)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
+    check6(&ctx)
+}
+
+#[inline(always)]
+fn check4(ctx: &SockAddrContext) -> i32 {
     let Some((cgroup_id, _)) = current_call() else {
         return ALLOW;
     };
@@ -42,12 +65,12 @@ pub fn connect4(ctx: SockAddrContext) -> i32 {
     report(cgroup_id, allowed, AF_INET, port, proto, bytes)
 }
 
-#[cgroup_sock_addr(connect6)]
-pub fn connect6(ctx: SockAddrContext) -> i32 {
+#[inline(always)]
+fn check6(ctx: &SockAddrContext) -> i32 {
     let Some((cgroup_id, _)) = current_call() else {
         return ALLOW;
     };
-    // SAFETY: as in connect4.
+    // SAFETY: as in check4.
     let (addr, port, proto) = unsafe {
         let sa = &*ctx.sock_addr;
         (

@@ -1,30 +1,94 @@
-//! Kernel programs, end to end: the connect programs deny what a guarded cgroup may not reach,
-//! leave every other process alone, and the exec observer reports guarded execs.
+//! Kernel programs, end to end: the connect programs deny what a guarded cgroup may not reach
+//! and leave every other process alone; the exec program reports guarded execs and kills an
+//! unapproved image before it runs.
 
 use std::{
     io::{ErrorKind, Read as _},
     net::{Ipv4Addr, TcpListener},
-    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
+    os::{
+        fd::AsRawFd as _,
+        unix::process::{CommandExt as _, ExitStatusExt as _},
+    },
     process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
 use guard::{
     cgroup::{self, Cgroup},
-    monitor::{Destination, Monitor},
+    monitor::{Destination, EventStream, Monitor, Watch},
 };
 use guard_common::{
-    call::CallConfig,
-    event::{ACTION_ALLOWED, ACTION_DENIED, Event, KIND_CONNECT, KIND_EXEC},
+    call::{CallConfig, FLAG_ENFORCE_EXEC},
+    event::{ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event, KIND_CONNECT, KIND_EXEC},
     net::PROTO_TCP,
 };
 
 use super::support;
 
-/// Connects to 127.0.0.1:`port` with bash's /dev/tcp, optionally from inside `cgroup`.
-fn bash_connect(port: u16, cgroup: Option<&Cgroup>) -> (Output, u32) {
+/// A guard root cgroup with one call cgroup, and the kernel programs attached to the root.
+/// Field order is drop order: programs detach before the cgroups are removed.
+struct Kernel {
+    rt: tokio::runtime::Runtime,
+    monitor: Monitor,
+    events: EventStream,
+    call: Cgroup,
+    _root: Cgroup,
+}
+
+impl Kernel {
+    fn new(watch: impl FnOnce(&Cgroup) -> Watch) -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let unified = cgroup::unified_mount().expect("cgroup v2 mount");
+        let root = Cgroup::create(&unified, &support::unique("guard-test")).expect("root cgroup");
+        let call = Cgroup::create(root.path(), "call").expect("call cgroup");
+        let (monitor, events) = {
+            let _enter = rt.enter();
+            let mut monitor = Monitor::load(root.path()).expect("load and attach kernel programs");
+            let events = monitor
+                .take_events()
+                .expect("events")
+                .expect("event stream");
+            (monitor, events)
+        };
+        let mut kernel = Self {
+            rt,
+            monitor,
+            events,
+            call,
+            _root: root,
+        };
+        let watch = watch(&kernel.call);
+        kernel
+            .monitor
+            .watch(kernel.call.id(), &watch)
+            .expect("watch call");
+        kernel
+    }
+
+    /// Collects events until `done` says so or 5 seconds pass.
+    fn events_until(&mut self, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+        let mut seen: Vec<Event> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done(&seen) && Instant::now() < deadline {
+            let mut batch = Vec::new();
+            let events = &mut self.events;
+            let _ = self.rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(200), events.next_batch(&mut batch))
+                    .await
+            });
+            seen.extend(batch);
+        }
+        seen
+    }
+}
+
+/// Runs `script` with bash, from inside `cgroup` if given.
+fn bash(script: &str, cgroup: Option<&Cgroup>) -> (Output, u32) {
     let mut cmd = Command::new("/bin/bash");
-    cmd.args(["-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{port}")])
+    cmd.args(["-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -43,6 +107,11 @@ fn bash_connect(port: u16, cgroup: Option<&Cgroup>) -> (Output, u32) {
     let child = cmd.spawn().expect("spawn bash");
     let pid = child.id();
     (child.wait_with_output().expect("wait bash"), pid)
+}
+
+/// Connects to 127.0.0.1:`port` with bash's /dev/tcp.
+fn bash_connect(port: u16, cgroup: Option<&Cgroup>) -> (Output, u32) {
+    bash(&format!("exec 3<>/dev/tcp/127.0.0.1/{port}"), cgroup)
 }
 
 /// True if a connection is waiting on `listener` (non-blocking).
@@ -64,39 +133,29 @@ fn listener() -> (TcpListener, u16) {
     (l, port)
 }
 
+fn path_of(event: &Event) -> &[u8] {
+    event.path.split(|&b| b == 0).next().unwrap_or_default()
+}
+
 #[test]
 fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     if !support::privileged("connect_programs_deny_unapproved_destinations_and_report_execs") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let _enter = rt.enter();
-
-    let unified = cgroup::unified_mount().expect("cgroup v2 mount");
-    let root = Cgroup::create(&unified, &support::unique("guard-test")).expect("root cgroup");
-    let call = Cgroup::create(root.path(), "call").expect("call cgroup");
-    let mut monitor = Monitor::load(root.path()).expect("load and attach kernel programs");
-    let mut events = monitor
-        .take_events()
-        .expect("events")
-        .expect("event stream");
-
     let (denied_listener, denied_port) = listener();
     let (allowed_listener, allowed_port) = listener();
-    let allowed = [Destination {
-        addr: Ipv4Addr::LOCALHOST.into(),
-        port: allowed_port,
-        proto: PROTO_TCP,
-    }];
-    monitor
-        .watch(call.id(), CallConfig::default(), &allowed)
-        .expect("watch call");
+    let mut kernel = Kernel::new(|_| Watch {
+        destinations: vec![Destination {
+            addr: Ipv4Addr::LOCALHOST.into(),
+            port: allowed_port,
+            proto: PROTO_TCP,
+        }],
+        ..Watch::default()
+    });
+    let call_id = kernel.call.id();
 
     // Inside the call: the unapproved port is refused by the kernel and nothing reaches it.
-    let (out, denied_pid) = bash_connect(denied_port, Some(&call));
+    let (out, denied_pid) = bash_connect(denied_port, Some(&kernel.call));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -112,7 +171,7 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     );
 
     // Inside the call: the approved destination works.
-    let (out, _) = bash_connect(allowed_port, Some(&call));
+    let (out, _) = bash_connect(allowed_port, Some(&kernel.call));
     assert!(
         out.status.success(),
         "approved connect failed: {}",
@@ -136,45 +195,88 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     );
 
     // The kernel reported the guarded exec and the denied connect, and nothing of the outsider.
-    let mut seen: Vec<Event> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let want = |seen: &[Event]| {
-        let exec = seen
-            .iter()
-            .any(|e| e.kind == KIND_EXEC && e.pid == denied_pid);
-        let deny = seen
-            .iter()
-            .any(|e| e.kind == KIND_CONNECT && e.action == ACTION_DENIED);
-        exec && deny
-    };
-    while !want(&seen) && Instant::now() < deadline {
-        let mut batch = Vec::new();
-        let _ = rt.block_on(async {
-            tokio::time::timeout(Duration::from_millis(200), events.next_batch(&mut batch)).await
-        });
-        seen.extend(batch);
-    }
+    let seen = kernel.events_until(|seen| {
+        seen.iter()
+            .any(|e| e.kind == KIND_EXEC && e.pid == denied_pid)
+            && seen
+                .iter()
+                .any(|e| e.kind == KIND_CONNECT && e.action == ACTION_DENIED)
+    });
     let exec = seen
         .iter()
         .find(|e| e.kind == KIND_EXEC && e.pid == denied_pid)
         .unwrap_or_else(|| panic!("no exec event for pid {denied_pid}"));
-    assert_eq!(exec.cgroup_id, call.id());
-    assert_eq!(exec.action, ACTION_ALLOWED);
-    let path = exec.path.split(|&b| b == 0).next().unwrap_or_default();
-    assert_eq!(path, b"/bin/bash");
-
+    assert_eq!((exec.cgroup_id, exec.action), (call_id, ACTION_ALLOWED));
+    assert_eq!(path_of(exec), b"/bin/bash");
     let deny = seen
         .iter()
         .find(|e| e.kind == KIND_CONNECT && e.action == ACTION_DENIED)
         .expect("no connect-denied event");
     assert_eq!(
         (deny.cgroup_id, deny.port, deny.proto),
-        (call.id(), denied_port, PROTO_TCP)
+        (call_id, denied_port, PROTO_TCP)
     );
     assert_eq!(&deny.addr[..4], &[127, 0, 0, 1]);
     assert!(
-        seen.iter().all(|e| e.cgroup_id == call.id()),
+        seen.iter().all(|e| e.cgroup_id == call_id),
         "an event came from outside the guarded cgroup"
     );
-    assert_eq!(monitor.dropped().expect("counters"), 0);
+    assert_eq!(kernel.monitor.dropped().expect("counters"), 0);
+}
+
+#[test]
+fn an_unapproved_exec_is_killed_before_the_image_runs() {
+    if !support::privileged("an_unapproved_exec_is_killed_before_the_image_runs") {
+        return;
+    }
+    let mut kernel = Kernel::new(|_| Watch {
+        config: CallConfig {
+            flags: FLAG_ENFORCE_EXEC,
+            _pad: 0,
+        },
+        execs: vec!["/bin/bash".into()],
+        ..Watch::default()
+    });
+    let marker = std::env::temp_dir().join(support::unique("guard-exec-marker"));
+    // bash may run (approved); it then execs /bin/sh in place, which is not approved.
+    let script = format!(
+        "echo bash-ran; exec /bin/sh -c 'echo sh-ran > {}'",
+        marker.display()
+    );
+    let (out, pid) = bash(&script, Some(&kernel.call));
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "sh was not killed: {:?}",
+        out.status
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "bash-ran\n",
+        "the approved image did not run"
+    );
+    assert!(!marker.exists(), "sh ran: its marker file exists");
+
+    let seen = kernel.events_until(|seen| seen.iter().any(|e| e.action == ACTION_KILLED));
+    let killed = seen
+        .iter()
+        .find(|e| e.action == ACTION_KILLED)
+        .expect("no kill event");
+    assert_eq!(
+        (killed.kind, killed.pid, killed.cgroup_id),
+        (KIND_EXEC, pid, kernel.call.id())
+    );
+    assert_eq!(path_of(killed), b"/bin/sh");
+    let bash_exec = seen
+        .iter()
+        .find(|e| e.kind == KIND_EXEC && e.action == ACTION_ALLOWED)
+        .expect("no bash exec event");
+    assert_eq!(path_of(bash_exec), b"/bin/bash");
+
+    // The same exec outside any guarded cgroup is untouched.
+    let status = Command::new("/bin/sh")
+        .args(["-c", "exit 3"])
+        .status()
+        .expect("sh");
+    assert_eq!(status.code(), Some(3));
 }

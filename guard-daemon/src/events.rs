@@ -1,0 +1,313 @@
+//! What guard observes, as it happens: kernel events become per-call receipts and bus events;
+//! the bus fans out to `subscribe` clients. Publishing never waits for a subscriber: a slow one
+//! falls behind, is told so with a final `lagged` event, and is dropped.
+
+use std::{
+    collections::HashMap,
+    net::{Ipv4Addr, Ipv6Addr},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use guard_common::event::{
+    ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
+};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+/// How many events a subscriber may fall behind before it is dropped.
+const BUS_CAPACITY: usize = 4096;
+/// Paths kept per receipt list; the count goes on.
+const RECEIPT_PATHS: usize = 64;
+
+/// One event on the bus, as subscribers receive it.
+#[derive(Clone, Debug, Serialize)]
+pub struct BusEvent {
+    /// RFC 3339, UTC.
+    pub ts: String,
+    /// decision | launch | denied | divergence | kill | exit | reload | lagged | missed
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Kind-specific fields (decision, pid, effect, action, exit code...).
+    #[serde(flatten)]
+    pub detail: Map<String, Value>,
+}
+
+impl BusEvent {
+    pub fn new(
+        kind: &'static str,
+        call_id: Option<&str>,
+        tool: Option<&str>,
+        detail: Value,
+    ) -> Self {
+        let detail = match detail {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        Self {
+            ts: rfc3339(SystemTime::now()),
+            kind,
+            call_id: call_id.map(str::to_owned),
+            tool: tool.map(str::to_owned),
+            detail,
+        }
+    }
+}
+
+/// The fan-out of events to subscribers.
+#[derive(Clone)]
+pub struct Bus {
+    tx: broadcast::Sender<Arc<BusEvent>>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self {
+            tx: broadcast::channel(BUS_CAPACITY).0,
+        }
+    }
+}
+
+impl Bus {
+    /// Publishes to every subscriber; never blocks, and does nothing when nobody listens.
+    pub fn publish(&self, event: BusEvent) {
+        let _ = self.tx.send(Arc::new(event));
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<BusEvent>> {
+        self.tx.subscribe()
+    }
+}
+
+/// What a call was seen doing, for its audit row (`effects_observed`).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Receipt {
+    pub execs: Vec<String>,
+    pub connects: Vec<ConnectSeen>,
+    pub denied: u64,
+    /// "conformed" | "diverged"
+    pub verdict: &'static str,
+}
+
+/// One connect attempt of a call.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ConnectSeen {
+    pub addr: String,
+    pub port: u16,
+    pub proto: &'static str,
+    pub allowed: bool,
+}
+
+/// A call the kernel watches, as the event pump knows it.
+struct Watched {
+    call_id: String,
+    tool: String,
+    cgroup: PathBuf,
+    kill_on_divergence: bool,
+    receipt: Receipt,
+}
+
+/// Kernel events sorted by call.
+#[derive(Default)]
+pub struct Tracker {
+    calls: Mutex<HashMap<u64, Watched>>,
+}
+
+impl Tracker {
+    /// Starts collecting the receipt of the call in cgroup `cgroup_id`.
+    pub fn track(
+        &self,
+        cgroup_id: u64,
+        call_id: &str,
+        tool: &str,
+        cgroup: PathBuf,
+        kill_on_divergence: bool,
+    ) {
+        let watched = Watched {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            cgroup,
+            kill_on_divergence,
+            receipt: Receipt {
+                verdict: "conformed",
+                ..Receipt::default()
+            },
+        };
+        self.lock().insert(cgroup_id, watched);
+    }
+
+    /// Stops tracking and hands back the call's receipt.
+    pub fn finish(&self, cgroup_id: u64) -> Option<Receipt> {
+        self.lock().remove(&cgroup_id).map(|w| w.receipt)
+    }
+
+    /// Whether the call has diverged so far.
+    pub fn diverged(&self, cgroup_id: u64) -> bool {
+        self.lock()
+            .get(&cgroup_id)
+            .is_some_and(|w| w.receipt.verdict == "diverged")
+    }
+
+    /// Folds one kernel event into its call's receipt and publishes what an operator must see.
+    pub fn record(&self, event: &KernelEvent, bus: &Bus) {
+        let mut calls = self.lock();
+        let Some(watched) = calls.get_mut(&event.cgroup_id) else {
+            // The call ended (or was never ours) before its last events were read.
+            return;
+        };
+        let receipt = &mut watched.receipt;
+        let (effect, detail) = match event.kind {
+            KIND_EXEC => {
+                let path = c_str(&event.path);
+                if receipt.execs.len() < RECEIPT_PATHS {
+                    receipt.execs.push(path.clone());
+                }
+                ("exec", json!({ "path": path }))
+            }
+            KIND_CONNECT => {
+                let seen = ConnectSeen {
+                    addr: addr_of(event),
+                    port: event.port,
+                    proto: if event.proto == guard_common::net::PROTO_UDP {
+                        "udp"
+                    } else {
+                        "tcp"
+                    },
+                    allowed: event.action == ACTION_ALLOWED,
+                };
+                let detail = json!({ "addr": seen.addr, "port": seen.port, "proto": seen.proto });
+                if receipt.connects.len() < RECEIPT_PATHS {
+                    receipt.connects.push(seen);
+                }
+                ("connect", detail)
+            }
+            _ => return,
+        };
+        if event.action == ACTION_DENIED || event.action == ACTION_KILLED {
+            receipt.denied += 1;
+            receipt.verdict = "diverged";
+            let action = if watched.kill_on_divergence || event.action == ACTION_KILLED {
+                "kill"
+            } else {
+                "deny"
+            };
+            let mut detail = detail;
+            detail["pid"] = event.pid.into();
+            detail["effect"] = effect.into();
+            detail["action"] = action.into();
+            bus.publish(BusEvent::new(
+                "divergence",
+                Some(&watched.call_id),
+                Some(&watched.tool),
+                detail,
+            ));
+            if action == "kill" {
+                // cgroup.kill takes the whole tree at once, descendants included.
+                if let Err(e) = std::fs::write(watched.cgroup.join("cgroup.kill"), "1") {
+                    tracing::error!(call = %watched.call_id, "killing diverged call: {e}");
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watched>> {
+        // A panic while holding this lock cannot leave the map inconsistent: recover it.
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn addr_of(event: &KernelEvent) -> String {
+    if event.family == libc::AF_INET6 as u16 {
+        Ipv6Addr::from(event.addr).to_string()
+    } else {
+        Ipv4Addr::new(event.addr[0], event.addr[1], event.addr[2], event.addr[3]).to_string()
+    }
+}
+
+/// Formats a time as RFC 3339 in UTC with microseconds, e.g. `2026-11-22T06:50:23.123456Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, dd) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm: days since 1970-01-01 to (year, month, day).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn formats_rfc3339_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        let t = UNIX_EPOCH + Duration::from_micros(1_795_330_223_123_456);
+        assert_eq!(rfc3339(t), "2026-11-22T06:50:23.123456Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert!(rfc3339(leap).starts_with("2000-02-29T00:00:00"));
+    }
+
+    fn connect_event(cgroup_id: u64, action: u32) -> KernelEvent {
+        // SAFETY: Event is plain old data; all-zero is a valid value.
+        let mut e: KernelEvent = unsafe { std::mem::zeroed() };
+        e.kind = KIND_CONNECT;
+        e.action = action;
+        e.cgroup_id = cgroup_id;
+        e.family = libc::AF_INET as u16;
+        e.port = 9;
+        e.proto = guard_common::net::PROTO_TCP;
+        e.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        e
+    }
+
+    #[test]
+    fn a_denied_effect_makes_the_receipt_diverge_and_is_published() {
+        let (tracker, bus) = (Tracker::default(), Bus::default());
+        let mut rx = bus.subscribe();
+        tracker.track(5, "c1", "fetch", "/nonexistent".into(), false);
+        tracker.record(&connect_event(5, ACTION_ALLOWED), &bus);
+        assert!(!tracker.diverged(5));
+        tracker.record(&connect_event(5, ACTION_DENIED), &bus);
+        tracker.record(&connect_event(6, ACTION_DENIED), &bus); // not ours: ignored
+        let ev = rx.try_recv().expect("divergence published");
+        assert_eq!((ev.kind, ev.call_id.as_deref()), ("divergence", Some("c1")));
+        assert_eq!(ev.detail["action"], "deny");
+        assert!(rx.try_recv().is_err(), "only one event expected");
+        let receipt = tracker.finish(5).expect("receipt");
+        assert_eq!(
+            (receipt.verdict, receipt.denied, receipt.connects.len()),
+            ("diverged", 1, 2)
+        );
+        assert_eq!(receipt.connects[1].addr, "127.0.0.1");
+    }
+}

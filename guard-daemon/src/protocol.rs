@@ -1,0 +1,235 @@
+//! The wire protocol between guardd and its clients: newline-delimited JSON, one object per
+//! line, versioned by `"v": 1`. Requests are parsed in two steps, the envelope (`v`, `type`)
+//! and then the request's own struct, so that an error names the field at fault. See
+//! `docs/protocol.md`.
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde_json::{Map, Value};
+
+/// The protocol version this build speaks.
+pub const VERSION: u64 = 1;
+/// Largest frame accepted, newline included.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// A request, after validation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Exec(ExecRequest),
+    Check(CheckRequest),
+    Status(StatusRequest),
+    Subscribe(SubscribeRequest),
+}
+
+/// Run a tool. The frame carries the caller's stdin, stdout and stderr as SCM_RIGHTS.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub tool: String,
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+/// Decide a call without running it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    pub tool: String,
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+/// The daemon's state: policy, layers, running calls.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRequest {}
+
+/// Stream events as they happen.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SubscribeRequest {
+    /// Only events of tools matching this glob.
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// Only events of this call.
+    #[serde(default)]
+    pub call: Option<String>,
+}
+
+/// What is wrong with a frame; `field` names the offending field when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ProtocolError {
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ProtocolError {
+    fn new(message: impl Into<String>, field: Option<&str>) -> Self {
+        Self {
+            message: message.into(),
+            field: field.map(str::to_owned),
+        }
+    }
+}
+
+/// Parses one frame (without its newline).
+pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
+    let value: Value = serde_json::from_slice(frame)
+        .map_err(|e| ProtocolError::new(format!("malformed JSON: {e}"), None))?;
+    let Value::Object(mut map) = value else {
+        return Err(ProtocolError::new("a request must be a JSON object", None));
+    };
+    match map.remove("v") {
+        Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
+        Some(other) => {
+            return Err(ProtocolError::new(
+                format!("unsupported version {other}; this guardd speaks v{VERSION}"),
+                Some("v"),
+            ));
+        }
+        None => {
+            return Err(ProtocolError::new(
+                format!("missing field `v` (use {VERSION})"),
+                Some("v"),
+            ));
+        }
+    }
+    let kind = match map.remove("type") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(ProtocolError::new("`type` must be a string", Some("type"))),
+        None => return Err(ProtocolError::new("missing field `type`", Some("type"))),
+    };
+    let body = Value::Object(map);
+    Ok(match kind.as_str() {
+        "exec" => Request::Exec(body_of(body)?),
+        "check" => Request::Check(body_of(body)?),
+        "status" => Request::Status(body_of(body)?),
+        "subscribe" => Request::Subscribe(body_of(body)?),
+        other => {
+            return Err(ProtocolError::new(
+                format!(
+                    "unknown request type `{other}`; expected exec, check, status or subscribe"
+                ),
+                Some("type"),
+            ));
+        }
+    })
+}
+
+fn body_of<T: DeserializeOwned>(body: Value) -> Result<T, ProtocolError> {
+    serde_json::from_value(body).map_err(|e| {
+        let message = e.to_string();
+        let field = field_in(&message);
+        ProtocolError { message, field }
+    })
+}
+
+/// Pulls the field name out of serde's "unknown field `x`" / "missing field `x`" messages.
+fn field_in(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+/// Serialises a reply as one frame: `{"v":1,"type":KIND, ...fields}` and a newline.
+pub fn frame(kind: &str, body: impl Serialize) -> Vec<u8> {
+    let mut map = match serde_json::to_value(body) {
+        Ok(Value::Object(map)) => map,
+        Ok(Value::Null) => Map::new(),
+        Ok(other) => Map::from_iter([("value".to_owned(), other)]),
+        Err(e) => Map::from_iter([(
+            "error".to_owned(),
+            Value::String(format!("serialising reply: {e}")),
+        )]),
+    };
+    map.insert("v".into(), VERSION.into());
+    map.insert("type".into(), kind.into());
+    let mut out = serde_json::to_vec(&map).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+/// An error reply frame.
+pub fn error_frame(error: &ProtocolError) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        error: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        field: Option<&'a str>,
+    }
+    frame(
+        "error",
+        Body {
+            error: &error.message,
+            field: error.field.as_deref(),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(frame: &str) -> ProtocolError {
+        parse_request(frame.as_bytes()).expect_err("should be rejected")
+    }
+
+    #[test]
+    fn parses_each_request_type() {
+        let r = parse_request(br#"{"v":1,"type":"exec","tool":"read_file","args":{"path":"/x"}}"#)
+            .unwrap();
+        let Request::Exec(e) = r else {
+            panic!("exec expected")
+        };
+        assert_eq!(
+            (e.tool.as_str(), e.args["path"].as_str()),
+            ("read_file", Some("/x"))
+        );
+        assert!(matches!(
+            parse_request(br#"{"v":1,"type":"check","tool":"t"}"#),
+            Ok(Request::Check(_))
+        ));
+        assert!(matches!(
+            parse_request(br#"{"v":1,"type":"status"}"#),
+            Ok(Request::Status(_))
+        ));
+        assert!(matches!(
+            parse_request(br#"{"v":1,"type":"subscribe","tool":"x*"}"#),
+            Ok(Request::Subscribe(_))
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(err(r#"{"type":"status"}"#).field.as_deref(), Some("v"));
+        assert_eq!(
+            err(r#"{"v":2,"type":"status"}"#).field.as_deref(),
+            Some("v")
+        );
+        assert_eq!(err(r#"{"v":1}"#).field.as_deref(), Some("type"));
+        assert_eq!(
+            err(r#"{"v":1,"type":"launch"}"#).field.as_deref(),
+            Some("type")
+        );
+        let e = err(r#"{"v":1,"type":"exec","tool":"t","argz":{}}"#);
+        assert_eq!(e.field.as_deref(), Some("argz"), "{e}");
+        let e = err(r#"{"v":1,"type":"exec","args":{}}"#);
+        assert_eq!(e.field.as_deref(), Some("tool"), "{e}");
+        let e = err(r#"{"v":1,"type":"exec","tool":7}"#);
+        assert!(e.message.contains("invalid type"), "{e}");
+        assert!(err("{nope").message.starts_with("malformed JSON"));
+        assert!(err("[1,2]").message.contains("JSON object"));
+    }
+
+    #[test]
+    fn frames_carry_version_and_type() {
+        let f = frame("decision", serde_json::json!({"decision": "block"}));
+        let v: Value = serde_json::from_slice(&f).unwrap();
+        assert_eq!(
+            (v["v"].as_u64(), v["type"].as_str(), v["decision"].as_str()),
+            (Some(1), Some("decision"), Some("block"))
+        );
+        assert_eq!(f.last(), Some(&b'\n'));
+    }
+}
