@@ -51,7 +51,10 @@ pub struct InstallOptions {
 
 /// The workspace root.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
 }
 
 fn cargo() -> Command {
@@ -70,7 +73,9 @@ fn check(cmd: &mut Command) -> Result<()> {
 }
 
 fn target_dir(release: bool) -> PathBuf {
-    root().join("target").join(if release { "release" } else { "debug" })
+    root()
+        .join("target")
+        .join(if release { "release" } else { "debug" })
 }
 
 pub fn build(opts: &BuildOptions) -> Result<()> {
@@ -91,12 +96,26 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
     // The default policy's workspace, so its tools have something to work on.
     fs::create_dir_all("/srv/agent/workspace").context("creating /srv/agent/workspace")?;
-    let policy = opts.policy.clone().unwrap_or_else(|| root().join("policies/default.toml"));
+    let policy = opts
+        .policy
+        .clone()
+        .unwrap_or_else(|| root().join("policies/default.toml"));
     let socket = dir.join("guard.sock");
     let bin = target_dir(false);
-    println!("guard: runtime dir {} (socket guard.sock, audit log audit.jsonl)", dir.display());
-    println!("  try:  GUARD_SOCKET={} {} list_dir path=/srv/agent/workspace", socket.display(), bin.join("guard-exec").display());
-    println!("  tail: GUARD_SOCKET={} {} events --follow", socket.display(), bin.join("guardctl").display());
+    println!(
+        "guard: runtime dir {} (socket guard.sock, audit log audit.jsonl)",
+        dir.display()
+    );
+    println!(
+        "  try:  GUARD_SOCKET={} {} list_dir path=/srv/agent/workspace",
+        socket.display(),
+        bin.join("guard-exec").display()
+    );
+    println!(
+        "  tail: GUARD_SOCKET={} {} events --follow",
+        socket.display(),
+        bin.join("guardctl").display()
+    );
     // exec: Ctrl-C reaches guardd directly and it shuts down cleanly.
     let err = Command::new(bin.join("guardd"))
         .arg("--policy")
@@ -153,17 +172,24 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
     fs::create_dir_all(&bin)?;
     for name in ["guardd", "guard-exec", "guardctl"] {
         let dst = bin.join(name);
-        fs::copy(target_dir(true).join(name), &dst).with_context(|| format!("installing {}", dst.display()))?;
+        fs::copy(target_dir(true).join(name), &dst)
+            .with_context(|| format!("installing {}", dst.display()))?;
         println!("install: {}", dst.display());
     }
     let policy = Path::new("/etc/guard/policy.toml");
     if !policy.exists() && !Path::new("/etc/guard/policies").exists() {
         fs::create_dir_all("/etc/guard")?;
         fs::copy(root().join("policies/default.toml"), policy)?;
-        println!("install: {} (the default policy; edit it)", policy.display());
+        println!(
+            "install: {} (the default policy; edit it)",
+            policy.display()
+        );
     }
     let unit = Path::new("/etc/systemd/system/guardd.service");
     fs::write(unit, UNIT.replace("{bin}", &bin.display().to_string()))?;
-    println!("install: {} (enable with `systemctl enable --now guardd`)", unit.display());
+    println!(
+        "install: {} (enable with `systemctl enable --now guardd`)",
+        unit.display()
+    );
     Ok(())
 }

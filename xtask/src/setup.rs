@@ -46,20 +46,50 @@ struct Ctx {
 }
 
 const CHECKS: &[Check] = &[
-    Check { name: "debian packages", run: debian_packages },
-    Check { name: "nightly rust-src", run: nightly_rust_src },
-    Check { name: "bpf-linker", run: bpf_linker },
-    Check { name: "BTF", run: btf },
-    Check { name: "landlock", run: landlock },
-    Check { name: "cgroup v2", run: cgroup2 },
-    Check { name: "tracefs", run: tracefs },
-    Check { name: "bpffs", run: bpffs },
-    Check { name: "tool user", run: tool_user },
+    Check {
+        name: "debian packages",
+        run: debian_packages,
+    },
+    Check {
+        name: "nightly rust-src",
+        run: nightly_rust_src,
+    },
+    Check {
+        name: "bpf-linker",
+        run: bpf_linker,
+    },
+    Check {
+        name: "BTF",
+        run: btf,
+    },
+    Check {
+        name: "landlock",
+        run: landlock,
+    },
+    Check {
+        name: "cgroup v2",
+        run: cgroup2,
+    },
+    Check {
+        name: "tracefs",
+        run: tracefs,
+    },
+    Check {
+        name: "bpffs",
+        run: bpffs,
+    },
+    Check {
+        name: "tool user",
+        run: tool_user,
+    },
 ];
 
 pub fn run(opts: &Options) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
-    let ctx = Ctx { root: unsafe { libc::geteuid() } == 0, bench: opts.bench };
+    let ctx = Ctx {
+        root: unsafe { libc::geteuid() } == 0,
+        bench: opts.bench,
+    };
     let (mut changed, mut missing) = (0, 0);
     for check in CHECKS {
         match (check.run)(&ctx).with_context(|| format!("setup: {}", check.name))? {
@@ -89,11 +119,17 @@ fn needs_root(what: &str) -> Outcome {
 
 fn status(cmd: &mut Command) -> Result<bool> {
     let program = format!("{cmd:?}");
-    Ok(cmd.status().with_context(|| format!("running {program}"))?.success())
+    Ok(cmd
+        .status()
+        .with_context(|| format!("running {program}"))?
+        .success())
 }
 
 fn quiet(cmd: &mut Command) -> bool {
-    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn debian_installed(package: &str) -> bool {
@@ -108,19 +144,31 @@ fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
     if ctx.bench {
         wanted.extend(BENCH_PACKAGES);
     }
-    let missing: Vec<&str> = wanted.into_iter().filter(|p| !debian_installed(p)).collect();
+    let missing: Vec<&str> = wanted
+        .into_iter()
+        .filter(|p| !debian_installed(p))
+        .collect();
     if missing.is_empty() {
         return Ok(Outcome::Present);
     }
     let list = missing.join(" ");
     if !ctx.root {
-        return Ok(needs_root(&format!("Debian packages {list} are not installed")));
+        return Ok(needs_root(&format!(
+            "Debian packages {list} are not installed"
+        )));
     }
     let apt = |args: &[&str]| {
-        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status()
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
     };
-    if !apt(&["update", "-q"])?.success() || !apt(&[&["install", "-y", "-q"], &missing[..]].concat())?.success() {
-        return Ok(Outcome::Missing(format!("apt-get install {list} failed; see its output above")));
+    if !apt(&["update", "-q"])?.success()
+        || !apt(&[&["install", "-y", "-q"], &missing[..]].concat())?.success()
+    {
+        return Ok(Outcome::Missing(format!(
+            "apt-get install {list} failed; see its output above"
+        )));
     }
     Ok(Outcome::Fixed(format!("installed {list}")))
 }
@@ -129,12 +177,25 @@ fn nightly_rust_src(_: &Ctx) -> Result<Outcome> {
     let installed = Command::new("rustup")
         .args(["component", "list", "--toolchain", "nightly", "--installed"])
         .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("rust-src")));
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("rust-src"))
+        });
     if installed {
         return Ok(Outcome::Present);
     }
     // Installs into the invoking user's rustup home: no root needed.
-    let ok = status(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"]))?;
+    let ok = status(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        "nightly",
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src",
+    ]))?;
     Ok(if ok {
         Outcome::Fixed("installed the nightly toolchain's rust-src".into())
     } else {
@@ -151,16 +212,26 @@ fn cargo_bin(name: &str) -> PathBuf {
 }
 
 fn bpf_linker(_: &Ctx) -> Result<Outcome> {
-    if quiet(Command::new("bpf-linker").arg("--version")) || quiet(Command::new(cargo_bin("bpf-linker")).arg("--version")) {
+    if quiet(Command::new("bpf-linker").arg("--version"))
+        || quiet(Command::new(cargo_bin("bpf-linker")).arg("--version"))
+    {
         return Ok(Outcome::Present);
     }
     if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
-        return Ok(Outcome::Missing(format!("bpf-linker needs LLVM 22 at {LLVM_PREFIX} (Debian's llvm-22-dev)")));
+        return Ok(Outcome::Missing(format!(
+            "bpf-linker needs LLVM 22 at {LLVM_PREFIX} (Debian's llvm-22-dev)"
+        )));
     }
     let path = format!("{LLVM_PREFIX}/bin:{}", env::var("PATH").unwrap_or_default());
     let ok = status(
         Command::new("cargo")
-            .args(["install", "bpf-linker", "--no-default-features", "--features", "llvm-22"])
+            .args([
+                "install",
+                "bpf-linker",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
             .env("PATH", path)
             .env("LLVM_PREFIX", LLVM_PREFIX),
     )?;
@@ -175,7 +246,9 @@ fn btf(_: &Ctx) -> Result<Outcome> {
     Ok(if Path::new("/sys/kernel/btf/vmlinux").exists() {
         Outcome::Present
     } else {
-        Outcome::Missing("no /sys/kernel/btf/vmlinux: the kernel needs CONFIG_DEBUG_INFO_BTF=y".into())
+        Outcome::Missing(
+            "no /sys/kernel/btf/vmlinux: the kernel needs CONFIG_DEBUG_INFO_BTF=y".into(),
+        )
     })
 }
 
@@ -183,14 +256,23 @@ fn landlock(_: &Ctx) -> Result<Outcome> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
     // SAFETY: with a NULL attr, size 0 and the VERSION flag the syscall only returns the ABI.
     let abi = unsafe {
-        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION)
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
     };
     Ok(if abi >= 4 {
         Outcome::Present
     } else if abi < 0 {
-        Outcome::Missing("landlock is not enabled: boot with lsm=...,landlock (kernel >= 6.7 for ABI 4)".into())
+        Outcome::Missing(
+            "landlock is not enabled: boot with lsm=...,landlock (kernel >= 6.7 for ABI 4)".into(),
+        )
     } else {
-        Outcome::Missing(format!("landlock ABI {abi} < 4 (TCP rules need ABI 4, kernel >= 6.7)"))
+        Outcome::Missing(format!(
+            "landlock ABI {abi} < 4 (TCP rules need ABI 4, kernel >= 6.7)"
+        ))
     })
 }
 
@@ -220,11 +302,17 @@ fn mount(ctx: &Ctx, fstype: &str, target: &str) -> Result<Outcome> {
 }
 
 fn cgroup2(_: &Ctx) -> Result<Outcome> {
-    Ok(if is_mounted("/sys/fs/cgroup/unified", "cgroup2") || is_mounted("/sys/fs/cgroup", "cgroup2") {
-        Outcome::Present
-    } else {
-        Outcome::Missing("no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified".into())
-    })
+    Ok(
+        if is_mounted("/sys/fs/cgroup/unified", "cgroup2")
+            || is_mounted("/sys/fs/cgroup", "cgroup2")
+        {
+            Outcome::Present
+        } else {
+            Outcome::Missing(
+                "no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified".into(),
+            )
+        },
+    )
 }
 
 fn tracefs(ctx: &Ctx) -> Result<Outcome> {
@@ -242,9 +330,17 @@ fn tool_user(ctx: &Ctx) -> Result<Outcome> {
     if !ctx.root {
         return Ok(needs_root(&format!("user {TOOL_USER} does not exist")));
     }
-    let ok = status(Command::new("useradd").args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TOOL_USER]))?;
+    let ok = status(Command::new("useradd").args([
+        "--system",
+        "--no-create-home",
+        "--shell",
+        "/usr/sbin/nologin",
+        TOOL_USER,
+    ]))?;
     Ok(if ok {
-        Outcome::Fixed(format!("created the unprivileged user {TOOL_USER} that tools run as"))
+        Outcome::Fixed(format!(
+            "created the unprivileged user {TOOL_USER} that tools run as"
+        ))
     } else {
         Outcome::Missing(format!("`useradd --system {TOOL_USER}` failed"))
     })
