@@ -2,3 +2,4 @@
 pub mod cgroup;
 pub mod monitor;
 pub mod plan;
+pub mod sandbox;
