@@ -468,3 +468,29 @@ fn sandbox_system_binaries_run_and_child_errors_name_their_stage() {
         other => panic!("expected a cwd failure, got {:?}", other.map(|r| r.outcome)),
     }
 }
+
+#[test]
+fn sandbox_strict_mode_kills_outside_the_listed_syscalls() {
+    if !support::privileged("sandbox_strict_mode_kills_outside_the_listed_syscalls") {
+        return;
+    }
+    let s = Scratch::new();
+    // The base set of strict mode is enough for a dynamically linked program to start and exit.
+    let mut p = plan(&s, &[], Effects::default());
+    p.argv = vec!["/bin/true".into()];
+    p.confinement.syscalls = vec!["getpid".into()];
+    let r = run(&p);
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+
+    // whoami needs getuid, getgroups...: not listed, so the kernel kills the tool with SIGSYS.
+    let mut p = plan(&s, &["whoami"], Effects::default());
+    p.confinement.syscalls = vec!["getpid".into()];
+    let r = run(&p);
+    assert_eq!(
+        r.outcome.signal,
+        Some(libc::SIGSYS),
+        "stdout {:?}",
+        r.stdout
+    );
+    assert!(r.stdout.is_empty());
+}
