@@ -267,6 +267,14 @@ fn sandbox_escape_syscalls_are_eperm() {
     ] {
         assert_fails(&s, args, Effects::default(), "EPERM");
     }
+    // The x32 twin of io_uring_setup (425 | 0x4000_0000) is killed, not let through.
+    let r = run(&plan(&s, &["syscall", "0x400001a9"], Effects::default()));
+    assert_eq!(
+        r.outcome.signal,
+        Some(libc::SIGSYS),
+        "stdout {:?}",
+        r.stdout
+    );
     // A unix socket is fine.
     let r = run(&plan(&s, &["socket", "unix", "stream"], Effects::default()));
     assert_eq!(

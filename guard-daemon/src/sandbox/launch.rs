@@ -119,7 +119,8 @@ pub struct Applied {
     pub gid: u32,
 }
 
-/// A running confined call.
+/// A running confined call. Hand it to [`run_to_end`]; dropping it removes the call's v1 limit
+/// cgroups, killing what is still in them.
 #[derive(Debug)]
 pub struct Launched {
     pub pid: Pid,

@@ -441,8 +441,9 @@ impl SeccompTable {
         nrs.len()
     }
 
-    /// BPF programs to install, in order: one per deny action, and in strict mode the allow-set
-    /// filter. Stacked, the kernel applies the most restrictive answer.
+    /// BPF programs to install, in order: the x32 guard (x86_64), one per deny action, and in
+    /// strict mode the allow-set filter, last. Stacked, the kernel applies the most restrictive
+    /// answer.
     pub fn compile(&self) -> Result<Vec<BpfProgram>, SeccompError> {
         // One filter per action: seccompiler gives a filter a single on-match action.
         let mut groups: Vec<(Action, BTreeMap<i64, Vec<SeccompRule>>)> = Vec::new();
@@ -489,7 +490,12 @@ impl SeccompTable {
             let rule = SeccompRule::new(conds).map_err(compile_err)?;
             map.entry(r.nr).or_default().push(rule);
         }
+        // Installing a filter is itself a syscall (seccomp), which the strict allow-set would
+        // kill: the allow-set goes last, the x32 guard first.
+        groups.sort_by_key(|(a, _)| *a == Action::Allow);
         let mut programs = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        programs.push(x32_guard());
         for (action, map) in groups {
             let (mismatch, on_match) = match action {
                 Action::Allow => (self.default, Action::Allow),
@@ -502,6 +508,42 @@ impl SeccompTable {
         }
         Ok(programs)
     }
+}
+
+/// x32 syscalls carry the x86_64 audit arch and `nr | 0x4000_0000`, so they pass seccompiler's
+/// arch check and match none of the rules keyed on plain numbers: a denied syscall would be
+/// reachable through its x32 twin on kernels built with CONFIG_X86_X32_ABI. This program kills
+/// any such call. (Other arches, e.g. i386 through int 0x80, are killed by seccompiler's arch
+/// check.)
+#[cfg(target_arch = "x86_64")]
+fn x32_guard() -> BpfProgram {
+    use seccompiler::sock_filter;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let stmt = |code: u16, k: u32| sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    vec![
+        // ld [nr]  (offset 0 of struct seccomp_data)
+        stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0),
+        // jge X32_SYSCALL_BIT ? kill : allow
+        sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        stmt(
+            (libc::BPF_RET | libc::BPF_K) as u16,
+            libc::SECCOMP_RET_KILL_PROCESS,
+        ),
+        stmt(
+            (libc::BPF_RET | libc::BPF_K) as u16,
+            libc::SECCOMP_RET_ALLOW,
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -704,12 +746,16 @@ mod tests {
     #[test]
     fn tables_compile_to_bpf() {
         let programs = table(&plan()).expect("table").compile().expect("compile");
-        assert_eq!(programs.len(), 2, "EPERM and ENOSYS filters");
+        assert_eq!(programs.len(), 3, "EPERM, ENOSYS and x32 filters");
         assert!(programs.iter().all(|p| !p.is_empty()));
         let mut p = with_connect();
         p.confinement.syscalls = vec!["getpid".into()];
         let programs = table(&p).expect("table").compile().expect("compile");
-        assert_eq!(programs.len(), 3, "allow-set, EPERM and ENOSYS filters");
+        assert_eq!(
+            programs.len(),
+            4,
+            "EPERM, ENOSYS, allow-set and x32 filters"
+        );
     }
 
     #[test]
