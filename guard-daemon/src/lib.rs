@@ -6,3 +6,4 @@ pub mod events;
 pub mod monitor;
 pub mod plan;
 pub mod protocol;
+pub mod sandbox;

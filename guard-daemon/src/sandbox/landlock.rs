@@ -1,0 +1,522 @@
+//! The landlock rule set of a confined call, as data, and its enforcement.
+//!
+//! [`rules`] maps a [`LaunchPlan`] to [`LandlockRules`]: (path, access) pairs and the TCP ports
+//! the call may connect to, on top of [`BASE`], what any dynamically linked program needs to start
+//! and run. It only looks at the file system to tell files from directories and to skip what does
+//! not exist ([`rules_with`] takes that probe as a parameter, so unit tests use a fake one).
+//!
+//! Enforcement is split in two because the daemon is multithreaded: [`prepare`] runs before fork
+//! and does everything that allocates (opening each path, creating the kernel ruleset);
+//! [`Prepared::restrict_self`] runs in the forked child and makes raw syscalls only.
+
+use std::{
+    collections::BTreeMap,
+    ffi::CStr,
+    os::fd::{AsRawFd as _, OwnedFd},
+    path::{Path, PathBuf},
+};
+
+use ::landlock::{
+    ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, NetPort,
+    PathBeneath, PathFd, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
+};
+use serde::Serialize;
+
+use crate::plan::LaunchPlan;
+
+/// The oldest landlock ABI the guard accepts without an explicit opt-out: ABI 4 (Linux 6.7) is
+/// the first to restrict TCP connect, without which `effects.connect` is not enforced in-kernel.
+pub const MIN_ABI: i32 = 4;
+
+/// Errors of building or enforcing the rule set.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error(
+        "landlock ABI {abi} is older than {MIN_ABI} (TCP connect rules); refusing to launch \
+         without the explicit opt-out"
+    )]
+    TooOld { abi: i32 },
+    #[error("landlock rule for {path}: {source}")]
+    Path {
+        path: PathBuf,
+        source: ::landlock::PathFdError,
+    },
+    #[error("landlock ruleset: {0}")]
+    Ruleset(#[from] ::landlock::RulesetError),
+}
+
+/// What a path is, as far as the rules care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+}
+
+/// One file-system rule: `access` on `path` and, for a directory, everything beneath it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsRule {
+    pub path: PathBuf,
+    pub access: BitFlags<AccessFs>,
+}
+
+/// The rule set as data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LandlockRules {
+    /// One rule per path, sorted by path.
+    pub fs: Vec<FsRule>,
+    /// TCP ports the call may connect to (sorted, deduplicated).
+    pub connect_ports: Vec<u16>,
+    /// Read and exec paths that do not exist, so have no rule.
+    pub skipped: Vec<PathBuf>,
+    /// Write targets that do not exist yet: (target, its parent directory, which was granted
+    /// [`CREATE_IN`]).
+    pub widened: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Read a file.
+pub const READ_FILE: BitFlags<AccessFs> = ::landlock::make_bitflags!(AccessFs::{ReadFile});
+/// Read a tree: its files and directory listings.
+pub const READ_TREE: BitFlags<AccessFs> =
+    ::landlock::make_bitflags!(AccessFs::{ReadFile | ReadDir});
+/// Execute (and read, which scripts and the loader need).
+pub const EXEC_FILE: BitFlags<AccessFs> =
+    ::landlock::make_bitflags!(AccessFs::{Execute | ReadFile});
+/// Write a file: also read and truncate it.
+pub const WRITE_FILE: BitFlags<AccessFs> =
+    ::landlock::make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate});
+/// Write a tree: read, write, create and remove within it. Not granted even there: device nodes
+/// (MakeChar, MakeBlock), renames and links across directories (Refer), device ioctls.
+pub const WRITE_TREE: BitFlags<AccessFs> = ::landlock::make_bitflags!(AccessFs::{
+    ReadFile | ReadDir | WriteFile | Truncate | RemoveFile | RemoveDir | MakeReg | MakeDir
+        | MakeSym | MakeFifo | MakeSock
+});
+/// Granted on the parent of a write target that does not exist yet. Landlock rules attach to
+/// existing inodes, so there is no rule for "this one new name": creating a file needs MakeReg
+/// on its directory and opening it for writing needs WriteFile there too. The price is that the
+/// call may also write (not truncate, remove or list) the other files of that one directory;
+/// `LandlockRules::widened` records it, and only the direct parent is ever widened.
+pub const CREATE_IN: BitFlags<AccessFs> =
+    ::landlock::make_bitflags!(AccessFs::{MakeReg | MakeDir | WriteFile});
+
+/// The base set: what a dynamically linked program needs to load and run, and nothing that names
+/// a user's data. Libraries are read+execute; loader configuration, locales and time zones are
+/// read-only; `/dev/null` read+write; `/dev/urandom` read. `/dev/tty` is not included.
+/// `/proc/self` is not here: see [`Prepared::restrict_self`].
+pub const BASE: &[(&str, BitFlags<AccessFs>)] = &[
+    ("/usr/lib", EXEC_TREE),
+    ("/lib", EXEC_TREE),
+    ("/lib64", EXEC_TREE),
+    ("/usr/lib64", EXEC_TREE),
+    ("/etc/ld.so.cache", READ_FILE),
+    ("/etc/ld.so.conf", READ_FILE),
+    ("/etc/ld.so.conf.d", READ_TREE),
+    ("/etc/localtime", READ_FILE),
+    ("/usr/share/locale", READ_TREE),
+    ("/usr/share/zoneinfo", READ_TREE),
+    ("/dev/null", WRITE_FILE),
+    ("/dev/urandom", READ_FILE),
+];
+
+/// Read and execute a tree of libraries.
+pub const EXEC_TREE: BitFlags<AccessFs> =
+    ::landlock::make_bitflags!(AccessFs::{Execute | ReadFile | ReadDir});
+
+/// What the child grants itself on `/proc/self`: read its own status, fds, maps.
+const PROC_SELF: BitFlags<AccessFs> = READ_TREE;
+
+/// The access rights that only make sense on a directory.
+fn dir_only() -> BitFlags<AccessFs> {
+    AccessFs::from_all(ABI::V5)
+        & !(AccessFs::ReadFile
+            | AccessFs::WriteFile
+            | AccessFs::Execute
+            | AccessFs::Truncate
+            | AccessFs::IoctlDev)
+}
+
+/// The rules for `plan`, probing the real file system.
+pub fn rules(plan: &LaunchPlan) -> LandlockRules {
+    rules_with(plan, |p| {
+        let meta = std::fs::metadata(p).ok()?;
+        Some(if meta.is_dir() { Kind::Dir } else { Kind::File })
+    })
+}
+
+/// The rules for `plan`; `probe` says what a path is, `None` when it does not exist.
+pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> LandlockRules {
+    let mut fs: BTreeMap<PathBuf, BitFlags<AccessFs>> = BTreeMap::new();
+    let mut out = LandlockRules::default();
+    let mut grant =
+        |path: &Path, access: BitFlags<AccessFs>, skipped: &mut Vec<PathBuf>| match probe(path) {
+            Some(kind) => {
+                let access = if kind == Kind::File {
+                    access & !dir_only()
+                } else {
+                    access
+                };
+                *fs.entry(path.to_owned()).or_default() |= access;
+                true
+            }
+            None => {
+                skipped.push(path.to_owned());
+                false
+            }
+        };
+    let mut base_missing = Vec::new();
+    for &(path, access) in BASE {
+        // A missing base path (e.g. /lib64 on some distributions) is expected: not reported.
+        grant(Path::new(path), access, &mut base_missing);
+    }
+    if let Some(program) = plan.argv.first() {
+        grant(Path::new(program), EXEC_FILE, &mut out.skipped);
+    }
+    for p in &plan.effects.exec {
+        grant(p, EXEC_FILE, &mut out.skipped);
+    }
+    for p in &plan.effects.read {
+        grant(p, READ_TREE, &mut out.skipped);
+    }
+    for p in &plan.effects.write {
+        let mut missing = Vec::new();
+        if grant(p, WRITE_TREE, &mut missing) {
+            continue;
+        }
+        match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) if probe(dir) == Some(Kind::Dir) => {
+                grant(dir, CREATE_IN, &mut missing);
+                out.widened.push((p.clone(), dir.to_owned()));
+            }
+            _ => out.skipped.push(p.clone()),
+        }
+    }
+    out.fs = fs
+        .into_iter()
+        .map(|(path, access)| FsRule { path, access })
+        .collect();
+    out.connect_ports = plan.effects.connect.iter().map(|e| e.port).collect();
+    out.connect_ports.sort_unstable();
+    out.connect_ports.dedup();
+    out
+}
+
+impl LandlockRules {
+    /// The access granted on exactly `path`, if it has a rule.
+    pub fn access(&self, path: &Path) -> Option<BitFlags<AccessFs>> {
+        self.fs.iter().find(|r| r.path == path).map(|r| r.access)
+    }
+}
+
+/// The running kernel's landlock ABI version, or a negative errno (-ENOSYS, -EOPNOTSUPP) when
+/// landlock is not available.
+pub fn kernel_abi() -> i32 {
+    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a null attr and size 0 only returns a number.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    if v < 0 {
+        -std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOSYS)
+    } else {
+        v as i32
+    }
+}
+
+/// How landlock is applied to a call, for the audit row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandlockStatus {
+    /// File system, TCP connect/bind and scopes (abstract unix sockets, signals): ABI ≥ 6.
+    Full,
+    /// File system and TCP only: ABI 4 or 5, no scopes.
+    NoScopes,
+    /// Not applied: the kernel is too old and the caller opted out.
+    Disabled,
+}
+
+/// A ruleset ready to enforce, created before fork.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The ruleset; `None` when landlock is disabled.
+    fd: Option<OwnedFd>,
+    pub abi: i32,
+    pub status: LandlockStatus,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the uapi).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// Creates the kernel ruleset for `rules`. Refuses an ABI below [`MIN_ABI`] unless
+/// `allow_without` (then returns a disabled `Prepared`).
+pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, LandlockError> {
+    let abi = kernel_abi();
+    if abi < MIN_ABI {
+        if allow_without {
+            return Ok(Prepared {
+                fd: None,
+                abi,
+                status: LandlockStatus::Disabled,
+            });
+        }
+        return Err(LandlockError::TooOld { abi });
+    }
+    // Handled rights are pinned to the ABI versions this code was tested with (the crate's
+    // advice), not to whatever the kernel offers: a newer right handled here but not granted
+    // would break tools in ways no test has seen. Best effort only drops what ABI 4/5 lack.
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(ABI::V5))?
+        .handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?
+        .scope(Scope::from_all(ABI::V6))?
+        .create()?
+        // The child sets no_new_privs itself, before restricting.
+        .no_new_privs(false);
+    for rule in &rules.fs {
+        let fd = PathFd::new(&rule.path).map_err(|source| LandlockError::Path {
+            path: rule.path.clone(),
+            source,
+        })?;
+        created = created.add_rule(PathBeneath::new(fd, rule.access))?;
+    }
+    for &port in &rules.connect_ports {
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let status = if abi >= 6 {
+        LandlockStatus::Full
+    } else {
+        LandlockStatus::NoScopes
+    };
+    Ok(Prepared { fd, abi, status })
+}
+
+impl Prepared {
+    /// In the forked child, after no_new_privs: grants read on the child's own `/proc/self`
+    /// and enforces the ruleset on the calling thread. Async-signal-safe: raw syscalls only.
+    ///
+    /// Why `/proc/self` is added here: landlock rules attach to inodes, and `/proc/self` is a
+    /// symlink resolved at open time; opened in the parent it would name the *parent's*
+    /// `/proc/<pid>`. Opened in the child it names the child's, which stays the same across
+    /// execve. `proc_self` is the NUL-terminated path, built before fork.
+    ///
+    /// Returns the errno of the failing step.
+    pub fn restrict_self(&self, proc_self: &CStr) -> Result<(), i32> {
+        let Some(fd) = &self.fd else { return Ok(()) };
+        // SAFETY: proc_self is NUL-terminated; open returns a new fd or -1.
+        let dir = unsafe {
+            libc::open(
+                proc_self.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if dir < 0 {
+            return Err(errno());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: PROC_SELF.bits(),
+            parent_fd: dir,
+        };
+        // SAFETY: attr is a valid landlock_path_beneath_attr that outlives the call.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                fd.as_raw_fd(),
+                LANDLOCK_RULE_PATH_BENEATH,
+                &attr as *const PathBeneathAttr,
+                0u32,
+            )
+        };
+        let add_errno = if rc < 0 { errno() } else { 0 };
+        // SAFETY: dir is the fd opened above, owned here.
+        unsafe { libc::close(dir) };
+        if add_errno != 0 {
+            return Err(add_errno);
+        }
+        // SAFETY: fd is a landlock ruleset fd; flags 0.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
+            return Err(errno());
+        }
+        Ok(())
+    }
+}
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location returns the calling thread's errno slot; reading it is safe and
+    // async-signal-safe (io::Error::last_os_error is too, but this keeps the child free of std).
+    unsafe { *libc::__errno_location() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{ffi::OsString, time::Duration};
+
+    use super::*;
+    use crate::plan::{Confinement, Effects, Endpoint};
+
+    fn plan(argv0: &str, effects: Effects) -> LaunchPlan {
+        LaunchPlan {
+            tool: "t".into(),
+            argv: vec![OsString::from(argv0)],
+            effects,
+            confinement: Confinement {
+                timeout: Duration::from_secs(1),
+                ..Confinement::default()
+            },
+        }
+    }
+
+    /// A fake file system: directories end with '/'.
+    fn fake(entries: &'static [&'static str]) -> impl Fn(&Path) -> Option<Kind> {
+        move |p: &Path| {
+            let s = p.to_str()?;
+            entries.iter().find_map(|e| match e.strip_suffix('/') {
+                Some(d) if d == s => Some(Kind::Dir),
+                None if *e == s => Some(Kind::File),
+                _ => None,
+            })
+        }
+    }
+
+    const FS: &[&str] = &[
+        "/usr/lib/",
+        "/lib/",
+        "/etc/ld.so.cache",
+        "/dev/null",
+        "/dev/urandom",
+        "/usr/bin/tool",
+        "/usr/bin/helper",
+        "/data/",
+        "/data/in.txt",
+        "/out/",
+        "/out/log.txt",
+    ];
+
+    #[test]
+    fn base_set_covers_loading_and_skips_what_is_missing() {
+        let r = rules_with(&plan("/usr/bin/tool", Effects::default()), fake(FS));
+        assert_eq!(r.access(Path::new("/usr/lib")), Some(EXEC_TREE));
+        assert_eq!(r.access(Path::new("/lib")), Some(EXEC_TREE));
+        assert_eq!(r.access(Path::new("/etc/ld.so.cache")), Some(READ_FILE));
+        assert_eq!(r.access(Path::new("/dev/null")), Some(WRITE_FILE));
+        assert_eq!(r.access(Path::new("/dev/urandom")), Some(READ_FILE));
+        // Not on the fake file system: no rule, and base paths are not reported as skipped.
+        assert_eq!(r.access(Path::new("/lib64")), None);
+        assert!(r.skipped.is_empty());
+        // Nothing of the user's: no /etc, /home, /tmp, /dev/tty.
+        for p in ["/", "/etc", "/tmp", "/dev/tty", "/data"] {
+            assert_eq!(r.access(Path::new(p)), None, "{p}");
+        }
+        assert!(r.connect_ports.is_empty());
+    }
+
+    #[test]
+    fn effects_map_to_read_write_exec() {
+        let effects = Effects {
+            read: vec!["/data".into(), "/data/in.txt".into()],
+            write: vec!["/out".into()],
+            exec: vec!["/usr/bin/helper".into()],
+            ..Effects::default()
+        };
+        let r = rules_with(&plan("/usr/bin/tool", effects), fake(FS));
+        assert_eq!(r.access(Path::new("/usr/bin/tool")), Some(EXEC_FILE));
+        assert_eq!(r.access(Path::new("/usr/bin/helper")), Some(EXEC_FILE));
+        assert_eq!(r.access(Path::new("/data")), Some(READ_TREE));
+        // A file gets no directory-only rights (landlock refuses them on files).
+        assert_eq!(r.access(Path::new("/data/in.txt")), Some(READ_FILE));
+        let out = r.access(Path::new("/out")).expect("write rule");
+        assert_eq!(out, WRITE_TREE);
+        assert!(out.contains(AccessFs::ReadFile), "write implies read");
+        assert!(out.contains(AccessFs::MakeReg | AccessFs::RemoveFile));
+        assert!(
+            !out.contains(AccessFs::Execute),
+            "write does not imply exec"
+        );
+        assert!(!out.intersects(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::Refer));
+        assert!(
+            !r.access(Path::new("/data"))
+                .expect("read")
+                .contains(AccessFs::WriteFile)
+        );
+    }
+
+    #[test]
+    fn write_to_an_existing_file_is_file_rights_only() {
+        let effects = Effects {
+            write: vec!["/out/log.txt".into()],
+            ..Effects::default()
+        };
+        let r = rules_with(&plan("/usr/bin/tool", effects), fake(FS));
+        assert_eq!(r.access(Path::new("/out/log.txt")), Some(WRITE_FILE));
+        assert_eq!(r.access(Path::new("/out")), None);
+        assert!(r.widened.is_empty());
+    }
+
+    #[test]
+    fn missing_write_target_widens_to_its_direct_parent_only() {
+        let effects = Effects {
+            write: vec!["/out/new.txt".into(), "/nowhere/deep/new.txt".into()],
+            read: vec!["/missing".into()],
+            ..Effects::default()
+        };
+        let r = rules_with(&plan("/usr/bin/tool", effects), fake(FS));
+        assert_eq!(r.access(Path::new("/out")), Some(CREATE_IN));
+        assert_eq!(
+            r.widened,
+            vec![(PathBuf::from("/out/new.txt"), PathBuf::from("/out"))]
+        );
+        // The parent of the second does not exist: never widened to "/" or any ancestor.
+        assert_eq!(r.access(Path::new("/")), None);
+        assert_eq!(
+            r.skipped,
+            vec![
+                PathBuf::from("/missing"),
+                PathBuf::from("/nowhere/deep/new.txt")
+            ]
+        );
+    }
+
+    #[test]
+    fn connect_ports_come_from_effects() {
+        let ep = |port| Endpoint {
+            host: "example.org".into(),
+            port,
+        };
+        let effects = Effects {
+            connect: vec![ep(443), ep(80), ep(443)],
+            ..Effects::default()
+        };
+        let r = rules_with(&plan("/usr/bin/tool", effects), fake(FS));
+        assert_eq!(r.connect_ports, vec![80, 443]);
+    }
+
+    #[test]
+    fn rights_merge_when_a_path_appears_twice() {
+        let effects = Effects {
+            read: vec!["/usr/bin/tool".into()],
+            write: vec!["/usr/bin/tool".into()],
+            ..Effects::default()
+        };
+        let r = rules_with(&plan("/usr/bin/tool", effects), fake(FS));
+        assert_eq!(
+            r.access(Path::new("/usr/bin/tool")),
+            Some(EXEC_FILE | WRITE_FILE)
+        );
+        assert_eq!(
+            r.fs.iter()
+                .filter(|f| f.path == Path::new("/usr/bin/tool"))
+                .count(),
+            1
+        );
+    }
+}

@@ -1,0 +1,707 @@
+//! Fork, confine, exec; then wait, with a timeout that kills the call's whole cgroup.
+//!
+//! The daemon is multithreaded (tokio), so between fork and exec the child may only make
+//! async-signal-safe calls: everything that allocates or takes a lock (CStrings, the environment,
+//! the user lookup, the BPF programs, the landlock ruleset, the limit cgroups) is done in
+//! [`spawn`] before fork, and the child ([`child`]) makes raw libc calls on that prepared data.
+//! A failing step is reported through a close-on-exec pipe as (stage, errno); EOF on the pipe
+//! means `execve` succeeded.
+
+use std::{
+    ffi::{CStr, CString},
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use nix::unistd::{ForkResult, Pid, User};
+use serde::Serialize;
+
+use super::{
+    landlock::{self, LandlockError, LandlockStatus},
+    limits::{CallLimits, LimitsError, LimitsMode, Rlimits},
+    seccomp::{self, SeccompError},
+};
+use crate::{
+    cgroup::{Cgroup, CgroupError},
+    plan::LaunchPlan,
+};
+
+/// The guard's dedicated unprivileged user, created by `cargo xtask setup` with
+/// `useradd --system --no-create-home --shell /usr/sbin/nologin guard-tool`.
+pub const DEFAULT_USER: &str = "guard-tool";
+
+/// The clean environment every tool starts with, before `confinement.env`.
+const BASE_ENV: &[(&str, &str)] = &[
+    ("PATH", "/usr/bin:/bin"),
+    ("LANG", "C.UTF-8"),
+    ("HOME", "/nonexistent"),
+];
+
+/// Errors of a launch. `Child` names the step that failed in the forked child.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("argv is empty")]
+    EmptyArgv,
+    #[error("argv[0] {0:?} is not an absolute path")]
+    RelativeProgram(PathBuf),
+    #[error("NUL byte in {what}")]
+    Nul { what: &'static str },
+    #[error("invalid environment variable name {0:?}")]
+    EnvName(String),
+    #[error("unknown user {0:?}")]
+    UnknownUser(String),
+    #[error("user {0:?} is uid 0: a call runs as root only with run_as = \"root\"")]
+    ImplicitRoot(String),
+    #[error("{op}: {source}")]
+    Sys {
+        op: &'static str,
+        source: nix::Error,
+    },
+    #[error(transparent)]
+    Landlock(#[from] LandlockError),
+    #[error(transparent)]
+    Seccomp(#[from] SeccompError),
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("confined child failed at {stage}: {}", std::io::Error::from_raw_os_error(*errno))]
+    Child { stage: &'static str, errno: i32 },
+}
+
+fn sys(op: &'static str) -> impl FnOnce(nix::Error) -> SandboxError {
+    move |source| SandboxError::Sys { op, source }
+}
+
+/// Host-wide settings of launches, decided at startup.
+#[derive(Clone, Debug)]
+pub struct LaunchOptions {
+    /// How memory and pids limits are enforced ([`super::limits::detect`]).
+    pub limits: LimitsMode,
+    /// Launch without landlock when the kernel's ABI is below [`landlock::MIN_ABI`]. Off by
+    /// default: the guard refuses rather than silently dropping file and network confinement.
+    pub allow_without_landlock: bool,
+    /// The user a call runs as when its plan names none.
+    pub default_user: String,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        Self {
+            limits: LimitsMode::Rlimit,
+            allow_without_landlock: false,
+            default_user: DEFAULT_USER.to_owned(),
+        }
+    }
+}
+
+/// What confinement was applied, for the audit row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Applied {
+    /// The kernel's landlock ABI (negative errno when landlock is unavailable).
+    pub landlock_abi: i32,
+    pub landlock_status: LandlockStatus,
+    /// Read/exec paths of the plan that did not exist, so got no rule.
+    pub landlock_skipped: Vec<PathBuf>,
+    /// Write targets that did not exist: (target, parent directory granted create+write).
+    pub landlock_widened: Vec<(PathBuf, PathBuf)>,
+    /// "deny-list" or "strict".
+    pub seccomp: &'static str,
+    /// Syscalls with a deny rule.
+    pub denied_count: usize,
+    pub limits_mode: LimitsMode,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A running confined call. Hand it to [`run_to_end`]; dropping it removes the call's v1 limit
+/// cgroups, killing what is still in them.
+#[derive(Debug)]
+pub struct Launched {
+    pub pid: Pid,
+    /// A pidfd for the child, when the kernel supports pidfd_open.
+    pub pidfd: Option<OwnedFd>,
+    pub applied: Applied,
+    pub started: Instant,
+    /// Keeps the v1 limit cgroups until the call is over.
+    limits: CallLimits,
+}
+
+impl Launched {
+    /// The v1 cgroup directories of the call (empty in other limit modes).
+    pub fn v1_cgroups(&self) -> &[PathBuf] {
+        self.limits.v1_dirs()
+    }
+}
+
+/// The steps of the child, in order; a failure is reported by index.
+const STAGES: &[&str] = &[
+    "cgroup",
+    "limits-cgroup",
+    "setsid",
+    "stdio",
+    "close-fds",
+    "signals",
+    "rlimit",
+    "setgroups",
+    "setgid",
+    "setuid",
+    "no-new-privs",
+    "pdeathsig",
+    "cwd",
+    "landlock",
+    "seccomp",
+    "exec",
+];
+
+#[derive(Clone, Copy)]
+#[repr(u32)]
+enum Stage {
+    Cgroup,
+    LimitsCgroup,
+    Setsid,
+    Stdio,
+    CloseFds,
+    Signals,
+    Rlimit,
+    Setgroups,
+    Setgid,
+    Setuid,
+    NoNewPrivs,
+    Pdeathsig,
+    Cwd,
+    Landlock,
+    Seccomp,
+    Exec,
+}
+
+/// Everything the child needs, prepared before fork. Raw pointers into `CString`s and programs
+/// owned by `spawn`'s frame, which the child's copy of memory keeps alive.
+struct ChildCtx<'a> {
+    parent: libc::pid_t,
+    report: RawFd,
+    cgroup_procs: RawFd,
+    limit_procs: Vec<RawFd>,
+    stdio: [RawFd; 3],
+    rlimits: Rlimits,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    cwd: &'a CStr,
+    program: &'a CStr,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    landlock: &'a landlock::Prepared,
+    proc_self: &'a CStr,
+    filters: &'a [libc::sock_fprog],
+}
+
+fn cstring(bytes: &[u8], what: &'static str) -> Result<CString, SandboxError> {
+    CString::new(bytes).map_err(|_| SandboxError::Nul { what })
+}
+
+/// The clean environment of `plan`: [`BASE_ENV`], overridden or extended by `confinement.env`.
+fn environment(plan: &LaunchPlan) -> Result<Vec<CString>, SandboxError> {
+    let mut vars: Vec<(String, String)> = BASE_ENV
+        .iter()
+        .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    for (k, v) in &plan.confinement.env {
+        if k.is_empty() || k.contains('=') {
+            return Err(SandboxError::EnvName(k.clone()));
+        }
+        vars.retain(|(name, _)| name != k);
+        vars.push((k.clone(), v.clone()));
+    }
+    vars.iter()
+        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment"))
+        .collect()
+}
+
+/// Resolves the user a call runs as. Never root unless the plan says `run_as = "root"`.
+fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, SandboxError> {
+    let name = plan
+        .confinement
+        .run_as
+        .as_deref()
+        .unwrap_or(&opts.default_user);
+    let user = User::from_name(name)
+        .map_err(sys("user lookup"))?
+        .ok_or_else(|| SandboxError::UnknownUser(name.to_owned()))?;
+    if (user.uid.is_root() || user.gid.as_raw() == 0)
+        && plan.confinement.run_as.as_deref() != Some("root")
+    {
+        return Err(SandboxError::ImplicitRoot(name.to_owned()));
+    }
+    Ok(user)
+}
+
+/// Launches `plan` confined, in `cgroup`, with `stdio` as its fds 0, 1 and 2. Returns once the
+/// child has exec'd the tool (or with the step that failed).
+///
+/// The child's parent-death signal (SIGKILL) fires when the *thread* that called `spawn` exits:
+/// call it from a thread that outlives the call (a tokio worker or the caller's own thread, not
+/// a `spawn_blocking` task, whose thread may be reaped while the tool still runs).
+pub fn spawn(
+    plan: &LaunchPlan,
+    cgroup: &Cgroup,
+    stdio: [OwnedFd; 3],
+    opts: &LaunchOptions,
+) -> Result<Launched, SandboxError> {
+    // Everything that allocates happens here, before fork.
+    let program_path = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
+    if !Path::new(program_path).is_absolute() {
+        return Err(SandboxError::RelativeProgram(program_path.into()));
+    }
+    let program = cstring(program_path.as_bytes(), "argv")?;
+    let argv_c: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "argv"))
+        .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = argv_c.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let env_c = environment(plan)?;
+    let mut envp: Vec<*const libc::c_char> = env_c.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let cwd_path = plan.confinement.cwd.as_deref().unwrap_or(Path::new("/"));
+    let cwd = cstring(cwd_path.as_os_str().as_bytes(), "cwd")?;
+
+    let user = resolve_user(plan, opts)?;
+
+    let rules = landlock::rules(plan);
+    let prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
+    let proc_self = c"/proc/self";
+
+    let table = seccomp::table(plan)?;
+    let programs = table.compile()?;
+    let filters: Vec<libc::sock_fprog> = programs
+        .iter()
+        .map(|p| libc::sock_fprog {
+            // BPF programs are at most BPF_MAXINSNS (4096) long; seccompiler checks it.
+            len: p.len() as u16,
+            // seccompiler's sock_filter is #[repr(C)] with the kernel's layout, as libc's is.
+            filter: p.as_ptr() as *mut libc::sock_filter,
+        })
+        .collect();
+
+    let limits = CallLimits::setup(opts.limits, cgroup, &plan.confinement)?;
+    let cgroup_procs = cgroup.procs_fd()?;
+    let (report_r, report_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
+
+    let applied = Applied {
+        landlock_abi: prepared.abi,
+        landlock_status: prepared.status,
+        landlock_skipped: rules.skipped.clone(),
+        landlock_widened: rules.widened.clone(),
+        seccomp: table.mode.as_str(),
+        denied_count: table.denied_count(),
+        limits_mode: opts.limits,
+        user: user.name.clone(),
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    };
+
+    let ctx = ChildCtx {
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        report: report_w.as_raw_fd(),
+        cgroup_procs: cgroup_procs.as_raw_fd(),
+        limit_procs: limits.procs_fds().iter().map(|f| f.as_raw_fd()).collect(),
+        stdio: [
+            stdio[0].as_raw_fd(),
+            stdio[1].as_raw_fd(),
+            stdio[2].as_raw_fd(),
+        ],
+        rlimits: limits.rlimits,
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        cwd: &cwd,
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        landlock: &prepared,
+        proc_self,
+        filters: &filters,
+    };
+
+    // SAFETY: the child only runs `child`, which makes async-signal-safe libc calls on data
+    // prepared above and never returns (execve or _exit).
+    let pid = match unsafe { nix::unistd::fork() }.map_err(sys("fork"))? {
+        ForkResult::Child => child(&ctx),
+        ForkResult::Parent { child } => child,
+    };
+    drop(report_w);
+    drop(stdio);
+    let started = Instant::now();
+
+    let mut msg = [0u8; 8];
+    let mut got = 0;
+    while got < msg.len() {
+        match nix::unistd::read(&report_r, &mut msg[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => {
+                // Unknown state: do not leave a half-confined child running.
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+                return Err(SandboxError::Sys {
+                    op: "read launch report",
+                    source: e,
+                });
+            }
+        }
+    }
+    if got > 0 {
+        // The child reported a failure and exits; reap it.
+        let _ = nix::sys::wait::waitpid(pid, None);
+        let stage = u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
+        let errno = i32::from_ne_bytes([msg[4], msg[5], msg[6], msg[7]]);
+        let stage = STAGES.get(stage).copied().unwrap_or("unknown");
+        return Err(SandboxError::Child { stage, errno });
+    }
+
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new fd or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    // SAFETY: a non-negative result is a new fd that nothing else owns.
+    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw as RawFd) });
+
+    Ok(Launched {
+        pid,
+        pidfd,
+        applied,
+        started,
+        limits,
+    })
+}
+
+fn errno() -> i32 {
+    // SAFETY: reads the calling thread's errno slot; async-signal-safe.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Reports (stage, errno) to the parent and exits. Async-signal-safe.
+fn fail(ctx: &ChildCtx, stage: Stage, errno: i32) -> ! {
+    let mut msg = [0u8; 8];
+    msg[..4].copy_from_slice(&(stage as u32).to_ne_bytes());
+    msg[4..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: write and _exit are async-signal-safe; msg outlives the call. A short or failed
+    // write leaves the parent seeing EOF-before-8-bytes as a report anyway (got > 0) or, at
+    // worst, a child that exited 127 at once.
+    unsafe {
+        libc::write(ctx.report, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
+}
+
+/// Runs in the forked child: joins the cgroups, confines itself, and execs the tool. Only
+/// async-signal-safe calls, no allocation, no panics.
+fn child(ctx: &ChildCtx) -> ! {
+    let check = |rc: libc::c_long, stage: Stage| {
+        if rc < 0 {
+            fail(ctx, stage, errno());
+        }
+    };
+    // SAFETY (whole function): each call is a plain libc syscall wrapper on fds, integers or
+    // pointers to data prepared before fork that stays valid in this copy of the address space.
+    unsafe {
+        // 1. Into the call's cgroup (so every later fork is counted and killable) and the v1
+        //    limit cgroups.
+        check(
+            libc::write(ctx.cgroup_procs, b"0".as_ptr().cast(), 1) as _,
+            Stage::Cgroup,
+        );
+        for &fd in &ctx.limit_procs {
+            check(
+                libc::write(fd, b"0".as_ptr().cast(), 1) as _,
+                Stage::LimitsCgroup,
+            );
+        }
+        // 2. A session of its own: no controlling terminal, and its own process group.
+        check(libc::setsid() as _, Stage::Setsid);
+        // 3. stdio: first to fds >= 10 (so dup2 cannot clobber a source that is itself 0..2, and
+        //    a source already at its target still loses close-on-exec), then onto 0, 1, 2.
+        let mut high = [0; 3];
+        for (i, &fd) in ctx.stdio.iter().enumerate() {
+            high[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+            check(high[i] as _, Stage::Stdio);
+        }
+        for (i, &fd) in high.iter().enumerate() {
+            check(libc::dup2(fd, i as libc::c_int) as _, Stage::Stdio);
+        }
+        // 4. Every other fd is closed at exec (the report pipe must survive until then).
+        check(
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ),
+            Stage::CloseFds,
+        );
+        // 5. Signals: empty mask, default dispositions (the Rust runtime ignores SIGPIPE, and an
+        //    ignored signal stays ignored across exec).
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        check(
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) as _,
+            Stage::Signals,
+        );
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        for sig in 1..=64 {
+            // SIGKILL, SIGSTOP and libc's internal signals refuse; nothing to reset there.
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        }
+        // 6. Rlimits (rlimit mode only), while still privileged.
+        for (res, value) in [
+            (libc::RLIMIT_AS, ctx.rlimits.address_space),
+            (libc::RLIMIT_NPROC, ctx.rlimits.nproc),
+        ] {
+            if let Some(v) = value {
+                let lim = libc::rlimit {
+                    rlim_cur: v,
+                    rlim_max: v,
+                };
+                check(libc::setrlimit(res, &lim) as _, Stage::Rlimit);
+            }
+        }
+        // 7. Identity: no supplementary groups, then gid, then uid (setuid last: it drops the
+        //    right to change the others).
+        check(libc::setgroups(0, std::ptr::null()) as _, Stage::Setgroups);
+        check(
+            libc::setresgid(ctx.gid, ctx.gid, ctx.gid) as _,
+            Stage::Setgid,
+        );
+        check(
+            libc::setresuid(ctx.uid, ctx.uid, ctx.uid) as _,
+            Stage::Setuid,
+        );
+        // 8. No privilege gain through exec (setuid binaries, file capabilities); required for
+        //    unprivileged landlock and seccomp.
+        check(
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as _,
+            Stage::NoNewPrivs,
+        );
+        // 9. Die with the guard. After setuid, which clears it; then check that the parent did
+        //    not exit before it was set.
+        check(
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as _,
+            Stage::Pdeathsig,
+        );
+        if libc::getppid() != ctx.parent {
+            fail(ctx, Stage::Pdeathsig, libc::ESRCH);
+        }
+        // 10. Working directory, as the tool's user.
+        check(libc::chdir(ctx.cwd.as_ptr()) as _, Stage::Cwd);
+        // 11. Landlock.
+        if let Err(e) = ctx.landlock.restrict_self(ctx.proc_self) {
+            fail(ctx, Stage::Landlock, e);
+        }
+        // 12. Seccomp last: nothing after it but execve (and write/_exit on failure).
+        for prog in ctx.filters {
+            check(
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    prog as *const libc::sock_fprog,
+                ),
+                Stage::Seccomp,
+            );
+        }
+        libc::execve(ctx.program.as_ptr(), ctx.argv.as_ptr(), ctx.envp.as_ptr());
+        fail(ctx, Stage::Exec, errno())
+    }
+}
+
+/// How a call's main process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ExitStatus {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    /// The shell's convention: the exit code, or 128 + the signal.
+    pub fn exit_code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => -1,
+        }
+    }
+}
+
+/// Waits for `pid` to end, without blocking the tokio runtime.
+pub async fn wait(pid: Pid) -> Result<ExitStatus, SandboxError> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    let joined = tokio::task::spawn_blocking(move || {
+        loop {
+            match waitpid(pid, None) {
+                Ok(WaitStatus::Exited(_, code)) => {
+                    return Ok(ExitStatus {
+                        code: Some(code),
+                        signal: None,
+                    });
+                }
+                Ok(WaitStatus::Signaled(_, sig, _)) => {
+                    return Ok(ExitStatus {
+                        code: None,
+                        signal: Some(sig as i32),
+                    });
+                }
+                Ok(_) | Err(nix::Error::EINTR) => continue,
+                Err(e) => {
+                    return Err(SandboxError::Sys {
+                        op: "waitpid",
+                        source: e,
+                    });
+                }
+            }
+        }
+    })
+    .await;
+    joined.unwrap_or(Err(SandboxError::Sys {
+        op: "waitpid task",
+        source: nix::Error::EIO,
+    }))
+}
+
+/// The end of a call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// The exit code, or 128 + signal.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    #[serde(serialize_with = "secs")]
+    pub duration: Duration,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Waits for the call to end; when `timeout` runs out first, kills its whole cgroup. Either way,
+/// whatever the tool left running in its cgroup is killed: the call is over when its main
+/// process is. The v1 limit cgroups are removed on return.
+pub async fn run_to_end(
+    launched: Launched,
+    cgroup: &Cgroup,
+    timeout: Duration,
+) -> Result<Outcome, SandboxError> {
+    let waiting = wait(launched.pid);
+    tokio::pin!(waiting);
+    let (status, timed_out) = match tokio::time::timeout(timeout, &mut waiting).await {
+        Ok(status) => (status?, false),
+        Err(_) => {
+            cgroup.kill()?;
+            (waiting.await?, true)
+        }
+    };
+    let duration = launched.started.elapsed();
+    if !cgroup.pids()?.is_empty() {
+        cgroup.kill()?;
+    }
+    // Give cgroup.kill time to finish (it is asynchronous) so the caller finds the cgroup empty.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cgroup.pids()?.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(launched);
+    Ok(Outcome {
+        exit_code: status.exit_code(),
+        signal: status.signal,
+        timed_out,
+        duration,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Confinement, Effects};
+
+    fn plan() -> LaunchPlan {
+        LaunchPlan {
+            tool: "t".into(),
+            argv: vec!["/bin/true".into()],
+            effects: Effects::default(),
+            confinement: Confinement::default(),
+        }
+    }
+
+    #[test]
+    fn environment_is_clean_and_extended() {
+        let mut p = plan();
+        p.confinement.env = vec![("LANG".into(), "C".into()), ("X".into(), "1".into())];
+        let env: Vec<String> = environment(&p)
+            .expect("env")
+            .into_iter()
+            .map(|c| c.into_string().expect("utf8"))
+            .collect();
+        assert_eq!(
+            env,
+            ["PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C", "X=1"]
+        );
+        p.confinement.env = vec![("A=B".into(), "1".into())];
+        assert!(matches!(environment(&p), Err(SandboxError::EnvName(_))));
+    }
+
+    #[test]
+    fn root_only_when_named() {
+        let mut p = plan();
+        let opts = LaunchOptions {
+            default_user: "root".into(),
+            ..LaunchOptions::default()
+        };
+        assert!(matches!(
+            resolve_user(&p, &opts),
+            Err(SandboxError::ImplicitRoot(_))
+        ));
+        p.confinement.run_as = Some("root".into());
+        assert_eq!(resolve_user(&p, &opts).expect("root").uid.as_raw(), 0);
+        p.confinement.run_as = Some("no-such-user-here".into());
+        assert!(matches!(
+            resolve_user(&p, &opts),
+            Err(SandboxError::UnknownUser(_))
+        ));
+    }
+
+    #[test]
+    fn stages_match_the_enum() {
+        assert_eq!(STAGES.len(), Stage::Exec as usize + 1);
+        assert_eq!(STAGES[Stage::Landlock as usize], "landlock");
+        assert_eq!(STAGES[Stage::Seccomp as usize], "seccomp");
+        assert_eq!(STAGES[Stage::Cgroup as usize], "cgroup");
+    }
+
+    #[test]
+    fn exit_code_follows_the_shell() {
+        assert_eq!(
+            ExitStatus {
+                code: Some(3),
+                signal: None
+            }
+            .exit_code(),
+            3
+        );
+        assert_eq!(
+            ExitStatus {
+                code: None,
+                signal: Some(9)
+            }
+            .exit_code(),
+            137
+        );
+    }
+}

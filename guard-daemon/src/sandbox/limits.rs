@@ -1,0 +1,245 @@
+//! Memory and task limits of a call, by whichever mechanism this host offers.
+//!
+//! [`detect`] runs once at startup and picks, in order of preference: the cgroup v2 `memory` and
+//! `pids` controllers, if they are (or can be) enabled in the guard root's `subtree_control`; the
+//! cgroup v1 `memory` and `pids` hierarchies, if mounted (hybrid hosts where systemd keeps the
+//! controllers on v1); else rlimits, a weak last resort (`RLIMIT_AS` is not resident memory, and
+//! `RLIMIT_NPROC` counts every process of the user, across calls). [`CallLimits`] sets up one
+//! call's limits before fork; the child joins what it must between fork and exec.
+
+use std::{
+    fmt, fs,
+    io::{self, Write as _},
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use crate::{cgroup::Cgroup, plan::Confinement};
+
+/// Where the cgroup v1 hierarchies are mounted on a hybrid host.
+pub const V1_ROOT: &str = "/sys/fs/cgroup";
+/// The guard's directory inside each v1 hierarchy.
+pub const V1_GUARD_DIR: &str = "guard";
+
+/// Errors of setting up a call's limits, each naming the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LimitsError + 'a {
+    move |source| LimitsError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// How memory and task limits are enforced on this host (shown by `guardctl status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitsMode {
+    /// `memory.max` and `pids.max` in the call's own cgroup v2.
+    CgroupV2,
+    /// `memory.limit_in_bytes` and `pids.max` in per-call cgroups of the v1 hierarchies.
+    CgroupV1,
+    /// `RLIMIT_AS` and `RLIMIT_NPROC` on the tool process.
+    Rlimit,
+}
+
+impl fmt::Display for LimitsMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitsMode::CgroupV2 => "cgroup-v2 (memory.max, pids.max)",
+            LimitsMode::CgroupV1 => "cgroup-v1 (memory, pids hierarchies)",
+            LimitsMode::Rlimit => "rlimit (RLIMIT_AS, RLIMIT_NPROC per user; weak)",
+        })
+    }
+}
+
+fn has_controllers(list: &str, wanted: &[&str]) -> bool {
+    wanted
+        .iter()
+        .all(|w| list.split_whitespace().any(|c| c == *w))
+}
+
+/// Picks the limits mode for calls created under `guard_root` (a cgroup v2 directory), enabling
+/// the v2 controllers in its `subtree_control` when they are delegated to it.
+pub fn detect(guard_root: &Path) -> LimitsMode {
+    let available = fs::read_to_string(guard_root.join("cgroup.controllers")).unwrap_or_default();
+    if has_controllers(&available, &["memory", "pids"]) {
+        let control = guard_root.join("cgroup.subtree_control");
+        let enabled = fs::read_to_string(&control).unwrap_or_default();
+        if has_controllers(&enabled, &["memory", "pids"])
+            || fs::OpenOptions::new()
+                .write(true)
+                .open(&control)
+                .and_then(|mut f| f.write_all(b"+memory +pids"))
+                .is_ok()
+        {
+            return LimitsMode::CgroupV2;
+        }
+        // EBUSY: the guard root holds processes itself (cgroup v2's no-internal-process rule).
+        tracing::warn!("cannot enable memory and pids in {}", control.display());
+    }
+    let v1 = |c: &str| Path::new(V1_ROOT).join(c).join("tasks").exists();
+    if v1("memory") && v1("pids") {
+        return LimitsMode::CgroupV1;
+    }
+    LimitsMode::Rlimit
+}
+
+/// Rlimits the child sets on itself (rlimit mode only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rlimits {
+    pub address_space: Option<u64>,
+    pub nproc: Option<u64>,
+}
+
+/// One call's limits: v1 cgroup directories it created (removed on drop) and their pre-opened
+/// `cgroup.procs`, or rlimits for the child.
+#[derive(Debug)]
+pub struct CallLimits {
+    pub mode: LimitsMode,
+    v1_dirs: Vec<PathBuf>,
+    procs: Vec<OwnedFd>,
+    pub rlimits: Rlimits,
+}
+
+impl CallLimits {
+    /// Sets up the limits of `confinement` for the call whose cgroup is `cgroup`.
+    pub fn setup(
+        mode: LimitsMode,
+        cgroup: &Cgroup,
+        confinement: &Confinement,
+    ) -> Result<Self, LimitsError> {
+        let mut me = Self {
+            mode,
+            v1_dirs: Vec::new(),
+            procs: Vec::new(),
+            rlimits: Rlimits::default(),
+        };
+        let (mem, pids) = (confinement.memory_max, confinement.pids_max);
+        match mode {
+            LimitsMode::CgroupV2 => {
+                if let Some(m) = mem {
+                    cgroup.set("memory.max", &m.to_string())?;
+                    // No swap either, or memory.max only moves the pages to swap.
+                    let _ = cgroup.set("memory.swap.max", "0");
+                }
+                if let Some(p) = pids {
+                    cgroup.set("pids.max", &p.to_string())?;
+                }
+            }
+            LimitsMode::CgroupV1 => {
+                let name = cgroup
+                    .path()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+                let name = name.unwrap_or_else(|| cgroup.id().to_string());
+                if let Some(m) = mem {
+                    me.v1_join("memory", &name, &[("memory.limit_in_bytes", m)])?;
+                }
+                if let Some(p) = pids {
+                    me.v1_join("pids", &name, &[("pids.max", p)])?;
+                }
+            }
+            LimitsMode::Rlimit => {
+                me.rlimits = Rlimits {
+                    address_space: mem,
+                    nproc: pids,
+                };
+            }
+        }
+        Ok(me)
+    }
+
+    fn v1_join(&mut self, ctrl: &str, name: &str, set: &[(&str, u64)]) -> Result<(), LimitsError> {
+        let dir = Path::new(V1_ROOT).join(ctrl).join(V1_GUARD_DIR).join(name);
+        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        // Recorded before anything can fail, so drop removes it.
+        self.v1_dirs.push(dir.clone());
+        for (file, value) in set {
+            let path = dir.join(file);
+            fs::write(&path, value.to_string()).map_err(io_err("write", &path))?;
+        }
+        let procs = dir.join("cgroup.procs");
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .map_err(io_err("open", &procs))?;
+        self.procs.push(f.into());
+        Ok(())
+    }
+
+    /// `cgroup.procs` files the child writes "0" to, to join the v1 cgroups.
+    pub fn procs_fds(&self) -> &[OwnedFd] {
+        &self.procs
+    }
+
+    /// The v1 directories of this call.
+    pub fn v1_dirs(&self) -> &[PathBuf] {
+        &self.v1_dirs
+    }
+}
+
+impl Drop for CallLimits {
+    fn drop(&mut self) {
+        // v1 has no cgroup.kill: the call's v2 cgroup kill ends the processes; a straggler
+        // (e.g. still exiting) is killed here by pid and waited for.
+        for dir in self.v1_dirs.iter().rev() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+                    {
+                        let procs =
+                            fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                            // SAFETY: kill has no memory effects; the pid is in this call's cgroup.
+                            unsafe { libc::kill(pid, libc::SIGKILL) };
+                        }
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => {
+                        tracing::warn!("leaving v1 cgroup {} behind: {e}", dir.display());
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controller_lists_are_matched_by_word() {
+        assert!(has_controllers("cpu io memory pids", &["memory", "pids"]));
+        assert!(!has_controllers("hugetlb", &["memory", "pids"]));
+        assert!(!has_controllers("memoryx pids", &["memory", "pids"]));
+    }
+
+    #[test]
+    fn mode_display_names_the_mechanism() {
+        assert!(LimitsMode::CgroupV1.to_string().starts_with("cgroup-v1"));
+        assert!(LimitsMode::CgroupV2.to_string().starts_with("cgroup-v2"));
+        assert!(LimitsMode::Rlimit.to_string().starts_with("rlimit"));
+    }
+}

@@ -1,0 +1,17 @@
+//! The confined launch of an approved call.
+//!
+//! The security tables are data built by pure functions: [`landlock::rules`] (which paths and
+//! ports) and [`seccomp::table`] (which syscalls). [`limits`] picks how memory and task limits are
+//! enforced on this host. [`launch::spawn`] builds everything before fork and applies it in the
+//! child, in a fixed order, before `execve`; [`launch::run_to_end`] waits for the call and kills
+//! its whole cgroup when the timeout runs out.
+
+pub mod landlock;
+pub mod launch;
+pub mod limits;
+pub mod seccomp;
+
+pub use launch::{
+    Applied, ExitStatus, LaunchOptions, Launched, Outcome, SandboxError, run_to_end, spawn, wait,
+};
+pub use limits::{LimitsMode, detect as detect_limits};

@@ -1,0 +1,504 @@
+//! The confined launch, end to end: `guard::sandbox::spawn` forks from this test process and
+//! confines only the child (landlock and seccomp are never installed here), which execs
+//! `guard-testtool` as the `guard-tool` user. Each test asserts what the tool saw: output, errno,
+//! exit code.
+
+use std::{
+    fs,
+    io::Read as _,
+    os::{
+        fd::{AsRawFd as _, OwnedFd},
+        unix::fs::PermissionsExt as _,
+    },
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Once, RwLock},
+    time::Duration,
+};
+
+use guard::{
+    cgroup::{self, Cgroup},
+    plan::{Confinement, Effects, Endpoint, LaunchPlan},
+    sandbox::{self, LaunchOptions, Outcome, SandboxError},
+};
+
+use super::support;
+
+const USER: &str = "guard-tool";
+
+/// Copying the test tool (a file open for writing) and forking exclude each other: a child
+/// forked while another test writes its copy would hold that write fd until exec, and the other
+/// test's exec of its copy would fail with ETXTBSY.
+static FORK_LOCK: RwLock<()> = RwLock::new(());
+
+/// Creates the `guard-tool` system user if missing, as `cargo xtask setup` does.
+fn ensure_user() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if nix::unistd::User::from_name(USER).ok().flatten().is_some() {
+            return;
+        }
+        let status = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
+            .status()
+            .expect("run useradd");
+        // 9: the user exists (created meanwhile by another process).
+        assert!(
+            status.success() || status.code() == Some(9),
+            "useradd {USER}: {status}"
+        );
+    });
+}
+
+/// A temp directory reachable by `guard-tool` (0755), removed on drop; holds a copy of the test
+/// tool, because the target directory may not be traversable by that user.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(support::unique("guard-sandbox"));
+        fs::create_dir(&dir).expect("create scratch dir");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod scratch");
+        let tool = dir.join("guard-testtool");
+        let _copying = FORK_LOCK.write().unwrap_or_else(|e| e.into_inner());
+        fs::copy(support::bin("guard-testtool"), &tool).expect("copy testtool");
+        fs::set_permissions(&tool, fs::Permissions::from_mode(0o755)).expect("chmod testtool");
+        Self { dir }
+    }
+
+    fn tool(&self) -> PathBuf {
+        self.dir.join("guard-testtool")
+    }
+
+    /// A subdirectory with `mode`.
+    fn subdir(&self, name: &str, mode: u32) -> PathBuf {
+        let d = self.dir.join(name);
+        fs::create_dir(&d).expect("mkdir");
+        fs::set_permissions(&d, fs::Permissions::from_mode(mode)).expect("chmod");
+        d
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The call's cgroup under the v2 hierarchy; `Cgroup` kills and removes it on drop.
+fn call_cgroup() -> Cgroup {
+    let root = cgroup::unified_mount().expect("cgroup v2 mounted");
+    Cgroup::create(&root, &support::unique("guard-test")).expect("create test cgroup")
+}
+
+fn options() -> LaunchOptions {
+    let root = cgroup::unified_mount().expect("cgroup v2 mounted");
+    LaunchOptions {
+        limits: sandbox::detect_limits(&root),
+        ..LaunchOptions::default()
+    }
+}
+
+fn plan(scratch: &Scratch, args: &[&str], effects: Effects) -> LaunchPlan {
+    let mut argv = vec![scratch.tool().into_os_string()];
+    argv.extend(args.iter().map(Into::into));
+    LaunchPlan {
+        tool: "testtool".into(),
+        argv,
+        effects,
+        confinement: Confinement {
+            timeout: Duration::from_secs(20),
+            ..Confinement::default()
+        },
+    }
+}
+
+struct Ran {
+    outcome: Outcome,
+    stdout: String,
+    stderr: String,
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe2")
+}
+
+fn drain(fd: OwnedFd) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = fs::File::from(fd).read_to_string(&mut s);
+        s
+    })
+}
+
+/// Spawns `plan` confined in `cg`, waits for it with its timeout, and collects its output.
+fn run_in(plan: &LaunchPlan, cg: &Cgroup) -> Result<Ran, SandboxError> {
+    ensure_user();
+    let stdin: OwnedFd = fs::File::open("/dev/null").expect("open /dev/null").into();
+    let (out_r, out_w) = pipe();
+    let (err_r, err_w) = pipe();
+    let launched = {
+        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        sandbox::spawn(plan, cg, [stdin, out_w, err_w], &options())?
+    };
+    let (out, err) = (drain(out_r), drain(err_r));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let outcome = rt.block_on(sandbox::run_to_end(launched, cg, plan.confinement.timeout))?;
+    Ok(Ran {
+        outcome,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    })
+}
+
+fn run(plan: &LaunchPlan) -> Ran {
+    let cg = call_cgroup();
+    run_in(plan, &cg).expect("launch")
+}
+
+/// Asserts that the single action of `args` fails with `errno_name` and exit code 1.
+fn assert_fails(scratch: &Scratch, args: &[&str], effects: Effects, errno_name: &str) {
+    let r = run(&plan(scratch, args, effects));
+    assert_eq!(
+        r.outcome.exit_code, 1,
+        "{args:?}: stdout {:?} stderr {:?}",
+        r.stdout, r.stderr
+    );
+    assert!(
+        r.stderr.starts_with(&format!("ERR {errno_name} ")),
+        "{args:?}: expected {errno_name}, stderr {:?}",
+        r.stderr
+    );
+}
+
+#[test]
+fn sandbox_allowed_read_prints_and_other_reads_are_denied() {
+    if !support::privileged("sandbox_allowed_read_prints_and_other_reads_are_denied") {
+        return;
+    }
+    let s = Scratch::new();
+    let data = s.dir.join("data.txt");
+    fs::write(&data, "hello from the guard\n").expect("write data");
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let secret = s.dir.join("secret.txt");
+    fs::write(&secret, "not for the tool\n").expect("write secret");
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o644)).expect("chmod");
+
+    let effects = Effects {
+        read: vec![data.clone()],
+        ..Effects::default()
+    };
+    let r = run(&plan(
+        &s,
+        &["read", data.to_str().expect("utf8")],
+        effects.clone(),
+    ));
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+    assert_eq!(r.stdout, "hello from the guard\n");
+    assert!(!r.outcome.timed_out);
+
+    // World-readable, so only landlock stands in the way.
+    assert_fails(
+        &s,
+        &["read", secret.to_str().expect("utf8")],
+        effects.clone(),
+        "EACCES",
+    );
+    assert_fails(&s, &["read", "/etc/hostname"], effects, "EACCES");
+}
+
+#[test]
+fn sandbox_write_outside_effects_is_eacces() {
+    if !support::privileged("sandbox_write_outside_effects_is_eacces") {
+        return;
+    }
+    let s = Scratch::new();
+    // 0777: the user may write both by file mode; only landlock tells them apart.
+    let allowed = s.subdir("out", 0o777);
+    let other = s.subdir("other", 0o777);
+    let effects = Effects {
+        write: vec![allowed.clone()],
+        ..Effects::default()
+    };
+    let inside = allowed.join("f.txt");
+    let r = run(&plan(
+        &s,
+        &["write", inside.to_str().expect("utf8"), "ok"],
+        effects.clone(),
+    ));
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+    assert_eq!(fs::read_to_string(&inside).expect("written"), "ok");
+
+    let outside = other.join("f.txt");
+    assert_fails(
+        &s,
+        &["write", outside.to_str().expect("utf8"), "no"],
+        effects,
+        "EACCES",
+    );
+    assert!(!outside.exists());
+}
+
+#[test]
+fn sandbox_escape_syscalls_are_eperm() {
+    if !support::privileged("sandbox_escape_syscalls_are_eperm") {
+        return;
+    }
+    let s = Scratch::new();
+    for args in [
+        &["io_uring"][..],
+        &["ptrace"],
+        &["unshare-user"],
+        &["socket", "packet", "raw"],
+        &["socket", "netlink", "dgram"],
+        // No connect effects: no inet sockets at all.
+        &["socket", "inet", "stream"],
+    ] {
+        assert_fails(&s, args, Effects::default(), "EPERM");
+    }
+    // The x32 twin of io_uring_setup (425 | 0x4000_0000) is killed, not let through.
+    let r = run(&plan(&s, &["syscall", "0x400001a9"], Effects::default()));
+    assert_eq!(
+        r.outcome.signal,
+        Some(libc::SIGSYS),
+        "stdout {:?}",
+        r.stdout
+    );
+    // A unix socket is fine.
+    let r = run(&plan(&s, &["socket", "unix", "stream"], Effects::default()));
+    assert_eq!(
+        (r.outcome.exit_code, r.stdout.as_str()),
+        (0, "socket unix stream ok\n")
+    );
+}
+
+#[test]
+fn sandbox_root_is_explicit_and_still_filtered() {
+    if !support::privileged("sandbox_root_is_explicit_and_still_filtered") {
+        return;
+    }
+    let s = Scratch::new();
+    // Root has CAP_NET_RAW, so this EPERM comes from seccomp alone.
+    let mut p = plan(&s, &["socket", "packet", "raw"], Effects::default());
+    p.confinement.run_as = Some("root".into());
+    let r = run(&p);
+    assert_eq!(r.outcome.exit_code, 1, "stdout {:?}", r.stdout);
+    assert!(r.stderr.starts_with("ERR EPERM "), "stderr {:?}", r.stderr);
+
+    let mut p = plan(&s, &["whoami"], Effects::default());
+    p.confinement.run_as = Some("root".into());
+    let r = run(&p);
+    assert!(
+        r.stdout.starts_with("uid=0 gid=0 groups=[] nnp=1"),
+        "stdout {:?}",
+        r.stdout
+    );
+}
+
+#[test]
+fn sandbox_inet_sockets_and_landlock_ports_follow_connect_effects() {
+    if !support::privileged("sandbox_inet_sockets_and_landlock_ports_follow_connect_effects") {
+        return;
+    }
+    let s = Scratch::new();
+    let allowed = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let denied = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = allowed.local_addr().expect("addr").port();
+    let effects = Effects {
+        connect: vec![Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+        }],
+        ..Effects::default()
+    };
+    let to = |l: &std::net::TcpListener| l.local_addr().expect("addr").to_string();
+    let r = run(&plan(&s, &["connect", &to(&allowed)], effects.clone()));
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+    assert_eq!(r.stdout, format!("connected {}\n", to(&allowed)));
+    assert_fails(&s, &["connect", &to(&denied)], effects.clone(), "EACCES");
+    assert_fails(&s, &["socket", "inet", "raw"], effects.clone(), "EPERM");
+    assert_fails(&s, &["socket", "packet", "dgram"], effects, "EPERM");
+}
+
+#[test]
+fn sandbox_runs_as_guard_tool_without_groups_and_with_no_new_privs() {
+    if !support::privileged("sandbox_runs_as_guard_tool_without_groups_and_with_no_new_privs") {
+        return;
+    }
+    ensure_user();
+    let user = nix::unistd::User::from_name(USER)
+        .expect("lookup")
+        .expect("guard-tool exists");
+    let s = Scratch::new();
+    let r = run(&plan(&s, &["whoami"], Effects::default()));
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        format!("uid={} gid={} groups=[] nnp=1\n", user.uid, user.gid)
+    );
+}
+
+#[test]
+fn sandbox_timeout_kills_the_whole_tree() {
+    if !support::privileged("sandbox_timeout_kills_the_whole_tree") {
+        return;
+    }
+    let s = Scratch::new();
+    let mut p = plan(&s, &["fork", "5", "--", "sleep", "30"], Effects::default());
+    p.confinement.timeout = Duration::from_millis(1500);
+    let cg = call_cgroup();
+    let r = run_in(&p, &cg).expect("launch");
+    assert!(r.outcome.timed_out);
+    assert_eq!(r.outcome.signal, Some(libc::SIGKILL));
+    assert_eq!(r.outcome.exit_code, 128 + libc::SIGKILL);
+    assert!(
+        r.outcome.duration < Duration::from_secs(10),
+        "{:?}",
+        r.outcome.duration
+    );
+    assert_eq!(
+        r.stdout
+            .lines()
+            .filter(|l| l.starts_with("forked "))
+            .count(),
+        5
+    );
+    assert_eq!(
+        cg.pids().expect("cgroup.procs"),
+        Vec::<u32>::new(),
+        "tree left behind"
+    );
+    // The forked children are gone from the whole system, not only from the cgroup.
+    for line in r.stdout.lines().filter_map(|l| l.strip_prefix("forked ")) {
+        let pid = line.split_whitespace().nth(1).expect("pid");
+        assert!(dead(pid), "child {pid} still alive");
+    }
+}
+
+/// True when `pid` is gone or a zombie (dead, waiting for init to reap it), within 2 s.
+fn dead(pid: &str) -> bool {
+    let stat = Path::new("/proc").join(pid).join("stat");
+    for _ in 0..200 {
+        match fs::read_to_string(&stat) {
+            Err(_) => return true,
+            // The state follows the ")" that ends the command name.
+            Ok(s)
+                if s.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    false
+}
+
+#[test]
+fn sandbox_inherited_fds_are_not_visible() {
+    if !support::privileged("sandbox_inherited_fds_are_not_visible") {
+        return;
+    }
+    let s = Scratch::new();
+    // An fd without close-on-exec, as a careless library would leave one.
+    let file = fs::File::open("/dev/null").expect("open");
+    let leaked = 117;
+    // SAFETY: dup2 onto an fd number no other part of the test uses; closed below.
+    assert_eq!(unsafe { libc::dup2(file.as_raw_fd(), leaked) }, leaked);
+    let r = run(&plan(&s, &["fds"], Effects::default()));
+    // SAFETY: closes the fd dup'ed above.
+    unsafe { libc::close(leaked) };
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+    let fds: Vec<&str> = r
+        .stdout
+        .trim()
+        .strip_prefix("fds ")
+        .expect("fds line")
+        .split(',')
+        .collect();
+    assert!(fds.starts_with(&["0", "1", "2"]), "{fds:?}");
+    assert!(!fds.contains(&"117"), "inherited fd visible: {fds:?}");
+    // 0, 1, 2 and the directory being listed.
+    assert_eq!(fds.len(), 4, "{fds:?}");
+}
+
+#[test]
+fn sandbox_pids_limit_stops_a_fork_bomb() {
+    if !support::privileged("sandbox_pids_limit_stops_a_fork_bomb") {
+        return;
+    }
+    let s = Scratch::new();
+    let mut p = plan(&s, &["fork", "50"], Effects::default());
+    p.confinement.pids_max = Some(5);
+    let r = run(&p);
+    assert_eq!(r.outcome.exit_code, 1, "stdout {:?}", r.stdout);
+    assert!(r.stderr.starts_with("ERR EAGAIN "), "stderr {:?}", r.stderr);
+    let forked = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("forked "))
+        .count();
+    assert!(forked < 5, "forked {forked} with pids.max 5");
+}
+
+#[test]
+fn sandbox_system_binaries_run_and_child_errors_name_their_stage() {
+    if !support::privileged("sandbox_system_binaries_run_and_child_errors_name_their_stage") {
+        return;
+    }
+    let s = Scratch::new();
+    // /bin/true under the full filter: the deny list (personality included) does not break libc.
+    let mut p = plan(&s, &[], Effects::default());
+    p.argv = vec!["/bin/true".into()];
+    assert_eq!(run(&p).outcome.exit_code, 0);
+    p.argv = vec!["/bin/false".into()];
+    assert_eq!(run(&p).outcome.exit_code, 1);
+
+    let mut p = plan(&s, &["exit", "0"], Effects::default());
+    p.confinement.cwd = Some(s.dir.join("no-such-dir"));
+    let cg = call_cgroup();
+    match run_in(&p, &cg) {
+        Err(SandboxError::Child { stage, errno }) => {
+            assert_eq!((stage, errno), ("cwd", libc::ENOENT));
+        }
+        other => panic!("expected a cwd failure, got {:?}", other.map(|r| r.outcome)),
+    }
+}
+
+#[test]
+fn sandbox_strict_mode_kills_outside_the_listed_syscalls() {
+    if !support::privileged("sandbox_strict_mode_kills_outside_the_listed_syscalls") {
+        return;
+    }
+    let s = Scratch::new();
+    // The base set of strict mode is enough for a dynamically linked program to start and exit.
+    let mut p = plan(&s, &[], Effects::default());
+    p.argv = vec!["/bin/true".into()];
+    p.confinement.syscalls = vec!["getpid".into()];
+    let r = run(&p);
+    assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
+
+    // whoami needs getuid, getgroups...: not listed, so the kernel kills the tool with SIGSYS.
+    let mut p = plan(&s, &["whoami"], Effects::default());
+    p.confinement.syscalls = vec!["getpid".into()];
+    let r = run(&p);
+    assert_eq!(
+        r.outcome.signal,
+        Some(libc::SIGSYS),
+        "stdout {:?}",
+        r.stdout
+    );
+    assert!(r.stdout.is_empty());
+}
