@@ -2,3 +2,7 @@
 pub mod cgroup;
 pub mod monitor;
 pub mod plan;
+pub mod decision;
+pub mod detect;
+pub mod intent;
+pub mod policy;
