@@ -1,3 +1,4 @@
 mod support;
 
 mod ebpf;
+mod policy;
