@@ -3,6 +3,10 @@
 
 fn main() -> anyhow::Result<()> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../guard-ebpf");
-    let package = aya_build::Package { name: "guard-ebpf", root_dir: root, ..Default::default() };
+    let package = aya_build::Package {
+        name: "guard-ebpf",
+        root_dir: root,
+        ..Default::default()
+    };
     aya_build::build_ebpf([package], aya_build::Toolchain::default())
 }

@@ -23,13 +23,21 @@ pub enum CgroupError {
     #[error("no cgroup v2 hierarchy mounted at {UNIFIED_HYBRID} or {UNIFIED_PURE}")]
     NoUnified,
     #[error("{op} {path}: {source}")]
-    Io { op: &'static str, path: PathBuf, source: io::Error },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error("cgroup {path} still has processes after {waited:?}")]
     Busy { path: PathBuf, waited: Duration },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
-    move |source| CgroupError::Io { op, path: path.to_owned(), source }
+    move |source| CgroupError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// The mount point of the cgroup v2 hierarchy.
@@ -78,7 +86,10 @@ impl Cgroup {
     /// itself in, without allocating.
     pub fn procs_fd(&self) -> Result<OwnedFd, CgroupError> {
         let procs = self.path.join("cgroup.procs");
-        let file = fs::OpenOptions::new().write(true).open(&procs).map_err(io_err("open", &procs))?;
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .map_err(io_err("open", &procs))?;
         Ok(file.into())
     }
 
@@ -91,8 +102,12 @@ impl Cgroup {
     /// Writes `value` to the control file `name` (e.g. `pids.max`).
     pub fn set(&self, name: &str, value: &str) -> Result<(), CgroupError> {
         let file = self.path.join(name);
-        let mut f = fs::OpenOptions::new().write(true).open(&file).map_err(io_err("open", &file))?;
-        f.write_all(value.as_bytes()).map_err(io_err("write", &file))
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .map_err(io_err("open", &file))?;
+        f.write_all(value.as_bytes())
+            .map_err(io_err("write", &file))
     }
 
     /// The pids of the processes in this cgroup (not in its children).
@@ -125,7 +140,10 @@ impl Cgroup {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     let _ = self.kill();
                     if Instant::now() >= deadline {
-                        return Err(CgroupError::Busy { path: self.path.clone(), waited });
+                        return Err(CgroupError::Busy {
+                            path: self.path.clone(),
+                            waited,
+                        });
                     }
                     thread::sleep(Duration::from_millis(2));
                 }

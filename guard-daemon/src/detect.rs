@@ -107,22 +107,24 @@ pub struct Hit {
 // Shapes. `(?-u:\b)`-free: boundaries are checked by hand where needed, since a regex crate
 // word boundary is unicode-aware and slower.
 static EMAIL: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}")
+    re(
+        r"[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}",
+    )
 });
 static PHONE: LazyLock<Regex> =
     LazyLock::new(|| re(r"\+?\(?[0-9]{1,4}\)?(?:[ .-]?\(?[0-9]{2,4}\)?){2,5}"));
 static CARD: LazyLock<Regex> = LazyLock::new(|| re(r"[0-9](?:[ -]?[0-9]){12,18}"));
-static IBAN: LazyLock<Regex> =
-    LazyLock::new(|| re(r"[A-Z]{2}[0-9]{2}(?:[ ]?[A-Z0-9]){11,30}"));
+static IBAN: LazyLock<Regex> = LazyLock::new(|| re(r"[A-Z]{2}[0-9]{2}(?:[ ]?[A-Z0-9]){11,30}"));
 static IPV4: LazyLock<Regex> = LazyLock::new(|| re(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}"));
 static IPV6: LazyLock<Regex> =
     LazyLock::new(|| re(r"[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:\.[0-9]{1,3}){0,3}"));
 static AWS: LazyLock<Regex> = LazyLock::new(|| re(r"(?:AKIA|ASIA)[A-Z2-7]{16}"));
-static GITHUB: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}")
-});
+static GITHUB: LazyLock<Regex> =
+    LazyLock::new(|| re(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"));
 static PEM: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"(?s)-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\z)")
+    re(
+        r"(?s)-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\z)",
+    )
 });
 static JWT: LazyLock<Regex> =
     LazyLock::new(|| re(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"));
@@ -201,9 +203,7 @@ impl Detector {
             Detector::Ipv4 if memchr(b'.', b) => &IPV4,
             Detector::Ipv6 if b.iter().filter(|&&c| c == b':').count() >= 2 => &IPV6,
             Detector::AwsAccessKey if text.contains("KIA") || text.contains("SIA") => &AWS,
-            Detector::GithubToken if text.contains("gh") || text.contains("github_pat_") => {
-                &GITHUB
-            }
+            Detector::GithubToken if text.contains("gh") || text.contains("github_pat_") => &GITHUB,
             Detector::PrivateKey if text.contains("PRIVATE KEY-----") => &PEM,
             Detector::Jwt if text.contains("eyJ") => &JWT,
             Detector::Secret if b.len() >= 20 => &SECRET,
@@ -214,7 +214,10 @@ impl Detector {
             if !self.bounded(b, &r) || !self.check(m.as_str()) {
                 continue;
             }
-            out.push(Hit { range: r, detector: self });
+            out.push(Hit {
+                range: r,
+                detector: self,
+            });
         }
     }
 
@@ -244,9 +247,9 @@ impl Detector {
             }
             Detector::Jwt => !word(before) && !word(after) && after != Some(b'-'),
             Detector::Secret => true,
-            Detector::Iban
-            | Detector::AwsAccessKey
-            | Detector::GithubToken => !word(before) && !word(after),
+            Detector::Iban | Detector::AwsAccessKey | Detector::GithubToken => {
+                !word(before) && !word(after)
+            }
         }
     }
 
@@ -276,7 +279,11 @@ fn count_digits(b: &[u8]) -> usize {
 
 /// The Luhn mod-10 check over the digits of `s`.
 fn luhn(s: &str) -> bool {
-    let digits: Vec<u32> = s.bytes().filter(u8::is_ascii_digit).map(|c| (c - b'0') as u32).collect();
+    let digits: Vec<u32> = s
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|c| (c - b'0') as u32)
+        .collect();
     if !(13..=19).contains(&digits.len()) || digits.iter().all(|&d| d == digits[0]) {
         // Also rejects 0000 0000 0000 0000, which passes Luhn but is a placeholder.
         return false;
@@ -311,7 +318,11 @@ fn iban_ok(s: &str) -> bool {
             b'A'..=b'Z' => (c - b'A') as u32 + 10,
             _ => return false,
         };
-        rem = if v >= 10 { (rem * 100 + v) % 97 } else { (rem * 10 + v) % 97 };
+        rem = if v >= 10 {
+            (rem * 100 + v) % 97
+        } else {
+            (rem * 10 + v) % 97
+        };
     }
     rem == 1
 }
@@ -396,8 +407,14 @@ mod tests {
 
     #[test]
     fn credit_card_needs_luhn() {
-        assert_eq!(finds(Detector::CreditCard, "card 4111 1111 1111 1111."), ["4111 1111 1111 1111"]);
-        assert_eq!(finds(Detector::CreditCard, "4539578763621486"), ["4539578763621486"]);
+        assert_eq!(
+            finds(Detector::CreditCard, "card 4111 1111 1111 1111."),
+            ["4111 1111 1111 1111"]
+        );
+        assert_eq!(
+            finds(Detector::CreditCard, "4539578763621486"),
+            ["4539578763621486"]
+        );
         // Near misses: one digit off fails Luhn; placeholders; a longer digit run.
         assert!(finds(Detector::CreditCard, "4111111111111112").is_empty());
         assert!(finds(Detector::CreditCard, "0000000000000000").is_empty());
@@ -406,16 +423,28 @@ mod tests {
 
     #[test]
     fn iban_needs_mod97() {
-        assert_eq!(finds(Detector::Iban, "pay GB82 WEST 1234 5698 7654 32 now"), ["GB82 WEST 1234 5698 7654 32"]);
-        assert_eq!(finds(Detector::Iban, "CH9300762011623852957"), ["CH9300762011623852957"]);
+        assert_eq!(
+            finds(Detector::Iban, "pay GB82 WEST 1234 5698 7654 32 now"),
+            ["GB82 WEST 1234 5698 7654 32"]
+        );
+        assert_eq!(
+            finds(Detector::Iban, "CH9300762011623852957"),
+            ["CH9300762011623852957"]
+        );
         assert!(finds(Detector::Iban, "GB83WEST12345698765432").is_empty());
         assert!(finds(Detector::Iban, "XX00ABCDEFGHIJKLMNOP").is_empty());
     }
 
     #[test]
     fn aws_keys() {
-        assert_eq!(finds(Detector::AwsAccessKey, "key=AKIAIOSFODNN7EXAMPLE"), ["AKIAIOSFODNN7EXAMPLE"]);
-        assert_eq!(finds(Detector::AwsAccessKey, "ASIAY34FZKBOKMUTVV7A"), ["ASIAY34FZKBOKMUTVV7A"]);
+        assert_eq!(
+            finds(Detector::AwsAccessKey, "key=AKIAIOSFODNN7EXAMPLE"),
+            ["AKIAIOSFODNN7EXAMPLE"]
+        );
+        assert_eq!(
+            finds(Detector::AwsAccessKey, "ASIAY34FZKBOKMUTVV7A"),
+            ["ASIAY34FZKBOKMUTVV7A"]
+        );
         // 8 and 1 are not base32; too short; embedded in a longer word.
         assert!(finds(Detector::AwsAccessKey, "AKIAIOSFODNN8EXAMPL1").is_empty());
         assert!(finds(Detector::AwsAccessKey, "AKIAIOSFODNN7EXAMP").is_empty());
@@ -425,7 +454,10 @@ mod tests {
     #[test]
     fn github_tokens() {
         let t = format!("ghp_{}", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8");
-        assert_eq!(finds(Detector::GithubToken, &format!("token {t} end")), [t.clone()]);
+        assert_eq!(
+            finds(Detector::GithubToken, &format!("token {t} end")),
+            [t.clone()]
+        );
         let pat = format!("github_pat_{}_{}", "A".repeat(22), "b".repeat(59));
         assert_eq!(finds(Detector::GithubToken, &pat), [pat.clone()]);
         assert!(finds(Detector::GithubToken, "ghp_tooshort123").is_empty());
@@ -436,7 +468,10 @@ mod tests {
     fn private_keys() {
         let k = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----";
         assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k]);
-        assert_eq!(finds(Detector::PrivateKey, "-----BEGIN PRIVATE KEY-----\nabc").len(), 1);
+        assert_eq!(
+            finds(Detector::PrivateKey, "-----BEGIN PRIVATE KEY-----\nabc").len(),
+            1
+        );
         assert!(finds(Detector::PrivateKey, "-----BEGIN PUBLIC KEY-----\nabc").is_empty());
     }
 
@@ -451,21 +486,33 @@ mod tests {
 
     #[test]
     fn emails_phones_ips() {
-        assert_eq!(finds(Detector::Email, "to alice@mail.com, bob"), ["alice@mail.com"]);
+        assert_eq!(
+            finds(Detector::Email, "to alice@mail.com, bob"),
+            ["alice@mail.com"]
+        );
         assert!(finds(Detector::Email, "user@localhost").is_empty());
-        assert_eq!(finds(Detector::Phone, "call +41 44 123 45 67 today"), ["+41 44 123 45 67"]);
+        assert_eq!(
+            finds(Detector::Phone, "call +41 44 123 45 67 today"),
+            ["+41 44 123 45 67"]
+        );
         assert!(finds(Detector::Phone, "room 12 34").is_empty());
         assert_eq!(finds(Detector::Ipv4, "host 10.0.0.1."), ["10.0.0.1"]);
         assert!(finds(Detector::Ipv4, "version 1.2.3.400").is_empty());
         assert!(finds(Detector::Ipv4, "1.2.3.4.5").is_empty());
-        assert_eq!(finds(Detector::Ipv6, "addr 2001:db8::1 up"), ["2001:db8::1"]);
+        assert_eq!(
+            finds(Detector::Ipv6, "addr 2001:db8::1 up"),
+            ["2001:db8::1"]
+        );
         assert!(finds(Detector::Ipv6, "at 12:30:45").is_empty());
     }
 
     #[test]
     fn secrets_by_entropy() {
         assert_eq!(
-            finds(Detector::Secret, "key: wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"),
+            finds(
+                Detector::Secret,
+                "key: wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"
+            ),
             ["wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"]
         );
         assert!(finds(Detector::Secret, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaa").is_empty());

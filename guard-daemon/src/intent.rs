@@ -16,6 +16,9 @@ pub struct Intent {
 
 impl Intent {
     pub fn new(tool: impl Into<String>, args: serde_json::Map<String, serde_json::Value>) -> Self {
-        Self { tool: tool.into(), args }
+        Self {
+            tool: tool.into(),
+            args,
+        }
     }
 }

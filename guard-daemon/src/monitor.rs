@@ -6,8 +6,7 @@
 //! host never run them; the tracepoint is global and costs an unwatched process one map lookup.
 
 use std::{
-    fs,
-    io,
+    fs, io,
     net::IpAddr,
     os::fd::AsFd as _,
     path::{Path, PathBuf},
@@ -39,16 +38,24 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sc
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
 pub enum MonitorError {
-    #[error("guardd was built without its kernel programs (AYA_BUILD_SKIP); rebuild with `cargo xtask build`")]
+    #[error(
+        "guardd was built without its kernel programs (AYA_BUILD_SKIP); rebuild with `cargo xtask build`"
+    )]
     NotBuilt,
     #[error("loading the kernel programs: {0}")]
     Load(#[from] aya::EbpfError),
     #[error("program {name}: {source}")]
-    Program { name: &'static str, source: ProgramError },
+    Program {
+        name: &'static str,
+        source: ProgramError,
+    },
     #[error("program {name} is missing from the object")]
     MissingProgram { name: &'static str },
     #[error("map {name}: {source}")]
-    Map { name: &'static str, source: MapError },
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
     #[error("map {name} is missing from the object")]
     MissingMap { name: &'static str },
     #[error("tracefs: {0}")]
@@ -129,8 +136,10 @@ impl Monitor {
             .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
             .load(PROGRAMS)?;
 
-        let cgroup = fs::File::open(root)
-            .map_err(|source| MonitorError::Cgroup { path: root.to_owned(), source })?;
+        let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
+            path: root.to_owned(),
+            source,
+        })?;
         let mut programs = Vec::new();
         for &name in CGROUP_PROGRAMS {
             let program: &mut CgroupSockAddr = ebpf
@@ -139,7 +148,9 @@ impl Monitor {
                 .try_into()
                 .map_err(prog_err(name))?;
             program.load().map_err(prog_err(name))?;
-            program.attach(cgroup.as_fd(), CgroupAttachMode::AllowMultiple).map_err(prog_err(name))?;
+            program
+                .attach(cgroup.as_fd(), CgroupAttachMode::AllowMultiple)
+                .map_err(prog_err(name))?;
             programs.push(name);
         }
         for &(name, category, event) in TRACEPOINTS {
@@ -153,13 +164,22 @@ impl Monitor {
             programs.push(name);
         }
 
-        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
+        let mut take =
+            |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
         let calls = HashMap::try_from(take("CALLS")?).map_err(map_err("CALLS"))?;
         let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
         let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
         let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
-        Ok(Self { _ebpf: ebpf, calls, allow4, allow6, counters, events, programs })
+        Ok(Self {
+            _ebpf: ebpf,
+            calls,
+            allow4,
+            allow6,
+            counters,
+            events,
+            programs,
+        })
     }
 
     /// The names of the attached programs.
@@ -181,7 +201,9 @@ impl Monitor {
                 DestKey::V6(k) => self.allow6.insert(k, 1, 0).map_err(map_err("ALLOW6"))?,
             }
         }
-        self.calls.insert(cgroup_id, config, 0).map_err(map_err("CALLS"))
+        self.calls
+            .insert(cgroup_id, config, 0)
+            .map_err(map_err("CALLS"))
     }
 
     /// Stops guarding `cgroup_id` and forgets its destinations.
@@ -199,7 +221,10 @@ impl Monitor {
 
     /// Events lost because the ring buffer was full, summed over CPUs.
     pub fn dropped(&self) -> Result<u64, MonitorError> {
-        let values = self.counters.get(&COUNTER_DROPPED, 0).map_err(map_err("COUNTERS"))?;
+        let values = self
+            .counters
+            .get(&COUNTER_DROPPED, 0)
+            .map_err(map_err("COUNTERS"))?;
         Ok(values.iter().sum())
     }
 
@@ -209,7 +234,10 @@ impl Monitor {
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, until it is dropped
         // with the AsyncFd that owns it.
         let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) };
-        Some(fd.map(|fd| EventStream { fd }).map_err(|e| MonitorError::Events(e.into())))
+        Some(
+            fd.map(|fd| EventStream { fd })
+                .map_err(|e| MonitorError::Events(e.into())),
+        )
     }
 }
 
@@ -244,8 +272,14 @@ pub fn ensure_tracefs() -> Result<(), MonitorError> {
     if Path::new(TRACEFS).join("events").exists() {
         return Ok(());
     }
-    nix::mount::mount(Some("tracefs"), TRACEFS, Some("tracefs"), nix::mount::MsFlags::empty(), None::<&str>)
-        .map_err(|e| MonitorError::Tracefs(format!("mount tracefs at {TRACEFS}: {e}")))
+    nix::mount::mount(
+        Some("tracefs"),
+        TRACEFS,
+        Some("tracefs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| MonitorError::Tracefs(format!("mount tracefs at {TRACEFS}: {e}")))
 }
 
 /// The offset of `filename` in the sched_process_exec record, from tracefs's format file.
@@ -264,7 +298,9 @@ fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
         if decl.split_whitespace().last()? != field {
             return None;
         }
-        let offset = line.split(';').find_map(|part| part.trim().strip_prefix("offset:"))?;
+        let offset = line
+            .split(';')
+            .find_map(|part| part.trim().strip_prefix("offset:"))?;
         offset.trim().parse().ok()
     })
 }
@@ -289,12 +325,24 @@ mod tests {
 
     #[test]
     fn destination_keys_hold_addresses_in_network_order() {
-        let d = Destination { addr: "127.0.0.1".parse().unwrap(), port: 8080, proto: 6 };
-        let DestKey::V4(k) = d.key(7) else { panic!("v4 key expected") };
+        let d = Destination {
+            addr: "127.0.0.1".parse().unwrap(),
+            port: 8080,
+            proto: 6,
+        };
+        let DestKey::V4(k) = d.key(7) else {
+            panic!("v4 key expected")
+        };
         assert_eq!(k.addr.to_ne_bytes(), [127, 0, 0, 1]);
         assert_eq!((k.cgroup_id, k.port, k.proto), (7, 8080, 6));
-        let d = Destination { addr: "::1".parse().unwrap(), port: 1, proto: 17 };
-        let DestKey::V6(k) = d.key(7) else { panic!("v6 key expected") };
+        let d = Destination {
+            addr: "::1".parse().unwrap(),
+            port: 1,
+            proto: 17,
+        };
+        let DestKey::V6(k) = d.key(7) else {
+            panic!("v6 key expected")
+        };
         assert_eq!(k.addr[3].to_ne_bytes(), [0, 0, 0, 1]);
     }
 }

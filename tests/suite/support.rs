@@ -25,7 +25,11 @@ pub fn bin(name: &str) -> PathBuf {
     // target/<profile>/deps/all-HASH -> target/<profile>/<name>
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let path = dir.join(name);
-    assert!(path.exists(), "{} is not built; run `cargo xtask test`", path.display());
+    assert!(
+        path.exists(),
+        "{} is not built; run `cargo xtask test`",
+        path.display()
+    );
     path
 }
 
@@ -33,5 +37,9 @@ pub fn bin(name: &str) -> PathBuf {
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -35,7 +35,11 @@ pub(crate) struct ArgSpec {
 pub(crate) enum ArgValue {
     Str(String),
     Path(PathBuf),
-    Url { raw: String, host: String, port: u16 },
+    Url {
+        raw: String,
+        host: String,
+        port: u16,
+    },
     Int(i64),
     Bool(bool),
 }
@@ -59,7 +63,10 @@ pub(crate) struct ArgError {
 }
 
 fn fail(arg: &str, reason: impl Into<String>) -> ArgError {
-    ArgError { arg: arg.to_string(), reason: reason.into() }
+    ArgError {
+        arg: arg.to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// True when any string inside `v` holds a NUL: it would truncate a C string somewhere below.
@@ -88,9 +95,10 @@ pub(crate) fn check(
     specs
         .iter()
         .map(|spec| match args.get(&spec.name) {
-            None | Some(Json::Null) if spec.required => {
-                Err(fail(&spec.name, format!("missing required argument '{}'", spec.name)))
-            }
+            None | Some(Json::Null) if spec.required => Err(fail(
+                &spec.name,
+                format!("missing required argument '{}'", spec.name),
+            )),
             None | Some(Json::Null) => Ok(None),
             Some(v) => spec.check(v).map(Some),
         })
@@ -100,7 +108,12 @@ pub(crate) fn check(
 impl ArgSpec {
     fn check(&self, v: &Json) -> Result<ArgValue, ArgError> {
         let n = &self.name;
-        let wrong = || fail(n, format!("argument '{n}' must be of type {}", self.ty.name()));
+        let wrong = || {
+            fail(
+                n,
+                format!("argument '{n}' must be of type {}", self.ty.name()),
+            )
+        };
         match self.ty {
             ArgType::Integer => {
                 let x = v.as_i64().ok_or_else(wrong)?;
@@ -116,10 +129,16 @@ impl ArgSpec {
                     return Err(fail(n, format!("argument '{n}' is longer than max_len")));
                 }
                 if !self.values.is_empty() && !self.values.iter().any(|x| x == s) {
-                    return Err(fail(n, format!("argument '{n}' is not one of the allowed values")));
+                    return Err(fail(
+                        n,
+                        format!("argument '{n}' is not one of the allowed values"),
+                    ));
                 }
                 if self.pattern.as_ref().is_some_and(|p| !p.is_match(s)) {
-                    return Err(fail(n, format!("argument '{n}' does not match its pattern")));
+                    return Err(fail(
+                        n,
+                        format!("argument '{n}' does not match its pattern"),
+                    ));
                 }
                 match self.ty {
                     ArgType::Path => self.check_path(s).map(ArgValue::Path),
@@ -141,32 +160,56 @@ impl ArgSpec {
         } else if let Some(base) = &self.base {
             normalize(&base.join(p))
         } else {
-            return Err(fail(n, format!("argument '{n}' is a relative path and has no base")));
+            return Err(fail(
+                n,
+                format!("argument '{n}' is a relative path and has no base"),
+            ));
         };
         let resolved = resolve(&abs);
         if !self.within.is_empty() && !self.within.iter().any(|root| resolved.starts_with(root)) {
-            return Err(fail(n, format!("argument '{n}' resolves outside the allowed directories")));
+            return Err(fail(
+                n,
+                format!("argument '{n}' resolves outside the allowed directories"),
+            ));
         }
         Ok(resolved)
     }
 
     fn check_url(&self, s: &str) -> Result<ArgValue, ArgError> {
         let n = &self.name;
-        let u = parse_url(s).map_err(|why| fail(n, format!("argument '{n}' is not an acceptable url: {why}")))?;
+        let u = parse_url(s)
+            .map_err(|why| fail(n, format!("argument '{n}' is not an acceptable url: {why}")))?;
         if !self.schemes.is_empty() && !self.schemes.iter().any(|x| *x == u.scheme) {
-            return Err(fail(n, format!("argument '{n}' uses scheme '{}', which is not allowed", u.scheme)));
+            return Err(fail(
+                n,
+                format!(
+                    "argument '{n}' uses scheme '{}', which is not allowed",
+                    u.scheme
+                ),
+            ));
         }
         if !self.hosts.is_empty() && !self.hosts.iter().any(|h| host_matches(h, &u.host)) {
-            return Err(fail(n, format!("argument '{n}' names a host that is not allowed")));
+            return Err(fail(
+                n,
+                format!("argument '{n}' names a host that is not allowed"),
+            ));
         }
-        Ok(ArgValue::Url { raw: s.to_string(), host: u.host, port: u.port })
+        Ok(ArgValue::Url {
+            raw: s.to_string(),
+            host: u.host,
+            port: u.port,
+        })
     }
 }
 
 /// `*.example.com` matches `a.example.com` and `a.b.example.com`, not `example.com`.
 pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix("*.") {
-        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(suffix) && host.as_bytes()[host.len() - suffix.len() - 1] == b'.',
+        Some(suffix) => {
+            host.len() > suffix.len() + 1
+                && host.ends_with(suffix)
+                && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
+        }
         None => pattern == host,
     }
 }
@@ -199,7 +242,10 @@ pub(crate) fn resolve(p: &Path) -> PathBuf {
             }
             return out;
         }
-        match (prefix.file_name().map(|f| f.to_os_string()), prefix.parent()) {
+        match (
+            prefix.file_name().map(|f| f.to_os_string()),
+            prefix.parent(),
+        ) {
             (Some(name), Some(parent)) => {
                 tail.push(name);
                 prefix = parent.to_path_buf();
@@ -225,7 +271,11 @@ pub(crate) fn parse_url(s: &str) -> Result<Url, &'static str> {
         return Err("contains whitespace, control characters or backslashes");
     }
     let (scheme, rest) = s.split_once("://").ok_or("no scheme")?;
-    if scheme.is_empty() || !scheme.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'+' || c == b'-' || c == b'.') {
+    if scheme.is_empty()
+        || !scheme.bytes().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'+' || c == b'-' || c == b'.'
+        })
+    {
         return Err("bad scheme");
     }
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -235,27 +285,40 @@ pub(crate) fn parse_url(s: &str) -> Result<Url, &'static str> {
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, after) = v6.split_once(']').ok_or("unclosed [")?;
-        h.parse::<std::net::Ipv6Addr>().map_err(|_| "bad IPv6 literal")?;
+        h.parse::<std::net::Ipv6Addr>()
+            .map_err(|_| "bad IPv6 literal")?;
         (h.to_string(), after.strip_prefix(':'))
     } else {
         let (h, p) = match authority.rsplit_once(':') {
             Some((h, p)) => (h, Some(p)),
             None => (authority, None),
         };
-        if h.is_empty() || !h.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.') {
+        if h.is_empty()
+            || !h
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
+        {
             return Err("bad host");
         }
         (h.trim_end_matches('.').to_ascii_lowercase(), p)
     };
     let port = match port {
-        Some(p) => p.parse::<u16>().ok().filter(|&p| p != 0).ok_or("bad port")?,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or("bad port")?,
         None => match scheme {
             "https" => 443,
             "http" => 80,
             _ => return Err("no default port for this scheme; give one"),
         },
     };
-    Ok(Url { scheme: scheme.to_string(), host, port })
+    Ok(Url {
+        scheme: scheme.to_string(),
+        host,
+        port,
+    })
 }
 
 #[cfg(test)]
@@ -281,7 +344,14 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(parse_url("https://Example.com/x").unwrap(), Url { scheme: "https".into(), host: "example.com".into(), port: 443 });
+        assert_eq!(
+            parse_url("https://Example.com/x").unwrap(),
+            Url {
+                scheme: "https".into(),
+                host: "example.com".into(),
+                port: 443
+            }
+        );
         assert_eq!(parse_url("http://[::1]:8080").unwrap().port, 8080);
         assert!(parse_url("https://allowed.com@evil.com/").is_err());
         assert!(parse_url("https://evil.com\\@allowed.com").is_err());
@@ -307,9 +377,15 @@ mod tests {
         let mut s = spec(ArgType::Path);
         s.within = vec![inside.clone()];
         s.base = Some(inside.clone());
-        assert_eq!(s.check(&Json::from("new/file.txt")).unwrap(), ArgValue::Path(inside.join("new/file.txt")));
+        assert_eq!(
+            s.check(&Json::from("new/file.txt")).unwrap(),
+            ArgValue::Path(inside.join("new/file.txt"))
+        );
         assert!(s.check(&Json::from("../secret/x")).is_err());
-        assert!(s.check(&Json::from("escape/x")).is_err(), "symlink out of the root");
+        assert!(
+            s.check(&Json::from("escape/x")).is_err(),
+            "symlink out of the root"
+        );
         assert!(s.check(&Json::from("/etc/passwd")).is_err());
         s.base = None;
         assert!(s.check(&Json::from("relative")).is_err());

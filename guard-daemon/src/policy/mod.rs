@@ -21,15 +21,15 @@ use std::{
 
 use serde_json::Value as Json;
 
-pub use self::{
-    parse::{ArgType, Principal},
-    source::{PolicyError, PolicyErrors},
-};
 use self::{
     args::{ArgSpec, ArgValue},
     rules::{Rule, Subject},
     source::{Diag, Sources},
     template::Elem,
+};
+pub use self::{
+    parse::{ArgType, Principal},
+    source::{PolicyError, PolicyErrors},
 };
 use crate::{
     decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
@@ -136,14 +136,18 @@ impl Policy {
     pub fn load(path: &Path) -> Result<Policy, PolicyErrors> {
         let mut files = Vec::new();
         if path.is_dir() {
-            let entries = std::fs::read_dir(path).map_err(|e| PolicyErrors(vec![PolicyError::file(path.to_path_buf(), e)]))?;
+            let entries = std::fs::read_dir(path)
+                .map_err(|e| PolicyErrors(vec![PolicyError::file(path.to_path_buf(), e)]))?;
             let mut names: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
                 .collect();
             names.sort();
             if names.is_empty() {
-                return Err(PolicyErrors(vec![PolicyError::file(path.to_path_buf(), "no *.toml policy files in this directory")]));
+                return Err(PolicyErrors(vec![PolicyError::file(
+                    path.to_path_buf(),
+                    "no *.toml policy files in this directory",
+                )]));
             }
             files = names;
         } else {
@@ -193,7 +197,10 @@ impl Policy {
         }
         Detector::warm_up();
         for (tool, ex) in examples {
-            let v = policy.decide(&Intent { tool: tool.clone(), args: ex.args });
+            let v = policy.decide(&Intent {
+                tool: tool.clone(),
+                args: ex.args,
+            });
             if v.row.decision != ex.expect.v {
                 d.err(
                     &ex.at,
@@ -205,7 +212,11 @@ impl Policy {
                 );
             }
         }
-        if d.errors.is_empty() { Ok(policy) } else { Err(PolicyErrors(d.errors)) }
+        if d.errors.is_empty() {
+            Ok(policy)
+        } else {
+            Err(PolicyErrors(d.errors))
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -265,7 +276,11 @@ impl Policy {
             stage: Some(stage),
             ..Default::default()
         };
-        let verdict = |row: DecisionRow| Verdict { row, plan: None, redacted_args: redacted_args.clone() };
+        let verdict = |row: DecisionRow| Verdict {
+            row,
+            plan: None,
+            redacted_args: redacted_args.clone(),
+        };
 
         // 2. ceiling
         let s = &self.settings;
@@ -273,7 +288,10 @@ impl Policy {
             return verdict(row(
                 "tool_call_inspector",
                 Decision::Block,
-                format!("tool '{name}' tier {} exceeds max_allowed_tier {}", tool.tier, s.max_allowed_tier),
+                format!(
+                    "tool '{name}' tier {} exceeds max_allowed_tier {}",
+                    tool.tier, s.max_allowed_tier
+                ),
                 meta(Stage::Ceiling),
             ));
         }
@@ -292,7 +310,12 @@ impl Policy {
             Err(e) => {
                 let mut m = meta(Stage::Arguments);
                 m.arg = Some(e.arg);
-                return verdict(row("argument_validator", Decision::Block, format!("tool '{name}': {}", e.reason), m));
+                return verdict(row(
+                    "argument_validator",
+                    Decision::Block,
+                    format!("tool '{name}': {}", e.reason),
+                    m,
+                ));
             }
         };
 
@@ -302,9 +325,16 @@ impl Policy {
                 .args
                 .iter()
                 .zip(&vals)
-                .filter_map(|(spec, v)| v.as_ref().map(|v| Subject { arg: &spec.name, text: v.text() }))
+                .filter_map(|(spec, v)| {
+                    v.as_ref().map(|v| Subject {
+                        arg: &spec.name,
+                        text: v.text(),
+                    })
+                })
                 .collect();
-            if let Some(v) = self.apply_rules(tool.rules.iter().copied(), &subjects, || meta(Stage::Rules)) {
+            if let Some(v) =
+                self.apply_rules(tool.rules.iter().copied(), &subjects, || meta(Stage::Rules))
+            {
                 return verdict(v);
             }
         }
@@ -314,7 +344,10 @@ impl Policy {
             return verdict(row(
                 "tool_call_inspector",
                 Decision::Escalate,
-                format!("tool '{name}' is irreversible ({}); requires human approval", tool.tier),
+                format!(
+                    "tool '{name}' is irreversible ({}); requires human approval",
+                    tool.tier
+                ),
                 meta(Stage::Escalation),
             ));
         }
@@ -322,7 +355,12 @@ impl Policy {
         // 6. allow
         let plan = tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals));
         Verdict {
-            row: row("tool_call_inspector", Decision::Allow, format!("tool '{name}' allowed ({})", tool.tier), meta(Stage::Allow)),
+            row: row(
+                "tool_call_inspector",
+                Decision::Allow,
+                format!("tool '{name}' allowed ({})", tool.tier),
+                meta(Stage::Allow),
+            ),
             plan,
             redacted_args,
         }
@@ -330,22 +368,53 @@ impl Policy {
 
     fn decide_unregistered(&self, intent: &Intent) -> Verdict {
         let name = intent.tool.as_str();
-        let applying: Vec<usize> = (0..self.rules.len()).filter(|&i| self.rules[i].applies_to(name)).collect();
-        let set = applying.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| acc.union(self.rules[i].detect));
+        let applying: Vec<usize> = (0..self.rules.len())
+            .filter(|&i| self.rules[i].applies_to(name))
+            .collect();
+        let set = applying.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
+            acc.union(self.rules[i].detect)
+        });
         let redacted_args = redact(&intent.args, set);
-        let meta = |stage| RowMetadata { tool: Some(name.to_string()), stage: Some(stage), ..Default::default() };
-        let verdict = |row| Verdict { row, plan: None, redacted_args: redacted_args.clone() };
+        let meta = |stage| RowMetadata {
+            tool: Some(name.to_string()),
+            stage: Some(stage),
+            ..Default::default()
+        };
+        let verdict = |row| Verdict {
+            row,
+            plan: None,
+            redacted_args: redacted_args.clone(),
+        };
         if !self.settings.allow_unregistered {
-            return verdict(row("tool_call_inspector", Decision::Block, format!("tool '{name}' not in registry"), meta(Stage::Registry)));
+            return verdict(row(
+                "tool_call_inspector",
+                Decision::Block,
+                format!("tool '{name}' not in registry"),
+                meta(Stage::Registry),
+            ));
         }
-        if let Some((k, _)) = intent.args.iter().find(|(k, v)| k.contains('\0') || args::has_nul(v)) {
+        if let Some((k, _)) = intent
+            .args
+            .iter()
+            .find(|(k, v)| k.contains('\0') || args::has_nul(v))
+        {
             let mut m = meta(Stage::Arguments);
             m.arg = Some(k.clone());
-            return verdict(row("argument_validator", Decision::Block, format!("tool '{name}': argument contains a NUL byte"), m));
+            return verdict(row(
+                "argument_validator",
+                Decision::Block,
+                format!("tool '{name}': argument contains a NUL byte"),
+                m,
+            ));
         }
         let mut subjects = Vec::new();
         for (k, v) in &intent.args {
-            strings(v, &mut |s| subjects.push(Subject { arg: k, text: Cow::Borrowed(s) }));
+            strings(v, &mut |s| {
+                subjects.push(Subject {
+                    arg: k,
+                    text: Cow::Borrowed(s),
+                })
+            });
         }
         if let Some(v) = self.apply_rules(applying.into_iter(), &subjects, || meta(Stage::Rules)) {
             return verdict(v);
@@ -383,19 +452,37 @@ impl Policy {
         let mut m = meta();
         m.rule = Some(r.id.clone());
         m.arg = arg.map(str::to_string);
-        Some(row(&format!("rule:{}", r.id), r.action, r.message.clone(), m))
+        Some(row(
+            &format!("rule:{}", r.id),
+            r.action,
+            r.message.clone(),
+            m,
+        ))
     }
 }
 
 fn row(check: &str, decision: Decision, reason: String, metadata: RowMetadata) -> DecisionRow {
-    DecisionRow { check_name: check.to_string(), decision, reason, metadata }
+    DecisionRow {
+        check_name: check.to_string(),
+        decision,
+        reason,
+        metadata,
+    }
 }
 
 fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchPlan {
-    let paths = |list: &[Elem<PathBuf>]| list.iter().filter_map(|e| template::path(e, vals)).collect();
+    let paths = |list: &[Elem<PathBuf>]| {
+        list.iter()
+            .filter_map(|e| template::path(e, vals))
+            .collect()
+    };
     let mut confinement = tool.confinement.clone();
     confinement.cwd = tool.cwd.as_ref().and_then(|c| template::path(c, vals));
-    confinement.env = tool.env.iter().filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v))).collect();
+    confinement.env = tool
+        .env
+        .iter()
+        .filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v)))
+        .collect();
     LaunchPlan {
         tool: tool.name.clone(),
         argv: template::argv(cmd, vals),
@@ -403,7 +490,11 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchP
             read: paths(&tool.read),
             write: paths(&tool.write),
             exec: paths(&tool.exec),
-            connect: tool.connect.iter().filter_map(|e| template::endpoint(e, vals)).collect(),
+            connect: tool
+                .connect
+                .iter()
+                .filter_map(|e| template::endpoint(e, vals))
+                .collect(),
             on_divergence: tool.on_divergence,
         },
         confinement,
@@ -426,12 +517,20 @@ fn redact(args: &serde_json::Map<String, Json>, set: DetectorSet) -> Json {
         match v {
             Json::String(s) => Json::String(redact_str(s, set, hits)),
             Json::Array(a) => Json::Array(a.iter().map(|x| walk(x, set, hits)).collect()),
-            Json::Object(m) => Json::Object(m.iter().map(|(k, x)| (redact_str(k, set, hits), walk(x, set, hits))).collect()),
+            Json::Object(m) => Json::Object(
+                m.iter()
+                    .map(|(k, x)| (redact_str(k, set, hits), walk(x, set, hits)))
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }
     let mut hits = Vec::new();
-    Json::Object(args.iter().map(|(k, v)| (redact_str(k, set, &mut hits), walk(v, set, &mut hits))).collect())
+    Json::Object(
+        args.iter()
+            .map(|(k, v)| (redact_str(k, set, &mut hits), walk(v, set, &mut hits)))
+            .collect(),
+    )
 }
 
 fn redact_str(s: &str, set: DetectorSet, hits: &mut Vec<Hit>) -> String {

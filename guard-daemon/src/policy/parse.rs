@@ -170,7 +170,10 @@ impl<'a, 'i> Table<'a, 'i> {
     }
 
     fn loc(&self, span: std::ops::Range<usize>) -> Loc {
-        Loc { file: self.file, span }
+        Loc {
+            file: self.file,
+            span,
+        }
     }
 
     fn key(&self, k: &str) -> String {
@@ -179,7 +182,10 @@ impl<'a, 'i> Table<'a, 'i> {
 
     fn take(&mut self, k: &str) -> Option<(String, &'a Spanned<DeValue<'i>>)> {
         let key = self.key(k);
-        let e = self.entries.iter_mut().find(|((key, _), _)| key.get_ref() == k)?;
+        let e = self
+            .entries
+            .iter_mut()
+            .find(|((key, _), _)| key.get_ref() == k)?;
         e.1 = true;
         Some((key, e.0.1))
     }
@@ -196,9 +202,16 @@ impl<'a, 'i> Table<'a, 'i> {
         let (key, v) = self.take(k)?;
         let at = self.loc(v.span());
         match v.get_ref() {
-            DeValue::String(s) => Some(S { v: s.to_string(), at }),
+            DeValue::String(s) => Some(S {
+                v: s.to_string(),
+                at,
+            }),
             other => {
-                d.err(&at, &key, format!("expected a string, found {}", other.type_str()));
+                d.err(
+                    &at,
+                    &key,
+                    format!("expected a string, found {}", other.type_str()),
+                );
                 None
             }
         }
@@ -210,7 +223,11 @@ impl<'a, 'i> Table<'a, 'i> {
         match v.get_ref() {
             DeValue::Boolean(b) => Some(S { v: *b, at }),
             other => {
-                d.err(&at, &key, format!("expected true or false, found {}", other.type_str()));
+                d.err(
+                    &at,
+                    &key,
+                    format!("expected true or false, found {}", other.type_str()),
+                );
                 None
             }
         }
@@ -228,7 +245,11 @@ impl<'a, 'i> Table<'a, 'i> {
                 }
             },
             other => {
-                d.err(&at, &key, format!("expected an integer, found {}", other.type_str()));
+                d.err(
+                    &at,
+                    &key,
+                    format!("expected an integer, found {}", other.type_str()),
+                );
                 None
             }
         }
@@ -240,15 +261,29 @@ impl<'a, 'i> Table<'a, 'i> {
         };
         let at = self.loc(v.span());
         let DeValue::Array(items) = v.get_ref() else {
-            d.err(&at, &key, format!("expected an array of strings, found {}", v.get_ref().type_str()));
+            d.err(
+                &at,
+                &key,
+                format!(
+                    "expected an array of strings, found {}",
+                    v.get_ref().type_str()
+                ),
+            );
             return Vec::new();
         };
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let at = self.loc(item.span());
             match item.get_ref() {
-                DeValue::String(s) => out.push(S { v: s.to_string(), at }),
-                other => d.err(&at, &format!("{key}[{i}]"), format!("expected a string, found {}", other.type_str())),
+                DeValue::String(s) => out.push(S {
+                    v: s.to_string(),
+                    at,
+                }),
+                other => d.err(
+                    &at,
+                    &format!("{key}[{i}]"),
+                    format!("expected a string, found {}", other.type_str()),
+                ),
             }
         }
         out
@@ -260,7 +295,11 @@ impl<'a, 'i> Table<'a, 'i> {
         match RiskTier::from_name(&s.v) {
             Some(t) => Some(S { v: t, at: s.at }),
             None => {
-                d.err(&s.at, &key, format!("unknown tier '{}' (low | medium | high | critical)", s.v));
+                d.err(
+                    &s.at,
+                    &key,
+                    format!("unknown tier '{}' (low | medium | high | critical)", s.v),
+                );
                 None
             }
         }
@@ -284,9 +323,19 @@ impl<'a, 'i> Table<'a, 'i> {
                     Ok(id) => out.push(Principal::Id(id)),
                     Err(_) => d.err(&at, &key, "id out of range (0 to 4294967295)"),
                 },
-                DeValue::String(s) if valid_account_name(s) => out.push(Principal::Name(s.to_string())),
-                DeValue::String(s) => d.err(&at, &key, format!("'{s}' is not a valid user or group name")),
-                other => d.err(&at, &key, format!("expected an id or a name, found {}", other.type_str())),
+                DeValue::String(s) if valid_account_name(s) => {
+                    out.push(Principal::Name(s.to_string()))
+                }
+                DeValue::String(s) => d.err(
+                    &at,
+                    &key,
+                    format!("'{s}' is not a valid user or group name"),
+                ),
+                other => d.err(
+                    &at,
+                    &key,
+                    format!("expected an id or a name, found {}", other.type_str()),
+                ),
             }
         }
         out
@@ -299,7 +348,11 @@ impl<'a, 'i> Table<'a, 'i> {
         match v.get_ref() {
             DeValue::Table(t) => Some(Table::new(self.file, key, t, v.span())),
             other => {
-                d.err(&at, &key, format!("expected a table, found {}", other.type_str()));
+                d.err(
+                    &at,
+                    &key,
+                    format!("expected a table, found {}", other.type_str()),
+                );
                 None
             }
         }
@@ -307,7 +360,11 @@ impl<'a, 'i> Table<'a, 'i> {
 }
 
 fn join(path: &str, k: &str) -> String {
-    if path.is_empty() { k.to_string() } else { format!("{path}.{k}") }
+    if path.is_empty() {
+        k.to_string()
+    } else {
+        format!("{path}.{k}")
+    }
 }
 
 /// POSIX-portable user and group names (what `useradd` accepts by default).
@@ -317,7 +374,11 @@ pub(crate) fn valid_account_name(s: &str) -> bool {
         && b.len() <= 32
         && (b[0].is_ascii_lowercase() || b[0] == b'_')
         && b.iter().enumerate().all(|(i, &c)| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-' || (c == b'$' && i == b.len() - 1)
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || c == b'_'
+                || c == b'-'
+                || (c == b'$' && i == b.len() - 1)
         })
 }
 
@@ -327,7 +388,10 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
     let root = match DeTable::parse(text) {
         Ok(t) => t,
         Err(e) => {
-            let at = Loc { file, span: e.span().unwrap_or(0..0) };
+            let at = Loc {
+                file,
+                span: e.span().unwrap_or(0..0),
+            };
             d.err(&at, "", e.message().trim());
             return RawDoc::default();
         }
@@ -342,22 +406,35 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
         for ((name, v), used) in tools.entries.iter_mut() {
             *used = true;
             let key = join(&path, name.get_ref());
-            let name_at = Loc { file, span: name.span() };
+            let name_at = Loc {
+                file,
+                span: name.span(),
+            };
             match v.get_ref() {
                 DeValue::Table(t) => {
-                    let name = S { v: name.get_ref().to_string(), at: name_at };
+                    let name = S {
+                        v: name.get_ref().to_string(),
+                        at: name_at,
+                    };
                     let t = Table::new(file, key, t, v.span());
                     if let Some(tool) = tool(d, name, t) {
                         doc.tools.push(tool);
                     }
                 }
-                other => d.err(&name_at, &key, format!("expected a table, found {}", other.type_str())),
+                other => d.err(
+                    &name_at,
+                    &key,
+                    format!("expected a table, found {}", other.type_str()),
+                ),
             }
         }
         tools.finish(d);
     }
     if let Some((key, v)) = top.take("rules") {
-        let at = Loc { file, span: v.span() };
+        let at = Loc {
+            file,
+            span: v.span(),
+        };
         match v.get_ref() {
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
@@ -369,11 +446,19 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
                                 doc.rules.push(r);
                             }
                         }
-                        other => d.err(&at, &key, format!("expected a table, found {}", other.type_str())),
+                        other => d.err(
+                            &at,
+                            &key,
+                            format!("expected a table, found {}", other.type_str()),
+                        ),
                     }
                 }
             }
-            other => d.err(&at, &key, format!("expected [[rules]], found {}", other.type_str())),
+            other => d.err(
+                &at,
+                &key,
+                format!("expected [[rules]], found {}", other.type_str()),
+            ),
         }
     }
     top.finish(d);
@@ -405,7 +490,11 @@ fn account(d: &mut Diag, t: &mut Table, k: &str) -> Option<String> {
     if valid_account_name(&s.v) {
         Some(s.v)
     } else {
-        d.err(&s.at, &key, format!("'{}' is not a valid user or group name", s.v));
+        d.err(
+            &s.at,
+            &key,
+            format!("'{}' is not a valid user or group name", s.v),
+        );
         None
     }
 }
@@ -434,15 +523,25 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         for ((k, v), used) in at.entries.iter_mut() {
             *used = true;
             let key = join(&path, k.get_ref());
-            let kat = Loc { file: at.file, span: k.span() };
+            let kat = Loc {
+                file: at.file,
+                span: k.span(),
+            };
             match v.get_ref() {
                 DeValue::Table(tab) => {
-                    let name = S { v: k.get_ref().to_string(), at: kat };
+                    let name = S {
+                        v: k.get_ref().to_string(),
+                        at: kat,
+                    };
                     if let Some(a) = arg(d, name, Table::new(at.file, key, tab, v.span())) {
                         args.push(a);
                     }
                 }
-                other => d.err(&kat, &key, format!("expected a table, found {}", other.type_str())),
+                other => d.err(
+                    &kat,
+                    &key,
+                    format!("expected a table, found {}", other.type_str()),
+                ),
             }
         }
         at.finish(d);
@@ -458,7 +557,11 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
             match s.v.as_str() {
                 "kill" => effects.on_divergence = OnDivergence::Kill,
                 "deny" => effects.on_divergence = OnDivergence::Deny,
-                other => d.err(&s.at, &key, format!("unknown on_divergence '{other}' (kill | deny)")),
+                other => d.err(
+                    &s.at,
+                    &key,
+                    format!("unknown on_divergence '{other}' (kill | deny)"),
+                ),
             }
         }
         e.finish(d);
@@ -472,13 +575,21 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
             match v.get_ref() {
                 DeValue::String(s) => match parse_size(s) {
                     Some(n) => memory = Some(n),
-                    None => d.err(&at, &key, format!("bad size '{s}' (bytes, or a number with K, M or G)")),
+                    None => d.err(
+                        &at,
+                        &key,
+                        format!("bad size '{s}' (bytes, or a number with K, M or G)"),
+                    ),
                 },
                 DeValue::Integer(i) => match u64::from_str_radix(i.as_str(), i.radix()) {
                     Ok(n) if n > 0 => memory = Some(n),
                     _ => d.err(&at, &key, "bad size (a positive number of bytes)"),
                 },
-                other => d.err(&at, &key, format!("expected a size, found {}", other.type_str())),
+                other => d.err(
+                    &at,
+                    &key,
+                    format!("expected a size, found {}", other.type_str()),
+                ),
             }
         }
         pids = l.int(d, "pids");
@@ -492,13 +603,29 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         for ((k, v), used) in e.entries.iter_mut() {
             *used = true;
             let key = join(&path, k.get_ref());
-            let at = Loc { file: e.file, span: v.span() };
+            let at = Loc {
+                file: e.file,
+                span: v.span(),
+            };
             match v.get_ref() {
                 DeValue::String(s) => env.push((
-                    S { v: k.get_ref().to_string(), at: Loc { file: e.file, span: k.span() } },
-                    S { v: s.to_string(), at },
+                    S {
+                        v: k.get_ref().to_string(),
+                        at: Loc {
+                            file: e.file,
+                            span: k.span(),
+                        },
+                    },
+                    S {
+                        v: s.to_string(),
+                        at,
+                    },
                 )),
-                other => d.err(&at, &key, format!("expected a string, found {}", other.type_str())),
+                other => d.err(
+                    &at,
+                    &key,
+                    format!("expected a string, found {}", other.type_str()),
+                ),
             }
         }
         e.finish(d);
@@ -514,15 +641,25 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
                     let at = t.loc(item.span());
                     match item.get_ref() {
                         DeValue::Table(tab) => {
-                            if let Some(ex) = example(d, i, Table::new(t.file, key, tab, item.span())) {
+                            if let Some(ex) =
+                                example(d, i, Table::new(t.file, key, tab, item.span()))
+                            {
                                 examples.push(ex);
                             }
                         }
-                        other => d.err(&at, &key, format!("expected a table, found {}", other.type_str())),
+                        other => d.err(
+                            &at,
+                            &key,
+                            format!("expected a table, found {}", other.type_str()),
+                        ),
                     }
                 }
             }
-            other => d.err(&at, &key, format!("expected [[examples]], found {}", other.type_str())),
+            other => d.err(
+                &at,
+                &key,
+                format!("expected [[examples]], found {}", other.type_str()),
+            ),
         }
     }
     t.finish(d);
@@ -553,7 +690,14 @@ fn arg(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawArg> {
         Some(s) => match ArgType::from_name(&s.v) {
             Some(ty) => Some(S { v: ty, at: s.at }),
             None => {
-                d.err(&s.at, &key, format!("unknown type '{}' (string | path | url | integer | boolean | enum)", s.v));
+                d.err(
+                    &s.at,
+                    &key,
+                    format!(
+                        "unknown type '{}' (string | path | url | integer | boolean | enum)",
+                        s.v
+                    ),
+                );
                 None
             }
         },
@@ -598,7 +742,14 @@ fn example(d: &mut Diag, index: usize, mut t: Table) -> Option<RawExample> {
         Some(s) => match Decision::from_name(&s.v) {
             Some(x) => Some(S { v: x, at: s.at }),
             None => {
-                d.err(&s.at, &key, format!("unknown decision '{}' (allow | escalate | quarantine | block)", s.v));
+                d.err(
+                    &s.at,
+                    &key,
+                    format!(
+                        "unknown decision '{}' (allow | escalate | quarantine | block)",
+                        s.v
+                    ),
+                );
                 None
             }
         },
@@ -609,7 +760,12 @@ fn example(d: &mut Diag, index: usize, mut t: Table) -> Option<RawExample> {
     };
     let _ = t.str(d, "name");
     t.finish(d);
-    Some(RawExample { at, index, args, expect: expect? })
+    Some(RawExample {
+        at,
+        index,
+        args,
+        expect: expect?,
+    })
 }
 
 fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
@@ -620,7 +776,11 @@ fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
     }
     let tools = t.strs(d, "tools");
     if tools.is_empty() {
-        d.err(&at, &t.key("tools"), "a rule must name at least one tool or glob");
+        d.err(
+            &at,
+            &t.key("tools"),
+            "a rule must name at least one tool or glob",
+        );
     }
     let arg = t.str(d, "arg");
     let regex = t.str(d, "regex");
@@ -633,7 +793,11 @@ fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
             Some(x) => Some(S { v: x, at: s.at }),
             None => {
                 let names: Vec<_> = Detector::ALL.iter().map(|d| d.name()).collect();
-                d.err(&s.at, &dkey, format!("unknown detector '{}' ({})", s.v, names.join(" | ")));
+                d.err(
+                    &s.at,
+                    &dkey,
+                    format!("unknown detector '{}' ({})", s.v, names.join(" | ")),
+                );
                 None
             }
         })
@@ -643,7 +807,11 @@ fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
         Some(s) => match Decision::from_name(&s.v) {
             Some(a) if a != Decision::Allow => Some(S { v: a, at: s.at }),
             _ => {
-                d.err(&s.at, &akey, format!("unknown action '{}' (block | escalate | quarantine)", s.v));
+                d.err(
+                    &s.at,
+                    &akey,
+                    format!("unknown action '{}' (block | escalate | quarantine)", s.v),
+                );
                 None
             }
         },
@@ -654,7 +822,17 @@ fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
     };
     let message = t.str(d, "message").map(|s| s.v);
     t.finish(d);
-    Some(RawRule { index, id: id?, tools, arg, regex, equals, detect, action: action?, message })
+    Some(RawRule {
+        index,
+        id: id?,
+        tools,
+        arg,
+        regex,
+        equals,
+        detect,
+        action: action?,
+        message,
+    })
 }
 
 /// `256M` → 268435456. K, M, G, T are binary multiples, as cgroup `memory.max` reads them.
@@ -674,12 +852,23 @@ pub(crate) fn parse_size(s: &str) -> Option<u64> {
 fn to_json(v: &DeValue) -> Json {
     match v {
         DeValue::String(s) => Json::String(s.to_string()),
-        DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).map_or(Json::Null, Json::from),
-        DeValue::Float(f) => f.as_str().parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Json::Null, Json::Number),
+        DeValue::Integer(i) => {
+            i64::from_str_radix(i.as_str(), i.radix()).map_or(Json::Null, Json::from)
+        }
+        DeValue::Float(f) => f
+            .as_str()
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or(Json::Null, Json::Number),
         DeValue::Boolean(b) => Json::Bool(*b),
         DeValue::Datetime(dt) => Json::String(dt.to_string()),
         DeValue::Array(a) => Json::Array(a.iter().map(|x| to_json(x.get_ref())).collect()),
-        DeValue::Table(t) => Json::Object(t.iter().map(|(k, v)| (k.get_ref().to_string(), to_json(v.get_ref()))).collect()),
+        DeValue::Table(t) => Json::Object(
+            t.iter()
+                .map(|(k, v)| (k.get_ref().to_string(), to_json(v.get_ref())))
+                .collect(),
+        ),
     }
 }
 

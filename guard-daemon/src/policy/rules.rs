@@ -108,10 +108,24 @@ mod tests {
             action: Decision::Block,
             message: String::new(),
         };
-        let s = |arg: &'static str, t: &'static str| Subject { arg, text: t.into() };
-        assert_eq!(r.matches(&[s("to", "alice@disallowed.com")]), Some(Some("to")));
+        let s = |arg: &'static str, t: &'static str| Subject {
+            arg,
+            text: t.into(),
+        };
+        assert_eq!(
+            r.matches(&[s("to", "alice@disallowed.com")]),
+            Some(Some("to"))
+        );
         assert_eq!(r.matches(&[s("to", "bob@allowed.com")]), None);
-        assert_eq!(r.matches(&[s("body", "alice@disallowed.com")]), None, "other arg");
-        assert_eq!(r.matches(&[s("to", "x@disallowed.com.evil")]), None, "full match");
+        assert_eq!(
+            r.matches(&[s("body", "alice@disallowed.com")]),
+            None,
+            "other arg"
+        );
+        assert_eq!(
+            r.matches(&[s("to", "x@disallowed.com.evil")]),
+            None,
+            "full match"
+        );
     }
 }

@@ -137,7 +137,10 @@ pub(crate) struct Diag<'s> {
 
 impl<'s> Diag<'s> {
     pub fn new(src: &'s Sources) -> Self {
-        Self { src, errors: Vec::new() }
+        Self {
+            src,
+            errors: Vec::new(),
+        }
     }
     pub fn err(&mut self, at: &Loc, key: &str, message: impl fmt::Display) {
         let e = self.src.error(at, key, message);

@@ -57,7 +57,10 @@ pub(crate) fn endpoint(e: &Elem<Endpoint>, vals: &[Option<ArgValue>]) -> Option<
     match e {
         Elem::Lit(ep) => Some(ep.clone()),
         Elem::Arg(i) => match vals.get(*i)? {
-            Some(ArgValue::Url { host, port, .. }) => Some(Endpoint { host: host.clone(), port: *port }),
+            Some(ArgValue::Url { host, port, .. }) => Some(Endpoint {
+                host: host.clone(),
+                port: *port,
+            }),
             _ => None,
         },
     }
@@ -85,10 +88,21 @@ mod tests {
 
     #[test]
     fn argv_templating() {
-        let elems = vec![Elem::Lit("/bin/cat".to_string()), Elem::Lit("--".into()), Elem::Arg(0), Elem::Arg(1)];
+        let elems = vec![
+            Elem::Lit("/bin/cat".to_string()),
+            Elem::Lit("--".into()),
+            Elem::Arg(0),
+            Elem::Arg(1),
+        ];
         let vals = vec![Some(ArgValue::Path("/srv/a b".into())), None];
-        assert_eq!(argv(&elems, &vals), vec![OsString::from("/bin/cat"), "--".into(), "/srv/a b".into()]);
+        assert_eq!(
+            argv(&elems, &vals),
+            vec![OsString::from("/bin/cat"), "--".into(), "/srv/a b".into()]
+        );
         let vals = vec![Some(ArgValue::Int(7)), Some(ArgValue::Bool(true))];
-        assert_eq!(argv(&elems, &vals)[2..], [OsString::from("7"), "true".into()]);
+        assert_eq!(
+            argv(&elems, &vals)[2..],
+            [OsString::from("7"), "true".into()]
+        );
     }
 }

@@ -28,7 +28,12 @@ fn anchored(d: &mut Diag, s: &S<String>, key: &str) -> Option<Regex> {
         Ok(r) => Some(r),
         Err(e) => {
             let msg = e.to_string();
-            let last = msg.lines().last().unwrap_or("invalid regex").trim().to_string();
+            let last = msg
+                .lines()
+                .last()
+                .unwrap_or("invalid regex")
+                .trim()
+                .to_string();
             d.err(&s.at, key, format!("bad regex: {last}"));
             None
         }
@@ -57,7 +62,11 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
                 if let Some(b) = &s.allow_critical {
                     settings.allow_critical = b.v;
                     if b.v && settings.max_allowed_tier < RiskTier::Critical {
-                        d.err(&b.at, "settings.allow_critical", "has no effect unless max_allowed_tier = \"critical\"");
+                        d.err(
+                            &b.at,
+                            "settings.allow_critical",
+                            "has no effect unless max_allowed_tier = \"critical\"",
+                        );
                     }
                 }
                 settings.allow_unregistered = s.allow_unregistered.unwrap_or(false);
@@ -74,7 +83,12 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
             if let Some(first) = raw_tools.iter().find(|x| x.name.v == t.name.v) {
                 let (p, _) = &d.src.files[first.name.at.file];
                 let e = d.src.error(&first.name.at, "", "");
-                let msg = format!("tool '{}' is already defined at {}:{}", t.name.v, p.display(), e.position.map_or(0, |p| p.0));
+                let msg = format!(
+                    "tool '{}' is already defined at {}:{}",
+                    t.name.v,
+                    p.display(),
+                    e.position.map_or(0, |p| p.0)
+                );
                 d.err(&t.name.at, &format!("tools.{}", t.name.v), msg);
             } else {
                 raw_tools.push(t);
@@ -92,13 +106,21 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
     for r in raw_rules {
         let key = |k: &str| format!("rules[{}].{k}", r.index);
         if rules.iter().any(|x| x.id == r.id.v) {
-            d.err(&r.id.at, &key("id"), format!("duplicate rule id '{}'", r.id.v));
+            d.err(
+                &r.id.at,
+                &key("id"),
+                format!("duplicate rule id '{}'", r.id.v),
+            );
         }
         for g in &r.tools {
             let hits: Vec<&Tool> = tools.iter().filter(|t| glob_match(&g.v, &t.name)).collect();
             if hits.is_empty() {
                 let what = if is_glob(&g.v) { "glob" } else { "tool" };
-                d.err(&g.at, &key("tools"), format!("{what} '{}' matches no tool of the policy", g.v));
+                d.err(
+                    &g.at,
+                    &key("tools"),
+                    format!("{what} '{}' matches no tool of the policy", g.v),
+                );
             }
         }
         if let Some(a) = &r.arg {
@@ -107,12 +129,18 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
                 .filter(|t| r.tools.iter().any(|g| glob_match(&g.v, &t.name)))
                 .any(|t| t.args.iter().any(|s| s.name == a.v));
             if !known && !r.tools.is_empty() {
-                d.err(&a.at, &key("arg"), format!("no tool this rule applies to has an argument '{}'", a.v));
+                d.err(
+                    &a.at,
+                    &key("arg"),
+                    format!("no tool this rule applies to has an argument '{}'", a.v),
+                );
             }
         }
         let regex = r.regex.as_ref().and_then(|s| anchored(d, s, &key("regex")));
         let action = r.action.v;
-        let message = r.message.unwrap_or_else(|| format!("rule '{}' matched", r.id.v));
+        let message = r
+            .message
+            .unwrap_or_else(|| format!("rule '{}' matched", r.id.v));
         rules.push(Rule {
             id: r.id.v,
             tools: r.tools.into_iter().map(|g| g.v).collect(),
@@ -126,17 +154,43 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
     }
 
     for t in &mut tools {
-        t.rules = rules.iter().enumerate().filter(|(_, r)| r.applies_to(&t.name)).map(|(i, _)| i).collect();
-        t.redact = t.rules.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| acc.union(rules[i].detect));
+        t.rules = rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.applies_to(&t.name))
+            .map(|(i, _)| i)
+            .collect();
+        t.redact = t.rules.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
+            acc.union(rules[i].detect)
+        });
     }
-    let by_name = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect::<HashMap<_, _>>();
-    Policy { settings, tools, by_name, rules }
+    let by_name = tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), i))
+        .collect::<HashMap<_, _>>();
+    Policy {
+        settings,
+        tools,
+        by_name,
+        rules,
+    }
 }
 
 fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let tk = format!("tools.{}", t.name.v);
-    if t.name.v.is_empty() || !t.name.v.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c)) {
-        d.err(&t.name.at, &tk, "tool names are letters, digits and _ - . :");
+    if t.name.v.is_empty()
+        || !t
+            .name
+            .v
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+    {
+        d.err(
+            &t.name.at,
+            &tk,
+            "tool names are letters, digits and _ - . :",
+        );
     }
     let mut args = Vec::new();
     for a in &t.args {
@@ -152,7 +206,11 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
             Ok(Some(name)) => match args.iter().position(|a: &ArgSpec| a.name == name) {
                 Some(i) => Some(Some(i)),
                 None => {
-                    d.err(&s.at, key, format!("placeholder {{{name}}} names no argument of this tool"));
+                    d.err(
+                        &s.at,
+                        key,
+                        format!("placeholder {{{name}}} names no argument of this tool"),
+                    );
                     None
                 }
             },
@@ -165,12 +223,18 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
             match find(d, s, &key) {
                 Some(Some(ix)) if i == 0 => {
                     let _ = ix;
-                    d.err(&s.at, &key, "command[0] must be a literal absolute path, not a placeholder");
+                    d.err(
+                        &s.at,
+                        &key,
+                        "command[0] must be a literal absolute path, not a placeholder",
+                    );
                 }
                 Some(Some(ix)) => out.push(Elem::Arg(ix)),
-                Some(None) if i == 0 && !s.v.starts_with('/') => {
-                    d.err(&s.at, &key, "command[0] must be an absolute path (no PATH lookup)")
-                }
+                Some(None) if i == 0 && !s.v.starts_with('/') => d.err(
+                    &s.at,
+                    &key,
+                    "command[0] must be an absolute path (no PATH lookup)",
+                ),
                 Some(None) => out.push(Elem::Lit(s.v.clone())),
                 None => {}
             }
@@ -183,9 +247,19 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         for s in list {
             match find(d, s, &key) {
                 Some(Some(i)) if args[i].ty == ArgType::Path => out.push(Elem::Arg(i)),
-                Some(Some(i)) => d.err(&s.at, &key, format!("argument '{}' is not a path", args[i].name)),
-                Some(None) if s.v.starts_with('/') => out.push(Elem::Lit(super::args::normalize(std::path::Path::new(&s.v)))),
-                Some(None) => d.err(&s.at, &key, "must be an absolute path or a {path} placeholder"),
+                Some(Some(i)) => d.err(
+                    &s.at,
+                    &key,
+                    format!("argument '{}' is not a path", args[i].name),
+                ),
+                Some(None) if s.v.starts_with('/') => out.push(Elem::Lit(super::args::normalize(
+                    std::path::Path::new(&s.v),
+                ))),
+                Some(None) => d.err(
+                    &s.at,
+                    &key,
+                    "must be an absolute path or a {path} placeholder",
+                ),
                 None => {}
             }
         }
@@ -203,10 +277,28 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     for s in &t.effects.connect {
         match find(d, s, &ckey) {
             Some(Some(i)) if args[i].ty == ArgType::Url => connect.push(Elem::Arg(i)),
-            Some(Some(i)) => d.err(&s.at, &ckey, format!("argument '{}' is not a url", args[i].name)),
-            Some(None) => match s.v.rsplit_once(':').map(|(h, p)| (h.trim_start_matches('[').trim_end_matches(']'), p.parse::<u16>())) {
-                Some((h, Ok(port))) if !h.is_empty() && port != 0 => connect.push(Elem::Lit(Endpoint { host: h.to_ascii_lowercase(), port })),
-                _ => d.err(&s.at, &ckey, "expected \"host:port\" or a {url} placeholder"),
+            Some(Some(i)) => d.err(
+                &s.at,
+                &ckey,
+                format!("argument '{}' is not a url", args[i].name),
+            ),
+            Some(None) => match s.v.rsplit_once(':').map(|(h, p)| {
+                (
+                    h.trim_start_matches('[').trim_end_matches(']'),
+                    p.parse::<u16>(),
+                )
+            }) {
+                Some((h, Ok(port))) if !h.is_empty() && port != 0 => {
+                    connect.push(Elem::Lit(Endpoint {
+                        host: h.to_ascii_lowercase(),
+                        port,
+                    }))
+                }
+                _ => d.err(
+                    &s.at,
+                    &ckey,
+                    "expected \"host:port\" or a {url} placeholder",
+                ),
             },
             None => {}
         }
@@ -220,7 +312,11 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         if !valid {
             d.err(&k.at, &key, "not a valid environment variable name");
         } else if FORBIDDEN_ENV_PREFIXES.iter().any(|p| k.v.starts_with(p)) {
-            d.err(&k.at, &key, "this variable changes how programs load code; it may not be set");
+            d.err(
+                &k.at,
+                &key,
+                "this variable changes how programs load code; it may not be set",
+            );
         }
         match find(d, v, &key) {
             Some(Some(i)) => env.push((k.v.clone(), Elem::Arg(i))),
@@ -233,14 +329,22 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         if super::parse::valid_account_name(&r.v) {
             conf.run_as = Some(r.v.clone());
         } else {
-            d.err(&r.at, &format!("{tk}.run_as"), format!("'{}' is not a valid user name", r.v));
+            d.err(
+                &r.at,
+                &format!("{tk}.run_as"),
+                format!("'{}' is not a valid user name", r.v),
+            );
         }
     }
     if let Some(s) = &t.timeout {
         if (1..=86_400).contains(&s.v) {
             conf.timeout = Duration::from_secs(s.v as u64);
         } else {
-            d.err(&s.at, &format!("{tk}.timeout"), "timeout is 1 to 86400 seconds");
+            d.err(
+                &s.at,
+                &format!("{tk}.timeout"),
+                "timeout is 1 to 86400 seconds",
+            );
         }
     }
     conf.memory_max = t.memory;
@@ -251,17 +355,33 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
             d.err(&p.at, &format!("{tk}.limits.pids"), "must be positive");
         }
     }
-    for (list, name) in [(&t.syscalls, "syscalls"), (&t.allow_syscalls, "allow_syscalls")] {
+    for (list, name) in [
+        (&t.syscalls, "syscalls"),
+        (&t.allow_syscalls, "allow_syscalls"),
+    ] {
         for s in list.iter() {
-            if s.v.is_empty() || !s.v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-                d.err(&s.at, &format!("{tk}.{name}"), format!("'{}' is not a syscall name", s.v));
+            if s.v.is_empty()
+                || !s
+                    .v
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                d.err(
+                    &s.at,
+                    &format!("{tk}.{name}"),
+                    format!("'{}' is not a syscall name", s.v),
+                );
             }
         }
     }
     conf.syscalls = t.syscalls.iter().map(|s| s.v.clone()).collect();
     conf.allow_syscalls = t.allow_syscalls.iter().map(|s| s.v.clone()).collect();
     if t.command.is_none() && (!t.effects.read.is_empty() || t.cwd.is_some() || !t.env.is_empty()) {
-        d.err(&t.name.at, &tk, "effects, cwd or env given but no command to apply them to");
+        d.err(
+            &t.name.at,
+            &tk,
+            "effects, cwd or env given but no command to apply them to",
+        );
     }
     Tool {
         name: t.name.v.clone(),
@@ -290,26 +410,92 @@ fn arg(d: &mut Diag, tk: &str, a: &super::parse::RawArg) -> ArgSpec {
     let only = |d: &mut Diag, present: bool, at: Option<&Loc>, k: &str, types: &[ArgType]| {
         if present && !types.contains(&ty) {
             let names: Vec<_> = types.iter().map(|t| t.name()).collect();
-            d.err(at.unwrap_or(&a.name.at), &format!("{ak}.{k}"), format!("applies only to {} arguments", names.join(" or ")));
+            d.err(
+                at.unwrap_or(&a.name.at),
+                &format!("{ak}.{k}"),
+                format!("applies only to {} arguments", names.join(" or ")),
+            );
         }
     };
-    only(d, !a.within.is_empty(), a.within.first().map(|s| &s.at), "within", &[ArgType::Path]);
-    only(d, a.base.is_some(), a.base.as_ref().map(|s| &s.at), "base", &[ArgType::Path]);
-    only(d, !a.hosts.is_empty(), a.hosts.first().map(|s| &s.at), "hosts", &[ArgType::Url]);
-    only(d, !a.schemes.is_empty(), a.schemes.first().map(|s| &s.at), "schemes", &[ArgType::Url]);
-    only(d, a.min.is_some(), a.min.as_ref().map(|s| &s.at), "min", &[ArgType::Integer]);
-    only(d, a.max.is_some(), a.max.as_ref().map(|s| &s.at), "max", &[ArgType::Integer]);
+    only(
+        d,
+        !a.within.is_empty(),
+        a.within.first().map(|s| &s.at),
+        "within",
+        &[ArgType::Path],
+    );
+    only(
+        d,
+        a.base.is_some(),
+        a.base.as_ref().map(|s| &s.at),
+        "base",
+        &[ArgType::Path],
+    );
+    only(
+        d,
+        !a.hosts.is_empty(),
+        a.hosts.first().map(|s| &s.at),
+        "hosts",
+        &[ArgType::Url],
+    );
+    only(
+        d,
+        !a.schemes.is_empty(),
+        a.schemes.first().map(|s| &s.at),
+        "schemes",
+        &[ArgType::Url],
+    );
+    only(
+        d,
+        a.min.is_some(),
+        a.min.as_ref().map(|s| &s.at),
+        "min",
+        &[ArgType::Integer],
+    );
+    only(
+        d,
+        a.max.is_some(),
+        a.max.as_ref().map(|s| &s.at),
+        "max",
+        &[ArgType::Integer],
+    );
     let strings = [ArgType::String, ArgType::Path, ArgType::Url, ArgType::Enum];
-    only(d, a.pattern.is_some(), a.pattern.as_ref().map(|s| &s.at), "pattern", &strings);
-    only(d, a.max_len.is_some(), a.max_len.as_ref().map(|s| &s.at), "max_len", &strings);
-    only(d, !a.values.is_empty(), a.values.first().map(|s| &s.at), "values", &[ArgType::Enum, ArgType::String]);
+    only(
+        d,
+        a.pattern.is_some(),
+        a.pattern.as_ref().map(|s| &s.at),
+        "pattern",
+        &strings,
+    );
+    only(
+        d,
+        a.max_len.is_some(),
+        a.max_len.as_ref().map(|s| &s.at),
+        "max_len",
+        &strings,
+    );
+    only(
+        d,
+        !a.values.is_empty(),
+        a.values.first().map(|s| &s.at),
+        "values",
+        &[ArgType::Enum, ArgType::String],
+    );
     if ty == ArgType::Enum && a.values.is_empty() {
-        d.err(&a.ty.at, &format!("{ak}.values"), "an enum argument needs values");
+        d.err(
+            &a.ty.at,
+            &format!("{ak}.values"),
+            "an enum argument needs values",
+        );
     }
     if let (Some(lo), Some(hi)) = (&a.min, &a.max)
         && lo.v > hi.v
     {
-        d.err(&hi.at, &format!("{ak}.max"), "max is below min: no value can pass");
+        d.err(
+            &hi.at,
+            &format!("{ak}.max"),
+            "max is below min: no value can pass",
+        );
     }
     let abs = |d: &mut Diag, s: &S<String>, k: &str| -> Option<PathBuf> {
         if !s.v.starts_with('/') {
@@ -321,12 +507,25 @@ fn arg(d: &mut Diag, tk: &str, a: &super::parse::RawArg) -> ArgSpec {
         // systems) still contains the resolved argument.
         Some(std::fs::canonicalize(&p).unwrap_or(p))
     };
-    let within = a.within.iter().filter_map(|s| abs(d, s, "within")).collect();
+    let within = a
+        .within
+        .iter()
+        .filter_map(|s| abs(d, s, "within"))
+        .collect();
     let base = a.base.as_ref().and_then(|s| abs(d, s, "base"));
     for h in &a.hosts {
         let bare = h.v.strip_prefix("*.").unwrap_or(&h.v);
-        if bare.is_empty() || bare.contains('*') || !bare.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == ':') {
-            d.err(&h.at, &format!("{ak}.hosts"), format!("'{}' is not a lowercase host name or *.domain", h.v));
+        if bare.is_empty()
+            || bare.contains('*')
+            || !bare.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == ':'
+            })
+        {
+            d.err(
+                &h.at,
+                &format!("{ak}.hosts"),
+                format!("'{}' is not a lowercase host name or *.domain", h.v),
+            );
         }
     }
     let max_len = a.max_len.as_ref().and_then(|m| {
@@ -343,7 +542,10 @@ fn arg(d: &mut Diag, tk: &str, a: &super::parse::RawArg) -> ArgSpec {
         required: a.required,
         within,
         base,
-        pattern: a.pattern.as_ref().and_then(|p| anchored(d, p, &format!("{ak}.pattern"))),
+        pattern: a
+            .pattern
+            .as_ref()
+            .and_then(|p| anchored(d, p, &format!("{ak}.pattern"))),
         values: a.values.iter().map(|s| s.v.clone()).collect(),
         max_len,
         hosts: a.hosts.iter().map(|s| s.v.clone()).collect(),

@@ -44,8 +44,15 @@ enum PolicyCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Policy { command: PolicyCommand::Check { path } } => policy::check_policy(&path),
-        Command::Check { policy: p, tool, args, json } => {
+        Command::Policy {
+            command: PolicyCommand::Check { path },
+        } => policy::check_policy(&path),
+        Command::Check {
+            policy: p,
+            tool,
+            args,
+            json,
+        } => {
             let p = p.unwrap_or_else(policy::default_policy_path);
             match policy::check_call(&p, &tool, args.as_deref(), json) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -10,14 +10,23 @@ use guard::{intent::Intent, policy::Policy};
 /// `/etc/guard/policy.toml` if it exists, else the directory `/etc/guard/policies/`.
 pub fn default_policy_path() -> PathBuf {
     let file = Path::new("/etc/guard/policy.toml");
-    if file.exists() { file.to_path_buf() } else { PathBuf::from("/etc/guard/policies/") }
+    if file.exists() {
+        file.to_path_buf()
+    } else {
+        PathBuf::from("/etc/guard/policies/")
+    }
 }
 
 /// Prints every error at once; exit 0 when valid, 1 when not.
 pub fn check_policy(path: &Path) -> ExitCode {
     match Policy::load(path) {
         Ok(p) => {
-            println!("{}: valid: {} tools, {} rules", path.display(), p.tools().count(), p.rule_count());
+            println!(
+                "{}: valid: {} tools, {} rules",
+                path.display(),
+                p.tools().count(),
+                p.rule_count()
+            );
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -32,7 +41,9 @@ pub fn check_policy(path: &Path) -> ExitCode {
 
 /// Decides one call; exit 0 whatever the decision, errors are the only failures.
 pub fn check_call(policy: &Path, tool: &str, args: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let policy = Policy::load(policy).map_err(|e| anyhow::anyhow!("{e}")).context("invalid policy")?;
+    let policy = Policy::load(policy)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("invalid policy")?;
     let args = match args {
         None => serde_json::Map::new(),
         Some(text) => match serde_json::from_str(text).context("--args is not JSON")? {
@@ -48,7 +59,12 @@ pub fn check_call(policy: &Path, tool: &str, args: Option<&str>, json: bool) -> 
         }
         println!("{out}");
     } else {
-        println!("{:<10} {}  {}", verdict.row.decision.as_str(), verdict.row.check_name, verdict.row.reason);
+        println!(
+            "{:<10} {}  {}",
+            verdict.row.decision.as_str(),
+            verdict.row.check_name,
+            verdict.row.reason
+        );
     }
     Ok(())
 }
