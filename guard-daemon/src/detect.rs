@@ -301,7 +301,7 @@ fn luhn(s: &str) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// ISO 13616: move the first four characters to the end, letters to 10..35, the number mod 97
@@ -454,12 +454,9 @@ mod tests {
     #[test]
     fn github_tokens() {
         let t = format!("ghp_{}", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8");
-        assert_eq!(
-            finds(Detector::GithubToken, &format!("token {t} end")),
-            [t.clone()]
-        );
+        assert_eq!(finds(Detector::GithubToken, &format!("token {t} end")), [t]);
         let pat = format!("github_pat_{}_{}", "A".repeat(22), "b".repeat(59));
-        assert_eq!(finds(Detector::GithubToken, &pat), [pat.clone()]);
+        assert_eq!(finds(Detector::GithubToken, &pat), [pat.as_str()]);
         assert!(finds(Detector::GithubToken, "ghp_tooshort123").is_empty());
         assert!(finds(Detector::GithubToken, &format!("ghx_{}", "a".repeat(36))).is_empty());
     }

@@ -179,7 +179,7 @@ impl ArgSpec {
         let n = &self.name;
         let u = parse_url(s)
             .map_err(|why| fail(n, format!("argument '{n}' is not an acceptable url: {why}")))?;
-        if !self.schemes.is_empty() && !self.schemes.iter().any(|x| *x == u.scheme) {
+        if !self.schemes.is_empty() && !self.schemes.contains(&u.scheme) {
             return Err(fail(
                 n,
                 format!(
