@@ -1,4 +1,5 @@
 mod support;
 
 mod ebpf;
+mod policy;
 mod sandbox;

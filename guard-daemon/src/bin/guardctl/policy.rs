@@ -1,0 +1,70 @@
+//! `guardctl policy check` and `guardctl check`: validate a policy, decide a call without
+//! running it.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use guard::{intent::Intent, policy::Policy};
+
+/// `/etc/guard/policy.toml` if it exists, else the directory `/etc/guard/policies/`.
+pub fn default_policy_path() -> PathBuf {
+    let file = Path::new("/etc/guard/policy.toml");
+    if file.exists() {
+        file.to_path_buf()
+    } else {
+        PathBuf::from("/etc/guard/policies/")
+    }
+}
+
+/// Prints every error at once; exit 0 when valid, 1 when not.
+pub fn check_policy(path: &Path) -> ExitCode {
+    match Policy::load(path) {
+        Ok(p) => {
+            println!(
+                "{}: valid: {} tools, {} rules",
+                path.display(),
+                p.tools().count(),
+                p.rule_count()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in errors.iter() {
+                eprintln!("{e}");
+            }
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Decides one call; exit 0 whatever the decision, errors are the only failures.
+pub fn check_call(policy: &Path, tool: &str, args: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let policy = Policy::load(policy)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("invalid policy")?;
+    let args = match args {
+        None => serde_json::Map::new(),
+        Some(text) => match serde_json::from_str(text).context("--args is not JSON")? {
+            serde_json::Value::Object(m) => m,
+            _ => bail!("--args must be a JSON object"),
+        },
+    };
+    let verdict = policy.decide(&Intent::new(tool, args));
+    if json {
+        let mut out = serde_json::to_value(&verdict.row)?;
+        if let (Some(plan), Some(obj)) = (&verdict.plan, out.as_object_mut()) {
+            obj.insert("plan".into(), serde_json::to_value(plan)?);
+        }
+        println!("{out}");
+    } else {
+        println!(
+            "{:<10} {}  {}",
+            verdict.row.decision.as_str(),
+            verdict.row.check_name,
+            verdict.row.reason
+        );
+    }
+    Ok(())
+}

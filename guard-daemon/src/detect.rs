@@ -1,0 +1,528 @@
+//! DLP detectors: find sensitive substrings in tool-call arguments.
+//!
+//! Each detector is a shape (a precompiled regex, or a hand scan) followed by a check that the
+//! shape alone cannot do (Luhn, mod-97, a JSON header, entropy), so that near misses such as a
+//! 16-digit number failing Luhn are not reported. Every detector documents what it misses:
+//! they are a net for accidents and careless exfiltration, not a proof of absence.
+
+use std::{ops::Range, sync::LazyLock};
+
+use regex::Regex;
+
+/// One kind of sensitive content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Detector {
+    /// `local@domain.tld`. Misses obfuscated addresses ("alice at mail dot com"), quoted local
+    /// parts and addresses in non-ASCII scripts.
+    Email,
+    /// 10 to 15 digits in the usual groupings (`+41 44 123 45 67`, `(555) 123-4567`). Misses
+    /// short local numbers and numbers written in words; may report other 10-15 digit groups.
+    Phone,
+    /// 13 to 19 digits, optionally grouped by spaces or dashes, passing the Luhn check. Misses
+    /// numbers split by other characters or spread over several arguments.
+    CreditCard,
+    /// Two letters, two check digits and 11-30 alphanumerics, passing ISO 13616 mod-97. Misses
+    /// IBANs written in lowercase or grouped with characters other than single spaces.
+    Iban,
+    /// Dotted quad whose four parts are 0-255 without leading zeros. Misses other notations
+    /// (`0x7f.1`, a bare 32-bit integer).
+    Ipv4,
+    /// What `std::net::Ipv6Addr` parses, with at least two colons. Misses bracketed forms with a
+    /// zone id (`fe80::1%eth0`) and addresses split across strings.
+    Ipv6,
+    /// AWS access key ids: `AKIA` or `ASIA` followed by 16 base32 characters. Does not find the
+    /// secret access key itself (40 base64 characters): pair with `secret` for that.
+    AwsAccessKey,
+    /// GitHub tokens: `ghp_`/`gho_`/`ghu_`/`ghs_`/`ghr_` + 36 alphanumerics, and fine-grained
+    /// `github_pat_` + 22 + `_` + 59. Misses legacy 40-hex OAuth tokens (use `secret`).
+    GithubToken,
+    /// PEM private key blocks (`-----BEGIN ... PRIVATE KEY-----`, through the END line when
+    /// present, else to the end of the string). Misses keys in DER/base64 without the header.
+    PrivateKey,
+    /// JSON Web Tokens: three base64url parts whose first decodes to a JSON object with `alg`.
+    /// Misses JWE (five parts) and tokens whose header was re-encoded with padding.
+    Jwt,
+    /// Generic secrets: a run of at least 20 characters of `[A-Za-z0-9+=_-]` with at least two
+    /// of lower/upper/digit classes and Shannon entropy of at least 3.5 bits per character.
+    /// Misses short or low-entropy secrets (passwords like `hunter2`), and base64 split by `/`;
+    /// reports random-looking identifiers such as hashes.
+    Secret,
+}
+
+/// A small set of detectors, as a bit mask: copied freely on the hot path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DetectorSet(u16);
+
+impl DetectorSet {
+    pub const EMPTY: DetectorSet = DetectorSet(0);
+
+    /// Detectors whose finds are redacted from every audit row whatever the rules: a
+    /// credential or card number must never land in the log in clear.
+    pub const SECRET_CLASS: DetectorSet = DetectorSet(
+        1 << Detector::AwsAccessKey as u16
+            | 1 << Detector::GithubToken as u16
+            | 1 << Detector::PrivateKey as u16
+            | 1 << Detector::Jwt as u16
+            | 1 << Detector::CreditCard as u16
+            | 1 << Detector::Iban as u16,
+    );
+
+    pub fn insert(&mut self, d: Detector) {
+        self.0 |= 1 << d as u16;
+    }
+    pub fn contains(self, d: Detector) -> bool {
+        self.0 & (1 << d as u16) != 0
+    }
+    pub fn union(self, other: DetectorSet) -> DetectorSet {
+        DetectorSet(self.0 | other.0)
+    }
+    pub fn intersects(self, other: DetectorSet) -> bool {
+        self.0 & other.0 != 0
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn iter(self) -> impl Iterator<Item = Detector> {
+        Detector::ALL.into_iter().filter(move |d| self.contains(*d))
+    }
+}
+
+impl FromIterator<Detector> for DetectorSet {
+    fn from_iter<I: IntoIterator<Item = Detector>>(iter: I) -> Self {
+        let mut s = DetectorSet::EMPTY;
+        for d in iter {
+            s.insert(d);
+        }
+        s
+    }
+}
+
+/// One find: where, and by which detector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub range: Range<usize>,
+    pub detector: Detector,
+}
+
+// Shapes. `(?-u:\b)`-free: boundaries are checked by hand where needed, since a regex crate
+// word boundary is unicode-aware and slower.
+static EMAIL: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}",
+    )
+});
+static PHONE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\+?\(?[0-9]{1,4}\)?(?:[ .-]?\(?[0-9]{2,4}\)?){2,5}"));
+static CARD: LazyLock<Regex> = LazyLock::new(|| re(r"[0-9](?:[ -]?[0-9]){12,18}"));
+static IBAN: LazyLock<Regex> = LazyLock::new(|| re(r"[A-Z]{2}[0-9]{2}(?:[ ]?[A-Z0-9]){11,30}"));
+static IPV4: LazyLock<Regex> = LazyLock::new(|| re(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}"));
+static IPV6: LazyLock<Regex> =
+    LazyLock::new(|| re(r"[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:\.[0-9]{1,3}){0,3}"));
+static AWS: LazyLock<Regex> = LazyLock::new(|| re(r"(?:AKIA|ASIA)[A-Z2-7]{16}"));
+static GITHUB: LazyLock<Regex> =
+    LazyLock::new(|| re(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"));
+static PEM: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?s)-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\z)",
+    )
+});
+static JWT: LazyLock<Regex> =
+    LazyLock::new(|| re(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"));
+static SECRET: LazyLock<Regex> = LazyLock::new(|| re(r"[A-Za-z0-9+=_-]{20,}"));
+
+fn re(s: &str) -> Regex {
+    // The patterns are constants of this file, covered by the tests below.
+    #[allow(clippy::unwrap_used)]
+    Regex::new(s).expect("detector regex")
+}
+
+impl Detector {
+    pub const ALL: [Detector; 11] = [
+        Detector::Email,
+        Detector::Phone,
+        Detector::CreditCard,
+        Detector::Iban,
+        Detector::Ipv4,
+        Detector::Ipv6,
+        Detector::AwsAccessKey,
+        Detector::GithubToken,
+        Detector::PrivateKey,
+        Detector::Jwt,
+        Detector::Secret,
+    ];
+
+    /// The policy spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Detector::Email => "email",
+            Detector::Phone => "phone",
+            Detector::CreditCard => "credit_card",
+            Detector::Iban => "iban",
+            Detector::Ipv4 => "ipv4",
+            Detector::Ipv6 => "ipv6",
+            Detector::AwsAccessKey => "aws_access_key",
+            Detector::GithubToken => "github_token",
+            Detector::PrivateKey => "private_key",
+            Detector::Jwt => "jwt",
+            Detector::Secret => "secret",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        Detector::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    /// Compiles every shape now, so the first decision does not pay for it.
+    pub fn warm_up() {
+        for d in Detector::ALL {
+            d.find("", &mut Vec::new());
+        }
+    }
+
+    /// True when `text` holds at least one find.
+    pub fn is_match(self, text: &str) -> bool {
+        let mut v = Vec::new();
+        self.find(text, &mut v);
+        !v.is_empty()
+    }
+
+    /// Appends every find in `text` to `out`.
+    pub fn find(self, text: &str, out: &mut Vec<Hit>) {
+        let b = text.as_bytes();
+        // Cheap prefilters keep the common case (short, ordinary text) off the regex engines.
+        let shape: &Regex = match self {
+            Detector::Email if memchr(b'@', b) => &EMAIL,
+            Detector::Phone | Detector::CreditCard if count_digits(b) >= 10 => {
+                if self == Detector::Phone {
+                    &PHONE
+                } else {
+                    &CARD
+                }
+            }
+            Detector::Iban if b.len() >= 15 => &IBAN,
+            Detector::Ipv4 if memchr(b'.', b) => &IPV4,
+            Detector::Ipv6 if b.iter().filter(|&&c| c == b':').count() >= 2 => &IPV6,
+            Detector::AwsAccessKey if text.contains("KIA") || text.contains("SIA") => &AWS,
+            Detector::GithubToken if text.contains("gh") || text.contains("github_pat_") => &GITHUB,
+            Detector::PrivateKey if text.contains("PRIVATE KEY-----") => &PEM,
+            Detector::Jwt if text.contains("eyJ") => &JWT,
+            Detector::Secret if b.len() >= 20 => &SECRET,
+            _ => return,
+        };
+        for m in shape.find_iter(text) {
+            let r = m.range();
+            if !self.bounded(b, &r) || !self.check(m.as_str()) {
+                continue;
+            }
+            out.push(Hit {
+                range: r,
+                detector: self,
+            });
+        }
+    }
+
+    /// Whether the find stands alone rather than being part of a longer token: a card number
+    /// inside a longer digit run is not a card number.
+    fn bounded(self, b: &[u8], r: &Range<usize>) -> bool {
+        let before = r.start.checked_sub(1).map(|i| b[i]);
+        let after = b.get(r.end).copied();
+        let word = |c: Option<u8>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_');
+        match self {
+            Detector::Email | Detector::PrivateKey => true,
+            Detector::Phone | Detector::CreditCard | Detector::Ipv4 => {
+                let digitish = |c: Option<u8>| {
+                    c.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'-')
+                };
+                !digitish(before) && !word(after) && after != Some(b'.') || {
+                    // A trailing full stop ends a sentence; accept it if nothing follows it
+                    // that continues a number.
+                    !digitish(before)
+                        && after == Some(b'.')
+                        && !b.get(r.end + 1).is_some_and(|c| c.is_ascii_digit())
+                }
+            }
+            Detector::Ipv6 => {
+                let hexish = |c: Option<u8>| c.is_some_and(|c| c.is_ascii_hexdigit() || c == b':');
+                !hexish(before) && !hexish(after)
+            }
+            Detector::Jwt => !word(before) && !word(after) && after != Some(b'-'),
+            Detector::Secret => true,
+            Detector::Iban | Detector::AwsAccessKey | Detector::GithubToken => {
+                !word(before) && !word(after)
+            }
+        }
+    }
+
+    /// The check the shape cannot express.
+    fn check(self, s: &str) -> bool {
+        match self {
+            Detector::Email => true,
+            Detector::Phone => (10..=15).contains(&count_digits(s.as_bytes())),
+            Detector::CreditCard => luhn(s),
+            Detector::Iban => iban_ok(s),
+            Detector::Ipv4 => s.parse::<std::net::Ipv4Addr>().is_ok(),
+            Detector::Ipv6 => s.parse::<std::net::Ipv6Addr>().is_ok(),
+            Detector::AwsAccessKey | Detector::GithubToken | Detector::PrivateKey => true,
+            Detector::Jwt => jwt_header_ok(s),
+            Detector::Secret => looks_secret(s),
+        }
+    }
+}
+
+fn memchr(c: u8, b: &[u8]) -> bool {
+    b.contains(&c)
+}
+
+fn count_digits(b: &[u8]) -> usize {
+    b.iter().filter(|c| c.is_ascii_digit()).count()
+}
+
+/// The Luhn mod-10 check over the digits of `s`.
+fn luhn(s: &str) -> bool {
+    let digits: Vec<u32> = s
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|c| (c - b'0') as u32)
+        .collect();
+    if !(13..=19).contains(&digits.len()) || digits.iter().all(|&d| d == digits[0]) {
+        // Also rejects 0000 0000 0000 0000, which passes Luhn but is a placeholder.
+        return false;
+    }
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, &d)| {
+            if i % 2 == 1 {
+                let x = d * 2;
+                if x > 9 { x - 9 } else { x }
+            } else {
+                d
+            }
+        })
+        .sum();
+    sum.is_multiple_of(10)
+}
+
+/// ISO 13616: move the first four characters to the end, letters to 10..35, the number mod 97
+/// is 1.
+fn iban_ok(s: &str) -> bool {
+    let compact: Vec<u8> = s.bytes().filter(|c| *c != b' ').collect();
+    if !(15..=34).contains(&compact.len()) {
+        return false;
+    }
+    let mut rem: u32 = 0;
+    for &c in compact[4..].iter().chain(&compact[..4]) {
+        let v = match c {
+            b'0'..=b'9' => (c - b'0') as u32,
+            b'A'..=b'Z' => (c - b'A') as u32 + 10,
+            _ => return false,
+        };
+        rem = if v >= 10 {
+            (rem * 100 + v) % 97
+        } else {
+            (rem * 10 + v) % 97
+        };
+    }
+    rem == 1
+}
+
+fn jwt_header_ok(s: &str) -> bool {
+    let Some(header) = s.split('.').next() else {
+        return false;
+    };
+    let Some(bytes) = base64url_decode(header) else {
+        return false;
+    };
+    matches!(
+        serde_json::from_slice::<serde_json::Value>(&bytes),
+        Ok(serde_json::Value::Object(m)) if m.contains_key("alg")
+    )
+}
+
+/// Unpadded base64url (RFC 4648 §5), as JWTs use.
+fn base64url_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        } as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Shannon entropy in bits per character.
+pub fn shannon_entropy(s: &str) -> f64 {
+    let mut counts = [0u32; 256];
+    for c in s.bytes() {
+        counts[c as usize] += 1;
+    }
+    let n = s.len() as f64;
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+fn looks_secret(s: &str) -> bool {
+    let b = s.as_bytes();
+    let classes = [
+        b.iter().any(u8::is_ascii_lowercase),
+        b.iter().any(u8::is_ascii_uppercase),
+        b.iter().any(u8::is_ascii_digit),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
+    classes >= 2 && shannon_entropy(s) >= 3.5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finds(d: Detector, s: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        d.find(s, &mut v);
+        v.iter().map(|h| s[h.range.clone()].to_string()).collect()
+    }
+
+    #[test]
+    fn credit_card_needs_luhn() {
+        assert_eq!(
+            finds(Detector::CreditCard, "card 4111 1111 1111 1111."),
+            ["4111 1111 1111 1111"]
+        );
+        assert_eq!(
+            finds(Detector::CreditCard, "4539578763621486"),
+            ["4539578763621486"]
+        );
+        // Near misses: one digit off fails Luhn; placeholders; a longer digit run.
+        assert!(finds(Detector::CreditCard, "4111111111111112").is_empty());
+        assert!(finds(Detector::CreditCard, "0000000000000000").is_empty());
+        assert!(finds(Detector::CreditCard, "order 12345678901234567890123").is_empty());
+    }
+
+    #[test]
+    fn iban_needs_mod97() {
+        assert_eq!(
+            finds(Detector::Iban, "pay GB82 WEST 1234 5698 7654 32 now"),
+            ["GB82 WEST 1234 5698 7654 32"]
+        );
+        assert_eq!(
+            finds(Detector::Iban, "CH9300762011623852957"),
+            ["CH9300762011623852957"]
+        );
+        assert!(finds(Detector::Iban, "GB83WEST12345698765432").is_empty());
+        assert!(finds(Detector::Iban, "XX00ABCDEFGHIJKLMNOP").is_empty());
+    }
+
+    #[test]
+    fn aws_keys() {
+        assert_eq!(
+            finds(Detector::AwsAccessKey, "key=AKIAIOSFODNN7EXAMPLE"),
+            ["AKIAIOSFODNN7EXAMPLE"]
+        );
+        assert_eq!(
+            finds(Detector::AwsAccessKey, "ASIAY34FZKBOKMUTVV7A"),
+            ["ASIAY34FZKBOKMUTVV7A"]
+        );
+        // 8 and 1 are not base32; too short; embedded in a longer word.
+        assert!(finds(Detector::AwsAccessKey, "AKIAIOSFODNN8EXAMPL1").is_empty());
+        assert!(finds(Detector::AwsAccessKey, "AKIAIOSFODNN7EXAMP").is_empty());
+        assert!(finds(Detector::AwsAccessKey, "XAKIAIOSFODNN7EXAMPLE").is_empty());
+    }
+
+    #[test]
+    fn github_tokens() {
+        let t = format!("ghp_{}", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8");
+        assert_eq!(finds(Detector::GithubToken, &format!("token {t} end")), [t]);
+        let pat = format!("github_pat_{}_{}", "A".repeat(22), "b".repeat(59));
+        assert_eq!(finds(Detector::GithubToken, &pat), [pat.as_str()]);
+        assert!(finds(Detector::GithubToken, "ghp_tooshort123").is_empty());
+        assert!(finds(Detector::GithubToken, &format!("ghx_{}", "a".repeat(36))).is_empty());
+    }
+
+    #[test]
+    fn private_keys() {
+        let k = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----";
+        assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k]);
+        assert_eq!(
+            finds(Detector::PrivateKey, "-----BEGIN PRIVATE KEY-----\nabc").len(),
+            1
+        );
+        assert!(finds(Detector::PrivateKey, "-----BEGIN PUBLIC KEY-----\nabc").is_empty());
+    }
+
+    #[test]
+    fn jwts_need_a_json_header() {
+        let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        assert_eq!(finds(Detector::Jwt, &format!("Bearer {jwt}")), [jwt]);
+        // eyJ-prefixed but the header is not JSON with alg.
+        assert!(finds(Detector::Jwt, "eyJub3RqC29u.abc.def").is_empty());
+        assert!(finds(Detector::Jwt, "eyJmb28iOjF9.eyJ.x").is_empty());
+    }
+
+    #[test]
+    fn emails_phones_ips() {
+        assert_eq!(
+            finds(Detector::Email, "to alice@mail.com, bob"),
+            ["alice@mail.com"]
+        );
+        assert!(finds(Detector::Email, "user@localhost").is_empty());
+        assert_eq!(
+            finds(Detector::Phone, "call +41 44 123 45 67 today"),
+            ["+41 44 123 45 67"]
+        );
+        assert!(finds(Detector::Phone, "room 12 34").is_empty());
+        assert_eq!(finds(Detector::Ipv4, "host 10.0.0.1."), ["10.0.0.1"]);
+        assert!(finds(Detector::Ipv4, "version 1.2.3.400").is_empty());
+        assert!(finds(Detector::Ipv4, "1.2.3.4.5").is_empty());
+        assert_eq!(
+            finds(Detector::Ipv6, "addr 2001:db8::1 up"),
+            ["2001:db8::1"]
+        );
+        assert!(finds(Detector::Ipv6, "at 12:30:45").is_empty());
+    }
+
+    #[test]
+    fn secrets_by_entropy() {
+        assert_eq!(
+            finds(
+                Detector::Secret,
+                "key: wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"
+            ),
+            ["wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"]
+        );
+        assert!(finds(Detector::Secret, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaa").is_empty());
+        assert!(finds(Detector::Secret, "this_is_a_long_variable_name").is_empty());
+        assert!(finds(Detector::Secret, "short9Xy").is_empty());
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in Detector::ALL {
+            assert_eq!(Detector::from_name(d.name()), Some(d));
+        }
+        assert!(DetectorSet::SECRET_CLASS.contains(Detector::Jwt));
+        assert!(!DetectorSet::SECRET_CLASS.contains(Detector::Email));
+    }
+}

@@ -1,0 +1,391 @@
+//! Pipeline tests: one per stage, plus load errors and property tests.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+fn policy(text: &str) -> Policy {
+    match Policy::parse(Path::new("test.toml"), text) {
+        Ok(p) => p,
+        Err(e) => panic!("policy should load:\n{e}"),
+    }
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match Policy::parse(Path::new("test.toml"), text) {
+        Ok(_) => panic!("policy should not load"),
+        Err(e) => e.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+fn decide(p: &Policy, tool: &str, args: Json) -> Verdict {
+    let Json::Object(args) = args else {
+        panic!("args must be an object")
+    };
+    p.decide(&Intent::new(tool, args))
+}
+
+const SIGNET: &str = r#"
+[tools.read_file]
+tier = "low"
+[tools.send_email]
+tier = "high"
+irreversible = true
+[tools.process_payment]
+tier = "critical"
+irreversible = true
+"#;
+
+#[test]
+fn registry_blocks_unknown_tools() {
+    let v = decide(&policy(SIGNET), "rm_rf", json!({}));
+    assert_eq!(v.row.decision, Decision::Block);
+    assert_eq!(v.row.reason, "tool 'rm_rf' not in registry");
+    assert_eq!(v.row.metadata.stage, Some(Stage::Registry));
+    assert!(v.plan.is_none());
+}
+
+#[test]
+fn allow_unregistered_allows_without_a_plan() {
+    let p = policy(&format!("[settings]\nallow_unregistered = true\n{SIGNET}"));
+    let v = decide(&p, "rm_rf", json!({"x": "y"}));
+    assert_eq!(v.row.decision, Decision::Allow);
+    assert!(v.plan.is_none());
+}
+
+#[test]
+fn ceiling_blocks_critical() {
+    let v = decide(&policy(SIGNET), "process_payment", json!({}));
+    assert_eq!(v.row.decision, Decision::Block);
+    assert_eq!(
+        v.row.reason,
+        "tool 'process_payment' tier CRITICAL exceeds max_allowed_tier HIGH"
+    );
+    let p = policy(&format!(
+        "[settings]\nmax_allowed_tier = \"critical\"\n{SIGNET}"
+    ));
+    let v = decide(&p, "process_payment", json!({}));
+    assert_eq!(
+        v.row.decision,
+        Decision::Block,
+        "critical still needs allow_critical"
+    );
+    let p = policy(&format!(
+        "[settings]\nmax_allowed_tier = \"critical\"\nallow_critical = true\n{SIGNET}"
+    ));
+    assert_eq!(
+        decide(&p, "process_payment", json!({})).row.decision,
+        Decision::Escalate
+    );
+}
+
+#[test]
+fn irreversible_high_escalates() {
+    let v = decide(&policy(SIGNET), "send_email", json!({}));
+    assert_eq!(v.row.decision, Decision::Escalate);
+    assert_eq!(
+        v.row.reason,
+        "tool 'send_email' is irreversible (HIGH); requires human approval"
+    );
+    let v = decide(&policy(SIGNET), "read_file", json!({}));
+    assert_eq!(v.row.decision, Decision::Allow);
+}
+
+#[test]
+fn arguments_are_checked() {
+    let p = policy(
+        r#"
+[tools.t]
+tier = "low"
+command = ["/bin/echo", "{n}", "{flag}"]
+[tools.t.args.n]
+type = "integer"
+max = 5
+[tools.t.args.flag]
+type = "boolean"
+required = false
+"#,
+    );
+    let v = decide(&p, "t", json!({"n": 3, "flag": true}));
+    assert_eq!(v.row.decision, Decision::Allow);
+    let plan = v.plan.expect("plan");
+    assert_eq!(plan.argv, ["/bin/echo", "3", "true"]);
+    assert_eq!(
+        decide(&p, "t", json!({"n": 3})).plan.expect("plan").argv,
+        ["/bin/echo", "3"]
+    );
+    for bad in [
+        json!({}),
+        json!({"n": 9}),
+        json!({"n": "3"}),
+        json!({"n": 1, "other": 1}),
+    ] {
+        let v = decide(&p, "t", bad.clone());
+        assert_eq!(v.row.decision, Decision::Block, "{bad}");
+        assert_eq!(v.row.check_name, "argument_validator");
+    }
+}
+
+#[test]
+fn strictest_rule_wins_and_secrets_are_redacted() {
+    let p = policy(
+        r#"
+[tools.post]
+tier = "low"
+[tools.post.args.body]
+type = "string"
+[[rules]]
+id = "q"
+tools = ["p*"]
+detect = ["aws_access_key"]
+action = "quarantine"
+[[rules]]
+id = "e"
+tools = ["post"]
+regex = ".*AKIA.*"
+action = "escalate"
+[[rules]]
+id = "mail"
+tools = ["*"]
+detect = ["email"]
+action = "escalate"
+"#,
+    );
+    let v = decide(
+        &p,
+        "post",
+        json!({"body": "AKIAIOSFODNN7EXAMPLE to bob@x.org"}),
+    );
+    assert_eq!(v.row.decision, Decision::Quarantine);
+    assert_eq!(v.row.check_name, "rule:q");
+    assert_eq!(v.row.metadata.arg.as_deref(), Some("body"));
+    assert_eq!(
+        v.redacted_args,
+        json!({"body": "[REDACTED:aws_access_key] to [REDACTED:email]"})
+    );
+    // No rule applies to cards here, yet they are secret-class: always redacted.
+    let v = decide(&p, "post", json!({"body": "card 4111111111111111"}));
+    assert_eq!(v.row.decision, Decision::Allow);
+    assert_eq!(
+        v.redacted_args,
+        json!({"body": "card [REDACTED:credit_card]"})
+    );
+}
+
+#[test]
+fn plans_carry_effects_and_confinement() {
+    let p = policy(
+        r#"
+[tools.get]
+tier = "low"
+command = ["/usr/bin/curl", "--", "{url}"]
+run_as = "nobody"
+timeout = 5
+env = { MODE = "fast" }
+[tools.get.limits]
+memory = "64M"
+pids = 8
+[tools.get.args.url]
+type = "url"
+hosts = ["*.example.com"]
+[tools.get.effects]
+connect = ["{url}", "10.0.0.1:53"]
+on_divergence = "deny"
+"#,
+    );
+    let v = decide(&p, "get", json!({"url": "https://api.example.com/x"}));
+    let plan = v.plan.expect("plan");
+    assert_eq!(
+        plan.effects.connect,
+        [
+            Endpoint {
+                host: "api.example.com".into(),
+                port: 443
+            },
+            Endpoint {
+                host: "10.0.0.1".into(),
+                port: 53
+            }
+        ]
+    );
+    assert_eq!(plan.effects.on_divergence, OnDivergence::Deny);
+    assert_eq!(plan.confinement.run_as.as_deref(), Some("nobody"));
+    assert_eq!(plan.confinement.memory_max, Some(64 << 20));
+    assert_eq!(plan.confinement.pids_max, Some(8));
+    assert_eq!(plan.confinement.timeout, std::time::Duration::from_secs(5));
+    assert_eq!(
+        plan.confinement.env,
+        [("MODE".to_string(), "fast".to_string())]
+    );
+    assert_eq!(
+        decide(&p, "get", json!({"url": "https://example.com/"}))
+            .row
+            .decision,
+        Decision::Block
+    );
+}
+
+#[test]
+fn caller_messages_are_generic_unless_disclosed() {
+    let p = policy(SIGNET);
+    let v = decide(&p, "rm_rf", json!({}));
+    assert_eq!(p.caller_message(&v), "blocked by policy");
+    let p = policy(&format!("[settings]\ndisclose_reasons = true\n{SIGNET}"));
+    assert_eq!(
+        p.caller_message(&decide(&p, "rm_rf", json!({}))),
+        "tool 'rm_rf' not in registry"
+    );
+}
+
+#[test]
+fn load_errors_have_locations_and_key_paths() {
+    let errs =
+        errors("[settings]\nmax_allowed_tier = \"huge\"\n[tools.a]\ntier = \"low\"\ncolour = 1\n");
+    assert!(
+        errs[0].starts_with("test.toml:2:20: settings.max_allowed_tier: unknown tier"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].starts_with("test.toml:5:1: tools.a.colour: unknown key"),
+        "{errs:?}"
+    );
+    assert_eq!(errs.len(), 2);
+}
+
+#[test]
+fn meaning_errors() {
+    let cases = [
+        (
+            "[tools.a]\ntier = \"low\"\ncommand = [\"/bin/x\", \"{p}\"]\n",
+            "placeholder {p} names no argument",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\ncommand = [\"x\"]\n",
+            "absolute path",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\n[[rules]]\nid = \"r\"\ntools = [\"b*\"]\naction = \"block\"\n",
+            "glob 'b*' matches no tool",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\n[[rules]]\nid = \"r\"\ntools = [\"a\"]\nregex = \"(\"\naction = \"block\"\n",
+            "bad regex",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\n[tools.a.limits]\nmemory = \"12Q\"\n",
+            "bad size",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\n[[tools.a.examples]]\nexpect = \"block\"\n",
+            "example expects block but the policy decides allow",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\n[tools.a.args.x]\ntype = \"string\"\nwithin = [\"/srv\"]\n",
+            "applies only to path",
+        ),
+        (
+            "[tools.a]\ntier = \"low\"\ncommand = [\"/bin/x\"]\nenv = { LD_PRELOAD = \"/x.so\" }\n",
+            "may not be set",
+        ),
+        ("[tools.a]\ntier = \"extreme\"\n", "unknown tier"),
+        ("[tools.a]\n", "missing key 'tier'"),
+    ];
+    for (text, want) in cases {
+        let errs = errors(text);
+        assert!(
+            errs.iter().any(|e| e.contains(want)),
+            "{want:?} not in {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn directories_merge_and_reject_duplicates() {
+    let dir = std::env::temp_dir().join(format!("guard-policy-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("a.toml"),
+        "[settings]\nallow_critical = false\n[tools.x]\ntier = \"low\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("b.toml"), "[tools.y]\ntier = \"low\"\n").unwrap();
+    let p = Policy::load(&dir).unwrap();
+    assert_eq!(p.tools().collect::<Vec<_>>(), ["x", "y"]);
+    std::fs::write(
+        dir.join("c.toml"),
+        "[settings]\n[tools.x]\ntier = \"low\"\n",
+    )
+    .unwrap();
+    let errs: Vec<String> = Policy::load(&dir)
+        .unwrap_err()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("c.toml:1:1: settings: settings are already given")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("tool 'x' is already defined")),
+        "{errs:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn shipped_policies_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    for f in [
+        "default.toml",
+        "examples/signet.toml",
+        "examples/invariant.toml",
+        "examples/inspect_ai.toml",
+        "examples/quarantine.toml",
+    ] {
+        if let Err(e) = Policy::load(&root.join(f)) {
+            panic!("{f}:\n{e}");
+        }
+    }
+}
+
+fn json_value() -> impl Strategy<Value = Json> {
+    let leaf = prop_oneof![
+        Just(Json::Null),
+        any::<bool>().prop_map(Json::Bool),
+        any::<i64>().prop_map(Json::from),
+        ".{0,40}".prop_map(Json::String),
+        "(AKIA[A-Z2-7]{16}|4111 1111 1111 1111|/srv/agent/../x|https://docs.rs@x/)"
+            .prop_map(Json::String),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            prop::collection::btree_map(".{0,6}", inner, 0..4)
+                .prop_map(|m| Json::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn decide_never_panics(tool in "(read_file|fetch_url|write_file|send_email|x)", args in prop::collection::btree_map("(path|url|to|body|dir|.{0,4})", json_value(), 0..4)) {
+        let p = Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/default.toml")).unwrap();
+        let v = p.decide(&Intent::new(tool, args.into_iter().collect()));
+        prop_assert!(v.plan.is_none() || v.row.decision == Decision::Allow);
+    }
+
+    #[test]
+    fn parse_never_panics(text in "(\\[tools\\.[a-z]{1,3}\\]\n|tier = \"(low|high|x)\"\n|command = \\[\"/b\", \"\\{[a-z]\\}\"\\]\n|\\[\\[rules\\]\\]\n|id = \"r\"\n|tools = \\[\"[a-z*]{1,2}\"\\]\n|regex = \".{0,4}\"\n|action = \"(block|allow)\"\n|\\[tools\\.a\\.args\\.[a-z]\\]\n|type = \"(path|url|integer)\"\n|.{0,10}\n){0,12}") {
+        let _ = Policy::parse(Path::new("p.toml"), &text);
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+        let _ = Policy::parse(Path::new("p.toml"), &text);
+    }
+}

@@ -1,0 +1,225 @@
+//! guardctl against the shipped policies: the decisions the reference texts give.
+
+use std::{path::PathBuf, process::Command};
+
+use serde_json::Value;
+
+use super::support;
+
+fn policies() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies")
+}
+
+/// Runs `guardctl check --json` and returns the row.
+fn check(policy: &str, tool: &str, args: &str) -> Value {
+    let out = Command::new(support::bin("guardctl"))
+        .args(["check", "--policy"])
+        .arg(policies().join(policy))
+        .args([tool, "--args", args, "--json"])
+        .output()
+        .expect("run guardctl");
+    assert!(
+        out.status.success(),
+        "guardctl check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert_eq!(text.lines().count(), 1, "one JSON line: {text}");
+    serde_json::from_str(&text).expect("JSON row")
+}
+
+fn decision(policy: &str, tool: &str, args: &str) -> String {
+    check(policy, tool, args)["decision"]
+        .as_str()
+        .expect("decision")
+        .to_string()
+}
+
+#[test]
+fn signet_registry() {
+    let row = check("examples/signet.toml", "rm_rf", "{}");
+    assert_eq!(row["check_name"], "tool_call_inspector");
+    assert_eq!(row["decision"], "block");
+    assert_eq!(row["reason"], "tool 'rm_rf' not in registry");
+    assert_eq!(row["metadata"]["tool"], "rm_rf");
+    let row = check(
+        "examples/signet.toml",
+        "process_payment",
+        r#"{"amount": 10}"#,
+    );
+    assert_eq!(row["decision"], "block");
+    assert_eq!(
+        row["reason"],
+        "tool 'process_payment' tier CRITICAL exceeds max_allowed_tier HIGH"
+    );
+    assert_eq!(row["metadata"]["tier"], "CRITICAL");
+    let row = check(
+        "examples/signet.toml",
+        "send_email",
+        r#"{"to": "alice@mail.com"}"#,
+    );
+    assert_eq!(row["decision"], "escalate");
+    assert_eq!(
+        row["reason"],
+        "tool 'send_email' is irreversible (HIGH); requires human approval"
+    );
+    assert_eq!(
+        decision("examples/signet.toml", "list_files", "{}"),
+        "allow"
+    );
+    assert_eq!(
+        decision(
+            "examples/signet.toml",
+            "write_file",
+            r#"{"path": "a", "content": "b"}"#
+        ),
+        "allow"
+    );
+}
+
+#[test]
+fn invariant_rules() {
+    let p = "examples/invariant.toml";
+    let row = check(p, "send_email", r#"{"to": "alice@mail.com"}"#);
+    assert_eq!(row["check_name"], "rule:no-email-to-alice");
+    assert_eq!(row["reason"], "Must not send any emails to Alice");
+    let row = check(p, "send_email", r#"{"to": "alice@disallowed.com"}"#);
+    assert_eq!(row["decision"], "block");
+    assert_eq!(row["metadata"]["rule"], "no-disallowed-recipients");
+    assert_eq!(
+        decision(p, "send_email", r#"{"to": "bob@allowed.com"}"#),
+        "allow"
+    );
+    assert_eq!(
+        decision(p, "delete_file", r#"{"path": "important.txt"}"#),
+        "block"
+    );
+    assert_eq!(decision(p, "read_directory", "{}"), "allow");
+}
+
+#[test]
+fn inspect_ai_globs() {
+    let p = "examples/inspect_ai.toml";
+    assert_eq!(decision(p, "file_read", r#"{"path": "a"}"#), "allow");
+    assert_eq!(
+        check(p, "file_write", r#"{"path": "a"}"#)["check_name"],
+        "rule:human-for-writes"
+    );
+    assert_eq!(decision(p, "bash", r#"{"cmd": "ls"}"#), "escalate");
+    assert_eq!(decision(p, "bash", r#"{"cmd": "rm -rf /"}"#), "block");
+}
+
+#[test]
+fn quarantine_dlp() {
+    let p = "examples/quarantine.toml";
+    let row = check(
+        p,
+        "http_post",
+        r#"{"url": "https://x", "body": "AKIAIOSFODNN7EXAMPLE"}"#,
+    );
+    assert_eq!(row["decision"], "quarantine");
+    assert_eq!(row["metadata"]["arg"], "body");
+    assert_eq!(
+        decision(p, "http_post", r#"{"url": "https://x", "body": "hello"}"#),
+        "allow"
+    );
+}
+
+#[test]
+fn default_policy() {
+    let p = "default.toml";
+    let row = check(p, "read_file", r#"{"path": "src/lib.rs"}"#);
+    assert_eq!(row["decision"], "allow");
+    assert_eq!(
+        row["plan"]["argv"],
+        serde_json::json!(["/bin/cat", "--", "/srv/agent/workspace/src/lib.rs"])
+    );
+    assert_eq!(
+        decision(p, "read_file", r#"{"path": "/etc/shadow"}"#),
+        "block"
+    );
+    assert_eq!(
+        decision(p, "write_file", r#"{"path": ".git/config"}"#),
+        "block"
+    );
+    let row = check(p, "fetch_url", r#"{"url": "https://docs.rs/serde"}"#);
+    assert_eq!(
+        row["plan"]["effects"]["connect"],
+        serde_json::json!([{"host": "docs.rs", "port": 443}])
+    );
+    assert_eq!(
+        decision(p, "fetch_url", r#"{"url": "https://evil.example/"}"#),
+        "block"
+    );
+    assert_eq!(
+        decision(p, "send_email", r#"{"to": "a@b.org", "body": "hi"}"#),
+        "escalate"
+    );
+    assert_eq!(decision(p, "rm_rf", "{}"), "block");
+}
+
+#[test]
+fn every_shipped_policy_is_valid() {
+    let mut files = vec![policies().join("default.toml")];
+    for e in std::fs::read_dir(policies().join("examples")).expect("examples dir") {
+        files.push(e.expect("entry").path());
+    }
+    for f in files {
+        let out = Command::new(support::bin("guardctl"))
+            .args(["policy", "check"])
+            .arg(&f)
+            .output()
+            .expect("run guardctl");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            f.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn broken_policy_reports_every_error_with_location() {
+    let dir = std::env::temp_dir().join(support::unique("guard-policy"));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let f = dir.join("broken.toml");
+    std::fs::write(&f, "[settings]\nmax_allowed_tier = \"hgh\"\n[tools.a]\ntier = \"low\"\ncommand = [\"/bin/x\", \"{nope}\"]\n")
+        .expect("write");
+    let out = Command::new(support::bin("guardctl"))
+        .args(["policy", "check"])
+        .arg(&f)
+        .output()
+        .expect("run guardctl");
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = f.display().to_string();
+    assert!(
+        err.contains(&format!(
+            "{name}:2:20: settings.max_allowed_tier: unknown tier 'hgh'"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{name}:5:22: tools.a.command: placeholder {{nope}}"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("max_allowed_tier = \"hgh\""),
+        "source line shown: {err}"
+    );
+}
+
+#[test]
+fn bad_args_json_is_an_error() {
+    let out = Command::new(support::bin("guardctl"))
+        .args(["check", "--policy"])
+        .arg(policies().join("default.toml"))
+        .args(["read_file", "--args", "{not json"])
+        .output()
+        .expect("run guardctl");
+    assert_eq!(out.status.code(), Some(1));
+}
