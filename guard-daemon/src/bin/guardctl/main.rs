@@ -1,4 +1,6 @@
 //! guardctl: the operator's command line for guard.
+mod audit;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -11,9 +13,17 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// The audit log.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Audit { command } => audit::run(command),
+    }
 }
