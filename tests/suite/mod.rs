@@ -1,3 +1,4 @@
 mod support;
 
+mod audit;
 mod ebpf;
