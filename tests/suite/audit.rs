@@ -50,10 +50,11 @@ fn row(i: u64) -> Map<String, Value> {
 
 fn write_rows(options: Options, n: u64) -> audit::Appended {
     let log = AuditLog::open(options).expect("open");
-    (0..n)
-        .map(|i| log.append_blocking(row(i)).expect("append"))
-        .last()
-        .expect("n > 0")
+    let mut last = None;
+    for i in 0..n {
+        last = Some(log.append_blocking(row(i)).expect("append"));
+    }
+    last.expect("n > 0")
 }
 
 /// Runs `guardctl audit verify FILE`: (exit code, stdout).

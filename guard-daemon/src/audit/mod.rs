@@ -274,10 +274,11 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         let last = {
             let log = AuditLog::open(Options::new(&path)).expect("open");
-            (0..3)
-                .map(|i| log.append_blocking(row(i)).expect("append"))
-                .last()
-                .expect("rows")
+            let mut last = None;
+            for i in 0..3 {
+                last = Some(log.append_blocking(row(i)).expect("append"));
+            }
+            last.expect("rows")
         };
         let log = AuditLog::open(Options::new(&path)).expect("reopen");
         assert_eq!(

@@ -222,10 +222,11 @@ mod tests {
 
     fn log_with(rows: u64, path: &Path) -> String {
         let log = AuditLog::open(Options::new(path)).expect("open");
-        (0..rows)
-            .map(|i| log.append_blocking(row(i)).expect("append").hash)
-            .last()
-            .unwrap_or_default()
+        let mut last = String::new();
+        for i in 0..rows {
+            last = log.append_blocking(row(i)).expect("append").hash;
+        }
+        last
     }
 
     fn append_raw(path: &Path, bytes: &[u8]) {
