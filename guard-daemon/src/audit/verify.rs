@@ -45,12 +45,13 @@ impl VerifyError {
 
 impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file.display(), self.line)?;
-        match self.seq {
-            Some(seq) => write!(f, " (seq {seq})")?,
-            None => write!(f, " (seq ?)")?,
+        let file = self.file.display();
+        match (self.line, self.seq) {
+            (0, _) => write!(f, "{file}: {}", self.reason),
+            (line, Some(seq)) => write!(f, "{file}:{line} (seq {seq}): {}", self.reason),
+            // The row is too damaged to read its seq.
+            (line, None) => write!(f, "{file}:{line} (seq ?): {}", self.reason),
         }
-        write!(f, ": {}", self.reason)
     }
 }
 
