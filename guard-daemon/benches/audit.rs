@@ -82,3 +82,12 @@ fn append_64_concurrent(bencher: Bencher) {
         stats.rows, stats.syncs
     );
 }
+
+/// CPU cost of one row without I/O: canonical form, SHA-256 and the line.
+#[divan::bench]
+fn seal_only(bencher: Bencher) {
+    let prev = guard::audit::ZERO_HASH;
+    bencher.with_inputs(row).bench_local_values(|r| {
+        guard::audit::chain::seal(r, 7, "2025-01-01T00:00:00.000000Z".into(), prev)
+    });
+}
