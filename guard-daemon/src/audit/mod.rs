@@ -118,6 +118,7 @@ impl AuditLog {
             file: Some(start.file),
             len: start.len,
             dirty: false,
+            failing: false,
             next_seq: start.recovery.last_seq.map_or(0, |s| s + 1),
             last_hash: start.recovery.last_hash.clone(),
             next_rotation: start.next_rotation,

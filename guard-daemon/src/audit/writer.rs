@@ -52,6 +52,9 @@ pub(super) struct Writer {
     pub len: u64,
     /// The file may hold bytes past `len` that could not be cut after a failure.
     pub dirty: bool,
+    /// The last batch failed: log the next failure quietly and the recovery loudly, so a full
+    /// disk gives one warning rather than one per call.
+    pub failing: bool,
     pub next_seq: u64,
     pub last_hash: String,
     pub next_rotation: u64,
@@ -78,6 +81,10 @@ impl Writer {
                     self.counters
                         .rows
                         .fetch_add(acks.len() as u64, Ordering::Relaxed);
+                    if self.failing {
+                        self.failing = false;
+                        tracing::info!(path = %self.base.display(), "audit log: writable again");
+                    }
                     for (ack, appended) in acks.drain(..) {
                         // A caller that went away still had its row written; nothing to tell.
                         let _ = ack.send(Ok(appended));
@@ -87,7 +94,12 @@ impl Writer {
                     }
                 }
                 Err(reason) => {
-                    tracing::warn!(path = %self.base.display(), rows = acks.len(), %reason, "audit log: batch not written");
+                    if self.failing {
+                        tracing::debug!(rows = acks.len(), %reason, "audit log: batch not written");
+                    } else {
+                        tracing::warn!(path = %self.base.display(), %reason, "audit log: batch not written; failing appends until it can write again");
+                        self.failing = true;
+                    }
                     (self.next_seq, self.last_hash) = (seq0, hash0);
                     for (ack, _) in acks.drain(..) {
                         let _ = ack.send(Err(AuditError::Unavailable(reason.clone())));
