@@ -52,6 +52,8 @@ pub enum AuditError {
     /// The row could not be written or synced (full disk, I/O error). Later appends try again.
     #[error("audit log unavailable: {0}")]
     Unavailable(String),
+    #[error("audit log is in use by another process (lock {0} is held)")]
+    Locked(PathBuf),
     #[error("field `{0}` of an audit row is set by the log, not by the caller")]
     Reserved(&'static str),
     #[error("the audit writer has stopped")]
@@ -117,6 +119,7 @@ impl AuditLog {
             base: options.path.clone(),
             file: Some(start.file),
             len: start.len,
+            _lock: start.lock,
             dirty: false,
             failing: false,
             next_seq: start.recovery.last_seq.map_or(0, |s| s + 1),
@@ -255,6 +258,19 @@ mod tests {
         assert_eq!(stats.rows, 1024);
         assert!(stats.syncs < stats.rows, "no group commit: {stats:?}");
         assert_eq!(verify(log.path()).expect("verify").rows, 1024);
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_until_the_first_closes() {
+        let dir = TestDir::new("lock");
+        let path = dir.path().join("audit.jsonl");
+        let first = AuditLog::open(Options::new(&path)).expect("open");
+        assert!(matches!(
+            AuditLog::open(Options::new(&path)),
+            Err(AuditError::Locked(_))
+        ));
+        drop(first);
+        AuditLog::open(Options::new(&path)).expect("open after close");
     }
 
     #[test]

@@ -12,6 +12,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use nix::{
+    errno::Errno,
+    fcntl::{Flock, FlockArg},
+};
+
 use super::{
     AuditError,
     chain::{self, Link, Reason, ZERO_HASH},
@@ -31,6 +36,8 @@ pub struct Recovery {
 
 /// Where the writer starts.
 pub(super) struct Start {
+    /// Held for as long as the log is open: two writers would fork the chain.
+    pub lock: Flock<File>,
     pub file: File,
     /// Length of the active file: every byte before it belongs to a complete row.
     pub len: u64,
@@ -46,6 +53,7 @@ pub(super) fn open(base: &Path) -> Result<Start, AuditError> {
         move |source| AuditError::Io { path, source }
     };
     fs::create_dir_all(dir).map_err(io_at(dir))?;
+    let lock = lock(base)?;
     let segments = files::segments(base).map_err(io_at(base))?;
     let next_rotation = segments.iter().filter_map(|s| s.number).max().unwrap_or(0) + 1;
 
@@ -102,11 +110,37 @@ pub(super) fn open(base: &Path) -> Result<Start, AuditError> {
         last_hash: last.map_or_else(|| ZERO_HASH.to_owned(), |l| l.hash),
     };
     Ok(Start {
+        lock,
         file,
         len: good,
         next_rotation,
         recovery,
     })
+}
+
+/// Takes `<base>.lock` exclusively, or fails at once if another process holds it.
+fn lock(base: &Path) -> Result<Flock<File>, AuditError> {
+    let mut name = base.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|source| AuditError::Io {
+            path: path.clone(),
+            source,
+        })?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, Errno::EWOULDBLOCK)) => Err(AuditError::Locked(path)),
+        Err((_, errno)) => Err(AuditError::Io {
+            path,
+            source: errno.into(),
+        }),
+    }
 }
 
 /// The last row of the newest non-empty rotated file.

@@ -52,6 +52,8 @@ pub(super) struct Writer {
     pub len: u64,
     /// The file may hold bytes past `len` that could not be cut after a failure.
     pub dirty: bool,
+    /// The log's lock, released when the writer ends.
+    pub _lock: nix::fcntl::Flock<File>,
     /// The last batch failed: log the next failure quietly and the recovery loudly, so a full
     /// disk gives one warning rather than one per call.
     pub failing: bool,
