@@ -329,3 +329,76 @@ fn a_full_disk_makes_the_log_unavailable_until_space_returns() {
     let summary = audit::verify(&path).expect("chain intact after recovery");
     assert_eq!((summary.rows, summary.last_hash), (written + 1, a.hash));
 }
+
+/// Not a test on its own: the child that `a_killed_writer_loses_no_acknowledged_row` runs and
+/// kills. Appends until killed, printing each acknowledged seq.
+#[test]
+#[ignore = "run by a_killed_writer_loses_no_acknowledged_row"]
+fn crash_child() {
+    let Some(path) = std::env::var_os("GUARD_AUDIT_CRASH_LOG") else {
+        return;
+    };
+    let log = AuditLog::open(Options {
+        path: path.into(),
+        rotate_bytes: 16 * 1024,
+    })
+    .expect("open");
+    for i in 0.. {
+        let a = log.append_blocking(row(i)).expect("append");
+        println!("acked {}", a.seq);
+    }
+}
+
+/// A SIGKILL, not a power cut: the page cache survives, so this checks that rows are
+/// acknowledged only after they are written and that a killed writer's log reopens cleanly
+/// (lock released, chain continued), not fdatasync itself.
+#[test]
+fn a_killed_writer_loses_no_acknowledged_row() {
+    use std::io::{BufRead as _, BufReader};
+
+    let dir = TempDir::new("kill");
+    let mut child = Command::new(std::env::current_exe().expect("current_exe"))
+        .args([
+            "--ignored",
+            "--exact",
+            "suite::audit::crash_child",
+            "--nocapture",
+        ])
+        .env("GUARD_AUDIT_CRASH_LOG", dir.log())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut acked = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("read child");
+        if let Some(seq) = line.strip_prefix("acked ") {
+            acked.push(seq.parse::<u64>().expect("seq"));
+            if acked.len() == 300 {
+                break;
+            }
+        }
+    }
+    child.kill().expect("kill child");
+    child.wait().expect("reap child");
+    assert_eq!(acked.len(), 300, "child stopped early");
+
+    // Reopening recovers (the lock died with the child) and keeps every acknowledged row.
+    let log = AuditLog::open(Options {
+        path: dir.log(),
+        rotate_bytes: 16 * 1024,
+    })
+    .expect("reopen");
+    let last = log.recovery().last_seq.expect("rows");
+    assert!(last >= 299, "last seq {last} < last acknowledged");
+    let next = log.append_blocking(row(0)).expect("append after crash");
+    assert_eq!(next.seq, last + 1);
+    drop(log);
+    let summary = audit::verify(&dir.log()).expect("chain intact after kill");
+    assert!(summary.files > 1, "expected rotations during the run");
+    let seqs: Vec<u64> = audit::read_rows(&dir.log())
+        .expect("read")
+        .map(|r| r.expect("row")["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(seqs, (0..=last + 1).collect::<Vec<_>>());
+}
