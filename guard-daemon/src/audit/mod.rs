@@ -4,9 +4,10 @@
 //! Each row gets `seq` (continuous across rotations), `ts` (RFC 3339 UTC), `prev` (the hash
 //! of the row before, zeros for the first) and `hash` (SHA-256 of its canonical form, see
 //! [`chain`]). [`AuditLog::append`] returns only once the row is on disk (written and
-//! fdatasync'ed), with concurrent rows sharing one sync ([`writer`]). At open, a row a crash
-//! left half written is cut ([`recover`]). [`verify`] checks a whole log, [`read_rows`] reads
-//! it back.
+//! fdatasync'ed); concurrent rows share one sync (group commit, in `writer.rs`). At open, a
+//! row a crash left half written is cut ([`recover`]). [`verify()`] checks a whole log,
+//! [`read_rows`] reads it back. Any [`AuditError`] means the row is not recorded, and guardd
+//! fails closed.
 
 pub mod chain;
 mod files;

@@ -1,5 +1,5 @@
 //! Reading a log back, rotated files included, oldest row first (for `guardctl events` and
-//! `guardctl show`). Reading does not check hashes: that is [`verify`](super::verify)'s job.
+//! `guardctl show`). Reading does not check hashes: that is [`verify()`](super::verify())'s job.
 
 use std::{
     collections::VecDeque,
