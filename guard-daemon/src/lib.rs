@@ -1,4 +1,5 @@
 //! guard: decide, confine and watch the tool calls of AI agents.
+pub mod audit;
 pub mod cgroup;
 pub mod client;
 pub mod conn;

@@ -1,5 +1,6 @@
 mod support;
 
+mod audit;
 mod ebpf;
 mod policy;
 mod sandbox;

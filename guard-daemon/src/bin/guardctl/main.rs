@@ -1,13 +1,18 @@
 //! guardctl: the operator's command line for guard.
+mod audit;
+mod live;
 mod policy;
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "guardctl", version, about = "Inspect and operate guard")]
 struct Cli {
+    /// guardd's socket (for status and events).
+    #[arg(long, global = true, env = "GUARD_SOCKET")]
+    socket: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -33,6 +38,41 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The audit log.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
+    /// guardd's state: layers, policy, running calls.
+    Status {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Enforcement events: live with --follow (admins), else recent history from the audit log.
+    Events {
+        /// Tail live events.
+        #[arg(long, short)]
+        follow: bool,
+        /// One JSON object per line, for jq.
+        #[arg(long)]
+        json: bool,
+        /// Only tools matching this glob.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only decisions of this kind (allow, escalate, quarantine, block).
+        #[arg(long)]
+        decision: Option<String>,
+        /// Only events newer than this (e.g. 90s, 15m, 2h, 1d); history only.
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// Only this call.
+        #[arg(long)]
+        call: Option<String>,
+        /// The audit log to read history from.
+        #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
+        audit: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -41,18 +81,25 @@ enum PolicyCommand {
     Check { path: PathBuf },
 }
 
+/// `90s`, `15m`, `2h`, `1d`, or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 90s, 15m, 2h or 1d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("unknown unit `{unit}` in `{text}`: use s, m, h or d")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Policy {
-            command: PolicyCommand::Check { path },
-        } => policy::check_policy(&path),
-        Command::Check {
-            policy: p,
-            tool,
-            args,
-            json,
-        } => {
+        Command::Policy { command: PolicyCommand::Check { path } } => policy::check_policy(&path),
+        Command::Check { policy: p, tool, args, json } => {
             let p = p.unwrap_or_else(policy::default_policy_path);
             match policy::check_call(&p, &tool, args.as_deref(), json) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -61,6 +108,12 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Audit { command } => audit::run(command),
+        Command::Status { json } => live::status(cli.socket, json),
+        Command::Events { follow, json, tool, decision, since, call, audit } => {
+            let filter = live::Filter { tool, decision, call, since };
+            live::events(cli.socket, &audit, follow, json, filter)
         }
     }
 }

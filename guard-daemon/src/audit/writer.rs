@@ -1,0 +1,216 @@
+//! The writer thread and its group commit.
+//!
+//! One thread owns the file. It blocks for the first queued row, then takes whatever else is
+//! already queued (up to a bound), writes the batch with one `pwrite`, calls `fdatasync` once
+//! and acknowledges every row of the batch. It never waits for more rows to arrive: a lone row
+//! is synced at once, and batches form only from rows that queued up while the previous sync
+//! ran. So the cost of a sync is shared exactly when there is contention, and latency is never
+//! traded for throughput.
+//!
+//! A failed write or sync (ENOSPC, EIO) fails the whole batch: the file is cut back to the end
+//! of the last synced batch so no partial row stays behind, the batch's rows are answered with
+//! `Unavailable`, and their sequence numbers are reused by the next batch, which tries again.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io,
+    os::unix::fs::{FileExt as _, OpenOptionsExt as _},
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Appended, AuditError, chain, files, ts};
+
+/// Most rows in one batch: bounds the latency of the batch's last row.
+const MAX_BATCH_ROWS: usize = 1024;
+/// Most bytes in one batch (a batch may pass it by one row).
+const MAX_BATCH_BYTES: usize = 4 << 20;
+
+pub(super) struct Request {
+    pub row: Map<String, Value>,
+    pub ack: oneshot::Sender<Result<Appended, AuditError>>,
+}
+
+/// Counters shared with the `AuditLog` handle.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub rows: AtomicU64,
+    pub syncs: AtomicU64,
+}
+
+pub(super) struct Writer {
+    pub base: PathBuf,
+    /// `None` after a rotation whose new file could not be created yet.
+    pub file: Option<File>,
+    /// End of the last synced batch: every byte before it belongs to an acknowledged row.
+    pub len: u64,
+    /// The file may hold bytes past `len` that could not be cut after a failure.
+    pub dirty: bool,
+    /// The log's lock, released when the writer ends.
+    pub _lock: nix::fcntl::Flock<File>,
+    /// The last batch failed: log the next failure quietly and the recovery loudly, so a full
+    /// disk gives one warning rather than one per call.
+    pub failing: bool,
+    pub next_seq: u64,
+    pub last_hash: String,
+    pub next_rotation: u64,
+    pub rotate_bytes: u64,
+    pub counters: Arc<Counters>,
+}
+
+impl Writer {
+    pub fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        let mut buf = Vec::new();
+        let mut acks = Vec::new();
+        while let Some(first) = rx.blocking_recv() {
+            let (seq0, hash0) = (self.next_seq, self.last_hash.clone());
+            buf.clear();
+            self.seal(first, &mut buf, &mut acks);
+            while acks.len() < MAX_BATCH_ROWS && buf.len() < MAX_BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(req) => self.seal(req, &mut buf, &mut acks),
+                    Err(_) => break,
+                }
+            }
+            match self.write(&buf) {
+                Ok(()) => {
+                    self.counters
+                        .rows
+                        .fetch_add(acks.len() as u64, Ordering::Relaxed);
+                    if self.failing {
+                        self.failing = false;
+                        tracing::info!(path = %self.base.display(), "audit log: writable again");
+                    }
+                    for (ack, appended) in acks.drain(..) {
+                        // A caller that went away still had its row written; nothing to tell.
+                        let _ = ack.send(Ok(appended));
+                    }
+                    if self.len >= self.rotate_bytes {
+                        self.rotate();
+                    }
+                }
+                Err(reason) => {
+                    if self.failing {
+                        tracing::debug!(rows = acks.len(), %reason, "audit log: batch not written");
+                    } else {
+                        tracing::warn!(path = %self.base.display(), %reason, "audit log: batch not written; failing appends until it can write again");
+                        self.failing = true;
+                    }
+                    (self.next_seq, self.last_hash) = (seq0, hash0);
+                    for (ack, _) in acks.drain(..) {
+                        let _ = ack.send(Err(AuditError::Unavailable(reason.clone())));
+                    }
+                }
+            }
+        }
+    }
+
+    fn seal(
+        &mut self,
+        req: Request,
+        buf: &mut Vec<u8>,
+        acks: &mut Vec<(oneshot::Sender<Result<Appended, AuditError>>, Appended)>,
+    ) {
+        let seq = self.next_seq;
+        let sealed = chain::seal(req.row, seq, ts::now(), &self.last_hash);
+        buf.extend_from_slice(&sealed.line);
+        self.next_seq += 1;
+        self.last_hash.clone_from(&sealed.hash);
+        acks.push((
+            req.ack,
+            Appended {
+                seq,
+                hash: sealed.hash,
+            },
+        ));
+    }
+
+    /// Writes and syncs one batch at the end of the good part of the file, or cuts the file
+    /// back and says why not.
+    fn write(&mut self, buf: &[u8]) -> Result<(), String> {
+        let path = self.base.display().to_string();
+        self.file().map_err(|e| format!("open {path}: {e}"))?;
+        let file = self
+            .file
+            .as_ref()
+            .ok_or_else(|| format!("{path} is not open"))?;
+        if self.dirty {
+            file.set_len(self.len)
+                .map_err(|e| format!("truncate {path}: {e}"))?;
+            self.dirty = false;
+        }
+        let result = file
+            .write_all_at(buf, self.len)
+            .map_err(|e| format!("write {path}: {e}"));
+        let result = result.and_then(|()| {
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            file.sync_data()
+                .map_err(|e| format!("fdatasync {path}: {e}"))
+        });
+        match result {
+            Ok(()) => {
+                self.len += buf.len() as u64;
+                Ok(())
+            }
+            Err(reason) => {
+                // The failed batch is dropped whole rather than its sync retried: after a failed
+                // fsync the kernel may have marked its pages clean, so a retry proves nothing.
+                if let Err(e) = file.set_len(self.len) {
+                    tracing::warn!(path = %path, error = %e, "audit log: cannot cut a failed batch; will retry");
+                    self.dirty = true;
+                }
+                Err(reason)
+            }
+        }
+    }
+
+    /// The active file, created (and its directory entry synced) if a rotation left none.
+    fn file(&mut self) -> io::Result<&File> {
+        if self.file.is_none() {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&self.base)?;
+            // Rows go to the new file only once its name (and the rename before it) is durable,
+            // or a crash could keep synced rows under a name recovery never finds.
+            files::sync_dir(files::parent(&self.base))?;
+            self.len = file.metadata()?.len();
+            self.file = Some(file);
+        }
+        self.file
+            .as_ref()
+            .ok_or_else(|| io::Error::other("file vanished"))
+    }
+
+    /// Renames the full active file to the next `audit.jsonl.N` and starts a new one. The
+    /// chain needs nothing special: the writer's `last_hash` is the new file's first `prev`.
+    fn rotate(&mut self) {
+        let to = files::rotated(&self.base, self.next_rotation);
+        if to.exists() {
+            // Someone put a file there; never overwrite rows.
+            tracing::warn!(path = %to.display(), "audit log: rotation target exists; skipping its number");
+            self.next_rotation += 1;
+            return;
+        }
+        if let Err(e) = fs::rename(&self.base, &to) {
+            tracing::warn!(path = %self.base.display(), error = %e, "audit log: rotation failed; will retry");
+            return;
+        }
+        self.next_rotation += 1;
+        self.file = None;
+        self.len = 0;
+        if let Err(e) = self.file() {
+            tracing::warn!(path = %self.base.display(), error = %e, "audit log: new file after rotation not ready; will retry");
+        }
+        tracing::info!(rotated = %to.display(), "audit log rotated");
+    }
+}

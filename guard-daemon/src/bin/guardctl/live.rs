@@ -1,0 +1,212 @@
+//! `guardctl status` and `guardctl events`: what guardd is doing now, and what it did.
+
+use std::{io::IsTerminal as _, path::Path, process::ExitCode, time::Duration};
+
+use guard::client::{self, Client};
+use serde_json::{Value, json};
+
+/// Connects or explains, in one line, why not.
+fn connect(socket: &Path) -> Result<Client, ExitCode> {
+    Client::connect(socket).map_err(|e| {
+        eprintln!("guardctl: guardd unreachable at {}: {e}", socket.display());
+        ExitCode::from(69)
+    })
+}
+
+pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
+    let socket = client::socket_path(socket);
+    let mut client = match connect(&socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let status = match client.request("status", json!({})) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("guardctl: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if as_json {
+        println!("{status}");
+        return ExitCode::SUCCESS;
+    }
+    println!("guardd pid {}  up {}s  socket {}", status["pid"], status["uptime_s"], socket.display());
+    let enforced = if status["enforced"] == true { "enforced" } else { "UNENFORCED" };
+    println!("policy {} ({} tools)  {enforced}", str_of(&status["policy"]["path"]), status["policy"]["tools"]);
+    println!("limits {}  dropped kernel events {}", str_of(&status["limits"]), status["dropped_events"]);
+    println!("layers:");
+    for layer in status["layers"].as_array().into_iter().flatten() {
+        println!("  {:<22} {:<10} {}", str_of(&layer["name"]), str_of(&layer["state"]), str_of(&layer["detail"]));
+    }
+    let running = status["running"].as_array().cloned().unwrap_or_default();
+    println!("running calls: {}  queued: {}", running.len(), status["queued"]);
+    for call in running {
+        println!("  {:<16} {:<16} pid {:<8} uid {:<6} since {}", str_of(&call["call_id"]), str_of(&call["tool"]), call["pid"], call["peer_uid"], str_of(&call["started"]));
+    }
+    ExitCode::SUCCESS
+}
+
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or("-")
+}
+
+/// Filters shared by live and historical events.
+pub struct Filter {
+    pub tool: Option<String>,
+    pub decision: Option<String>,
+    pub call: Option<String>,
+    pub since: Option<Duration>,
+}
+
+impl Filter {
+    fn keeps(&self, event: &Value) -> bool {
+        if let Some(call) = &self.call {
+            if event["call_id"].as_str() != Some(call) {
+                return false;
+            }
+        }
+        if let Some(tool) = &self.tool {
+            if !event["tool"].as_str().is_some_and(|t| glob(tool, t)) {
+                return false;
+            }
+        }
+        if let Some(d) = &self.decision {
+            let decision = event["decision"].as_str().or_else(|| event["decision"]["decision"].as_str());
+            if decision != Some(d.as_str()) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// `*` and `?` globs, enough for tool names.
+fn glob(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
+/// One aligned line per event, colored on a terminal unless NO_COLOR is set.
+fn human(event: &Value, color: bool) -> String {
+    let kind = event["kind"].as_str().unwrap_or("?");
+    let paint = match kind {
+        "divergence" | "kill" => "31",
+        "decision" if event["decision"] != "allow" => "33",
+        "decision" | "launch" => "32",
+        _ => "0",
+    };
+    let detail = match kind {
+        "decision" => format!("{} {}", str_of(&event["decision"]), str_of(&event["reason"])),
+        "divergence" => format!(
+            "{} {} pid {} -> {}",
+            str_of(&event["effect"]),
+            event["path"].as_str().map_or_else(|| format!("{}:{}", str_of(&event["addr"]), event["port"]), str::to_owned),
+            event["pid"],
+            str_of(&event["action"])
+        ),
+        "exit" => format!("code {} diverged {}", event["code"], event["diverged"]),
+        "launch" => format!("pid {}", event["pid"]),
+        _ => String::new(),
+    };
+    let kind_col = format!("{kind:<10}");
+    let kind_col = if color { format!("\x1b[{paint}m{kind_col}\x1b[0m") } else { kind_col };
+    format!("{} {kind_col} {:<16} {:<16} {detail}", str_of(&event["ts"]), str_of(&event["call_id"]), str_of(&event["tool"]))
+}
+
+pub fn events(socket: Option<std::path::PathBuf>, audit: &Path, follow: bool, as_json: bool, filter: Filter) -> ExitCode {
+    let color = !as_json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let print = |event: &Value| {
+        if filter.keeps(event) {
+            if as_json { println!("{event}") } else { println!("{}", human(event, color)) }
+        }
+    };
+    if !follow {
+        return history(audit, &filter, print);
+    }
+    let socket = client::socket_path(socket);
+    let mut client = match connect(&socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let Err(e) = client.request("subscribe", json!({ "tool": filter.tool, "call": filter.call })) {
+        eprintln!("guardctl: {e}");
+        return ExitCode::from(1);
+    }
+    loop {
+        match client.recv() {
+            Ok(Some(mut frame)) => {
+                if let Some(map) = frame.as_object_mut() {
+                    map.remove("v");
+                    map.remove("type");
+                }
+                print(&frame);
+            }
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("guardctl: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+}
+
+/// Recent history: events rebuilt from the audit log's rows.
+fn history(audit: &Path, filter: &Filter, print: impl Fn(&Value)) -> ExitCode {
+    let cutoff = filter.since.map(|d| std::time::SystemTime::now() - d);
+    let rows = match guard::audit::read_rows(audit) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("guardctl: audit log {}: {e}", audit.display());
+            return ExitCode::from(2);
+        }
+    };
+    for row in rows {
+        let row = match row {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("guardctl: audit log {}: {e}", audit.display());
+                return ExitCode::from(2);
+            }
+        };
+        if let Some(cutoff) = cutoff {
+            let ts = row["ts"].as_str().unwrap_or_default();
+            if ts < guard::audit::ts::format(cutoff).as_str() {
+                continue;
+            }
+        }
+        let event = match row["kind"].as_str() {
+            Some("decision") => json!({
+                "ts": row["ts"], "kind": "decision", "call_id": row["call_id"], "tool": row["tool"],
+                "decision": row["decision"]["decision"], "reason": row["decision"]["reason"],
+            }),
+            Some("finished") => json!({
+                "ts": row["ts"], "kind": "exit", "call_id": row["call_id"], "tool": row["tool"],
+                "code": row["exit"]["code"], "diverged": row["effects_observed"]["verdict"] == "diverged",
+            }),
+            _ => continue,
+        };
+        print(&event);
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_tool_names() {
+        assert!(glob("file_*", "file_read"));
+        assert!(glob("*", "x"));
+        assert!(glob("f?tch", "fetch"));
+        assert!(!glob("file_*", "send_email"));
+    }
+}

@@ -1,0 +1,404 @@
+//! The audit log, end to end: the library writing and `guardctl audit verify` checking.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+};
+
+use guard::audit::{self, AuditError, AuditLog, Options, chain};
+use serde_json::{Map, Value, json};
+
+use super::support;
+
+/// A directory removed when the test ends, however it ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(support::unique(&format!("guard-audit-{name}")));
+        fs::create_dir_all(&path).expect("create temp dir");
+        Self(path)
+    }
+
+    fn log(&self) -> PathBuf {
+        self.0.join("audit.jsonl")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn row(i: u64) -> Map<String, Value> {
+    let v = json!({
+        "kind": "decision",
+        "call_id": format!("call-{i}"),
+        "peer": {"pid": 4242, "uid": 1000, "gid": 1000},
+        "tool": "bash",
+        "args": ["-c", "ls -l"],
+        "note": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("literal object"),
+    }
+}
+
+fn write_rows(options: Options, n: u64) -> audit::Appended {
+    let log = AuditLog::open(options).expect("open");
+    let mut last = None;
+    for i in 0..n {
+        last = Some(log.append_blocking(row(i)).expect("append"));
+    }
+    last.expect("n > 0")
+}
+
+/// Runs `guardctl audit verify FILE`: (exit code, stdout).
+fn guardctl_verify(file: &Path) -> (i32, String) {
+    let out = Command::new(support::bin("guardctl"))
+        .args(["audit", "verify"])
+        .arg(file)
+        .output()
+        .expect("run guardctl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status
+            .code()
+            .unwrap_or_else(|| panic!("guardctl killed; stderr: {stderr}")),
+        stdout,
+    )
+}
+
+/// Byte offset where each line of `bytes` starts.
+fn line_starts(bytes: &[u8]) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect()
+}
+
+#[test]
+fn thousand_rows_from_concurrent_tasks_verify() {
+    let dir = TempDir::new("thousand");
+    let log = Arc::new(AuditLog::open(Options::new(dir.log())).expect("open"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..50u64)
+            .map(|t| {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    for i in 0..20 {
+                        log.append(row(t * 20 + i)).await.expect("append");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task");
+        }
+    });
+    let stats = log.stats();
+    assert_eq!(stats.rows, 1000);
+    assert!(
+        stats.syncs < stats.rows,
+        "rows did not share syncs: {stats:?}"
+    );
+
+    // Nothing else queued: a lone append is synced at once, by exactly one fdatasync.
+    let last = log.append_blocking(row(1000)).expect("lone append");
+    assert_eq!(last.seq, 1000);
+    assert_eq!(log.stats().syncs, stats.syncs + 1);
+
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.trim(),
+        format!("ok: 1001 rows in 1 files, last hash {}", last.hash)
+    );
+    let seqs: Vec<u64> = audit::read_rows(&dir.log())
+        .expect("read")
+        .map(|r| r.expect("row")["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(seqs, (0..1001).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_flipped_byte_is_reported_at_its_line() {
+    let dir = TempDir::new("flip");
+    write_rows(Options::new(dir.log()), 100);
+    let mut bytes = fs::read(dir.log()).expect("read");
+    let starts = line_starts(&bytes);
+    // An `x` of the note on line 50 (seq 49): the row still parses, its hash no longer holds.
+    let line = &bytes[starts[49]..starts[50]];
+    let at = starts[49] + line.windows(4).position(|w| w == b"xxxx").expect("note") + 2;
+    bytes[at] = b'y';
+    fs::write(dir.log(), &bytes).expect("write");
+
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 1, "{out}");
+    let expected = format!(
+        "broken: {}:50 (seq 49): row hashes to ",
+        dir.log().display()
+    );
+    assert!(out.starts_with(&expected), "{out}");
+}
+
+#[test]
+fn a_torn_tail_is_cut_at_reopen_and_the_chain_goes_on() {
+    let dir = TempDir::new("torn");
+    write_rows(Options::new(dir.log()), 5);
+    let bytes = fs::read(dir.log()).expect("read");
+    let starts = line_starts(&bytes);
+    // Half of a real row, as a crash in the middle of a write leaves it.
+    let half = &bytes[starts[2]..starts[2] + (starts[3] - starts[2]) / 2];
+    let mut torn = bytes.clone();
+    torn.extend_from_slice(half);
+    fs::write(dir.log(), &torn).expect("write");
+
+    let log = AuditLog::open(Options::new(dir.log())).expect("reopen");
+    assert_eq!(log.recovery().truncated_bytes, half.len() as u64);
+    assert_eq!(log.recovery().last_seq, Some(4));
+    assert_eq!(
+        fs::read(dir.log()).expect("read"),
+        bytes,
+        "recovery must restore the file"
+    );
+    assert_eq!(log.append_blocking(row(5)).expect("append").seq, 5);
+    drop(log);
+
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("ok: 6 rows in 1 files"), "{out}");
+}
+
+#[test]
+fn rotation_keeps_the_chain_across_files() {
+    let dir = TempDir::new("rotate");
+    let options = Options {
+        path: dir.log(),
+        rotate_bytes: 2000,
+    };
+    let last = write_rows(options, 100);
+    let rotated = |n: u64| PathBuf::from(format!("{}.{n}", dir.log().display()));
+    let files = (1..).take_while(|n| rotated(*n).exists()).count() + 1;
+    assert!(files >= 5, "only {files} files");
+
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.trim(),
+        format!("ok: 100 rows in {files} files, last hash {}", last.hash)
+    );
+
+    // Rewrite the first row of file 3 with another `prev`, and re-hash it so the row is
+    // consistent on its own: only the link across the boundary is wrong.
+    let text = fs::read_to_string(rotated(3)).expect("read");
+    let (first, rest) = text.split_once('\n').expect("a row");
+    let mut fields: Map<String, Value> = serde_json::from_str(first).expect("row");
+    let seq = fields.remove("seq").and_then(|v| v.as_u64()).expect("seq");
+    let ts = fields
+        .remove("ts")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .expect("ts");
+    fields.remove("prev");
+    fields.remove("hash");
+    let forged = chain::seal(fields, seq, ts, &"f".repeat(64));
+    let mut edited = forged.line;
+    edited.extend_from_slice(rest.as_bytes());
+    fs::write(rotated(3), &edited).expect("write");
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 1, "{out}");
+    let expected = format!(
+        "broken: {}:1 (seq {seq}): prev is ffff",
+        rotated(3).display()
+    );
+    assert!(out.starts_with(&expected), "{out}");
+
+    // Put it back, then drop a middle file: the next file no longer follows.
+    fs::write(rotated(3), text).expect("write");
+    assert_eq!(guardctl_verify(&dir.log()).0, 0);
+    fs::remove_file(rotated(2)).expect("remove");
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with(&format!("broken: {}:1 (seq ", rotated(3).display())),
+        "{out}"
+    );
+    assert!(out.contains("expected"), "{out}");
+}
+
+#[test]
+fn guardctl_verify_exits_2_when_the_log_cannot_be_read() {
+    let dir = TempDir::new("missing");
+    let (code, out) = guardctl_verify(&dir.log());
+    assert_eq!(code, 2, "{out}");
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Self {
+        let dir = TempDir::new("tmpfs");
+        let options = format!("size={size},mode=0700");
+        nix::mount::mount(
+            Some("tmpfs"),
+            &dir.0,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(options.as_str()),
+        )
+        .expect("mount tmpfs");
+        Self(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn a_full_disk_makes_the_log_unavailable_until_space_returns() {
+    if !support::privileged("a_full_disk_makes_the_log_unavailable_until_space_returns") {
+        return;
+    }
+    let fs_ = Tmpfs::mount("64k");
+    let path = fs_.0.log();
+    let log = AuditLog::open(Options::new(&path)).expect("open");
+    let mut written = 0;
+    for i in 0..3 {
+        log.append_blocking(row(i)).expect("append with space");
+        written += 1;
+    }
+
+    // Fill the rest of the file system.
+    let filler = fs_.0.0.join("filler");
+    let chunk = vec![0u8; 4096];
+    {
+        use std::io::Write as _;
+        let mut f = fs::File::create(&filler).expect("filler");
+        while f.write_all(&chunk).is_ok() {}
+    }
+
+    // Rows may still fit in the log's last page; within a few KiB the disk is full.
+    let mut big = row(0);
+    big.insert("args".into(), json!(["x".repeat(1500)]));
+    let reason = loop {
+        match log.append_blocking(big.clone()) {
+            Ok(a) => {
+                assert_eq!(a.seq, written);
+                written += 1;
+                assert!(written < 20, "the disk never filled");
+            }
+            Err(AuditError::Unavailable(reason)) => break reason,
+            Err(e) => panic!("expected Unavailable, got {e}"),
+        }
+    };
+    assert!(reason.contains("No space left"), "{reason}");
+    // No partial row was left, and the log keeps answering (not wedged).
+    let summary = audit::verify(&path).expect("chain intact while full");
+    assert_eq!((summary.rows, summary.torn_bytes), (written, 0));
+    assert!(matches!(
+        log.append_blocking(big.clone()),
+        Err(AuditError::Unavailable(_))
+    ));
+
+    // Space returns: the next append succeeds and continues the chain.
+    fs::remove_file(&filler).expect("free space");
+    let a = log
+        .append_blocking(big)
+        .expect("append after space returned");
+    assert_eq!(a.seq, written);
+    drop(log);
+    let summary = audit::verify(&path).expect("chain intact after recovery");
+    assert_eq!((summary.rows, summary.last_hash), (written + 1, a.hash));
+}
+
+/// Not a test on its own: the child that `a_killed_writer_loses_no_acknowledged_row` runs and
+/// kills. Appends until killed, printing each acknowledged seq.
+#[test]
+#[ignore = "run by a_killed_writer_loses_no_acknowledged_row"]
+fn crash_child() {
+    let Some(path) = std::env::var_os("GUARD_AUDIT_CRASH_LOG") else {
+        return;
+    };
+    let log = AuditLog::open(Options {
+        path: path.into(),
+        rotate_bytes: 16 * 1024,
+    })
+    .expect("open");
+    for i in 0.. {
+        let a = log.append_blocking(row(i)).expect("append");
+        println!("acked {}", a.seq);
+    }
+}
+
+/// A SIGKILL, not a power cut: the page cache survives, so this checks that rows are
+/// acknowledged only after they are written and that a killed writer's log reopens cleanly
+/// (lock released, chain continued), not fdatasync itself.
+#[test]
+fn a_killed_writer_loses_no_acknowledged_row() {
+    use std::io::{BufRead as _, BufReader};
+
+    let dir = TempDir::new("kill");
+    let mut child = Command::new(std::env::current_exe().expect("current_exe"))
+        .args([
+            "--ignored",
+            "--exact",
+            "suite::audit::crash_child",
+            "--nocapture",
+        ])
+        .env("GUARD_AUDIT_CRASH_LOG", dir.log())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut acked = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("read child");
+        if let Some(seq) = line.strip_prefix("acked ") {
+            acked.push(seq.parse::<u64>().expect("seq"));
+            if acked.len() == 300 {
+                break;
+            }
+        }
+    }
+    child.kill().expect("kill child");
+    child.wait().expect("reap child");
+    assert_eq!(acked.len(), 300, "child stopped early");
+
+    // Reopening recovers (the lock died with the child) and keeps every acknowledged row.
+    let log = AuditLog::open(Options {
+        path: dir.log(),
+        rotate_bytes: 16 * 1024,
+    })
+    .expect("reopen");
+    let last = log.recovery().last_seq.expect("rows");
+    assert!(last >= 299, "last seq {last} < last acknowledged");
+    let next = log.append_blocking(row(0)).expect("append after crash");
+    assert_eq!(next.seq, last + 1);
+    drop(log);
+    let summary = audit::verify(&dir.log()).expect("chain intact after kill");
+    assert!(summary.files > 1, "expected rotations during the run");
+    let seqs: Vec<u64> = audit::read_rows(&dir.log())
+        .expect("read")
+        .map(|r| r.expect("row")["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(seqs, (0..=last + 1).collect::<Vec<_>>());
+}
