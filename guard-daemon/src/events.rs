@@ -7,7 +7,6 @@ use std::{
     net::{Ipv4Addr, Ipv6Addr},
     path::PathBuf,
     sync::{Arc, Mutex},
-    time::{SystemTime, UNIX_EPOCH},
 };
 
 use guard_common::event::{
@@ -50,7 +49,7 @@ impl BusEvent {
             _ => Map::new(),
         };
         Self {
-            ts: rfc3339(SystemTime::now()),
+            ts: crate::audit::ts::now(),
             kind,
             call_id: call_id.map(str::to_owned),
             tool: tool.map(str::to_owned),
@@ -234,48 +233,9 @@ fn addr_of(event: &KernelEvent) -> String {
     }
 }
 
-/// Formats a time as RFC 3339 in UTC with microseconds, e.g. `2026-11-22T06:50:23.123456Z`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, dd) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
-
-/// Howard Hinnant's days-to-civil algorithm: days since 1970-01-01 to (year, month, day).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-
-    #[test]
-    fn formats_rfc3339_utc() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
-        let t = UNIX_EPOCH + Duration::from_micros(1_795_330_223_123_456);
-        assert_eq!(rfc3339(t), "2026-11-22T06:50:23.123456Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert!(rfc3339(leap).starts_with("2000-02-29T00:00:00"));
-    }
 
     fn connect_event(cgroup_id: u64, action: u32) -> KernelEvent {
         // SAFETY: Event is plain old data; all-zero is a valid value.

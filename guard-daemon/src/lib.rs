@@ -1,8 +1,18 @@
 //! guard: decide, confine and watch the tool calls of AI agents.
+//!
+//! The way of a call, top-down: [`server`] accepts it on the socket ([`conn`], [`protocol`]),
+//! [`access`] checks who sent it, [`policy`] decides the [`intent`] ([`decision`], [`detect`]),
+//! [`audit`] records the decision, and [`call`] carries an allowed call through: a [`cgroup`],
+//! the kernel's allow-lists ([`monitor`]), the confined launch ([`sandbox`]) of its [`plan`],
+//! and the receipt of what it did ([`events`]). [`daemon`] holds the shared state and the
+//! start-up, proven by [`selftest`].
+pub mod access;
 pub mod audit;
+pub mod call;
 pub mod cgroup;
 pub mod client;
 pub mod conn;
+pub mod daemon;
 pub mod decision;
 pub mod detect;
 pub mod events;
@@ -12,3 +22,5 @@ pub mod plan;
 pub mod policy;
 pub mod protocol;
 pub mod sandbox;
+pub mod selftest;
+pub mod server;

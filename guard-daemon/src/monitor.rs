@@ -328,18 +328,26 @@ impl EventStream {
     pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
         loop {
             let mut guard = self.fd.readable_mut().await?;
-            let ring = guard.get_inner_mut();
-            while let Some(item) = ring.next() {
-                if item.len() >= size_of::<Event>() {
-                    // SAFETY: the kernel wrote a whole `Event` (repr(C), Pod) at this address;
-                    // read_unaligned because ring buffer records are only 8-byte aligned.
-                    out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<Event>()) });
-                }
-            }
+            drain(guard.get_inner_mut(), out);
             guard.clear_ready();
             if !out.is_empty() {
                 return Ok(());
             }
+        }
+    }
+
+    /// Appends every event already in the ring buffer to `out`, without waiting.
+    pub fn drain_now(&mut self, out: &mut Vec<Event>) {
+        drain(self.fd.get_mut(), out);
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, out: &mut Vec<Event>) {
+    while let Some(item) = ring.next() {
+        if item.len() >= size_of::<Event>() {
+            // SAFETY: the kernel wrote a whole `Event` (repr(C), Pod) at this address;
+            // read_unaligned because ring buffer records are only 8-byte aligned.
+            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<Event>()) });
         }
     }
 }

@@ -1,6 +1,7 @@
 mod support;
 
 mod audit;
+mod daemon;
 mod ebpf;
 mod policy;
 mod sandbox;

@@ -43,3 +43,122 @@ pub fn unique(prefix: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// A temporary directory that guard-tool can traverse (mode 0755), removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = std::env::temp_dir().join(unique(prefix));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod temp dir");
+        Self(path)
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A real guardd on a private socket, audit log and cgroup; SIGTERMed and reaped on drop.
+pub struct Guardd {
+    pub child: std::process::Child,
+    pub dir: TempDir,
+    pub socket: PathBuf,
+    pub audit: PathBuf,
+    pub cgroup: String,
+}
+
+impl Guardd {
+    /// Starts guardd with `policy` (TOML text) and waits until its socket answers.
+    pub fn start(policy: &str) -> Self {
+        Self::start_with(policy, &[])
+    }
+
+    pub fn start_with(policy: &str, extra: &[&str]) -> Self {
+        let dir = TempDir::new("guardd");
+        let policy_path = dir.join("policy.toml");
+        std::fs::write(&policy_path, policy).expect("write policy");
+        let socket = dir.join("guard.sock");
+        let audit = dir.join("audit.jsonl");
+        let cgroup = unique("guard-e2e");
+        let child = std::process::Command::new(bin("guardd"))
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--audit")
+            .arg(&audit)
+            .arg("--cgroup")
+            .arg(&cgroup)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("spawn guardd");
+        let mut guardd = Self {
+            child,
+            dir,
+            socket,
+            audit,
+            cgroup,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&guardd.socket).is_err() {
+            if let Ok(Some(status)) = guardd.child.try_wait() {
+                panic!("guardd exited at start: {status}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "guardd did not listen within 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        guardd
+    }
+
+    /// A guard-exec command aimed at this daemon.
+    pub fn exec(&self, tool: &str, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(bin("guard-exec"));
+        cmd.arg("--socket").arg(&self.socket).arg(tool).args(args);
+        cmd
+    }
+
+    /// A guardctl command aimed at this daemon.
+    pub fn ctl(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(bin("guardctl"));
+        cmd.arg("--socket").arg(&self.socket).args(args);
+        cmd
+    }
+
+    /// The audit rows written so far.
+    pub fn audit_rows(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit row is JSON"))
+            .collect()
+    }
+
+    /// Stops guardd with SIGTERM and returns its exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("wait guardd")
+    }
+}
+
+impl Drop for Guardd {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}

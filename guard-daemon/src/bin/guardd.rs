@@ -1,1 +1,143 @@
-fn main() {}
+//! guardd: the daemon through which every tool call of an agent must pass.
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::Parser;
+use guard::{daemon, server};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "guardd",
+    version,
+    about = "Decide, confine and watch AI agents' tool calls"
+)]
+struct Args {
+    /// Policy file or directory of *.toml files [default: /etc/guard/policy.toml, else /etc/guard/policies/]
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Unix socket to listen on.
+    #[arg(long, default_value = "/run/guard/guard.sock")]
+    socket: PathBuf,
+    /// Append-only audit log.
+    #[arg(long, default_value = "/var/lib/guard/audit.jsonl")]
+    audit: PathBuf,
+    /// Group owning the socket (mode 0660); its members may submit calls unless the policy lists clients.
+    #[arg(long)]
+    socket_group: Option<String>,
+    /// The guard's cgroup, under the cgroup v2 mount.
+    #[arg(long, default_value = "guard")]
+    cgroup: String,
+    /// Calls running at once.
+    #[arg(long, default_value_t = 64)]
+    max_calls: usize,
+    /// Calls waiting for a slot before new ones get a "busy" reply.
+    #[arg(long, default_value_t = 1024)]
+    max_queue: usize,
+    /// Connections open at once.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Seconds shutdown waits for running calls before killing them.
+    #[arg(long, default_value_t = 10)]
+    drain_seconds: u64,
+    /// Run even when a kernel layer is missing. Every audit row then says "enforced": false.
+    #[arg(long)]
+    allow_unenforced: bool,
+}
+
+fn default_policy() -> PathBuf {
+    let file = PathBuf::from("/etc/guard/policy.toml");
+    if file.exists() {
+        file
+    } else {
+        PathBuf::from("/etc/guard/policies")
+    }
+}
+
+fn main() -> ExitCode {
+    // The start-up self-test runs guardd itself as its canary, before anything else happens.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(guard::selftest::CANARY_FLAG) {
+        match argv.get(2).and_then(|a| a.parse().ok()) {
+            Some(addr) => guard::selftest::canary(addr),
+            None => return ExitCode::from(64),
+        }
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(serve()),
+        Err(e) => {
+            eprintln!("guardd: tokio runtime: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn serve() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.allow_unenforced {
+        tracing::warn!(
+            "--allow-unenforced: calls may run without kernel enforcement; every audit row will say so"
+        );
+    }
+    let options = daemon::Options {
+        policy: args.policy.unwrap_or_else(default_policy),
+        socket: args.socket,
+        audit: args.audit,
+        socket_group: args.socket_group,
+        cgroup: args.cgroup,
+        max_calls: args.max_calls,
+        max_queue: args.max_queue,
+        max_connections: args.max_connections,
+        drain: Duration::from_secs(args.drain_seconds),
+        allow_unenforced: args.allow_unenforced,
+    };
+    let daemon = match daemon::Daemon::start(options) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("guardd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    for layer in &daemon.layers {
+        tracing::info!(layer = %layer.name, state = layer.state, "{}", layer.detail);
+    }
+    tracing::info!(policy = %daemon.options.policy.display(), tools = daemon.policy().tools().count(), "policy loaded");
+    let gid = daemon
+        .options
+        .socket_group
+        .as_ref()
+        .and_then(|g| nix::unistd::Group::from_name(g).ok().flatten())
+        .map(|g| g.gid.as_raw());
+    let listener = match server::bind(daemon.socket(), gid) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("guardd: socket {}: {e}", daemon.socket().display());
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(socket = %daemon.socket().display(), "listening");
+    daemon.spawn_event_pump();
+    server::run(daemon, listener, shutdown_signal()).await;
+    tracing::info!("stopped: socket removed, kernel programs detached");
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop guardd with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}

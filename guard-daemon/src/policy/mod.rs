@@ -29,6 +29,7 @@ use self::{
 };
 pub use self::{
     parse::{ArgType, Principal},
+    rules::glob_match,
     source::{PolicyError, PolicyErrors},
 };
 use crate::{

@@ -54,7 +54,7 @@ impl Rule {
 }
 
 /// fnmatch-style globs as inspect_ai uses for tool names: `*` any run, `?` one character.
-pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
+pub fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
     let (mut pi, mut ni) = (0, 0);
     let mut star: Option<(usize, usize)> = None;

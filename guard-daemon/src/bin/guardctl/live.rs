@@ -30,18 +30,51 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         println!("{status}");
         return ExitCode::SUCCESS;
     }
-    println!("guardd pid {}  up {}s  socket {}", status["pid"], status["uptime_s"], socket.display());
-    let enforced = if status["enforced"] == true { "enforced" } else { "UNENFORCED" };
-    println!("policy {} ({} tools)  {enforced}", str_of(&status["policy"]["path"]), status["policy"]["tools"]);
-    println!("limits {}  dropped kernel events {}", str_of(&status["limits"]), status["dropped_events"]);
+    println!(
+        "guardd pid {}  up {}s  socket {}",
+        status["pid"],
+        status["uptime_s"],
+        socket.display()
+    );
+    let enforced = if status["enforced"] == true {
+        "enforced"
+    } else {
+        "UNENFORCED"
+    };
+    println!(
+        "policy {} ({} tools)  {enforced}",
+        str_of(&status["policy"]["path"]),
+        status["policy"]["tools"]
+    );
+    println!(
+        "limits {}  dropped kernel events {}",
+        str_of(&status["limits"]),
+        status["dropped_events"]
+    );
     println!("layers:");
     for layer in status["layers"].as_array().into_iter().flatten() {
-        println!("  {:<22} {:<10} {}", str_of(&layer["name"]), str_of(&layer["state"]), str_of(&layer["detail"]));
+        println!(
+            "  {:<22} {:<10} {}",
+            str_of(&layer["name"]),
+            str_of(&layer["state"]),
+            str_of(&layer["detail"])
+        );
     }
     let running = status["running"].as_array().cloned().unwrap_or_default();
-    println!("running calls: {}  queued: {}", running.len(), status["queued"]);
+    println!(
+        "running calls: {}  queued: {}",
+        running.len(),
+        status["queued"]
+    );
     for call in running {
-        println!("  {:<16} {:<16} pid {:<8} uid {:<6} since {}", str_of(&call["call_id"]), str_of(&call["tool"]), call["pid"], call["peer_uid"], str_of(&call["started"]));
+        println!(
+            "  {:<16} {:<16} pid {:<8} uid {:<6} since {}",
+            str_of(&call["call_id"]),
+            str_of(&call["tool"]),
+            call["pid"],
+            call["peer_uid"],
+            str_of(&call["started"])
+        );
     }
     ExitCode::SUCCESS
 }
@@ -66,32 +99,23 @@ impl Filter {
             }
         }
         if let Some(tool) = &self.tool {
-            if !event["tool"].as_str().is_some_and(|t| glob(tool, t)) {
+            if !event["tool"]
+                .as_str()
+                .is_some_and(|t| guard::policy::glob_match(tool, t))
+            {
                 return false;
             }
         }
         if let Some(d) = &self.decision {
-            let decision = event["decision"].as_str().or_else(|| event["decision"]["decision"].as_str());
+            let decision = event["decision"]
+                .as_str()
+                .or_else(|| event["decision"]["decision"].as_str());
             if decision != Some(d.as_str()) {
                 return false;
             }
         }
         true
     }
-}
-
-/// `*` and `?` globs, enough for tool names.
-fn glob(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match (p.first(), n.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
-            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
-            _ => false,
-        }
-    }
-    go(pattern.as_bytes(), name.as_bytes())
 }
 
 /// One aligned line per event, colored on a terminal unless NO_COLOR is set.
@@ -104,11 +128,18 @@ fn human(event: &Value, color: bool) -> String {
         _ => "0",
     };
     let detail = match kind {
-        "decision" => format!("{} {}", str_of(&event["decision"]), str_of(&event["reason"])),
+        "decision" => format!(
+            "{} {}",
+            str_of(&event["decision"]),
+            str_of(&event["reason"])
+        ),
         "divergence" => format!(
             "{} {} pid {} -> {}",
             str_of(&event["effect"]),
-            event["path"].as_str().map_or_else(|| format!("{}:{}", str_of(&event["addr"]), event["port"]), str::to_owned),
+            event["path"].as_str().map_or_else(
+                || format!("{}:{}", str_of(&event["addr"]), event["port"]),
+                str::to_owned
+            ),
             event["pid"],
             str_of(&event["action"])
         ),
@@ -117,15 +148,35 @@ fn human(event: &Value, color: bool) -> String {
         _ => String::new(),
     };
     let kind_col = format!("{kind:<10}");
-    let kind_col = if color { format!("\x1b[{paint}m{kind_col}\x1b[0m") } else { kind_col };
-    format!("{} {kind_col} {:<16} {:<16} {detail}", str_of(&event["ts"]), str_of(&event["call_id"]), str_of(&event["tool"]))
+    let kind_col = if color {
+        format!("\x1b[{paint}m{kind_col}\x1b[0m")
+    } else {
+        kind_col
+    };
+    format!(
+        "{} {kind_col} {:<16} {:<16} {detail}",
+        str_of(&event["ts"]),
+        str_of(&event["call_id"]),
+        str_of(&event["tool"])
+    )
 }
 
-pub fn events(socket: Option<std::path::PathBuf>, audit: &Path, follow: bool, as_json: bool, filter: Filter) -> ExitCode {
-    let color = !as_json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+pub fn events(
+    socket: Option<std::path::PathBuf>,
+    audit: &Path,
+    follow: bool,
+    as_json: bool,
+    filter: Filter,
+) -> ExitCode {
+    let color =
+        !as_json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let print = |event: &Value| {
         if filter.keeps(event) {
-            if as_json { println!("{event}") } else { println!("{}", human(event, color)) }
+            if as_json {
+                println!("{event}")
+            } else {
+                println!("{}", human(event, color))
+            }
         }
     };
     if !follow {
@@ -136,7 +187,10 @@ pub fn events(socket: Option<std::path::PathBuf>, audit: &Path, follow: bool, as
         Ok(c) => c,
         Err(code) => return code,
     };
-    if let Err(e) = client.request("subscribe", json!({ "tool": filter.tool, "call": filter.call })) {
+    if let Err(e) = client.request(
+        "subscribe",
+        json!({ "tool": filter.tool, "call": filter.call }),
+    ) {
         eprintln!("guardctl: {e}");
         return ExitCode::from(1);
     }
@@ -196,17 +250,4 @@ fn history(audit: &Path, filter: &Filter, print: impl Fn(&Value)) -> ExitCode {
         print(&event);
     }
     ExitCode::SUCCESS
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn globs_match_tool_names() {
-        assert!(glob("file_*", "file_read"));
-        assert!(glob("*", "x"));
-        assert!(glob("f?tch", "fetch"));
-        assert!(!glob("file_*", "send_email"));
-    }
 }

@@ -83,14 +83,23 @@ enum PolicyCommand {
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 90s, 15m, 2h or 1d"))?;
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 90s, 15m, 2h or 1d"))?;
     let secs = match unit {
         "" | "s" => n,
         "m" => n * 60,
         "h" => n * 3600,
         "d" => n * 86_400,
-        _ => return Err(format!("unknown unit `{unit}` in `{text}`: use s, m, h or d")),
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{text}`: use s, m, h or d"
+            ));
+        }
     };
     Ok(Duration::from_secs(secs))
 }
@@ -98,8 +107,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Policy { command: PolicyCommand::Check { path } } => policy::check_policy(&path),
-        Command::Check { policy: p, tool, args, json } => {
+        Command::Policy {
+            command: PolicyCommand::Check { path },
+        } => policy::check_policy(&path),
+        Command::Check {
+            policy: p,
+            tool,
+            args,
+            json,
+        } => {
             let p = p.unwrap_or_else(policy::default_policy_path);
             match policy::check_call(&p, &tool, args.as_deref(), json) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -111,8 +127,21 @@ fn main() -> ExitCode {
         }
         Command::Audit { command } => audit::run(command),
         Command::Status { json } => live::status(cli.socket, json),
-        Command::Events { follow, json, tool, decision, since, call, audit } => {
-            let filter = live::Filter { tool, decision, call, since };
+        Command::Events {
+            follow,
+            json,
+            tool,
+            decision,
+            since,
+            call,
+            audit,
+        } => {
+            let filter = live::Filter {
+                tool,
+                decision,
+                call,
+                since,
+            };
             live::events(cli.socket, &audit, follow, json, filter)
         }
     }

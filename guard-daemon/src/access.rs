@@ -1,0 +1,182 @@
+//! Who may do what over the socket, from the peer's credentials (SO_PEERCRED).
+//!
+//! Unset lists mean: root and members of the socket's group may submit calls; only root
+//! administers (approves, reloads, subscribes to events).
+
+use std::fs;
+
+use nix::unistd::{Group, User};
+
+use crate::policy::{Principal, Settings};
+
+/// The credentials of a connected peer, with its groups.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, from /proc/PID/status at connect time.
+    #[serde(skip)]
+    pub groups: Vec<u32>,
+}
+
+impl Peer {
+    /// Reads the peer's credentials from a connected socket.
+    pub fn of(stream: &tokio::net::UnixStream) -> std::io::Result<Self> {
+        let cred = stream.peer_cred()?;
+        let pid = cred.pid().unwrap_or(0);
+        Ok(Self {
+            pid,
+            uid: cred.uid(),
+            gid: cred.gid(),
+            groups: supplementary_groups(pid),
+        })
+    }
+
+    fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a request needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Submit and check calls, read status.
+    Client,
+    /// Everything a client may, plus events, approvals and reloads.
+    Admin,
+}
+
+/// The access rules, resolved once from the policy's settings.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    clients: Option<Vec<u32>>,
+    client_groups: Option<Vec<u32>>,
+    admins: Option<Vec<u32>>,
+    admin_groups: Option<Vec<u32>>,
+    socket_gid: Option<u32>,
+}
+
+impl Access {
+    /// Resolves user and group names; a name that does not exist is an error, not a silent skip.
+    pub fn new(settings: &Settings, socket_gid: Option<u32>) -> Result<Self, String> {
+        let users = |list: &[Principal]| -> Result<Vec<u32>, String> {
+            list.iter()
+                .map(|p| match p {
+                    Principal::Id(id) => Ok(*id),
+                    Principal::Name(name) => match User::from_name(name) {
+                        Ok(Some(u)) => Ok(u.uid.as_raw()),
+                        _ => Err(format!("unknown user `{name}` in settings")),
+                    },
+                })
+                .collect()
+        };
+        let groups = |list: &[Principal]| -> Result<Vec<u32>, String> {
+            list.iter()
+                .map(|p| match p {
+                    Principal::Id(id) => Ok(*id),
+                    Principal::Name(name) => match Group::from_name(name) {
+                        Ok(Some(g)) => Ok(g.gid.as_raw()),
+                        _ => Err(format!("unknown group `{name}` in settings")),
+                    },
+                })
+                .collect()
+        };
+        let opt = |list: &[Principal], f: &dyn Fn(&[Principal]) -> Result<Vec<u32>, String>| {
+            if list.is_empty() {
+                Ok(None)
+            } else {
+                f(list).map(Some)
+            }
+        };
+        Ok(Self {
+            clients: opt(&settings.clients, &users)?,
+            client_groups: opt(&settings.client_groups, &groups)?,
+            admins: opt(&settings.admins, &users)?,
+            admin_groups: opt(&settings.admin_groups, &groups)?,
+            socket_gid,
+        })
+    }
+
+    /// Whether `peer` may act in `role`.
+    pub fn permits(&self, peer: &Peer, role: Role) -> bool {
+        if peer.uid == 0 {
+            return true;
+        }
+        let listed = |uids: &Option<Vec<u32>>, gids: &Option<Vec<u32>>| {
+            uids.as_ref().is_some_and(|u| u.contains(&peer.uid))
+                || gids
+                    .as_ref()
+                    .is_some_and(|g| g.iter().any(|&gid| peer.in_group(gid)))
+        };
+        let admin = listed(&self.admins, &self.admin_groups);
+        match role {
+            Role::Admin => admin,
+            Role::Client => {
+                if admin {
+                    return true;
+                }
+                if self.clients.is_none() && self.client_groups.is_none() {
+                    self.socket_gid.is_some_and(|gid| peer.in_group(gid))
+                } else {
+                    listed(&self.clients, &self.client_groups)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
+        Peer {
+            pid: 1,
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        }
+    }
+
+    #[test]
+    fn defaults_let_root_and_the_socket_group_submit_and_only_root_administer() {
+        let access = Access {
+            socket_gid: Some(50),
+            ..Access::default()
+        };
+        assert!(access.permits(&peer(0, 0, &[]), Role::Admin));
+        assert!(access.permits(&peer(1000, 1000, &[50]), Role::Client));
+        assert!(!access.permits(&peer(1000, 1000, &[50]), Role::Admin));
+        assert!(!access.permits(&peer(1001, 1001, &[]), Role::Client));
+    }
+
+    #[test]
+    fn explicit_lists_replace_the_socket_group() {
+        let access = Access {
+            clients: Some(vec![1000]),
+            admin_groups: Some(vec![60]),
+            socket_gid: Some(50),
+            ..Access::default()
+        };
+        assert!(access.permits(&peer(1000, 1000, &[]), Role::Client));
+        assert!(!access.permits(&peer(1002, 1002, &[50]), Role::Client));
+        assert!(access.permits(&peer(1003, 1003, &[60]), Role::Admin));
+        assert!(access.permits(&peer(1003, 1003, &[60]), Role::Client));
+    }
+}

@@ -1,0 +1,307 @@
+//! One `exec` request, from decision to receipt: decide, record the decision durably, then, for
+//! an allowed call, bind the kernel to it (cgroup, destinations), launch it confined, follow it
+//! to its end, and record what it did.
+
+use std::{
+    io,
+    net::IpAddr,
+    os::fd::OwnedFd,
+    path::PathBuf,
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
+
+use guard_common::{
+    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE},
+    net::{PROTO_TCP, PROTO_UDP},
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::SemaphorePermit;
+
+use crate::{
+    access::Peer,
+    cgroup::Cgroup,
+    conn::Conn,
+    daemon::{Daemon, Running},
+    decision::Decision,
+    events::{BusEvent, Receipt},
+    intent::Intent,
+    monitor::{Destination, Watch},
+    plan::{Endpoint, LaunchPlan, OnDivergence},
+    protocol::{self, ProtocolError},
+    sandbox,
+};
+
+/// Why an allowed call could not be carried through.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("cgroup: {0}")]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error("kernel: {0}")]
+    Monitor(#[from] crate::monitor::MonitorError),
+    #[error("resolving {host}: {reason}")]
+    Resolve { host: String, reason: String },
+    #[error("launch: {0}")]
+    Sandbox(#[from] sandbox::SandboxError),
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// Handles an `exec` request; the connection is the call's for its whole life.
+pub async fn exec(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    intent: Intent,
+    mut conn: Conn,
+) -> io::Result<()> {
+    let fds = conn.take_fds();
+    let Ok(stdio) = <[OwnedFd; 3]>::try_from(fds) else {
+        let e = ProtocolError {
+            message: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame"
+                .into(),
+            field: Some("fds".into()),
+        };
+        return conn.write(&protocol::error_frame(&e)).await;
+    };
+    let Some(_slot) = slot(daemon).await else {
+        let e = ProtocolError {
+            message: "busy: too many calls queued; try again later".into(),
+            field: None,
+        };
+        return conn.write(&protocol::error_frame(&e)).await;
+    };
+
+    let call_id = daemon.new_call_id();
+    let policy = daemon.policy();
+    let mut verdict = policy.decide(&intent);
+    verdict.row.metadata.audit_entry_id = Some(call_id.clone());
+    let enforced = daemon.enforced();
+    let row = json!({
+        "kind": "decision",
+        "call_id": call_id,
+        "peer": peer,
+        "tool": intent.tool,
+        "args": verdict.redacted_args,
+        "decision": verdict.row,
+        "enforced": enforced,
+    });
+    if let Err(e) = daemon.audit.append(object(row)).await {
+        // Fail closed: a call whose decision cannot be recorded does not run.
+        tracing::error!(call = %call_id, "audit log unavailable, blocking: {e}");
+        let reply = json!({ "call_id": call_id, "decision": Decision::Block, "message": "blocked: the audit log is unavailable" });
+        return conn.write(&protocol::frame("decision", reply)).await;
+    }
+    let decision = verdict.row.decision;
+    daemon.bus.publish(BusEvent::new(
+        "decision",
+        Some(&call_id),
+        Some(&intent.tool),
+        json!({ "decision": decision, "reason": verdict.row.reason, "uid": peer.uid }),
+    ));
+    let message = policy.caller_message(&verdict);
+    let plan = match (decision, verdict.plan) {
+        (Decision::Allow, Some(plan)) => plan,
+        _ => {
+            let reply = json!({ "call_id": call_id, "decision": decision, "message": message });
+            return conn.write(&protocol::frame("decision", reply)).await;
+        }
+    };
+    conn.write(&protocol::frame(
+        "decision",
+        json!({ "call_id": call_id, "decision": decision }),
+    ))
+    .await?;
+
+    let started = Instant::now();
+    let result = run(daemon, &call_id, peer, &plan, stdio, &mut conn).await;
+    let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    let (exit, sandbox_applied, receipt, error) = match result {
+        Ok((outcome, applied, receipt)) => (Some(outcome), Some(applied), receipt, None),
+        Err((e, receipt)) => (None, None, receipt, Some(e.to_string())),
+    };
+    let code = exit.as_ref().map(|o| o.exit_code);
+    let diverged = receipt.as_ref().is_some_and(|r| r.verdict == "diverged");
+    let row = json!({
+        "kind": "finished",
+        "call_id": call_id,
+        "tool": plan.tool,
+        "sandbox": sandbox_applied,
+        "effects_observed": receipt,
+        "exit": exit,
+        "error": error,
+        "duration_ms": duration_ms,
+        "enforced": enforced,
+    });
+    if let Err(e) = daemon.audit.append(object(row)).await {
+        tracing::error!(call = %call_id, "audit log unavailable for the finished row: {e}");
+    }
+    daemon.bus.publish(BusEvent::new(
+        "exit",
+        Some(&call_id),
+        Some(&plan.tool),
+        json!({ "code": code, "diverged": diverged, "error": error, "duration_ms": duration_ms }),
+    ));
+    let reply = json!({ "call_id": call_id, "code": code, "diverged": diverged, "error": error });
+    // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
+    let _ = conn.write(&protocol::frame("exit", reply)).await;
+    Ok(())
+}
+
+/// A slot to run in, waiting in a bounded queue; `None` when the queue is full.
+async fn slot(daemon: &Daemon) -> Option<SemaphorePermit<'_>> {
+    if let Ok(permit) = daemon.slots.try_acquire() {
+        return Some(permit);
+    }
+    if daemon.queued.fetch_add(1, Ordering::SeqCst) >= daemon.options.max_queue as u64 {
+        daemon.queued.fetch_sub(1, Ordering::SeqCst);
+        return None;
+    }
+    let permit = daemon.slots.acquire().await.ok();
+    daemon.queued.fetch_sub(1, Ordering::SeqCst);
+    permit
+}
+
+type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
+
+/// Launches an allowed call and follows it to its end. The cgroup and the kernel's knowledge of
+/// the call are removed whatever happens.
+async fn run(
+    daemon: &Daemon,
+    call_id: &str,
+    peer: &Peer,
+    plan: &LaunchPlan,
+    stdio: [OwnedFd; 3],
+    conn: &mut Conn,
+) -> Result<Ran, (CallError, Option<Receipt>)> {
+    let cgroup = Cgroup::create(daemon.root.path(), &format!("call-{call_id}"))
+        .map_err(|e| (e.into(), None))?;
+    let id = cgroup.id();
+    let dests = match resolve(&plan.effects.connect).await {
+        Ok(d) => d,
+        Err(e) => return Err((e, None)),
+    };
+    let kill = plan.effects.on_divergence == OnDivergence::Kill;
+    let flags = FLAG_ENFORCE_EXEC | if kill { FLAG_KILL_ON_DIVERGENCE } else { 0 };
+    let execs = plan
+        .argv
+        .first()
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(plan.effects.exec.iter().cloned())
+        .collect();
+    let watch = Watch {
+        config: CallConfig { flags, _pad: 0 },
+        destinations: dests,
+        execs,
+    };
+    daemon
+        .tracker
+        .track(id, call_id, &plan.tool, cgroup.path().to_owned(), kill);
+    let result = async {
+        daemon.with_monitor(|m| m.watch(id, &watch)).transpose()?;
+        let launched = sandbox::spawn(plan, &cgroup, stdio, &daemon.launch)?;
+        let applied = launched.applied.clone();
+        let pid = launched.pid.as_raw() as u32;
+        daemon.running.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            call_id.to_owned(),
+            Running {
+                call_id: call_id.to_owned(),
+                tool: plan.tool.clone(),
+                pid,
+                peer_uid: peer.uid,
+                started: crate::audit::ts::now(),
+                since: Some(Instant::now()),
+            },
+        );
+        daemon.bus.publish(BusEvent::new("launch", Some(call_id), Some(&plan.tool), json!({ "pid": pid })));
+        let run = sandbox::run_to_end(launched, &cgroup, plan.confinement.timeout);
+        tokio::pin!(run);
+        let outcome = tokio::select! {
+            outcome = &mut run => outcome?,
+            _ = conn.closed() => {
+                // The caller went away (guard-exec killed): the call goes with it.
+                tracing::info!(call = %call_id, "caller disconnected: killing the call");
+                let _ = cgroup.kill();
+                daemon.bus.publish(BusEvent::new("kill", Some(call_id), Some(&plan.tool), json!({ "reason": "caller disconnected" })));
+                run.await?
+            }
+        };
+        Ok::<_, CallError>((outcome, applied))
+    }
+    .await;
+    daemon
+        .running
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(call_id);
+    daemon.flush_events().await;
+    let receipt = daemon.tracker.finish(id);
+    if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
+        tracing::warn!(call = %call_id, "forgetting the call in the kernel: {e}");
+    }
+    if let Err(e) = cgroup.remove() {
+        tracing::warn!(call = %call_id, "removing the call's cgroup: {e}");
+    }
+    match result {
+        Ok((outcome, applied)) => Ok((outcome, applied, receipt)),
+        Err(e) => Err((e, receipt)),
+    }
+}
+
+/// The kernel's allow-list for a call's connect effects: each host resolved now, just before
+/// launch, so the call reaches exactly the addresses guardd saw. A call that names a host also
+/// gets the system's resolvers on port 53.
+async fn resolve(endpoints: &[Endpoint]) -> Result<Vec<Destination>, CallError> {
+    let mut dests = Vec::new();
+    let mut needs_dns = false;
+    for ep in endpoints {
+        let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => {
+                needs_dns = true;
+                tokio::net::lookup_host((ep.host.as_str(), ep.port))
+                    .await
+                    .map_err(|e| CallError::Resolve {
+                        host: ep.host.clone(),
+                        reason: e.to_string(),
+                    })?
+                    .map(|sa| sa.ip())
+                    .collect()
+            }
+        };
+        dests.extend(addrs.into_iter().map(|addr| Destination {
+            addr,
+            port: ep.port,
+            proto: PROTO_TCP,
+        }));
+    }
+    if needs_dns {
+        for addr in resolvers() {
+            for proto in [PROTO_UDP, PROTO_TCP] {
+                dests.push(Destination {
+                    addr,
+                    port: 53,
+                    proto,
+                });
+            }
+        }
+    }
+    dests.sort_by_key(|d| (d.addr, d.port, d.proto));
+    dests.dedup();
+    Ok(dests)
+}
+
+/// The nameservers of /etc/resolv.conf.
+fn resolvers() -> Vec<IpAddr> {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect()
+}

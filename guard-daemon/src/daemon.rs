@@ -1,0 +1,342 @@
+//! guardd's shared state and its start: every layer is brought up and proven before the socket
+//! opens, and a layer that is missing stops the start (fail closed) unless the operator opted
+//! out with `--allow-unenforced`, which every audit row then records.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex, OnceLock, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::{
+    access::Access,
+    audit::{self, AuditLog},
+    cgroup::{self, Cgroup},
+    events::{Bus, Tracker},
+    monitor::Monitor,
+    policy::Policy,
+    sandbox, selftest,
+};
+
+/// How guardd was asked to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub policy: PathBuf,
+    pub socket: PathBuf,
+    pub audit: PathBuf,
+    /// Group owning the socket (mode 0660); its members may submit calls by default.
+    pub socket_group: Option<String>,
+    /// Name of the guard's cgroup under the cgroup v2 mount.
+    pub cgroup: String,
+    /// Calls running at once; more wait in the queue.
+    pub max_calls: usize,
+    /// Calls waiting for a slot before new ones are refused as busy.
+    pub max_queue: usize,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// How long shutdown waits for running calls before killing them.
+    pub drain: Duration,
+    /// Run without the kernel layers (logged, and recorded in every audit row).
+    pub allow_unenforced: bool,
+}
+
+/// Why guardd did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("policy {path}: invalid:\n{errors}")]
+    Policy { path: PathBuf, errors: String },
+    #[error(
+        "kernel layer {layer} unavailable: {reason} (refusing to run unenforced; see --allow-unenforced)"
+    )]
+    Layer { layer: &'static str, reason: String },
+    #[error("audit log {path}: {reason}")]
+    Audit { path: PathBuf, reason: String },
+    #[error("settings: {0}")]
+    Settings(String),
+}
+
+/// One enforcement layer and how it was proven at start.
+#[derive(Clone, Debug, Serialize)]
+pub struct Layer {
+    pub name: String,
+    /// "active" | "missing" | "unenforced"
+    pub state: &'static str,
+    pub detail: String,
+}
+
+/// A call that is running now.
+#[derive(Clone, Debug, Serialize)]
+pub struct Running {
+    pub call_id: String,
+    pub tool: String,
+    pub pid: u32,
+    pub peer_uid: u32,
+    pub started: String,
+    #[serde(skip)]
+    pub since: Option<Instant>,
+}
+
+/// Everything the connection handlers share.
+pub struct Daemon {
+    pub options: Options,
+    policy: RwLock<Arc<Policy>>,
+    pub access: RwLock<Access>,
+    /// `None` only when running unenforced by the operator's choice.
+    pub monitor: Option<Mutex<Monitor>>,
+    pub audit: AuditLog,
+    pub bus: Bus,
+    pub tracker: Tracker,
+    /// The guard's cgroup; each call gets a child.
+    pub root: Cgroup,
+    pub layers: Vec<Layer>,
+    /// How calls are launched on this host (limits mode, landlock opt-out).
+    pub launch: sandbox::LaunchOptions,
+    pub running: Mutex<BTreeMap<String, Running>>,
+    pub slots: Semaphore,
+    pub queued: AtomicU64,
+    next_call: AtomicU64,
+    id_prefix: String,
+    pub started: Instant,
+    /// Asks the event pump to read everything the kernel has written so far (see `flush_events`).
+    flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
+}
+
+impl Daemon {
+    /// Brings every layer up, or says which one is missing.
+    pub fn start(options: Options) -> Result<Arc<Self>, StartError> {
+        let policy = Policy::load(&options.policy).map_err(|e| StartError::Policy {
+            path: options.policy.clone(),
+            errors: e.to_string(),
+        })?;
+        let socket_gid = match &options.socket_group {
+            Some(name) => Some(
+                nix::unistd::Group::from_name(name)
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| StartError::Settings(format!("unknown socket group `{name}`")))?
+                    .gid
+                    .as_raw(),
+            ),
+            None => None,
+        };
+        let access = Access::new(policy.settings(), socket_gid).map_err(StartError::Settings)?;
+
+        let enforced = !options.allow_unenforced;
+        let mut layers = Vec::new();
+        let layer_err = |layer, reason: String| StartError::Layer { layer, reason };
+
+        let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+        let root = Cgroup::create(&unified, &options.cgroup)
+            .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+        layers.push(Layer {
+            name: "cgroup v2".into(),
+            state: "active",
+            detail: root.path().display().to_string(),
+        });
+
+        let abi = sandbox::landlock::kernel_abi();
+        if abi >= 4 {
+            layers.push(Layer {
+                name: "landlock".into(),
+                state: "active",
+                detail: format!("ABI {abi}"),
+            });
+        } else if enforced {
+            let found = if abi < 0 {
+                "not enabled".to_owned()
+            } else {
+                format!("ABI {abi} < 4")
+            };
+            return Err(layer_err("landlock", found));
+        } else {
+            layers.push(Layer {
+                name: "landlock".into(),
+                state: "unenforced",
+                detail: format!("ABI {abi}"),
+            });
+        }
+        layers.push(Layer {
+            name: "seccomp".into(),
+            state: "active",
+            detail: "deny-list, EPERM".into(),
+        });
+
+        let monitor = match Monitor::load(root.path())
+            .map_err(|e| e.to_string())
+            .and_then(|mut monitor| {
+                selftest::run(&mut monitor, &root)
+                    .map(|()| monitor)
+                    .map_err(|e| format!("self-test failed: {e}"))
+            }) {
+            Ok(monitor) => {
+                for p in monitor.programs() {
+                    layers.push(Layer {
+                        name: format!("ebpf:{p}"),
+                        state: "active",
+                        detail: "attached".into(),
+                    });
+                }
+                let proof = "canary: connect denied (EPERM), unapproved exec killed";
+                layers.push(Layer {
+                    name: "ebpf self-test".into(),
+                    state: "active",
+                    detail: proof.into(),
+                });
+                Some(Mutex::new(monitor))
+            }
+            Err(e) if enforced => return Err(layer_err("ebpf", e)),
+            Err(e) => {
+                tracing::error!("RUNNING UNENFORCED: kernel programs not loaded: {e}");
+                layers.push(Layer {
+                    name: "ebpf".into(),
+                    state: "unenforced",
+                    detail: e,
+                });
+                None
+            }
+        };
+        let launch = sandbox::LaunchOptions {
+            limits: sandbox::detect_limits(root.path()),
+            allow_without_landlock: options.allow_unenforced,
+            ..sandbox::LaunchOptions::default()
+        };
+
+        let audit =
+            AuditLog::open(audit::Options::new(&options.audit)).map_err(|e| StartError::Audit {
+                path: options.audit.clone(),
+                reason: e.to_string(),
+            })?;
+        let recovery = audit.recovery();
+        if recovery.truncated_bytes > 0 {
+            tracing::warn!(
+                bytes = recovery.truncated_bytes,
+                "audit log: truncated a torn tail left by a crash"
+            );
+        }
+
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let slots = Semaphore::new(options.max_calls);
+        Ok(Arc::new(Self {
+            policy: RwLock::new(Arc::new(policy)),
+            access: RwLock::new(access),
+            monitor,
+            audit,
+            bus: Bus::default(),
+            tracker: Tracker::default(),
+            root,
+            layers,
+            launch,
+            running: Mutex::new(BTreeMap::new()),
+            slots,
+            queued: AtomicU64::new(0),
+            next_call: AtomicU64::new(1),
+            id_prefix: format!("{:x}", now.as_millis()),
+            started: Instant::now(),
+            flush: OnceLock::new(),
+            options,
+        }))
+    }
+
+    /// Whether the kernel layers hold the calls this daemon runs.
+    pub fn enforced(&self) -> bool {
+        self.monitor.is_some() && !self.options.allow_unenforced
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A fresh call id, unique across restarts (start time) and within a run (counter).
+    pub fn new_call_id(&self) -> String {
+        format!(
+            "{}-{}",
+            self.id_prefix,
+            self.next_call.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Applies `f` to the monitor, if the kernel layer is up.
+    pub fn with_monitor<T>(&self, f: impl FnOnce(&mut Monitor) -> T) -> Option<T> {
+        self.monitor
+            .as_ref()
+            .map(|m| f(&mut m.lock().unwrap_or_else(|p| p.into_inner())))
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.options.socket
+    }
+
+    /// Starts the task that reads kernel events into receipts and onto the bus.
+    pub fn spawn_event_pump(self: &Arc<Self>) {
+        let Some(stream) = self.with_monitor(|m| m.take_events()).flatten() else {
+            return;
+        };
+        let (flush_tx, mut flush_rx) = mpsc::channel::<oneshot::Sender<()>>(64);
+        let _ = self.flush.set(flush_tx);
+        let daemon = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("kernel events unavailable: {e}");
+                    return;
+                }
+            };
+            let mut batch = Vec::new();
+            loop {
+                batch.clear();
+                let flushed = tokio::select! {
+                    read = stream.next_batch(&mut batch) => {
+                        if let Err(e) = read {
+                            tracing::error!("reading kernel events: {e}");
+                            return;
+                        }
+                        None
+                    }
+                    Some(ack) = flush_rx.recv() => {
+                        stream.drain_now(&mut batch);
+                        Some(ack)
+                    }
+                };
+                for event in &batch {
+                    daemon.tracker.record(event, &daemon.bus);
+                }
+                if let Some(ack) = flushed {
+                    let _ = ack.send(());
+                }
+            }
+        });
+    }
+
+    /// Returns once every kernel event written before this call has been folded into its
+    /// receipt. A call's events are in the ring buffer before its last task is reaped, so a
+    /// receipt finished after this misses none of them.
+    pub async fn flush_events(&self) {
+        let Some(tx) = self.flush.get() else {
+            return;
+        };
+        let (ack, done) = oneshot::channel();
+        if tx.send(ack).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Events the kernel could not report (ring buffer full).
+    pub fn dropped_events(&self) -> u64 {
+        self.with_monitor(|m| m.dropped().unwrap_or(0)).unwrap_or(0)
+    }
+}

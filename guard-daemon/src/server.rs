@@ -1,0 +1,250 @@
+//! guardd's socket: accept, authenticate, read one request at a time, answer.
+//!
+//! Shaped like mini-redis's server: a semaphore caps connections, a connection's error ends that
+//! connection and never the daemon, and shutdown stops accepting, drains running calls up to a
+//! deadline, kills what is left, and removes the socket file.
+
+use std::{fs, io, os::unix::fs::PermissionsExt as _, path::Path, sync::Arc, time::Duration};
+
+use serde_json::json;
+use tokio::{
+    net::{UnixListener, UnixStream},
+    sync::{Semaphore, broadcast::error::RecvError},
+    time::timeout,
+};
+
+use crate::{
+    access::{Peer, Role},
+    call,
+    conn::{Conn, FrameError},
+    daemon::Daemon,
+    intent::Intent,
+    protocol::{self, ProtocolError, Request, SubscribeRequest},
+};
+
+/// A client that sends nothing for this long is disconnected (slow-loris).
+const IDLE: Duration = Duration::from_secs(30);
+
+/// Binds the socket: removes a stale file, sets mode 0660 and the group.
+pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    if path.exists() {
+        // A socket that answers belongs to a running guardd: never steal it.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{} is in use by a running guardd", path.display()),
+            ));
+        }
+        fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))?;
+    if let Some(gid) = gid {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(io::Error::from)?;
+    }
+    Ok(listener)
+}
+
+/// Serves until `shutdown` resolves, then drains.
+pub async fn run(
+    daemon: Arc<Daemon>,
+    listener: UnixListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let connections = Arc::new(Semaphore::new(daemon.options.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            if let Err(e) = handle(&daemon, stream).await {
+                tracing::debug!("connection ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+    drain(&daemon).await;
+    let _ = fs::remove_file(daemon.socket());
+}
+
+/// Waits for running calls up to the drain deadline, then kills them all.
+async fn drain(daemon: &Daemon) {
+    let max = u32::try_from(daemon.options.max_calls).unwrap_or(u32::MAX);
+    let running = daemon.running.lock().map(|r| r.len()).unwrap_or(0);
+    if running > 0 {
+        tracing::info!(running, "shutting down: draining running calls");
+    }
+    if timeout(daemon.options.drain, daemon.slots.acquire_many(max))
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain deadline passed: killing the remaining calls");
+        let _ = daemon.root.kill();
+        let _ = timeout(Duration::from_secs(5), daemon.slots.acquire_many(max)).await;
+    }
+}
+
+async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
+    let peer = Peer::of(&stream)?;
+    let mut conn = Conn::new(stream);
+    loop {
+        let frame = match timeout(IDLE, conn.read_frame()).await {
+            Err(_) => return Ok(()),
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Err(FrameError::Io(e))) => return Err(e),
+            Ok(Err(e)) => {
+                // The stream cannot be resynchronised after an oversized or torn frame.
+                let error = ProtocolError {
+                    message: e.to_string(),
+                    field: None,
+                };
+                return conn.write(&protocol::error_frame(&error)).await;
+            }
+        };
+        let request = match protocol::parse_request(&frame) {
+            Ok(r) => r,
+            Err(e) => {
+                conn.take_fds();
+                conn.write(&protocol::error_frame(&e)).await?;
+                continue;
+            }
+        };
+        let role = match request {
+            Request::Subscribe(_) => Role::Admin,
+            _ => Role::Client,
+        };
+        if !daemon
+            .access
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .permits(&peer, role)
+        {
+            conn.take_fds();
+            let who = if role == Role::Admin {
+                "an admin"
+            } else {
+                "a client"
+            };
+            let e = ProtocolError {
+                message: format!(
+                    "not permitted: uid {} is not {who} of this guardd",
+                    peer.uid
+                ),
+                field: None,
+            };
+            conn.write(&protocol::error_frame(&e)).await?;
+            continue;
+        }
+        match request {
+            Request::Exec(req) => {
+                let intent = Intent {
+                    tool: req.tool,
+                    args: req.args,
+                };
+                // An exec owns its connection until the call ends.
+                return call::exec(daemon, &peer, intent, conn).await;
+            }
+            Request::Check(req) => {
+                conn.take_fds();
+                let intent = Intent {
+                    tool: req.tool,
+                    args: req.args,
+                };
+                let verdict = daemon.policy().decide(&intent);
+                let body = json!({ "decision": verdict.row, "plan": verdict.plan });
+                conn.write(&protocol::frame("decision", body)).await?;
+            }
+            Request::Status(_) => {
+                conn.take_fds();
+                conn.write(&protocol::frame("status", status(daemon)))
+                    .await?;
+            }
+            Request::Subscribe(req) => {
+                conn.take_fds();
+                return subscribe(daemon, conn, req).await;
+            }
+        }
+    }
+}
+
+/// The daemon's state for `guardctl status`.
+pub fn status(daemon: &Daemon) -> serde_json::Value {
+    let running: Vec<_> = daemon
+        .running
+        .lock()
+        .map(|r| r.values().cloned().collect())
+        .unwrap_or_default();
+    let policy = daemon.policy();
+    json!({
+        "pid": std::process::id(),
+        "uptime_s": daemon.started.elapsed().as_secs(),
+        "enforced": daemon.enforced(),
+        "policy": { "path": daemon.options.policy, "tools": policy.tools().count() },
+        "audit": { "path": daemon.options.audit },
+        "layers": daemon.layers,
+        "limits": daemon.launch.limits.to_string(),
+        "running": running,
+        "queued": daemon.queued.load(std::sync::atomic::Ordering::Relaxed),
+        "dropped_events": daemon.dropped_events(),
+    })
+}
+
+async fn subscribe(daemon: &Daemon, mut conn: Conn, req: SubscribeRequest) -> io::Result<()> {
+    let mut rx = daemon.bus.subscribe();
+    conn.write(&protocol::frame("subscribed", json!({})))
+        .await?;
+
+    loop {
+        let event = tokio::select! {
+            _ = conn.closed() => return Ok(()),
+            event = rx.recv() => event,
+        };
+        match event {
+            Ok(event) => {
+                if req
+                    .call
+                    .as_ref()
+                    .is_some_and(|c| event.call_id.as_ref() != Some(c))
+                {
+                    continue;
+                }
+                if let (Some(glob), Some(tool)) = (&req.tool, &event.tool) {
+                    if !crate::policy::glob_match(glob, tool) {
+                        continue;
+                    }
+                }
+                conn.write(&protocol::frame("event", &*event)).await?;
+            }
+            Err(RecvError::Lagged(missed)) => {
+                // Dropped rather than allowed to slow the calls it watches.
+                let lagged = json!({ "kind": "lagged", "missed": missed });
+                let _ = conn.write(&protocol::frame("event", lagged)).await;
+                return Ok(());
+            }
+            Err(RecvError::Closed) => return Ok(()),
+        }
+    }
+}

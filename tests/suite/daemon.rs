@@ -1,0 +1,343 @@
+//! guardd and guard-exec end to end: a real daemon, real confined tools, real kernel programs.
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::{Ipv4Addr, TcpListener},
+    os::unix::net::UnixStream,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::support::{self, Guardd, TempDir};
+
+/// A policy over a workspace `dir`: a few tools built from programs every host has.
+fn policy(dir: &TempDir, extra: &str) -> String {
+    let ws = dir.0.display();
+    format!(
+        r#"
+[settings]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+disclose_reasons = true
+
+[tools.cat]
+tier = "low"
+command = ["/bin/cat", "--", "{{path}}"]
+[tools.cat.args.path]
+type = "path"
+required = true
+within = ["{ws}"]
+[tools.cat.effects]
+read = ["{{path}}"]
+
+[tools.exit_with]
+tier = "low"
+command = ["/bin/sh", "-c", "exit \"$0\"", "{{code}}"]
+[tools.exit_with.args.code]
+type = "integer"
+required = true
+min = 0
+max = 255
+
+[tools.bash]
+tier = "low"
+command = ["/bin/bash", "-c", "{{script}}"]
+timeout = 2
+[tools.bash.args.script]
+type = "string"
+required = true
+[tools.bash.effects]
+write = ["{ws}"]
+exec = ["/usr/bin/sleep"]
+
+[tools.pay]
+tier = "critical"
+irreversible = true
+command = ["/bin/true"]
+{extra}
+"#
+    )
+}
+
+fn output(mut cmd: Command) -> std::process::Output {
+    cmd.stdin(Stdio::null()).output().expect("run guard-exec")
+}
+
+#[test]
+fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
+    if !support::privileged("an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    std::fs::write(
+        ws.join("notes.txt"),
+        b"hello from the workspace\n\x00\xffbinary",
+    )
+    .expect("write file");
+    let guardd = Guardd::start(&policy(&ws, ""));
+    let path = ws.join("notes.txt");
+    let out = output(guardd.exec("cat", &[&format!("path={}", path.display())]));
+    assert!(
+        out.status.success(),
+        "cat failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.stdout, b"hello from the workspace\n\x00\xffbinary",
+        "the tool's output did not arrive intact"
+    );
+
+    // The tool's own exit code comes back.
+    let out = output(guardd.exec("exit_with", &["code:=7"]));
+    assert_eq!(out.status.code(), Some(7));
+
+    let rows = guardd.audit_rows();
+    let decisions: Vec<_> = rows.iter().filter(|r| r["kind"] == "decision").collect();
+    let finished: Vec<_> = rows.iter().filter(|r| r["kind"] == "finished").collect();
+    assert_eq!((decisions.len(), finished.len()), (2, 2), "rows: {rows:#?}");
+    assert_eq!(decisions[0]["decision"]["decision"], "allow");
+    assert_eq!(decisions[0]["peer"]["uid"], 0);
+    assert_eq!(finished[0]["call_id"], decisions[0]["call_id"]);
+    assert_eq!(finished[0]["effects_observed"]["verdict"], "conformed");
+    assert_eq!(finished[0]["effects_observed"]["execs"][0], "/bin/cat");
+    assert_eq!(
+        finished[1]["exit"]["exit_code"], 7,
+        "finished row: {:#}",
+        finished[1]
+    );
+}
+
+#[test]
+fn blocked_calls_exit_126_and_an_absent_daemon_69() {
+    if !support::privileged("blocked_calls_exit_126_and_an_absent_daemon_69") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let mut guardd = Guardd::start(&policy(&ws, ""));
+    let marker = ws.join("should-not-exist");
+    for (tool, args) in [
+        ("rm_rf", vec!["path=/".to_owned()]),
+        ("pay", vec![]),
+        ("cat", vec!["path=/etc/shadow".to_owned()]),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = output(guardd.exec(tool, &args));
+        assert_eq!(out.status.code(), Some(126), "{tool} was not blocked");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "one line on stderr expected: {stderr}"
+        );
+    }
+    assert!(!marker.exists());
+    let socket = guardd.socket.clone();
+    guardd.stop();
+    assert!(!socket.exists(), "guardd left its socket behind");
+    let mut cmd = Command::new(support::bin("guard-exec"));
+    cmd.arg("--socket").arg(&socket).args(["cat", "path=/x"]);
+    let out = output(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "an absent guardd must fail closed with 69"
+    );
+}
+
+#[test]
+fn an_unapproved_exec_inside_a_call_is_stopped_by_each_layer() {
+    if !support::privileged("an_unapproved_exec_inside_a_call_is_stopped_by_each_layer") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let guardd = Guardd::start(&policy(&ws, ""));
+    let marker = ws.join("marker");
+    let sh = format!("/bin/sh -c 'echo ran > {}'", marker.display());
+
+    // First line: landlock has no execute right on /bin/sh, so execve fails (bash says 126).
+    let out = output(guardd.exec("bash", &[&format!("script=exec {sh}")]));
+    assert_eq!(
+        out.status.code(),
+        Some(126),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    assert!(!marker.exists(), "the unapproved program ran");
+
+    // Second line: the dynamic loader may be executed as far as landlock knows (every program
+    // needs it), so running sh through it gets past landlock; the kernel program kills it
+    // before it runs an instruction, and the call is killed as diverged.
+    let out = output(guardd.exec(
+        "bash",
+        &[&format!("script=exec /lib64/ld-linux-x86-64.so.2 {sh}")],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not approved"),
+        "no divergence line on stderr"
+    );
+    assert!(!marker.exists(), "the unapproved program ran");
+    let rows = guardd.audit_rows();
+    let finished = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("finished row");
+    let observed = &finished["effects_observed"];
+    assert_eq!(observed["verdict"], "diverged", "{finished:#}");
+    assert_eq!(
+        observed["execs"][1], "/lib64/ld-linux-x86-64.so.2",
+        "{finished:#}"
+    );
+}
+
+#[test]
+fn connects_reach_only_the_approved_destination() {
+    if !support::privileged("connects_reach_only_the_approved_destination") {
+        return;
+    }
+    let approved = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = approved.local_addr().expect("addr").port();
+    // Same port, another loopback address: landlock (ports only) lets it through, eBPF must not.
+    let other = TcpListener::bind((Ipv4Addr::new(127, 0, 0, 2), port)).expect("bind 127.0.0.2");
+    let ws = TempDir::new("ws");
+    let extra = format!(
+        r#"
+[tools.probe]
+tier = "low"
+command = ["/bin/bash", "-c", "exec 3<>/dev/tcp/$0/{port}", "{{host}}"]
+[tools.probe.args.host]
+type = "string"
+required = true
+[tools.probe.effects]
+connect = ["127.0.0.1:{port}"]
+on_divergence = "deny"
+"#
+    );
+    let guardd = Guardd::start(&policy(&ws, &extra));
+    let out = output(guardd.exec("probe", &["host=127.0.0.1"]));
+    assert!(
+        out.status.success(),
+        "approved connect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = output(guardd.exec("probe", &["host=127.0.0.2"]));
+    assert!(!out.status.success(), "unapproved connect succeeded");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"));
+    other.set_nonblocking(true).expect("nonblocking");
+    assert!(
+        other.accept().is_err(),
+        "the unapproved destination saw a connection"
+    );
+    let rows = guardd.audit_rows();
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("finished row");
+    assert_eq!(last["effects_observed"]["verdict"], "diverged");
+    assert_eq!(last["effects_observed"]["connects"][0]["allowed"], false);
+}
+
+#[test]
+fn a_timeout_kills_the_whole_tree_and_so_does_killing_guard_exec() {
+    if !support::privileged("a_timeout_kills_the_whole_tree_and_so_does_killing_guard_exec") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let guardd = Guardd::start(&policy(&ws, ""));
+    let started = Instant::now();
+    let out = output(guardd.exec("bash", &["script=sleep 60 & sleep 60 & wait"]));
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "the timeout did not kill the call"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    let call_cgroups = || {
+        let root = std::path::Path::new("/sys/fs/cgroup/unified").join(&guardd.cgroup);
+        std::fs::read_dir(root)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.path().is_dir())
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        call_cgroups(),
+        0,
+        "the timed-out call's cgroup is still there"
+    );
+
+    let mut exec = guardd.exec("bash", &["script=sleep 60 & sleep 60"]);
+    let mut child = exec
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("guard-exec");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call_cgroups() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(call_cgroups(), 1, "the call did not start");
+    child.kill().expect("kill guard-exec");
+    child.wait().expect("reap guard-exec");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call_cgroups() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(call_cgroups(), 0, "killing guard-exec did not end the call");
+}
+
+#[test]
+fn garbage_gets_an_error_and_the_daemon_keeps_serving_others() {
+    if !support::privileged("garbage_gets_an_error_and_the_daemon_keeps_serving_others") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let guardd = Guardd::start(&policy(&ws, ""));
+    // A long call holds one connection while other clients are served.
+    let mut long = guardd.exec("bash", &["script=sleep 1"]);
+    let mut long = long.stdin(Stdio::null()).spawn().expect("guard-exec");
+
+    let mut stream = UnixStream::connect(&guardd.socket).expect("connect");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut reply = String::new();
+    for garbage in [
+        "{nope\n",
+        "[1]\n",
+        "{\"v\":1,\"type\":\"exec\",\"tool\":\"cat\",\"argz\":{}}\n",
+        "{\"v\":9,\"type\":\"status\"}\n",
+    ] {
+        stream.write_all(garbage.as_bytes()).expect("send");
+        reply.clear();
+        reader.read_line(&mut reply).expect("reply");
+        let v: serde_json::Value = serde_json::from_str(&reply).expect("reply is JSON");
+        assert_eq!(v["type"], "error", "garbage {garbage:?} got {v}");
+    }
+    stream
+        .write_all(b"{\"v\":1,\"type\":\"status\"}\n")
+        .expect("send");
+    reply.clear();
+    reader.read_line(&mut reply).expect("reply");
+    let status: serde_json::Value = serde_json::from_str(&reply).expect("status JSON");
+    assert_eq!(status["type"], "status");
+    assert_eq!(status["enforced"], true);
+    // An oversized frame is refused and the daemon lives on.
+    let mut big = UnixStream::connect(&guardd.socket).expect("connect");
+    let _ = big.write_all(&vec![b'x'; (1 << 20) + 10]);
+    let mut r = String::new();
+    let _ = BufReader::new(big).read_line(&mut r);
+    assert!(r.contains("exceeds"), "oversized frame reply: {r}");
+    let out = output(guardd.exec("exit_with", &["code:=3"]));
+    assert_eq!(out.status.code(), Some(3), "guardd stopped serving");
+    assert!(long.wait().expect("long call").success());
+}
