@@ -88,15 +88,21 @@ impl Guardd {
         let policy_path = dir.join("policy.toml");
         std::fs::write(&policy_path, policy).expect("write policy");
         let socket = dir.join("guard.sock");
-        let audit = dir.join("audit.jsonl");
+        let audit = match extra.iter().position(|a| *a == "--audit") {
+            Some(i) => PathBuf::from(extra[i + 1]),
+            None => dir.join("audit.jsonl"),
+        };
         let cgroup = unique("guard-e2e");
         let child = std::process::Command::new(bin("guardd"))
             .arg("--policy")
             .arg(&policy_path)
             .arg("--socket")
             .arg(&socket)
-            .arg("--audit")
-            .arg(&audit)
+            .args(if extra.contains(&"--audit") {
+                vec![]
+            } else {
+                vec!["--audit".as_ref(), audit.as_os_str()]
+            })
             .arg("--cgroup")
             .arg(&cgroup)
             .args(extra)

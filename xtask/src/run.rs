@@ -107,7 +107,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         dir.display()
     );
     println!(
-        "  try:  GUARD_SOCKET={} {} list_dir path=/srv/agent/workspace",
+        "  try:  GUARD_SOCKET={} {} list_dir dir=/srv/agent/workspace",
         socket.display(),
         bin.join("guard-exec").display()
     );

@@ -243,11 +243,146 @@ fn history(audit: &Path, filter: &Filter, print: impl Fn(&Value)) -> ExitCode {
             }),
             Some("finished") => json!({
                 "ts": row["ts"], "kind": "exit", "call_id": row["call_id"], "tool": row["tool"],
-                "code": row["exit"]["code"], "diverged": row["effects_observed"]["verdict"] == "diverged",
+                "code": row["exit"]["exit_code"], "diverged": row["effects_observed"]["verdict"] == "diverged",
             }),
             _ => continue,
         };
         print(&event);
     }
+    ExitCode::SUCCESS
+}
+
+/// Every call in the audit log, in order: its decision row and, once it ended, its finished row.
+fn calls_in(audit: &Path) -> Result<Vec<(Value, Option<Value>)>, String> {
+    let rows = guard::audit::read_rows(audit)
+        .map_err(|e| format!("audit log {}: {e}", audit.display()))?;
+    let mut calls: Vec<(Value, Option<Value>)> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for row in rows {
+        let row = Value::Object(row.map_err(|e| format!("audit log {}: {e}", audit.display()))?);
+        let Some(id) = row["call_id"].as_str().map(str::to_owned) else {
+            continue;
+        };
+        match row["kind"].as_str() {
+            Some("decision") => {
+                index.insert(id, calls.len());
+                calls.push((row, None));
+            }
+            Some("finished") => {
+                if let Some(&i) = index.get(&id) {
+                    calls[i].1 = Some(row);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(calls)
+}
+
+/// `guardctl calls`: recent calls from the audit log, or with `--running` those running now.
+pub fn calls(
+    socket: Option<std::path::PathBuf>,
+    audit: &Path,
+    running: bool,
+    as_json: bool,
+) -> ExitCode {
+    if running {
+        let socket = client::socket_path(socket);
+        let mut client = match connect(&socket) {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        return match client.request("status", json!({})) {
+            Ok(status) => {
+                for call in status["running"].as_array().into_iter().flatten() {
+                    if as_json {
+                        println!("{call}");
+                    } else {
+                        println!(
+                            "{:<18} {:<16} pid {:<8} since {}",
+                            str_of(&call["call_id"]),
+                            str_of(&call["tool"]),
+                            call["pid"],
+                            str_of(&call["started"])
+                        );
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("guardctl: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let calls = match calls_in(audit) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("guardctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for (decision, finished) in calls {
+        let summary = json!({
+            "call_id": decision["call_id"],
+            "ts": decision["ts"],
+            "tool": decision["tool"],
+            "uid": decision["peer"]["uid"],
+            "decision": decision["decision"]["decision"],
+            "exit_code": finished.as_ref().map(|f| f["exit"]["exit_code"].clone()),
+            "verdict": finished.as_ref().map(|f| f["effects_observed"]["verdict"].clone()),
+        });
+        if as_json {
+            println!("{summary}");
+        } else {
+            let exit = summary["exit_code"]
+                .as_i64()
+                .map_or("-".to_owned(), |c| c.to_string());
+            println!(
+                "{} {:<18} {:<16} uid {:<6} {:<10} exit {:<4} {}",
+                str_of(&summary["ts"]),
+                str_of(&summary["call_id"]),
+                str_of(&summary["tool"]),
+                summary["uid"],
+                str_of(&summary["decision"]),
+                exit,
+                str_of(&summary["verdict"])
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `guardctl show CALL_ID`: one call's decision, sandbox and receipt.
+pub fn show(audit: &Path, call_id: &str) -> ExitCode {
+    let calls = match calls_in(audit) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("guardctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some((decision, finished)) = calls.into_iter().find(|(d, _)| d["call_id"] == call_id)
+    else {
+        eprintln!("guardctl: no call {call_id} in {}", audit.display());
+        return ExitCode::from(1);
+    };
+    let shown = json!({
+        "call_id": call_id,
+        "tool": decision["tool"],
+        "peer": decision["peer"],
+        "args": decision["args"],
+        "decision": decision["decision"],
+        "enforced": decision["enforced"],
+        "sandbox": finished.as_ref().map(|f| f["sandbox"].clone()),
+        "effects_observed": finished.as_ref().map(|f| f["effects_observed"].clone()),
+        "exit": finished.as_ref().map(|f| f["exit"].clone()),
+        "error": finished.as_ref().map(|f| f["error"].clone()),
+        "duration_ms": finished.as_ref().map(|f| f["duration_ms"].clone()),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&shown).unwrap_or_default()
+    );
     ExitCode::SUCCESS
 }

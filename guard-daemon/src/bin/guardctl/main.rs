@@ -73,6 +73,26 @@ enum Command {
         #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
         audit: PathBuf,
     },
+    /// Recent calls from the audit log, or the running ones.
+    Calls {
+        /// Only the calls running now (asks guardd).
+        #[arg(long)]
+        running: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// The audit log.
+        #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
+        audit: PathBuf,
+    },
+    /// One call's decision, sandbox and receipt, from the audit log.
+    Show {
+        /// The call's id (as guard-exec, `calls` and `events` show it).
+        call_id: String,
+        /// The audit log.
+        #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
+        audit: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -144,5 +164,11 @@ fn main() -> ExitCode {
             };
             live::events(cli.socket, &audit, follow, json, filter)
         }
+        Command::Calls {
+            running,
+            json,
+            audit,
+        } => live::calls(cli.socket, &audit, running, json),
+        Command::Show { call_id, audit } => live::show(&audit, &call_id),
     }
 }

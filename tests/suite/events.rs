@@ -1,0 +1,311 @@
+//! Events and the audit log through a real guardd: live events reach `guardctl events --follow`
+//! at once, a subscriber that never reads cannot slow calls down, every acknowledged decision
+//! survives kill -9, and the chain verifies.
+
+use std::{
+    fs::File,
+    io::{BufRead as _, BufReader},
+    os::{fd::AsRawFd as _, unix::net::UnixStream},
+    process::Stdio,
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use super::support::{self, Guardd};
+
+const POLICY: &str = r#"
+[tools.sh]
+tier = "low"
+command = ["/bin/bash", "-c", "{script}"]
+[tools.sh.args.script]
+type = "string"
+required = true
+"#;
+
+/// Sends one `exec` frame with /dev/null as stdio and returns the decision reply.
+fn exec_frame(socket: &std::path::Path, tool: &str, args: Value) -> Value {
+    let stream = UnixStream::connect(socket).expect("connect");
+    let null = File::open("/dev/null").expect("/dev/null");
+    let fd = null.as_raw_fd();
+    let frame = format!(
+        "{}\n",
+        json!({"v": 1, "type": "exec", "tool": tool, "args": args})
+    );
+    guard::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).expect("send exec");
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).expect("reply");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply {line:?}: {e}"))
+}
+
+/// `guardctl events --follow --json`, its lines delivered with the time they arrived.
+fn follow(guardd: &Guardd) -> (std::process::Child, mpsc::Receiver<(Instant, Value)>) {
+    let mut child = guardd
+        .ctl(&["events", "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("guardctl events");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                if tx.send((Instant::now(), v)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Waits for an event matching `want`, returning when it arrived.
+fn wait_for(
+    rx: &mpsc::Receiver<(Instant, Value)>,
+    want: impl Fn(&Value) -> bool,
+) -> (Instant, Value) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok((at, v)) if want(&v) => return (at, v),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("the event never arrived");
+}
+
+#[test]
+fn follow_shows_a_block_and_a_divergence_as_they_happen() {
+    if !support::privileged("follow_shows_a_block_and_a_divergence_as_they_happen") {
+        return;
+    }
+    let guardd = Guardd::start(POLICY);
+    let (mut tail, rx) = follow(&guardd);
+    // The subscription is live once a first event comes through.
+    let probe = || {
+        let mut cmd = guardd.exec("no_such_tool", &[]);
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("guard-exec")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        probe();
+        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "guardctl events --follow showed nothing"
+        );
+    }
+    while rx.try_recv().is_ok() {}
+
+    // A block: its decision event is published before guard-exec even hears the decision.
+    let status = guardd
+        .exec("rm_rf", &[])
+        .stderr(Stdio::null())
+        .status()
+        .expect("guard-exec");
+    let done = Instant::now();
+    assert_eq!(status.code(), Some(126));
+    let (at, event) = wait_for(&rx, |v| v["kind"] == "decision" && v["tool"] == "rm_rf");
+    assert_eq!(event["decision"], "block");
+    let lag = at.saturating_duration_since(done);
+    assert!(
+        lag < Duration::from_millis(100),
+        "block shown {lag:?} after the call ended"
+    );
+
+    // A divergence: an exec the call was not approved for, killed in the kernel.
+    let out = guardd
+        .exec("sh", &["script=exec /lib64/ld-linux-x86-64.so.2 /bin/true"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("guard-exec");
+    let done = Instant::now();
+    assert_eq!(out.status.code(), Some(137));
+    let (at, event) = wait_for(&rx, |v| v["kind"] == "divergence");
+    assert_eq!(
+        (
+            event["tool"].as_str(),
+            event["effect"].as_str(),
+            event["action"].as_str()
+        ),
+        (Some("sh"), Some("exec"), Some("kill"))
+    );
+    let lag = at.saturating_duration_since(done);
+    assert!(
+        lag < Duration::from_millis(100),
+        "divergence shown {lag:?} after the call ended"
+    );
+    let _ = tail.kill();
+    let _ = tail.wait();
+}
+
+#[test]
+fn a_subscriber_that_never_reads_is_dropped_and_calls_go_on() {
+    if !support::privileged("a_subscriber_that_never_reads_is_dropped_and_calls_go_on") {
+        return;
+    }
+    let guardd = Guardd::start(POLICY);
+    let stuck = UnixStream::connect(&guardd.socket).expect("connect");
+    (&stuck).write_all_frame(b"{\"v\":1,\"type\":\"subscribe\"}\n");
+    // Enough events to fill the socket buffers and then the bus's backlog behind them.
+    const CALLS: usize = 5000;
+    const CLIENTS: usize = 8;
+    let socket = guardd.socket.clone();
+    let workers: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let socket = socket.clone();
+            thread::spawn(move || {
+                (0..CALLS / CLIENTS)
+                    .filter(|_| exec_frame(&socket, "rm_rf", json!({}))["decision"] == "block")
+                    .count()
+            })
+        })
+        .collect();
+    let blocked: usize = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    assert_eq!(
+        blocked, CALLS,
+        "every call must be decided while the subscriber is stuck"
+    );
+
+    // The stuck subscriber was cut off with a final "lagged" event, not waited for.
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let last = BufReader::new(&stuck)
+        .lines()
+        .map_while(Result::ok)
+        .last()
+        .expect("subscriber got nothing");
+    let last: Value = serde_json::from_str(&last).expect("JSON");
+    assert_eq!(last["kind"], "lagged", "last event: {last}");
+
+    let out = guardd
+        .ctl(&["audit", "verify", guardd.audit.to_str().expect("utf-8")])
+        .output()
+        .expect("guardctl");
+    assert!(
+        out.status.success(),
+        "chain broken: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(guardd.audit_rows().len(), CALLS);
+}
+
+/// `write_all` for a borrowed stream, panicking with context.
+trait WriteFrame {
+    fn write_all_frame(self, frame: &[u8]);
+}
+
+impl WriteFrame for &UnixStream {
+    fn write_all_frame(mut self, frame: &[u8]) {
+        std::io::Write::write_all(&mut self, frame).expect("send frame");
+    }
+}
+
+#[test]
+fn kill_9_during_a_burst_loses_no_acknowledged_decision() {
+    if !support::privileged("kill_9_during_a_burst_loses_no_acknowledged_decision") {
+        return;
+    }
+    let mut guardd = Guardd::start(POLICY);
+    let socket = guardd.socket.clone();
+    let (tx, rx) = mpsc::channel::<String>();
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (socket, tx) = (socket.clone(), tx.clone());
+            thread::spawn(move || {
+                // Until guardd dies: each acknowledged decision's call id is reported.
+                for _ in 0..100_000 {
+                    let Ok(stream) = UnixStream::connect(&socket) else { return };
+                    let null = File::open("/dev/null").expect("/dev/null");
+                    let fd = null.as_raw_fd();
+                    let frame = "{\"v\":1,\"type\":\"exec\",\"tool\":\"sh\",\"args\":{\"script\":\"exit 0\"}}\n";
+                    if guard::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).is_err() {
+                        return;
+                    }
+                    let mut line = String::new();
+                    if BufReader::new(&stream).read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let Ok(v) = serde_json::from_str::<Value>(&line) else { return };
+                    if let Some(id) = v["call_id"].as_str() {
+                        let _ = tx.send(id.to_owned());
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    thread::sleep(Duration::from_millis(800));
+    guardd.child.kill().expect("kill -9 guardd");
+    guardd.child.wait().expect("reap guardd");
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let acknowledged: Vec<String> = rx.iter().collect();
+    assert!(
+        acknowledged.len() > 10,
+        "the burst did not get going: {} calls",
+        acknowledged.len()
+    );
+
+    // Restart on the same log: recovery keeps the chain, and every acknowledged call is there.
+    let restarted = Guardd::start_with(POLICY, &["--audit", guardd.audit.to_str().expect("utf-8")]);
+    let rows = restarted.audit_rows();
+    for id in &acknowledged {
+        assert!(
+            rows.iter()
+                .any(|r| r["kind"] == "decision" && r["call_id"] == id.as_str()),
+            "acknowledged call {id} is missing from the audit log"
+        );
+    }
+    drop(restarted);
+    let out = guardd
+        .ctl(&["audit", "verify", guardd.audit.to_str().expect("utf-8")])
+        .output()
+        .expect("guardctl");
+    assert!(
+        out.status.success(),
+        "chain broken after kill -9: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn events_are_for_admins_only() {
+    if !support::privileged("events_are_for_admins_only") {
+        return;
+    }
+    let guardd = Guardd::start_with(POLICY, &["--socket-group", "nogroup"]);
+    // nobody, in nogroup (the socket's group), with no other groups: a client, not an admin.
+    let as_nobody = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(support::bin("guardctl"))
+            .arg("--socket")
+            .arg(&guardd.socket)
+            .args(args)
+            .output()
+            .expect("setpriv guardctl")
+    };
+    let out = as_nobody(&["events", "--follow"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not permitted"), "stderr: {stderr}");
+    // The socket's group may submit and read status, not administer.
+    let out = as_nobody(&["status", "--json"]);
+    assert!(
+        out.status.success(),
+        "status as a client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
