@@ -53,6 +53,22 @@ fn supplementary_groups(pid: i32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Resolves ids and names to numeric ids; an unknown name is an error, never a silent skip.
+fn resolve(
+    list: &[Principal],
+    what: &str,
+    lookup: impl Fn(&str) -> Option<u32>,
+) -> Result<Vec<u32>, String> {
+    list.iter()
+        .map(|p| match p {
+            Principal::Id(id) => Ok(*id),
+            Principal::Name(name) => {
+                lookup(name).ok_or_else(|| format!("unknown {what} `{name}` in settings"))
+            }
+        })
+        .collect()
+}
+
 /// What a request needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -75,27 +91,18 @@ pub struct Access {
 impl Access {
     /// Resolves user and group names; a name that does not exist is an error, not a silent skip.
     pub fn new(settings: &Settings, socket_gid: Option<u32>) -> Result<Self, String> {
-        let users = |list: &[Principal]| -> Result<Vec<u32>, String> {
-            list.iter()
-                .map(|p| match p {
-                    Principal::Id(id) => Ok(*id),
-                    Principal::Name(name) => match User::from_name(name) {
-                        Ok(Some(u)) => Ok(u.uid.as_raw()),
-                        _ => Err(format!("unknown user `{name}` in settings")),
-                    },
-                })
-                .collect()
+        let users = |list: &[Principal]| {
+            resolve(list, "user", |name| {
+                User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
+            })
         };
-        let groups = |list: &[Principal]| -> Result<Vec<u32>, String> {
-            list.iter()
-                .map(|p| match p {
-                    Principal::Id(id) => Ok(*id),
-                    Principal::Name(name) => match Group::from_name(name) {
-                        Ok(Some(g)) => Ok(g.gid.as_raw()),
-                        _ => Err(format!("unknown group `{name}` in settings")),
-                    },
-                })
-                .collect()
+        let groups = |list: &[Principal]| {
+            resolve(list, "group", |name| {
+                Group::from_name(name)
+                    .ok()
+                    .flatten()
+                    .map(|g| g.gid.as_raw())
+            })
         };
         let opt = |list: &[Principal], f: &dyn Fn(&[Principal]) -> Result<Vec<u32>, String>| {
             if list.is_empty() {

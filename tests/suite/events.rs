@@ -25,19 +25,26 @@ type = "string"
 required = true
 "#;
 
-/// Sends one `exec` frame with /dev/null as stdio and returns the decision reply.
-fn exec_frame(socket: &std::path::Path, tool: &str, args: Value) -> Value {
-    let stream = UnixStream::connect(socket).expect("connect");
+/// Sends one `exec` frame with /dev/null as stdio and returns the decision reply; `None` once
+/// guardd is gone.
+fn try_exec_frame(socket: &std::path::Path, tool: &str, args: Value) -> Option<Value> {
+    let stream = UnixStream::connect(socket).ok()?;
     let null = File::open("/dev/null").expect("/dev/null");
     let fd = null.as_raw_fd();
     let frame = format!(
         "{}\n",
         json!({"v": 1, "type": "exec", "tool": tool, "args": args})
     );
-    guard::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).expect("send exec");
+    guard::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).ok()?;
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line).expect("reply");
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply {line:?}: {e}"))
+    if BufReader::new(&stream).read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    serde_json::from_str(&line).ok()
+}
+
+fn exec_frame(socket: &std::path::Path, tool: &str, args: Value) -> Value {
+    try_exec_frame(socket, tool, args).expect("guardd answered the exec")
 }
 
 /// `guardctl events --follow --json`, its lines delivered with the time they arrived.
@@ -225,19 +232,11 @@ fn kill_9_during_a_burst_loses_no_acknowledged_decision() {
             thread::spawn(move || {
                 // Until guardd dies: each acknowledged decision's call id is reported.
                 for _ in 0..100_000 {
-                    let Ok(stream) = UnixStream::connect(&socket) else { return };
-                    let null = File::open("/dev/null").expect("/dev/null");
-                    let fd = null.as_raw_fd();
-                    let frame = "{\"v\":1,\"type\":\"exec\",\"tool\":\"sh\",\"args\":{\"script\":\"exit 0\"}}\n";
-                    if guard::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).is_err() {
+                    let Some(reply) = try_exec_frame(&socket, "sh", json!({ "script": "exit 0" }))
+                    else {
                         return;
-                    }
-                    let mut line = String::new();
-                    if BufReader::new(&stream).read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let Ok(v) = serde_json::from_str::<Value>(&line) else { return };
-                    if let Some(id) = v["call_id"].as_str() {
+                    };
+                    if let Some(id) = reply["call_id"].as_str() {
                         let _ = tx.send(id.to_owned());
                     }
                 }

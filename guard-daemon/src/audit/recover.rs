@@ -58,14 +58,7 @@ pub(super) fn open(base: &Path) -> Result<Start, AuditError> {
     let next_rotation = segments.iter().filter_map(|s| s.number).max().unwrap_or(0) + 1;
 
     let existed = base.exists();
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(base)
-        .map_err(io_at(base))?;
+    let file = files::open_active(base).map_err(io_at(base))?;
     if !existed {
         files::sync_dir(dir).map_err(io_at(dir))?;
     }

@@ -12,9 +12,9 @@
 //! `Unavailable`, and their sequence numbers are reused by the next batch, which tries again.
 
 use std::{
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io,
-    os::unix::fs::{FileExt as _, OpenOptionsExt as _},
+    os::unix::fs::FileExt as _,
     path::PathBuf,
     sync::{
         Arc,
@@ -173,13 +173,7 @@ impl Writer {
     /// The active file, created (and its directory entry synced) if a rotation left none.
     fn file(&mut self) -> io::Result<&File> {
         if self.file.is_none() {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&self.base)?;
+            let file = files::open_active(&self.base)?;
             // Rows go to the new file only once its name (and the rename before it) is durable,
             // or a crash could keep synced rows under a name recovery never finds.
             files::sync_dir(files::parent(&self.base))?;
