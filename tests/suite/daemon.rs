@@ -341,3 +341,58 @@ fn garbage_gets_an_error_and_the_daemon_keeps_serving_others() {
     assert_eq!(out.status.code(), Some(3), "guardd stopped serving");
     assert!(long.wait().expect("long call").success());
 }
+
+#[test]
+fn a_url_effect_reaches_only_the_addresses_guardd_resolved() {
+    if !support::privileged("a_url_effect_reaches_only_the_addresses_guardd_resolved") {
+        return;
+    }
+    let approved = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = approved.local_addr().expect("addr").port();
+    let other = TcpListener::bind((Ipv4Addr::new(127, 0, 0, 3), port)).expect("bind 127.0.0.3");
+    let ws = TempDir::new("ws");
+    // `localhost` resolves through /etc/hosts; the tool then connects wherever its `to` says.
+    let extra = format!(
+        r#"
+[tools.fetch]
+tier = "low"
+command = ["/bin/bash", "-c", "exec 3<>/dev/tcp/$0/{port}", "{{to}}"]
+[tools.fetch.args.url]
+type = "url"
+required = true
+hosts = ["localhost"]
+schemes = ["http"]
+[tools.fetch.args.to]
+type = "string"
+required = true
+[tools.fetch.effects]
+connect = ["{{url}}"]
+on_divergence = "deny"
+"#
+    );
+    let guardd = Guardd::start(&policy(&ws, &extra));
+    let url = format!("url=http://localhost:{port}/x");
+    let out = output(guardd.exec("fetch", &[&url, "to=127.0.0.1"]));
+    assert!(
+        out.status.success(),
+        "the resolved address was refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = output(guardd.exec("fetch", &[&url, "to=127.0.0.3"]));
+    assert!(
+        !out.status.success(),
+        "an address guardd did not resolve was reachable"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"));
+    other.set_nonblocking(true).expect("nonblocking");
+    assert!(
+        other.accept().is_err(),
+        "the unresolved address saw a connection"
+    );
+    // A host outside the argument's allow-list never gets as far as resolution.
+    let out = output(guardd.exec(
+        "fetch",
+        &[&format!("url=http://example.com:{port}/"), "to=127.0.0.1"],
+    ));
+    assert_eq!(out.status.code(), Some(126));
+}
