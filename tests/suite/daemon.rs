@@ -105,6 +105,31 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
         "finished row: {:#}",
         finished[1]
     );
+
+    // The operator's view of the same calls.
+    let audit = guardd.audit.to_str().expect("utf-8").to_owned();
+    let out = guardd
+        .ctl(&["calls", "--json", "--audit", &audit])
+        .output()
+        .expect("guardctl calls");
+    let calls: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(calls.len(), 2, "calls: {calls:?}");
+    assert_eq!(
+        (calls[1]["tool"].as_str(), calls[1]["exit_code"].as_i64()),
+        (Some("exit_with"), Some(7))
+    );
+    let id = calls[0]["call_id"].as_str().expect("call id");
+    let out = guardd
+        .ctl(&["show", id, "--audit", &audit])
+        .output()
+        .expect("guardctl show");
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show prints JSON");
+    assert_eq!(shown["effects_observed"]["verdict"], "conformed");
+    assert_eq!(shown["sandbox"]["user"], "guard-tool");
+    assert_eq!(shown["decision"]["decision"], "allow");
 }
 
 #[test]
