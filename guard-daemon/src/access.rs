@@ -54,19 +54,22 @@ fn supplementary_groups(pid: i32) -> Vec<u32> {
 }
 
 /// Resolves ids and names to numeric ids; an unknown name is an error, never a silent skip.
+/// An empty list is `None`: unset, so the defaults apply.
 fn resolve(
     list: &[Principal],
     what: &str,
     lookup: impl Fn(&str) -> Option<u32>,
-) -> Result<Vec<u32>, String> {
-    list.iter()
-        .map(|p| match p {
-            Principal::Id(id) => Ok(*id),
-            Principal::Name(name) => {
-                lookup(name).ok_or_else(|| format!("unknown {what} `{name}` in settings"))
-            }
-        })
-        .collect()
+) -> Result<Option<Vec<u32>>, String> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let ids = list.iter().map(|p| match p {
+        Principal::Id(id) => Ok(*id),
+        Principal::Name(name) => {
+            lookup(name).ok_or_else(|| format!("unknown {what} `{name}` in settings"))
+        }
+    });
+    ids.collect::<Result<Vec<_>, _>>().map(Some)
 }
 
 /// What a request needs.
@@ -91,31 +94,18 @@ pub struct Access {
 impl Access {
     /// Resolves user and group names; a name that does not exist is an error, not a silent skip.
     pub fn new(settings: &Settings, socket_gid: Option<u32>) -> Result<Self, String> {
-        let users = |list: &[Principal]| {
-            resolve(list, "user", |name| {
-                User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
-            })
-        };
-        let groups = |list: &[Principal]| {
-            resolve(list, "group", |name| {
-                Group::from_name(name)
-                    .ok()
-                    .flatten()
-                    .map(|g| g.gid.as_raw())
-            })
-        };
-        let opt = |list: &[Principal], f: &dyn Fn(&[Principal]) -> Result<Vec<u32>, String>| {
-            if list.is_empty() {
-                Ok(None)
-            } else {
-                f(list).map(Some)
-            }
+        let user = |name: &str| User::from_name(name).ok().flatten().map(|u| u.uid.as_raw());
+        let group = |name: &str| {
+            Group::from_name(name)
+                .ok()
+                .flatten()
+                .map(|g| g.gid.as_raw())
         };
         Ok(Self {
-            clients: opt(&settings.clients, &users)?,
-            client_groups: opt(&settings.client_groups, &groups)?,
-            admins: opt(&settings.admins, &users)?,
-            admin_groups: opt(&settings.admin_groups, &groups)?,
+            clients: resolve(&settings.clients, "user", user)?,
+            client_groups: resolve(&settings.client_groups, "group", group)?,
+            admins: resolve(&settings.admins, "user", user)?,
+            admin_groups: resolve(&settings.admin_groups, "group", group)?,
             socket_gid,
         })
     }

@@ -79,7 +79,7 @@ pub async fn exec(
     let call_id = daemon.new_call_id();
     let policy = daemon.policy();
     let mut verdict = policy.decide(&intent);
-    verdict.row.metadata.audit_entry_id = Some(call_id.clone());
+    verdict.row.set_audit_entry_id(call_id.clone());
     let enforced = daemon.enforced();
     let row = json!({
         "kind": "decision",
@@ -215,7 +215,6 @@ async fn run(
                 pid,
                 peer_uid: peer.uid,
                 started: crate::audit::ts::now(),
-                since: Some(Instant::now()),
             },
         );
         daemon.bus.publish(BusEvent::new("launch", Some(call_id), Some(&plan.tool), json!({ "pid": pid })));

@@ -79,8 +79,6 @@ pub struct Running {
     pub pid: u32,
     pub peer_uid: u32,
     pub started: String,
-    #[serde(skip)]
-    pub since: Option<Instant>,
 }
 
 /// Everything the connection handlers share.

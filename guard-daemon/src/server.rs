@@ -231,10 +231,10 @@ async fn subscribe(daemon: &Daemon, mut conn: Conn, req: SubscribeRequest) -> io
                 {
                     continue;
                 }
-                if let (Some(glob), Some(tool)) = (&req.tool, &event.tool) {
-                    if !crate::policy::glob_match(glob, tool) {
-                        continue;
-                    }
+                if let (Some(glob), Some(tool)) = (&req.tool, &event.tool)
+                    && !crate::policy::glob_match(glob, tool)
+                {
+                    continue;
                 }
                 conn.write(&protocol::frame("event", &*event)).await?;
             }

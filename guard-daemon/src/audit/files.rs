@@ -75,6 +75,19 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
+/// Opens (creating if needed) the active file for reading and writing: owner-only, never
+/// truncated, positioned by the caller.
+pub fn open_active(base: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(base)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,17 +114,4 @@ mod tests {
         assert_eq!(got, [Some(2), Some(10), None]);
         assert_eq!(rotated(&base, 3), dir.path().join("audit.jsonl.3"));
     }
-}
-
-/// Opens (creating if needed) the active file for reading and writing: owner-only, never
-/// truncated, positioned by the caller.
-pub fn open_active(base: &Path) -> io::Result<fs::File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(base)
 }

@@ -93,18 +93,17 @@ pub struct Filter {
 
 impl Filter {
     fn keeps(&self, event: &Value) -> bool {
-        if let Some(call) = &self.call {
-            if event["call_id"].as_str() != Some(call) {
-                return false;
-            }
+        if let Some(call) = &self.call
+            && event["call_id"].as_str() != Some(call)
+        {
+            return false;
         }
-        if let Some(tool) = &self.tool {
-            if !event["tool"]
+        if let Some(tool) = &self.tool
+            && !event["tool"]
                 .as_str()
                 .is_some_and(|t| guard::policy::glob_match(tool, t))
-            {
-                return false;
-            }
+        {
+            return false;
         }
         if let Some(d) = &self.decision {
             let decision = event["decision"]
