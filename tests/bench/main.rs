@@ -47,6 +47,8 @@ struct Scale {
     /// firejail takes tens of milliseconds per launch: fewer runs.
     slow_launch_runs: usize,
     loop_runs: usize,
+    /// guardd off/on cycles for the unwatched loops.
+    cycles: usize,
     open_n: u64,
     connect_n: u64,
     flight_calls: usize,
@@ -58,6 +60,7 @@ const FULL: Scale = Scale {
     launch_runs: 200,
     slow_launch_runs: 40,
     loop_runs: 9,
+    cycles: 4,
     open_n: 20_000,
     connect_n: 2_000,
     flight_calls: 1000,
@@ -69,6 +72,7 @@ const QUICK: Scale = Scale {
     launch_runs: 30,
     slow_launch_runs: 8,
     loop_runs: 3,
+    cycles: 2,
     open_n: 5_000,
     connect_n: 500,
     flight_calls: 200,
@@ -547,13 +551,6 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
         c
     };
 
-    // 4, first half: the loops with no guardd running.
-    let (mut off_open, mut off_connect) = (Vec::new(), Vec::new());
-    for _ in 0..scale.loop_runs {
-        off_open.push(loop_ns(&mut bare_open())?);
-        off_connect.push(loop_ns(&mut bare_connect())?);
-    }
-
     let mut guardd = Guardd::start(&o.bin_dir, &launch_policy(&tool, &dir.0, sink.port), &[])?;
     let socket = guardd.socket.clone();
     let exec = |tool_name: &str, args: &[String]| {
@@ -664,9 +661,8 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
         }
     }
 
-    // 4, second half (guardd running, this process unwatched) interleaved with 5 (inside a
-    // call vs the same binary bare).
-    let (mut on_open, mut on_connect) = (Vec::new(), Vec::new());
+    // 5: inside a call vs the same binary bare, interleaved.
+    let (mut bare5_open, mut bare5_connect) = (Vec::new(), Vec::new());
     let (mut in_open, mut in_connect) = (Vec::new(), Vec::new());
     let open_args = [
         format!("path={}", file.display()),
@@ -674,35 +670,58 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
     ];
     let connect_args = [format!("n:={}", scale.connect_n)];
     for _ in 0..scale.loop_runs {
-        on_open.push(loop_ns(&mut bare_open())?);
+        bare5_open.push(loop_ns(&mut bare_open())?);
         in_open.push(loop_ns(&mut exec("loop_open", &open_args))?);
-        on_connect.push(loop_ns(&mut bare_connect())?);
+        bare5_connect.push(loop_ns(&mut bare_connect())?);
         in_connect.push(loop_ns(&mut exec("loop_connect", &connect_args))?);
     }
+    drop(candidates);
     guardd.stop()?;
     drop(guardd);
-    // 4, third part: guardd stopped again, so drift over the run shows up as off-vs-off spread.
-    let (mut off2_open, mut off2_connect) = (Vec::new(), Vec::new());
-    for _ in 0..scale.loop_runs {
-        off2_open.push(loop_ns(&mut bare_open())?);
-        off2_connect.push(loop_ns(&mut bare_connect())?);
-    }
 
-    for (name, off1, off2, on, inside) in [
-        ("open+close", off_open, off2_open, on_open, in_open),
+    // 4: a process guard does not watch, guardd stopped and running, in alternating cycles
+    // (one guardd per cycle) so drift over the run falls on both sides alike. Cycle parity
+    // splits the guardd-off runs in two halves whose difference shows the noise floor.
+    let (mut off_open, mut off_connect) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    let (mut on_open, mut on_connect) = (Vec::new(), Vec::new());
+    for cycle in 0..scale.cycles {
+        for _ in 0..scale.loop_runs {
+            off_open[cycle % 2].push(loop_ns(&mut bare_open())?);
+            off_connect[cycle % 2].push(loop_ns(&mut bare_connect())?);
+        }
+        let guardd = Guardd::start(&o.bin_dir, &launch_policy(&tool, &dir.0, sink.port), &[])?;
+        for _ in 0..scale.loop_runs {
+            on_open.push(loop_ns(&mut bare_open())?);
+            on_connect.push(loop_ns(&mut bare_connect())?);
+        }
+        drop(guardd);
+    }
+    let [off_open, off2_open] = off_open;
+    let [off_connect, off2_connect] = off_connect;
+
+    for (name, off1, off2, on, inside, bare) in [
+        (
+            "open+close",
+            off_open,
+            off2_open,
+            on_open,
+            in_open,
+            bare5_open,
+        ),
         (
             "connect+close",
             off_connect,
             off2_connect,
             on_connect,
             in_connect,
+            bare5_connect,
         ),
     ] {
         let (mut a, mut b) = (off1.clone(), off2.clone());
         let spread = (median(&mut a) / median(&mut b) - 1.0).abs() * 100.0;
         let mut off: Vec<f64> = off1.into_iter().chain(off2).collect();
-        let (mut on, mut inside) = (on, inside);
-        let (off, on_m, in_m) = (median(&mut off), median(&mut on), median(&mut inside));
+        let (mut on, mut inside, mut bare) = (on, inside, bare);
+        let (off, on_m) = (median(&mut off), median(&mut on));
         report.rows.push(
             Row::new(
                 format!("{name}, unwatched process, guardd on"),
@@ -712,14 +731,24 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
             .baseline("guardd off", off)
             .goal(Goal::RatioAtMost(1.01))
             .note(format!(
-                "median of {} runs; guardd-off before vs after differ by {spread:.1}% (noise)",
-                scale.loop_runs
+                "medians of {} runs each side, {} off/on cycles; the guardd-off halves differ \
+                 by {spread:.1}% (noise floor)",
+                scale.loop_runs * scale.cycles,
+                scale.cycles
             )),
         );
         report.rows.push(
-            Row::new(format!("{name}, inside a guarded call"), "ns/op", in_m)
-                .baseline("same binary bare", on_m)
-                .goal(Goal::RatioAtMost(1.5)),
+            Row::new(
+                format!("{name}, inside a guarded call"),
+                "ns/op",
+                median(&mut inside),
+            )
+            .baseline("same binary bare", median(&mut bare))
+            .goal(Goal::RatioAtMost(1.5))
+            .note(format!(
+                "medians of {} runs, interleaved with the bare ones",
+                scale.loop_runs
+            )),
         );
     }
     drop(sink);
@@ -832,7 +861,7 @@ fn in_flight(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> {
         .goal(Goal::Exactly(n as f64))
         .note(format!(
             "each call sleeps {NAP_SECONDS} s; all done {wall:.1} s after submission; \
-                 peak {peak} running at once (client view)"
+                 peak {peak} allowed and not yet exited at once (client view)"
         )),
     );
     report.rows.push(
