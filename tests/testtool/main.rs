@@ -231,6 +231,78 @@ fn run(action: &[String]) -> Res {
             println!("fds {}", fds.join(","));
             Ok(())
         }
+        "loop-open" => {
+            // open(2) + close(2) of PATH, N times: the cost landlock, seccomp and the kernel
+            // programs add to a file syscall (`cargo xtask bench`).
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            let n = num(2)?;
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                // SAFETY: path is NUL-terminated; the fd is ours and closed at once.
+                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                if fd < 0 {
+                    return Err(last_errno());
+                }
+                // SAFETY: fd was just opened by this loop.
+                unsafe { libc::close(fd) };
+            }
+            println!("loop-open n={n} ns={}", start.elapsed().as_nanos());
+            Ok(())
+        }
+        "loop-connect" => {
+            // TCP connect(2) + close(2) to HOST:PORT, N times. Closed with SO_LINGER 0 (a RST),
+            // so no TIME_WAIT piles up and the loop cannot run out of ports.
+            let addr = match resolve(arg(1)?)? {
+                std::net::SocketAddr::V4(a) => a,
+                std::net::SocketAddr::V6(_) => return Err(usage("loop-connect takes IPv4")),
+            };
+            let n = num(2)?;
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: addr.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*addr.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                // SAFETY: socket takes plain integers and returns a new fd or -1.
+                let fd = unsafe {
+                    libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+                };
+                if fd < 0 {
+                    return Err(last_errno());
+                }
+                // SAFETY: linger and sin are live, correctly sized structs; fd is ours.
+                let rc = unsafe {
+                    libc::setsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&raw const linger).cast(),
+                        size_of::<libc::linger>() as libc::socklen_t,
+                    );
+                    libc::connect(
+                        fd,
+                        (&raw const sin).cast(),
+                        size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    )
+                };
+                let err = (rc < 0).then(last_errno);
+                // SAFETY: fd was opened by this iteration.
+                unsafe { libc::close(fd) };
+                if let Some(e) = err {
+                    return Err(e);
+                }
+            }
+            println!("loop-connect n={n} ns={}", start.elapsed().as_nanos());
+            Ok(())
+        }
         "exit" => std::process::exit(num(1)? as i32),
         other => Err(usage(&format!("unknown action {other}"))),
     }

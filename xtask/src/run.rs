@@ -37,9 +37,9 @@ pub struct TestOptions {
 
 #[derive(clap::Args)]
 pub struct BenchOptions {
-    /// Passed to the benchmark harness (e.g. a benchmark name filter).
-    #[arg(trailing_var_arg = true)]
-    pub args: Vec<String>,
+    /// A smaller run (about a minute), without the divan benches.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(clap::Args)]
@@ -140,13 +140,19 @@ pub fn test(opts: &TestOptions) -> Result<()> {
     check(&mut cmd)
 }
 
+/// The in-process decision under divan (its own statistics), then `guard-bench`: guard against
+/// its baselines, side by side in one run, as a table on stdout and `target/bench/report.json`.
 pub fn bench(opts: &BenchOptions) -> Result<()> {
     setup::run(&setup::Options { bench: true })?;
     build(&BuildOptions { release: true })?;
-    let mut cmd = cargo();
-    cmd.args(["bench", "-p", "guard-daemon"]);
-    if !opts.args.is_empty() {
-        cmd.arg("--").args(&opts.args);
+    if !opts.quick {
+        check(cargo().args(["bench", "-p", "guard-daemon", "--bench", "decide"]))?;
+    }
+    let mut cmd = Command::new(target_dir(true).join("guard-bench"));
+    cmd.arg("--out")
+        .arg(root().join("target/bench/report.json"));
+    if opts.quick {
+        cmd.arg("--quick");
     }
     check(&mut cmd)
 }
