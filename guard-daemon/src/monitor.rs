@@ -16,7 +16,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, TracePoint},
+    programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, TracePoint},
 };
 use guard_common::{
     call::CallConfig,
@@ -31,11 +31,17 @@ static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
+const SOCKET_FORMAT: &str = "/sys/kernel/tracing/events/syscalls/sys_enter_socket/format";
 
-/// The cgroup programs and the hook each attaches to.
+/// The cgroup sock_addr programs (each names its hook).
 const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6"];
+/// The cgroup sock programs (each names its hook).
+const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
 /// The tracepoint programs: (program, category, name).
-const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sched_process_exec")];
+const TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("sched_process_exec", "sched", "sched_process_exec"),
+    ("sys_enter_socket", "syscalls", "sys_enter_socket"),
+];
 
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
@@ -169,9 +175,12 @@ impl Monitor {
         if PROGRAMS.is_empty() {
             return Err(MonitorError::NotBuilt);
         }
-        let filename_offset = exec_filename_offset()?;
+        ensure_tracefs()?;
+        let filename_offset = field_offset(EXEC_FORMAT, "filename")?;
+        let family_offset = field_offset(SOCKET_FORMAT, "family")?;
         let mut ebpf = EbpfLoader::new()
             .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
+            .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
             .load(PROGRAMS)?;
 
         let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
@@ -188,6 +197,18 @@ impl Monitor {
             program.load().map_err(prog_err(name))?;
             // A bpf_link (the kernel has them since 5.7) co-exists with other programs on the same
             // cgroup and takes no multi-attach flags: the link API refuses any with EINVAL.
+            program
+                .attach(cgroup.as_fd(), CgroupAttachMode::default())
+                .map_err(prog_err(name))?;
+            programs.push(name);
+        }
+        for &name in CGROUP_SOCK_PROGRAMS {
+            let program: &mut CgroupSock = ebpf
+                .program_mut(name)
+                .ok_or(MonitorError::MissingProgram { name })?
+                .try_into()
+                .map_err(prog_err(name))?;
+            program.load().map_err(prog_err(name))?;
             program
                 .attach(cgroup.as_fd(), CgroupAttachMode::default())
                 .map_err(prog_err(name))?;
@@ -367,13 +388,12 @@ pub fn ensure_tracefs() -> Result<(), MonitorError> {
     .map_err(|e| MonitorError::Tracefs(format!("mount tracefs at {TRACEFS}: {e}")))
 }
 
-/// The offset of `filename` in the sched_process_exec record, from tracefs's format file.
-fn exec_filename_offset() -> Result<u32, MonitorError> {
-    ensure_tracefs()?;
-    let format = fs::read_to_string(EXEC_FORMAT)
-        .map_err(|e| MonitorError::Tracefs(format!("read {EXEC_FORMAT}: {e}")))?;
-    parse_field_offset(&format, "filename")
-        .ok_or_else(|| MonitorError::Tracefs(format!("{EXEC_FORMAT} has no field `filename`")))
+/// The offset of `field` in a tracepoint's record, from its tracefs format file.
+fn field_offset(format_file: &str, field: &str) -> Result<u32, MonitorError> {
+    let format = fs::read_to_string(format_file)
+        .map_err(|e| MonitorError::Tracefs(format!("read {format_file}: {e}")))?;
+    parse_field_offset(&format, field)
+        .ok_or_else(|| MonitorError::Tracefs(format!("{format_file} has no field `{field}`")))
 }
 
 /// Finds `offset:N;` on the line declaring `field` in a tracefs format file.

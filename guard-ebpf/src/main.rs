@@ -9,6 +9,7 @@
 mod exec;
 mod maps;
 mod net;
+mod sock;
 
 #[cfg(not(test))]
 #[panic_handler]

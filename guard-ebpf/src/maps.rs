@@ -78,6 +78,9 @@ pub fn reserve_event(
         (*event).port = 0;
         (*event).proto = 0;
         (*event)._pad = [0; 3];
+        (*event).sock_type = 0;
+        (*event).sock_protocol = 0;
+        (*event)._reserved = [0; 2];
         (*event).addr = [0; 16];
         (*event).path[0] = 0;
     }
