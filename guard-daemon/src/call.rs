@@ -247,7 +247,16 @@ async fn run(
         .unwrap_or_else(|p| p.into_inner())
         .remove(call_id);
     daemon.flush_events().await;
-    let receipt = daemon.tracker.finish(id);
+    let mut receipt = daemon.tracker.finish(id);
+    match daemon.with_monitor(|m| m.syscalls(id)) {
+        Some(Ok(numbers)) => {
+            if let Some(r) = receipt.as_mut() {
+                r.syscalls = crate::events::syscall_names(&numbers);
+            }
+        }
+        Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's syscalls: {e}"),
+        None => {}
+    }
     if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
         tracing::warn!(call = %call_id, "forgetting the call in the kernel: {e}");
     }

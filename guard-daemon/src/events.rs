@@ -92,6 +92,9 @@ pub struct Receipt {
     /// Sockets the kernel refused to create (families or types outside the call's needs).
     pub sockets: Vec<SocketSeen>,
     pub denied: u64,
+    /// The syscalls the call made, by name (a number when guard has no name for it), in
+    /// ascending order of number; from the `sys_enter` program's per-call set.
+    pub syscalls: Vec<String>,
     /// "conformed" | "diverged"
     pub verdict: &'static str,
 }
@@ -266,6 +269,17 @@ impl Tracker {
         // A panic while holding this lock cannot leave the map inconsistent: recover it.
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The names of syscall numbers, for a receipt.
+pub fn syscall_names(numbers: &[u32]) -> Vec<String> {
+    numbers
+        .iter()
+        .map(|&nr| {
+            crate::sandbox::seccomp::syscall_name(i64::from(nr))
+                .map_or_else(|| nr.to_string(), str::to_owned)
+        })
+        .collect()
 }
 
 fn c_str(bytes: &[u8]) -> String {

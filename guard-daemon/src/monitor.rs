@@ -16,13 +16,16 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, TracePoint},
+    programs::{
+        CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, RawTracePoint, TracePoint,
+    },
 };
 use guard_common::{
     call::CallConfig,
     event::{COUNTER_DROPPED, Event},
     exec::{ExecKey, path_hash},
     net::{Dest4, Dest6},
+    syscall::{SyscallSet, syscall_numbers},
 };
 use tokio::io::unix::AsyncFd;
 
@@ -42,6 +45,9 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("sched_process_exec", "sched", "sched_process_exec"),
     ("sys_enter_socket", "syscalls", "sys_enter_socket"),
 ];
+
+/// The raw tracepoint programs: (program, tracepoint).
+const RAW_TRACEPOINTS: &[(&str, &str)] = &[("sys_enter", "sys_enter")];
 
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +169,7 @@ pub struct Monitor {
     allow4: HashMap<MapData, Dest4, u8>,
     allow6: HashMap<MapData, Dest6, u8>,
     exec_allow: HashMap<MapData, ExecKey, u8>,
+    syscall_sets: HashMap<MapData, u64, SyscallSet>,
     installed: StdHashMap<u64, Installed>,
     counters: PerCpuArray<MapData, u64>,
     events: Option<RingBuf<MapData>>,
@@ -224,6 +231,16 @@ impl Monitor {
             program.attach(category, event).map_err(prog_err(name))?;
             programs.push(name);
         }
+        for &(name, tracepoint) in RAW_TRACEPOINTS {
+            let program: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .ok_or(MonitorError::MissingProgram { name })?
+                .try_into()
+                .map_err(prog_err(name))?;
+            program.load().map_err(prog_err(name))?;
+            program.attach(tracepoint).map_err(prog_err(name))?;
+            programs.push(name);
+        }
 
         let mut take =
             |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
@@ -231,6 +248,8 @@ impl Monitor {
         let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
         let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
         let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
+        let syscall_sets =
+            HashMap::try_from(take("SYSCALL_SETS")?).map_err(map_err("SYSCALL_SETS"))?;
         let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
         Ok(Self {
@@ -239,6 +258,7 @@ impl Monitor {
             allow4,
             allow6,
             exec_allow,
+            syscall_sets,
             installed: StdHashMap::new(),
             counters,
             events,
@@ -287,6 +307,9 @@ impl Monitor {
                 .insert(*key, 1, 0)
                 .map_err(map_err("EXEC_ALLOW"))?;
         }
+        self.syscall_sets
+            .insert(cgroup_id, SyscallSet::default(), 0)
+            .map_err(map_err("SYSCALL_SETS"))?;
         // Last: until the call is in CALLS, its cgroup is not guarded and is empty anyway.
         self.calls
             .insert(cgroup_id, config, 0)
@@ -314,7 +337,17 @@ impl Monitor {
         for key in installed.execs {
             result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
         }
-        result
+        result.and(gone(self.syscall_sets.remove(&cgroup_id)).map_err(map_err("SYSCALL_SETS")))
+    }
+
+    /// The numbers of the syscalls the call in `cgroup_id` has made so far, ascending; empty for
+    /// a cgroup the guard does not watch. Read it before `unwatch`, which forgets the set.
+    pub fn syscalls(&self, cgroup_id: u64) -> Result<Vec<u32>, MonitorError> {
+        match self.syscall_sets.get(&cgroup_id, 0) {
+            Ok(set) => Ok(syscall_numbers(&set).collect()),
+            Err(MapError::KeyNotFound) => Ok(Vec::new()),
+            Err(e) => Err(map_err("SYSCALL_SETS")(e)),
+        }
     }
 
     /// Events lost because the ring buffer was full, summed over CPUs.

@@ -421,3 +421,41 @@ fn sock_create_allows_inet_sockets_to_a_call_with_connect_effects() {
         assert_killed(&out, &format!("{family} {ty} with FLAG_NET"));
     }
 }
+
+#[test]
+fn sys_enter_records_the_syscalls_of_a_call_only() {
+    if !support::privileged("sys_enter_records_the_syscalls_of_a_call_only") {
+        return;
+    }
+    let kernel = Kernel::new(|_| Watch::default());
+    let id = kernel.call.id();
+    // The test process itself makes syscalls all the time, outside the call: none count.
+    assert_eq!(
+        kernel.monitor.syscalls(id).expect("read set"),
+        Vec::<u32>::new()
+    );
+
+    // getcpu(NULL, NULL, NULL): a syscall guard-testtool makes only when asked.
+    let getcpu = libc::SYS_getcpu as u32;
+    let (out, _) = testtool(&["syscall", &getcpu.to_string()], None);
+    assert!(out.status.success(), "getcpu outside");
+    assert_eq!(
+        kernel.monitor.syscalls(id).expect("read set"),
+        Vec::<u32>::new()
+    );
+
+    let (out, _) = testtool(&["syscall", &getcpu.to_string()], Some(&kernel.call));
+    assert!(out.status.success(), "getcpu in the call");
+    let set = kernel.monitor.syscalls(id).expect("read set");
+    for nr in [getcpu, libc::SYS_execve as u32, libc::SYS_write as u32] {
+        assert!(set.contains(&nr), "syscall {nr} missing from {set:?}");
+    }
+    assert!(!set.contains(&(libc::SYS_io_uring_setup as u32)), "{set:?}");
+
+    // A cgroup the guard does not watch has no set.
+    let other = Cgroup::create(kernel._root.path(), "other").expect("cgroup");
+    assert_eq!(
+        kernel.monitor.syscalls(other.id()).expect("read"),
+        Vec::<u32>::new()
+    );
+}
