@@ -16,6 +16,9 @@ pub const FLAG_KILL_ON_DIVERGENCE: u32 = 1 << 0;
 /// Enforce the exec allow-list: a task that executes an image not on it is killed before the
 /// image runs. Without it the exec program only observes.
 pub const FLAG_ENFORCE_EXEC: u32 = 1 << 1;
+/// The call has connect effects: it may create AF_INET and AF_INET6 stream and datagram sockets.
+/// Without it, the `sock_create` program allows it AF_UNIX sockets only.
+pub const FLAG_NET: u32 = 1 << 2;
 
 /// Size of the map of guarded calls: the daemon never runs more calls than this at once.
 pub const MAX_CALLS: u32 = 4096;

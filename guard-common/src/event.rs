@@ -4,6 +4,8 @@
 pub const KIND_EXEC: u32 = 1;
 /// A process of a guarded call connected, or tried to.
 pub const KIND_CONNECT: u32 = 2;
+/// A process of a guarded call tried to create a socket of a family or type outside its needs.
+pub const KIND_SOCKET: u32 = 3;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;
@@ -29,7 +31,7 @@ pub struct Event {
     pub tid: u32,
     /// The task's cgroup v2 id: names the call.
     pub cgroup_id: u64,
-    /// Connect: AF_INET or AF_INET6.
+    /// Connect: AF_INET or AF_INET6. Socket: the address family.
     pub family: u16,
     /// Connect: destination port, host byte order.
     pub port: u16,
@@ -38,10 +40,16 @@ pub struct Event {
     pub _pad: [u8; 3],
     /// Connect: destination address in network byte order (IPv4 in the first four bytes).
     pub addr: [u8; 16],
+    /// Socket: the type (`SOCK_STREAM`, `SOCK_DGRAM`, `SOCK_RAW`...).
+    pub sock_type: u32,
+    /// Socket: the protocol as passed to socket(2) (for AF_PACKET, an ethertype in network order).
+    pub sock_protocol: u32,
+    /// Reserved for later kinds; zero.
+    pub _reserved: [u32; 2],
     /// Exec: the path as passed to execve, NUL-terminated.
     pub path: [u8; PATH_LEN],
 }
-const _: () = assert!(core::mem::size_of::<Event>() == 304);
+const _: () = assert!(core::mem::size_of::<Event>() == 320);
 
 /// Index into the per-CPU `COUNTERS` array: events lost because the ring buffer was full.
 pub const COUNTER_DROPPED: u32 = 0;

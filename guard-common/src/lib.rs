@@ -8,3 +8,4 @@ pub mod call;
 pub mod event;
 pub mod exec;
 pub mod net;
+pub mod syscall;

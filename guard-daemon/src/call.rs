@@ -12,7 +12,7 @@ use std::{
 };
 
 use guard_common::{
-    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE},
+    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET},
     net::{PROTO_TCP, PROTO_UDP},
 };
 use serde_json::{Map, Value, json};
@@ -186,7 +186,14 @@ async fn run(
         Err(e) => return Err((e, None)),
     };
     let kill = plan.effects.on_divergence == OnDivergence::Kill;
-    let flags = FLAG_ENFORCE_EXEC | if kill { FLAG_KILL_ON_DIVERGENCE } else { 0 };
+    let mut flags = FLAG_ENFORCE_EXEC;
+    if kill {
+        flags |= FLAG_KILL_ON_DIVERGENCE;
+    }
+    if !plan.effects.connect.is_empty() {
+        // Only a call that connects may create inet sockets at all.
+        flags |= FLAG_NET;
+    }
     let execs = plan
         .argv
         .first()
@@ -239,7 +246,16 @@ async fn run(
         .unwrap_or_else(|p| p.into_inner())
         .remove(call_id);
     daemon.flush_events().await;
-    let receipt = daemon.tracker.finish(id);
+    let mut receipt = daemon.tracker.finish(id);
+    match daemon.with_monitor(|m| m.syscalls(id)) {
+        Some(Ok(numbers)) => {
+            if let Some(r) = receipt.as_mut() {
+                r.syscalls = crate::events::syscall_names(&numbers);
+            }
+        }
+        Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's syscalls: {e}"),
+        None => {}
+    }
     if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
         tracing::warn!(call = %call_id, "forgetting the call in the kernel: {e}");
     }

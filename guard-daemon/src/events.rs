@@ -11,6 +11,7 @@ use std::{
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
+    KIND_SOCKET,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -88,7 +89,12 @@ impl Bus {
 pub struct Receipt {
     pub execs: Vec<String>,
     pub connects: Vec<ConnectSeen>,
+    /// Sockets the kernel refused to create (families or types outside the call's needs).
+    pub sockets: Vec<SocketSeen>,
     pub denied: u64,
+    /// The syscalls the call made, by name (a number when guard has no name for it), in
+    /// ascending order of number; from the `sys_enter` program's per-call set.
+    pub syscalls: Vec<String>,
     /// "conformed" | "diverged"
     pub verdict: &'static str,
 }
@@ -100,6 +106,42 @@ pub struct ConnectSeen {
     pub port: u16,
     pub proto: &'static str,
     pub allowed: bool,
+}
+
+/// One socket the kernel refused a call.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SocketSeen {
+    /// "unix", "inet", "inet6", "netlink", "packet", or the number.
+    pub family: String,
+    /// "stream", "dgram", "raw", "seqpacket", or the number.
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub protocol: u32,
+}
+
+impl SocketSeen {
+    fn of(event: &KernelEvent) -> Self {
+        let family = match i32::from(event.family) {
+            libc::AF_UNIX => "unix".to_owned(),
+            libc::AF_INET => "inet".to_owned(),
+            libc::AF_INET6 => "inet6".to_owned(),
+            libc::AF_NETLINK => "netlink".to_owned(),
+            libc::AF_PACKET => "packet".to_owned(),
+            n => n.to_string(),
+        };
+        let ty = match event.sock_type as i32 {
+            libc::SOCK_STREAM => "stream".to_owned(),
+            libc::SOCK_DGRAM => "dgram".to_owned(),
+            libc::SOCK_RAW => "raw".to_owned(),
+            libc::SOCK_SEQPACKET => "seqpacket".to_owned(),
+            n => n.to_string(),
+        };
+        Self {
+            family,
+            ty,
+            protocol: event.sock_protocol,
+        }
+    }
 }
 
 /// A call the kernel watches, as the event pump knows it.
@@ -185,6 +227,15 @@ impl Tracker {
                 }
                 ("connect", detail)
             }
+            KIND_SOCKET => {
+                let seen = SocketSeen::of(event);
+                let detail =
+                    json!({ "family": seen.family, "type": seen.ty, "protocol": seen.protocol });
+                if receipt.sockets.len() < RECEIPT_PATHS {
+                    receipt.sockets.push(seen);
+                }
+                ("socket", detail)
+            }
             _ => return,
         };
         if event.action == ACTION_DENIED || event.action == ACTION_KILLED {
@@ -218,6 +269,17 @@ impl Tracker {
         // A panic while holding this lock cannot leave the map inconsistent: recover it.
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The names of syscall numbers, for a receipt.
+pub fn syscall_names(numbers: &[u32]) -> Vec<String> {
+    numbers
+        .iter()
+        .map(|&nr| {
+            crate::sandbox::seccomp::syscall_name(i64::from(nr))
+                .map_or_else(|| nr.to_string(), str::to_owned)
+        })
+        .collect()
 }
 
 fn c_str(bytes: &[u8]) -> String {
@@ -269,5 +331,28 @@ mod tests {
             ("diverged", 1, 2)
         );
         assert_eq!(receipt.connects[1].addr, "127.0.0.1");
+    }
+
+    #[test]
+    fn a_refused_socket_is_a_divergence_named_by_family_and_type() {
+        let (tracker, bus) = (Tracker::default(), Bus::default());
+        let mut rx = bus.subscribe();
+        tracker.track(5, "c1", "fetch", "/nonexistent".into(), false);
+        // SAFETY: Event is plain old data; all-zero is a valid value.
+        let mut e: KernelEvent = unsafe { std::mem::zeroed() };
+        e.kind = KIND_SOCKET;
+        e.action = ACTION_DENIED;
+        e.cgroup_id = 5;
+        e.family = libc::AF_PACKET as u16;
+        e.sock_type = libc::SOCK_RAW as u32;
+        e.sock_protocol = 0x0300;
+        tracker.record(&e, &bus);
+        let ev = rx.try_recv().expect("divergence published");
+        assert_eq!(ev.detail["effect"], "socket");
+        assert_eq!(ev.detail["family"], "packet");
+        assert_eq!(ev.detail["type"], "raw");
+        let receipt = tracker.finish(5).expect("receipt");
+        assert_eq!((receipt.verdict, receipt.denied), ("diverged", 1));
+        assert_eq!(receipt.sockets[0].protocol, 0x0300);
     }
 }

@@ -16,13 +16,16 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, TracePoint},
+    programs::{
+        CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, RawTracePoint, TracePoint,
+    },
 };
 use guard_common::{
     call::CallConfig,
     event::{COUNTER_DROPPED, Event},
     exec::{ExecKey, path_hash},
     net::{Dest4, Dest6},
+    syscall::{SyscallSet, syscall_numbers},
 };
 use tokio::io::unix::AsyncFd;
 
@@ -31,11 +34,20 @@ static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
+const SOCKET_FORMAT: &str = "/sys/kernel/tracing/events/syscalls/sys_enter_socket/format";
 
-/// The cgroup programs and the hook each attaches to.
+/// The cgroup sock_addr programs (each names its hook).
 const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6"];
+/// The cgroup sock programs (each names its hook).
+const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
 /// The tracepoint programs: (program, category, name).
-const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sched_process_exec")];
+const TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("sched_process_exec", "sched", "sched_process_exec"),
+    ("sys_enter_socket", "syscalls", "sys_enter_socket"),
+];
+
+/// The raw tracepoint programs: (program, tracepoint).
+const RAW_TRACEPOINTS: &[(&str, &str)] = &[("sys_enter", "sys_enter")];
 
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +169,7 @@ pub struct Monitor {
     allow4: HashMap<MapData, Dest4, u8>,
     allow6: HashMap<MapData, Dest6, u8>,
     exec_allow: HashMap<MapData, ExecKey, u8>,
+    syscall_sets: HashMap<MapData, u64, SyscallSet>,
     installed: StdHashMap<u64, Installed>,
     counters: PerCpuArray<MapData, u64>,
     events: Option<RingBuf<MapData>>,
@@ -169,9 +182,12 @@ impl Monitor {
         if PROGRAMS.is_empty() {
             return Err(MonitorError::NotBuilt);
         }
-        let filename_offset = exec_filename_offset()?;
+        ensure_tracefs()?;
+        let filename_offset = field_offset(EXEC_FORMAT, "filename")?;
+        let family_offset = field_offset(SOCKET_FORMAT, "family")?;
         let mut ebpf = EbpfLoader::new()
             .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
+            .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
             .load(PROGRAMS)?;
 
         let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
@@ -193,6 +209,18 @@ impl Monitor {
                 .map_err(prog_err(name))?;
             programs.push(name);
         }
+        for &name in CGROUP_SOCK_PROGRAMS {
+            let program: &mut CgroupSock = ebpf
+                .program_mut(name)
+                .ok_or(MonitorError::MissingProgram { name })?
+                .try_into()
+                .map_err(prog_err(name))?;
+            program.load().map_err(prog_err(name))?;
+            program
+                .attach(cgroup.as_fd(), CgroupAttachMode::default())
+                .map_err(prog_err(name))?;
+            programs.push(name);
+        }
         for &(name, category, event) in TRACEPOINTS {
             let program: &mut TracePoint = ebpf
                 .program_mut(name)
@@ -203,6 +231,16 @@ impl Monitor {
             program.attach(category, event).map_err(prog_err(name))?;
             programs.push(name);
         }
+        for &(name, tracepoint) in RAW_TRACEPOINTS {
+            let program: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .ok_or(MonitorError::MissingProgram { name })?
+                .try_into()
+                .map_err(prog_err(name))?;
+            program.load().map_err(prog_err(name))?;
+            program.attach(tracepoint).map_err(prog_err(name))?;
+            programs.push(name);
+        }
 
         let mut take =
             |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
@@ -210,6 +248,8 @@ impl Monitor {
         let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
         let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
         let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
+        let syscall_sets =
+            HashMap::try_from(take("SYSCALL_SETS")?).map_err(map_err("SYSCALL_SETS"))?;
         let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
         Ok(Self {
@@ -218,6 +258,7 @@ impl Monitor {
             allow4,
             allow6,
             exec_allow,
+            syscall_sets,
             installed: StdHashMap::new(),
             counters,
             events,
@@ -266,6 +307,9 @@ impl Monitor {
                 .insert(*key, 1, 0)
                 .map_err(map_err("EXEC_ALLOW"))?;
         }
+        self.syscall_sets
+            .insert(cgroup_id, SyscallSet::default(), 0)
+            .map_err(map_err("SYSCALL_SETS"))?;
         // Last: until the call is in CALLS, its cgroup is not guarded and is empty anyway.
         self.calls
             .insert(cgroup_id, config, 0)
@@ -293,7 +337,17 @@ impl Monitor {
         for key in installed.execs {
             result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
         }
-        result
+        result.and(gone(self.syscall_sets.remove(&cgroup_id)).map_err(map_err("SYSCALL_SETS")))
+    }
+
+    /// The numbers of the syscalls the call in `cgroup_id` has made so far, ascending; empty for
+    /// a cgroup the guard does not watch. Read it before `unwatch`, which forgets the set.
+    pub fn syscalls(&self, cgroup_id: u64) -> Result<Vec<u32>, MonitorError> {
+        match self.syscall_sets.get(&cgroup_id, 0) {
+            Ok(set) => Ok(syscall_numbers(&set).collect()),
+            Err(MapError::KeyNotFound) => Ok(Vec::new()),
+            Err(e) => Err(map_err("SYSCALL_SETS")(e)),
+        }
     }
 
     /// Events lost because the ring buffer was full, summed over CPUs.
@@ -367,13 +421,12 @@ pub fn ensure_tracefs() -> Result<(), MonitorError> {
     .map_err(|e| MonitorError::Tracefs(format!("mount tracefs at {TRACEFS}: {e}")))
 }
 
-/// The offset of `filename` in the sched_process_exec record, from tracefs's format file.
-fn exec_filename_offset() -> Result<u32, MonitorError> {
-    ensure_tracefs()?;
-    let format = fs::read_to_string(EXEC_FORMAT)
-        .map_err(|e| MonitorError::Tracefs(format!("read {EXEC_FORMAT}: {e}")))?;
-    parse_field_offset(&format, "filename")
-        .ok_or_else(|| MonitorError::Tracefs(format!("{EXEC_FORMAT} has no field `filename`")))
+/// The offset of `field` in a tracepoint's record, from its tracefs format file.
+fn field_offset(format_file: &str, field: &str) -> Result<u32, MonitorError> {
+    let format = fs::read_to_string(format_file)
+        .map_err(|e| MonitorError::Tracefs(format!("read {format_file}: {e}")))?;
+    parse_field_offset(&format, field)
+        .ok_or_else(|| MonitorError::Tracefs(format!("{format_file} has no field `{field}`")))
 }
 
 /// Finds `offset:N;` on the line declaring `field` in a tracefs format file.

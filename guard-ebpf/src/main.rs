@@ -5,10 +5,15 @@
 //! guard imposes on the rest of the host.
 #![no_std]
 #![no_main]
+// atomic_or: the BPF target lacks AtomicU64::fetch_or (see syscall.rs). Built with nightly.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod exec;
 mod maps;
 mod net;
+mod sock;
+mod syscall;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -10,6 +10,7 @@ use guard_common::{
     event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event, PATH_LEN},
     exec::{ExecKey, MAX_EXECS},
     net::{Dest4, Dest6, MAX_DESTS},
+    syscall::SyscallSet,
 };
 
 /// The guarded calls, by cgroup id.
@@ -27,6 +28,11 @@ pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 /// Allowed programs per call, by path hash.
 #[map]
 pub static EXEC_ALLOW: HashMap<ExecKey, u8> = HashMap::with_max_entries(MAX_EXECS, 0);
+
+/// The syscalls each guarded call has made, by cgroup id. The daemon inserts a zeroed set with
+/// the call and removes it after; the kernel only sets bits.
+#[map]
+pub static SYSCALL_SETS: HashMap<u64, SyscallSet> = HashMap::with_max_entries(MAX_CALLS, 0);
 
 /// A per-CPU buffer for a path: too large for the 512-byte BPF stack, and needed even when the
 /// ring buffer is full, because enforcement must not depend on reporting.
@@ -78,6 +84,9 @@ pub fn reserve_event(
         (*event).port = 0;
         (*event).proto = 0;
         (*event)._pad = [0; 3];
+        (*event).sock_type = 0;
+        (*event).sock_protocol = 0;
+        (*event)._reserved = [0; 2];
         (*event).addr = [0; 16];
         (*event).path[0] = 0;
     }

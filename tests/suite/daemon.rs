@@ -100,6 +100,16 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
     assert_eq!(finished[0]["call_id"], decisions[0]["call_id"]);
     assert_eq!(finished[0]["effects_observed"]["verdict"], "conformed");
     assert_eq!(finished[0]["effects_observed"]["execs"][0], "/bin/cat");
+    // The kernel's syscall set of the call, by name: cat opened, read and wrote.
+    let syscalls = finished[0]["effects_observed"]["syscalls"]
+        .as_array()
+        .expect("syscalls in the receipt");
+    for name in ["execve", "openat", "read", "write"] {
+        assert!(
+            syscalls.iter().any(|s| s == name),
+            "{name} missing from {syscalls:?}"
+        );
+    }
     assert_eq!(
         finished[1]["exit"]["exit_code"], 7,
         "finished row: {:#}",

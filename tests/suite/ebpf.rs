@@ -18,8 +18,10 @@ use guard::{
     monitor::{Destination, EventStream, Monitor, Watch},
 };
 use guard_common::{
-    call::{CallConfig, FLAG_ENFORCE_EXEC},
-    event::{ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event, KIND_CONNECT, KIND_EXEC},
+    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_NET},
+    event::{
+        ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event, KIND_CONNECT, KIND_EXEC, KIND_SOCKET,
+    },
     net::PROTO_TCP,
 };
 
@@ -88,8 +90,20 @@ impl Kernel {
 /// Runs `script` with bash, from inside `cgroup` if given.
 fn bash(script: &str, cgroup: Option<&Cgroup>) -> (Output, u32) {
     let mut cmd = Command::new("/bin/bash");
-    cmd.args(["-c", script])
-        .stdin(Stdio::null())
+    cmd.args(["-c", script]);
+    run_in(cmd, cgroup)
+}
+
+/// Runs guard-testtool with `args` (as root, without seccomp or landlock), inside `cgroup` if given.
+fn testtool(args: &[&str], cgroup: Option<&Cgroup>) -> (Output, u32) {
+    let mut cmd = Command::new(support::bin("guard-testtool"));
+    cmd.args(args);
+    run_in(cmd, cgroup)
+}
+
+/// Runs `cmd` to its end, from inside `cgroup` if given; returns its output and pid.
+fn run_in(mut cmd: Command, cgroup: Option<&Cgroup>) -> (Output, u32) {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(cgroup) = cgroup {
@@ -104,9 +118,9 @@ fn bash(script: &str, cgroup: Option<&Cgroup>) -> (Output, u32) {
             });
         }
     }
-    let child = cmd.spawn().expect("spawn bash");
+    let child = cmd.spawn().expect("spawn");
     let pid = child.id();
-    (child.wait_with_output().expect("wait bash"), pid)
+    (child.wait_with_output().expect("wait"), pid)
 }
 
 /// Connects to 127.0.0.1:`port` with bash's /dev/tcp.
@@ -145,6 +159,10 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     let (denied_listener, denied_port) = listener();
     let (allowed_listener, allowed_port) = listener();
     let mut kernel = Kernel::new(|_| Watch {
+        config: CallConfig {
+            flags: FLAG_NET,
+            _pad: 0,
+        },
         destinations: vec![Destination {
             addr: Ipv4Addr::LOCALHOST.into(),
             port: allowed_port,
@@ -279,4 +297,165 @@ fn an_unapproved_exec_is_killed_before_the_image_runs() {
         .status()
         .expect("sh");
     assert_eq!(status.code(), Some(3));
+}
+
+/// Asserts that guard-testtool's `socket FAMILY TYPE` succeeded or failed with EPERM.
+fn assert_socket(out: &Output, ok: bool, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if ok {
+        assert!(out.status.success(), "{what}: refused: {stderr}");
+    } else {
+        assert!(!out.status.success(), "{what}: created");
+        assert!(
+            stderr.contains("ERR EPERM"),
+            "{what}: expected EPERM, got: {stderr}"
+        );
+    }
+}
+
+/// Asserts that guard-testtool was killed by SIGKILL before its action printed anything.
+fn assert_killed(out: &Output, what: &str) {
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{what}: not killed: {:?}",
+        out.status
+    );
+    assert!(out.stdout.is_empty(), "{what}: the socket was created");
+}
+
+#[test]
+fn sock_create_refuses_sockets_outside_the_calls_needs() {
+    if !support::privileged("sock_create_refuses_sockets_outside_the_calls_needs") {
+        return;
+    }
+    // A call without connect effects: AF_UNIX only. The tool runs as root without seccomp, so
+    // only the kernel programs can refuse: sock_create with EPERM for inet families, the
+    // sys_enter_socket tracepoint with SIGKILL for the others (sock_create never sees them).
+    let mut kernel = Kernel::new(|_| Watch::default());
+    let call = Some(&kernel.call);
+    let (out, packet_pid) = testtool(&["socket", "packet", "raw"], call);
+    assert_killed(&out, "packet raw in a call");
+    let (out, inet6_pid) = testtool(&["socket", "inet6", "stream"], call);
+    assert_socket(&out, false, "inet6 stream without connect effects");
+    let (out, _) = testtool(&["socket", "netlink", "raw"], call);
+    assert_killed(&out, "netlink in a call");
+    let (out, _) = testtool(&["socket", "unix", "stream"], call);
+    assert_socket(&out, true, "unix stream in a call");
+
+    // Outside the guard's cgroups, root creates all of them.
+    for (family, ty) in [("packet", "raw"), ("inet6", "stream"), ("netlink", "raw")] {
+        let (out, _) = testtool(&["socket", family, ty], None);
+        assert_socket(&out, true, &format!("{family} {ty} outside"));
+    }
+
+    let seen =
+        kernel.events_until(|seen| seen.iter().filter(|e| e.kind == KIND_SOCKET).count() >= 3);
+    let sockets: Vec<&Event> = seen.iter().filter(|e| e.kind == KIND_SOCKET).collect();
+    assert_eq!(sockets.len(), 3, "one event per refused socket");
+    assert!(sockets.iter().all(|e| e.cgroup_id == kernel.call.id()));
+    let packet = sockets
+        .iter()
+        .find(|e| e.pid == packet_pid)
+        .expect("no event for the packet socket");
+    assert_eq!(
+        (
+            i32::from(packet.family),
+            packet.sock_type as i32,
+            packet.action
+        ),
+        (libc::AF_PACKET, libc::SOCK_RAW, ACTION_KILLED)
+    );
+    let inet6 = sockets
+        .iter()
+        .find(|e| e.pid == inet6_pid)
+        .expect("no event for the inet6 socket");
+    assert_eq!(
+        (
+            i32::from(inet6.family),
+            inet6.sock_type as i32,
+            inet6.action
+        ),
+        (libc::AF_INET6, libc::SOCK_STREAM, ACTION_DENIED)
+    );
+}
+
+#[test]
+fn sock_create_allows_inet_sockets_to_a_call_with_connect_effects() {
+    if !support::privileged("sock_create_allows_inet_sockets_to_a_call_with_connect_effects") {
+        return;
+    }
+    let kernel = Kernel::new(|_| Watch {
+        config: CallConfig {
+            flags: FLAG_NET,
+            _pad: 0,
+        },
+        ..Watch::default()
+    });
+    let call = Some(&kernel.call);
+    for (family, ty) in [("inet", "stream"), ("inet6", "dgram")] {
+        let (out, _) = testtool(&["socket", family, ty], call);
+        assert_socket(
+            &out,
+            true,
+            &format!("{family} {ty} in a call with FLAG_NET"),
+        );
+    }
+    // socket(AF_INET, SOCK_RAW, IPPROTO_ICMP): testtool's `socket` passes protocol 0, which
+    // inet refuses for raw sockets before the hook runs.
+    let raw_icmp = ["syscall", "41", "2", "3", "1"];
+    let (out, _) = testtool(&raw_icmp, call);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "syscall 41 errno EPERM 1",
+        "inet raw with FLAG_NET"
+    );
+    let (out, _) = testtool(&raw_icmp, None);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("syscall 41 ok"),
+        "inet raw outside: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for (family, ty) in [("packet", "dgram"), ("netlink", "dgram")] {
+        let (out, _) = testtool(&["socket", family, ty], call);
+        assert_killed(&out, &format!("{family} {ty} with FLAG_NET"));
+    }
+}
+
+#[test]
+fn sys_enter_records_the_syscalls_of_a_call_only() {
+    if !support::privileged("sys_enter_records_the_syscalls_of_a_call_only") {
+        return;
+    }
+    let kernel = Kernel::new(|_| Watch::default());
+    let id = kernel.call.id();
+    // The test process itself makes syscalls all the time, outside the call: none count.
+    assert_eq!(
+        kernel.monitor.syscalls(id).expect("read set"),
+        Vec::<u32>::new()
+    );
+
+    // getcpu(NULL, NULL, NULL): a syscall guard-testtool makes only when asked.
+    let getcpu = libc::SYS_getcpu as u32;
+    let (out, _) = testtool(&["syscall", &getcpu.to_string()], None);
+    assert!(out.status.success(), "getcpu outside");
+    assert_eq!(
+        kernel.monitor.syscalls(id).expect("read set"),
+        Vec::<u32>::new()
+    );
+
+    let (out, _) = testtool(&["syscall", &getcpu.to_string()], Some(&kernel.call));
+    assert!(out.status.success(), "getcpu in the call");
+    let set = kernel.monitor.syscalls(id).expect("read set");
+    for nr in [getcpu, libc::SYS_execve as u32, libc::SYS_write as u32] {
+        assert!(set.contains(&nr), "syscall {nr} missing from {set:?}");
+    }
+    assert!(!set.contains(&(libc::SYS_io_uring_setup as u32)), "{set:?}");
+
+    // A cgroup the guard does not watch has no set.
+    let other = Cgroup::create(kernel._root.path(), "other").expect("cgroup");
+    assert_eq!(
+        kernel.monitor.syscalls(other.id()).expect("read"),
+        Vec::<u32>::new()
+    );
 }

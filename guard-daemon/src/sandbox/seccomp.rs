@@ -220,6 +220,21 @@ const STRICT_BASE: &[&str] = &[
     "futex",
 ];
 
+/// The name of syscall `nr` on this architecture, if guard knows it.
+pub fn syscall_name(nr: i64) -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        names::SYSCALLS
+            .iter()
+            .find(|&&(_, n)| n == nr)
+            .map(|&(name, _)| name)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        DENY.iter().find(|&&(_, n)| n == nr).map(|&(name, _)| name)
+    }
+}
+
 /// The syscall number of `name` on this architecture.
 pub fn syscall_nr(name: &str) -> Option<i64> {
     #[cfg(target_arch = "x86_64")]
@@ -552,6 +567,15 @@ mod tests {
 
     use super::*;
     use crate::plan::{Confinement, Effects, Endpoint};
+
+    #[test]
+    fn syscall_names_and_numbers_agree() {
+        for name in ["read", "openat", "execve", "socket", "io_uring_setup"] {
+            let nr = syscall_nr(name).expect(name);
+            assert_eq!(syscall_name(nr), Some(name));
+        }
+        assert_eq!(syscall_name(-1), None);
+    }
 
     fn plan() -> LaunchPlan {
         LaunchPlan {
