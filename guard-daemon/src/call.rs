@@ -247,7 +247,12 @@ async fn run(
         .remove(call_id);
     daemon.flush_events().await;
     let mut receipt = daemon.tracker.finish(id);
-    match daemon.with_monitor(|m| m.syscalls(id)) {
+    let syscalls = daemon
+        .options
+        .trace_syscalls
+        .then(|| daemon.with_monitor(|m| m.syscalls(id)))
+        .flatten();
+    match syscalls {
         Some(Ok(numbers)) => {
             if let Some(r) = receipt.as_mut() {
                 r.syscalls = crate::events::syscall_names(&numbers);

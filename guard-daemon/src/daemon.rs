@@ -45,6 +45,9 @@ pub struct Options {
     pub drain: Duration,
     /// Run without the kernel layers (logged, and recorded in every audit row).
     pub allow_unenforced: bool,
+    /// Attach the syscall tracepoints: per-call syscall sets in receipts and the kernel's
+    /// socket-family kill behind seccomp, at a cost to every syscall on the host.
+    pub trace_syscalls: bool,
 }
 
 /// Why guardd did not start.
@@ -66,7 +69,7 @@ pub enum StartError {
 #[derive(Clone, Debug, Serialize)]
 pub struct Layer {
     pub name: String,
-    /// "active" | "missing" | "unenforced"
+    /// "active" | "off" | "unenforced"
     pub state: &'static str,
     pub detail: String,
 }
@@ -166,7 +169,7 @@ impl Daemon {
             detail: "deny-list, EPERM".into(),
         });
 
-        let monitor = match Monitor::load(root.path())
+        let monitor = match Monitor::load(root.path(), options.trace_syscalls)
             .map_err(|e| e.to_string())
             .and_then(|mut monitor| {
                 selftest::run(&mut monitor, &root)
@@ -179,6 +182,14 @@ impl Daemon {
                         name: format!("ebpf:{p}"),
                         state: "active",
                         detail: "attached".into(),
+                    });
+                }
+                if !options.trace_syscalls {
+                    let detail = "off: no per-call syscall sets (--trace-syscalls; costs every syscall on the host)";
+                    layers.push(Layer {
+                        name: "ebpf:syscalls".into(),
+                        state: "off",
+                        detail: detail.into(),
                     });
                 }
                 let proof = "canary: connect denied (EPERM), unapproved exec killed";

@@ -94,6 +94,7 @@ pub struct Receipt {
     pub denied: u64,
     /// The syscalls the call made, by name (a number when guard has no name for it), in
     /// ascending order of number; from the `sys_enter` program's per-call set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub syscalls: Vec<String>,
     /// "conformed" | "diverged"
     pub verdict: &'static str,

@@ -74,7 +74,8 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
         b"hello from the workspace\n\x00\xffbinary",
     )
     .expect("write file");
-    let guardd = Guardd::start(&policy(&ws, ""));
+    // Syscall sets are recorded only on request: the hook costs every syscall on the host.
+    let guardd = Guardd::start_with(&policy(&ws, ""), &["--trace-syscalls"]);
     let path = ws.join("notes.txt");
     let out = output(guardd.exec("cat", &[&format!("path={}", path.display())]));
     assert!(
@@ -366,6 +367,20 @@ fn garbage_gets_an_error_and_the_daemon_keeps_serving_others() {
     let status: serde_json::Value = serde_json::from_str(&reply).expect("status JSON");
     assert_eq!(status["type"], "status");
     assert_eq!(status["enforced"], true);
+    let layers = status["layers"].as_array().expect("layers");
+    let syscalls = layers
+        .iter()
+        .find(|l| l["name"] == "ebpf:syscalls")
+        .expect("syscall layer listed");
+    assert_eq!(
+        syscalls["state"], "off",
+        "syscall tracing must be off unless asked for"
+    );
+    assert!(
+        layers
+            .iter()
+            .any(|l| l["name"] == "ebpf self-test" && l["state"] == "active")
+    );
     // An oversized frame is refused and the daemon lives on.
     let mut big = UnixStream::connect(&guardd.socket).expect("connect");
     let _ = big.write_all(&vec![b'x'; (1 << 20) + 10]);

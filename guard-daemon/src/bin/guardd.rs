@@ -42,6 +42,10 @@ struct Args {
     /// Run even when a kernel layer is missing. Every audit row then says "enforced": false.
     #[arg(long)]
     allow_unenforced: bool,
+    /// Record each call's syscall set and kill exotic socket families in the kernel. Costs every
+    /// syscall on the host (all tasks take the slow syscall path while it is on).
+    #[arg(long)]
+    trace_syscalls: bool,
 }
 
 fn default_policy() -> PathBuf {
@@ -79,6 +83,9 @@ async fn serve() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if args.trace_syscalls {
+        tracing::warn!("--trace-syscalls: every syscall on this host now takes the traced path");
+    }
     if args.allow_unenforced {
         tracing::warn!(
             "--allow-unenforced: calls may run without kernel enforcement; every audit row will say so"
@@ -95,6 +102,7 @@ async fn serve() -> ExitCode {
         max_connections: args.max_connections,
         drain: Duration::from_secs(args.drain_seconds),
         allow_unenforced: args.allow_unenforced,
+        trace_syscalls: args.trace_syscalls,
     };
     let daemon = match daemon::Daemon::start(options) {
         Ok(d) => d,
