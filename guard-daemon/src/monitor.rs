@@ -200,57 +200,40 @@ impl Monitor {
             source,
         })?;
         let mut programs = Vec::new();
+        // Finds program `name` as a `$kind`, loads it into the kernel and attaches it with
+        // `$attach` (aya has no common trait for `load`, hence a macro).
+        macro_rules! load_and_attach {
+            ($kind:ty, $name:expr, |$p:ident| $attach:expr) => {{
+                let name = $name;
+                let $p: &mut $kind = ebpf
+                    .program_mut(name)
+                    .ok_or(MonitorError::MissingProgram { name })?
+                    .try_into()
+                    .map_err(prog_err(name))?;
+                $p.load().map_err(prog_err(name))?;
+                $attach.map_err(prog_err(name))?;
+                programs.push(name);
+            }};
+        }
+        // A bpf_link (the kernel has them since 5.7) co-exists with other programs on the same
+        // cgroup and takes no multi-attach flags: the link API refuses any with EINVAL.
+        let mode = CgroupAttachMode::default;
         for &name in CGROUP_PROGRAMS {
-            let program: &mut CgroupSockAddr = ebpf
-                .program_mut(name)
-                .ok_or(MonitorError::MissingProgram { name })?
-                .try_into()
-                .map_err(prog_err(name))?;
-            program.load().map_err(prog_err(name))?;
-            // A bpf_link (the kernel has them since 5.7) co-exists with other programs on the same
-            // cgroup and takes no multi-attach flags: the link API refuses any with EINVAL.
-            program
-                .attach(cgroup.as_fd(), CgroupAttachMode::default())
-                .map_err(prog_err(name))?;
-            programs.push(name);
+            load_and_attach!(CgroupSockAddr, name, |p| p.attach(cgroup.as_fd(), mode()));
         }
         for &name in CGROUP_SOCK_PROGRAMS {
-            let program: &mut CgroupSock = ebpf
-                .program_mut(name)
-                .ok_or(MonitorError::MissingProgram { name })?
-                .try_into()
-                .map_err(prog_err(name))?;
-            program.load().map_err(prog_err(name))?;
-            program
-                .attach(cgroup.as_fd(), CgroupAttachMode::default())
-                .map_err(prog_err(name))?;
-            programs.push(name);
+            load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
         }
-        let syscall_tracepoints = if trace_syscalls {
-            SYSCALL_TRACEPOINTS
+        let (syscall_tracepoints, raw_tracepoints) = if trace_syscalls {
+            (SYSCALL_TRACEPOINTS, RAW_TRACEPOINTS)
         } else {
-            &[]
+            (&[][..], &[][..])
         };
         for &(name, category, event) in TRACEPOINTS.iter().chain(syscall_tracepoints) {
-            let program: &mut TracePoint = ebpf
-                .program_mut(name)
-                .ok_or(MonitorError::MissingProgram { name })?
-                .try_into()
-                .map_err(prog_err(name))?;
-            program.load().map_err(prog_err(name))?;
-            program.attach(category, event).map_err(prog_err(name))?;
-            programs.push(name);
+            load_and_attach!(TracePoint, name, |p| p.attach(category, event));
         }
-        let raw_tracepoints = if trace_syscalls { RAW_TRACEPOINTS } else { &[] };
         for &(name, tracepoint) in raw_tracepoints {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or(MonitorError::MissingProgram { name })?
-                .try_into()
-                .map_err(prog_err(name))?;
-            program.load().map_err(prog_err(name))?;
-            program.attach(tracepoint).map_err(prog_err(name))?;
-            programs.push(name);
+            load_and_attach!(RawTracePoint, name, |p| p.attach(tracepoint));
         }
 
         let mut take =
