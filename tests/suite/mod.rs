@@ -3,5 +3,6 @@ mod support;
 mod audit;
 mod daemon;
 mod ebpf;
+mod escape;
 mod policy;
 mod sandbox;
