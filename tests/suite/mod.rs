@@ -1,5 +1,6 @@
 mod support;
 
+mod abuse;
 mod audit;
 mod daemon;
 mod ebpf;
