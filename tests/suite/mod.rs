@@ -1,8 +1,10 @@
 mod support;
 
+mod abuse;
 mod audit;
 mod daemon;
 mod ebpf;
+mod escape;
 mod events;
 mod policy;
 mod sandbox;

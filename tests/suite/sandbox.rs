@@ -29,7 +29,7 @@ const USER: &str = "guard-tool";
 /// Copying the test tool (a file open for writing) and forking exclude each other: a child
 /// forked while another test writes its copy would hold that write fd until exec, and the other
 /// test's exec of its copy would fail with ETXTBSY.
-static FORK_LOCK: RwLock<()> = RwLock::new(());
+pub(super) static FORK_LOCK: RwLock<()> = RwLock::new(());
 
 /// Creates the `guard-tool` system user if missing, as `cargo xtask setup` does.
 fn ensure_user() {

@@ -303,9 +303,188 @@ fn run(action: &[String]) -> Res {
             println!("loop-connect n={n} ns={}", start.elapsed().as_nanos());
             Ok(())
         }
+        "memfd-exec" => {
+            // Copies this very binary into an anonymous memory file and runs that file with the
+            // remaining arguments: an exec of an image that has no path on any file system.
+            let image = std::fs::read("/proc/self/exe")?;
+            let name = CString::new("guard-memfd").map_err(|_| usage("name"))?;
+            // SAFETY: name is NUL-terminated; memfd_create returns a new fd or -1.
+            let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+            if fd < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: fd was just created and is owned here.
+            let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            file.write_all(&image)?;
+            let argv = cstrings(&action[..])?;
+            let ptrs = nul_terminated(&argv);
+            let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+            let _ = io::stdout().flush();
+            // SAFETY: fd is open; argv and envp are NUL-terminated arrays of NUL-terminated
+            // strings that outlive the call; fexecve only returns on failure.
+            unsafe { libc::fexecve(fd, ptrs.as_ptr(), envp.as_ptr()) };
+            Err(last_errno())
+        }
+        "execveat" => {
+            // execveat(dirfd of arg 1, arg 2, argv = args 2..): an exec by directory handle.
+            let dir = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            // SAFETY: dir is NUL-terminated; open returns a new fd or -1.
+            let dirfd = unsafe { libc::open(dir.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
+            if dirfd < 0 {
+                return Err(last_errno());
+            }
+            let name = CString::new(arg(2)?).map_err(|_| usage("NUL in name"))?;
+            let argv = cstrings(&action[2..])?;
+            let ptrs = nul_terminated(&argv);
+            let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+            let _ = io::stdout().flush();
+            // SAFETY: as for execve, plus an open directory fd.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    dirfd,
+                    name.as_ptr(),
+                    ptrs.as_ptr(),
+                    envp.as_ptr(),
+                    0,
+                )
+            };
+            Err(last_errno())
+        }
+        "symlink" => {
+            std::os::unix::fs::symlink(arg(1)?, arg(2)?)?;
+            println!("symlink {} -> {}", arg(2)?, arg(1)?);
+            Ok(())
+        }
+        "link" => {
+            std::fs::hard_link(arg(1)?, arg(2)?)?;
+            println!("link {} -> {}", arg(2)?, arg(1)?);
+            Ok(())
+        }
+        "ptrace-sibling" => {
+            // Forks a child that waits, then tries to attach to it as a debugger would.
+            // SAFETY: the child only pauses; no locks are taken after fork.
+            let pid = match unsafe { libc::fork() } {
+                -1 => return Err(last_errno()),
+                0 => loop {
+                    // SAFETY: pause is async-signal-safe.
+                    unsafe { libc::pause() };
+                },
+                pid => pid,
+            };
+            // SAFETY: PTRACE_ATTACH takes a pid and no pointers.
+            let rc = unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) };
+            let err = last_errno();
+            // SAFETY: kill and waitpid on our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            if rc < 0 {
+                return Err(err);
+            }
+            println!("ptrace attached {pid}");
+            Ok(())
+        }
+        "kill" => {
+            // `kill child SIG` forks a waiting child of its own and signals that.
+            let sig = num(2)? as libc::c_int;
+            let pid = if arg(1)? == "child" {
+                // SAFETY: the child only pauses; no locks are taken after fork.
+                match unsafe { libc::fork() } {
+                    -1 => return Err(last_errno()),
+                    0 => loop {
+                        // SAFETY: pause is async-signal-safe.
+                        unsafe { libc::pause() };
+                    },
+                    pid => pid,
+                }
+            } else {
+                num(1)? as libc::pid_t
+            };
+            // SAFETY: kill takes plain integers.
+            if unsafe { libc::kill(pid, sig) } < 0 {
+                return Err(last_errno());
+            }
+            println!("killed {pid} {sig}");
+            Ok(())
+        }
+        "ids" => {
+            // SAFETY: these getters have no preconditions.
+            let (r, e) = unsafe { (libc::getuid(), libc::geteuid()) };
+            println!("ruid={r} euid={e}");
+            Ok(())
+        }
+        "daemonize" => {
+            // Double fork: the grandchild leaves the session, outlives its parent and sleeps;
+            // its pid comes back through a pipe so the test can look for it afterwards.
+            let secs = num(1)? as u32;
+            let mut fds = [0; 2];
+            // SAFETY: fds has room for two descriptors.
+            if unsafe { libc::pipe(fds.as_mut_ptr()) } < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: the children only call async-signal-safe functions before _exit.
+            match unsafe { libc::fork() } {
+                -1 => return Err(last_errno()),
+                0 => unsafe {
+                    libc::setsid();
+                    match libc::fork() {
+                        0 => {
+                            let me = libc::getpid();
+                            libc::write(fds[1], (&raw const me).cast(), 4);
+                            libc::close(fds[1]);
+                            libc::sleep(secs);
+                            libc::_exit(0)
+                        }
+                        _ => libc::_exit(0),
+                    }
+                },
+                child => {
+                    // SAFETY: reaps our own child; reads 4 bytes into a 4-byte integer.
+                    let mut pid: libc::pid_t = 0;
+                    unsafe {
+                        libc::close(fds[1]);
+                        libc::waitpid(child, std::ptr::null_mut(), 0);
+                        libc::read(fds[0], (&raw mut pid).cast(), 4);
+                    }
+                    println!("daemonized {pid}");
+                }
+            }
+            Ok(())
+        }
+        "env" => {
+            for (k, v) in std::env::vars_os() {
+                println!("env {}={}", k.to_string_lossy(), v.to_string_lossy());
+            }
+            println!("env end");
+            Ok(())
+        }
+        "unix-connect" => {
+            // Connects to a Unix socket and, if that works, sends one line and prints the reply.
+            let mut s = std::os::unix::net::UnixStream::connect(arg(1)?)?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
+            s.write_all(b"{\"v\":1,\"type\":\"status\"}\n")?;
+            let mut reply = String::new();
+            let _ = io::BufRead::read_line(&mut io::BufReader::new(s), &mut reply);
+            println!("unix-connect reply {}", reply.trim());
+            Ok(())
+        }
         "exit" => std::process::exit(num(1)? as i32),
         other => Err(usage(&format!("unknown action {other}"))),
     }
+}
+
+fn cstrings(args: &[String]) -> Result<Vec<CString>, Fail> {
+    args.iter()
+        .map(|a| CString::new(a.as_str()).map_err(|_| usage("NUL in argument")))
+        .collect()
+}
+
+fn nul_terminated(args: &[CString]) -> Vec<*const libc::c_char> {
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    ptrs
 }
 
 fn resolve(hostport: &str) -> Result<std::net::SocketAddr, Fail> {
@@ -337,6 +516,10 @@ fn errno_name(e: i32) -> &'static str {
         libc::ENETUNREACH => "ENETUNREACH",
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+        libc::EXDEV => "EXDEV",
+        libc::ESRCH => "ESRCH",
+        libc::ENOEXEC => "ENOEXEC",
+        libc::ETXTBSY => "ETXTBSY",
         0 => "USAGE",
         _ => "E?",
     }
