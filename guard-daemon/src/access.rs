@@ -18,6 +18,9 @@ pub struct Peer {
     /// Supplementary groups, from /proc/PID/status at connect time.
     #[serde(skip)]
     pub groups: Vec<u32>,
+    /// The peer's cgroup v2 path (from /proc/PID/cgroup), e.g. `/guard/call-17`.
+    #[serde(skip)]
+    pub cgroup: String,
 }
 
 impl Peer {
@@ -30,12 +33,32 @@ impl Peer {
             uid: cred.uid(),
             gid: cred.gid(),
             groups: supplementary_groups(pid),
+            cgroup: cgroup_of(pid),
         })
+    }
+
+    /// Whether the peer runs inside the cgroup subtree `root` (relative to the v2 mount, e.g.
+    /// `/guard`): a confined call talking to guardd.
+    pub fn inside(&self, root: &str) -> bool {
+        self.cgroup == root
+            || self
+                .cgroup
+                .strip_prefix(root)
+                .is_some_and(|rest| rest.starts_with('/'))
     }
 
     fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
+}
+
+fn cgroup_of(pid: i32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn supplementary_groups(pid: i32) -> Vec<u32> {
@@ -161,6 +184,16 @@ mod tests {
         assert!(access.permits(&peer(1000, 1000, &[50]), Role::Client));
         assert!(!access.permits(&peer(1000, 1000, &[50]), Role::Admin));
         assert!(!access.permits(&peer(1001, 1001, &[]), Role::Client));
+    }
+
+    #[test]
+    fn a_peer_inside_the_guard_subtree_is_recognised() {
+        let mut p = peer(0, 0, &[]);
+        p.cgroup = "/guard/call-3".into();
+        assert!(p.inside("/guard"));
+        assert!(!p.inside("/guard-other"));
+        p.cgroup = "/guard-other/call-3".into();
+        assert!(!p.inside("/guard"));
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct Daemon {
     pub tracker: Tracker,
     /// The guard's cgroup; each call gets a child.
     pub root: Cgroup,
+    /// The same, relative to the v2 mount (as /proc/PID/cgroup shows it), e.g. `/guard`.
+    pub cgroup_path: String,
     pub layers: Vec<Layer>,
     /// How calls are launched on this host (limits mode, landlock opt-out).
     pub launch: sandbox::LaunchOptions,
@@ -134,6 +136,7 @@ impl Daemon {
         let layer_err = |layer, reason: String| StartError::Layer { layer, reason };
 
         let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+        let cgroup_path = format!("/{}", options.cgroup);
         let root = Cgroup::create(&unified, &options.cgroup)
             .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
         layers.push(Layer {
@@ -242,6 +245,7 @@ impl Daemon {
             bus: Bus::default(),
             tracker: Tracker::default(),
             root,
+            cgroup_path,
             layers,
             launch,
             running: Mutex::new(BTreeMap::new()),

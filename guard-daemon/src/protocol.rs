@@ -75,8 +75,17 @@ impl ProtocolError {
 
 /// Parses one frame (without its newline).
 pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
-    let value: Value = serde_json::from_slice(frame)
-        .map_err(|e| ProtocolError::new(format!("malformed JSON: {e}"), None))?;
+    let value = parse_strict(frame).map_err(|e| {
+        let message = e.to_string();
+        let field = message
+            .starts_with("duplicate key")
+            .then(|| field_in(&message))
+            .flatten();
+        ProtocolError {
+            message: format!("malformed JSON: {message}"),
+            field,
+        }
+    })?;
     let Value::Object(mut map) = value else {
         return Err(ProtocolError::new("a request must be a JSON object", None));
     };
@@ -123,6 +132,72 @@ fn body_of<T: DeserializeOwned>(body: Value) -> Result<T, ProtocolError> {
         let field = field_in(&message);
         ProtocolError { message, field }
     })
+}
+
+/// Parses JSON, refusing a key that appears twice in one object at any depth: serde_json keeps
+/// the last, and a frame that means one thing to guardd and another to whatever reads it first
+/// (a proxy, a log reader) must not be accepted.
+fn parse_strict(frame: &[u8]) -> Result<Value, serde_json::Error> {
+    struct Strict(Value);
+    struct StrictVisitor;
+
+    impl<'de> serde::Deserialize<'de> for Strict {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(StrictVisitor).map(Strict)
+        }
+    }
+
+    impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(v.into())
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(v.into())
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(Strict(item)) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(Value::Array(items))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut object = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if object.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
+                }
+                let Strict(value) = map.next_value()?;
+                object.insert(key, value);
+            }
+            Ok(Value::Object(object))
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(frame);
+    let Strict(value) = serde::Deserialize::deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
 }
 
 /// Pulls the field name out of serde's "unknown field `x`" / "missing field `x`" messages.
@@ -219,6 +294,15 @@ mod tests {
         let e = err(r#"{"v":1,"type":"exec","tool":7}"#);
         assert!(e.message.contains("invalid type"), "{e}");
         assert!(err("{nope").message.starts_with("malformed JSON"));
+        let e = err(r#"{"v":1,"type":"check","tool":"a","tool":"b"}"#);
+        assert_eq!(e.field.as_deref(), Some("tool"), "{e}");
+        let e = err(r#"{"v":1,"type":"check","tool":"a","args":{"x":{"y":1,"y":2}}}"#);
+        assert!(e.message.contains("duplicate key `y`"), "{e}");
+        assert!(
+            err(r#"{"v":1,"type":"status"} trailing"#)
+                .message
+                .starts_with("malformed JSON")
+        );
         assert!(err("[1,2]").message.contains("JSON object"));
     }
 

@@ -109,6 +109,15 @@ async fn drain(daemon: &Daemon) {
 async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
     let peer = Peer::of(&stream)?;
     let mut conn = Conn::new(stream);
+    // A confined call never talks to guardd, whatever its uid and the socket's mode: landlock
+    // cannot keep it from a pathname socket, so guardd refuses it here, before anything else.
+    if peer.inside(&daemon.cgroup_path) {
+        let e = ProtocolError {
+            message: "not permitted: a confined call may not use guardd".into(),
+            field: None,
+        };
+        return conn.write(&protocol::error_frame(&e)).await;
+    }
     loop {
         let frame = match timeout(IDLE, conn.read_frame()).await {
             Err(_) => return Ok(()),

@@ -319,10 +319,10 @@ fn abuse_a_tool_cannot_reach_guardds_socket() {
 }
 
 #[test]
-#[ignore = "open: landlock ABI <= 7 does not govern connect(2) to pathname Unix sockets and \
-            seccomp allows AF_UNIX, so with a socket mode that admits guard-tool (e.g. a \
-            --socket-group it belongs to, or 0666) a confined tool reaches guardd; only \
-            guardd's own client check (SO_PEERCRED) then refuses it"]
+#[ignore = "open in the kernel: landlock ABI <= 7 does not govern connect(2) to pathname Unix \
+            sockets, seccomp allows AF_UNIX, and a cgroup/connect_unix program cannot read \
+            sun_path; with a socket mode that admits guard-tool the connect succeeds. guardd \
+            refuses the peer (see abuse_guardd_refuses_a_confined_peer_whatever_the_socket_mode)"]
 fn abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows() {
     if !support::privileged(
         "abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows",
@@ -346,9 +346,25 @@ fn abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows() {
 }
 
 #[test]
-#[ignore = "open: duplicate keys in a frame are accepted (the last one wins) although the \
-            protocol promises strict checking; guardd decides and runs the same value, but a \
-            front-end or log reader that takes the first key sees another call"]
+fn abuse_guardd_refuses_a_confined_peer_whatever_the_socket_mode() {
+    if !support::privileged("abuse_guardd_refuses_a_confined_peer_whatever_the_socket_mode") {
+        return;
+    }
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("", ""));
+    fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = call(
+        &guardd,
+        &["unix-connect", &guardd.socket.display().to_string()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("a confined call may not use guardd"),
+        "guardd answered a confined call: {stdout}"
+    );
+}
+
+#[test]
 fn abuse_duplicate_keys_are_refused() {
     if !support::privileged("abuse_duplicate_keys_are_refused") {
         return;
