@@ -171,6 +171,7 @@ mod tests {
             uid,
             gid,
             groups: groups.to_vec(),
+            cgroup: "/user.slice".into(),
         }
     }
 
