@@ -1,5 +1,6 @@
 //! `cargo xtask`: what cargo alone cannot do for guard: prepare the host, run the daemon,
 //! run the privileged tests and the benchmarks, install.
+mod fuzz;
 mod run;
 mod setup;
 
@@ -25,6 +26,8 @@ enum Command {
     Test(run::TestOptions),
     /// Set up (with the peers to compare against), build in release, run the benchmarks.
     Bench(run::BenchOptions),
+    /// Run each cargo-fuzz target for a while (installs cargo-fuzz if missing).
+    Fuzz(fuzz::FuzzOptions),
     /// Build in release and install the binaries, the default policy and a systemd unit.
     Install(run::InstallOptions),
 }
@@ -37,5 +40,6 @@ fn main() -> Result<()> {
         Command::Test(opts) => run::test(&opts),
         Command::Bench(opts) => run::bench(&opts),
         Command::Install(opts) => run::install(&opts),
+        Command::Fuzz(opts) => fuzz::fuzz(&run::root(), &opts),
     }
 }

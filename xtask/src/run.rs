@@ -50,7 +50,7 @@ pub struct InstallOptions {
 }
 
 /// The workspace root.
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
@@ -137,7 +137,18 @@ pub fn test(opts: &TestOptions) -> Result<()> {
     if !opts.args.is_empty() {
         cmd.arg("--").args(&opts.args);
     }
-    check(&mut cmd)
+    check(&mut cmd)?;
+    // CI also fuzzes briefly; locally `cargo xtask fuzz` runs longer.
+    if env::var("CI").is_ok_and(|v| v == "true") {
+        crate::fuzz::fuzz(
+            &root(),
+            &crate::fuzz::FuzzOptions {
+                seconds: 30,
+                targets: Vec::new(),
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// The in-process decision under divan (its own statistics), then `guard-bench`: guard against

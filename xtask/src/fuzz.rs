@@ -1,0 +1,80 @@
+//! `cargo xtask fuzz`: runs each cargo-fuzz target of `fuzz/` for a while. cargo-fuzz is
+//! installed on first use; the targets build with the nightly toolchain (sanitizers).
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+/// The targets of `fuzz/fuzz_targets/`, in the order they run.
+pub const TARGETS: &[&str] = &["protocol_frame", "policy_parse", "decide"];
+
+#[derive(clap::Args)]
+pub struct FuzzOptions {
+    /// Seconds each target runs.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Run only these targets (default: all).
+    pub targets: Vec<String>,
+}
+
+/// True when `cargo +nightly fuzz` answers.
+fn have_cargo_fuzz() -> bool {
+    Command::new("cargo")
+        .args(["+nightly", "fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Installs cargo-fuzz unless it is there already (so a second run changes nothing).
+pub fn ensure_cargo_fuzz() -> Result<()> {
+    if have_cargo_fuzz() {
+        return Ok(());
+    }
+    println!("fuzz: installing cargo-fuzz");
+    let status = Command::new("cargo")
+        .args(["install", "cargo-fuzz", "--locked"])
+        .status()
+        .context("running cargo install cargo-fuzz")?;
+    if !status.success() || !have_cargo_fuzz() {
+        bail!("cargo install cargo-fuzz failed: {status}");
+    }
+    Ok(())
+}
+
+pub fn fuzz(root: &Path, opts: &FuzzOptions) -> Result<()> {
+    ensure_cargo_fuzz()?;
+    let targets: Vec<&str> = if opts.targets.is_empty() {
+        TARGETS.to_vec()
+    } else {
+        for t in &opts.targets {
+            if !TARGETS.contains(&t.as_str()) {
+                bail!("unknown fuzz target {t:?}; known: {}", TARGETS.join(", "));
+            }
+        }
+        opts.targets.iter().map(String::as_str).collect()
+    };
+    for target in targets {
+        println!("fuzz: {target} for {} s", opts.seconds);
+        // Run from fuzz/ (its own workspace); corpus and artifacts stay there (git-ignored).
+        let status = Command::new("cargo")
+            .current_dir(root.join("fuzz"))
+            // A cargo of the outer workspace may be in the environment; the fuzz crate needs
+            // nightly's.
+            .env_remove("CARGO")
+            .env_remove("RUSTC")
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .args(["+nightly", "fuzz", "run", target, "--"])
+            .arg(format!("-max_total_time={}", opts.seconds))
+            // Frames are at most 1 MiB; inputs far smaller find the bugs faster.
+            .arg("-max_len=65536")
+            .status()
+            .with_context(|| format!("running cargo fuzz run {target}"))?;
+        if !status.success() {
+            bail!(
+                "fuzz target {target} failed ({status}): the crashing input is in fuzz/artifacts/{target}/; \
+                 reproduce with `cargo +nightly fuzz run {target} <file>` and add it as a regression test"
+            );
+        }
+    }
+    Ok(())
+}
