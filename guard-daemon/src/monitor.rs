@@ -274,10 +274,14 @@ impl Monitor {
                 .iter()
                 .map(|d| d.key(cgroup_id))
                 .collect(),
+            // A program named twice (argv[0] also in effects.exec, or two spellings of one
+            // file) is one key: installed once, so removed once.
             execs: watch
                 .execs
                 .iter()
                 .flat_map(|p| exec_keys(cgroup_id, p))
+                .collect::<std::collections::HashSet<_>>()
+                .into_iter()
                 .collect(),
         };
         self.installed.insert(cgroup_id, installed);
