@@ -431,38 +431,48 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
         tools.finish(d);
     }
     if let Some((key, v)) = top.take("rules") {
-        let at = Loc {
-            file,
-            span: v.span(),
-        };
-        match v.get_ref() {
-            DeValue::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    let key = format!("{key}[{i}]");
-                    match item.get_ref() {
-                        DeValue::Table(t) => {
-                            let t = Table::new(file, key, t, item.span());
-                            if let Some(r) = rule(d, i, t) {
-                                doc.rules.push(r);
-                            }
-                        }
-                        other => d.err(
-                            &at,
-                            &key,
-                            format!("expected a table, found {}", other.type_str()),
-                        ),
-                    }
-                }
-            }
-            other => d.err(
-                &at,
-                &key,
-                format!("expected [[rules]], found {}", other.type_str()),
-            ),
-        }
+        doc.rules = tables_of(d, file, key, v, "[[rules]]", rule);
     }
     top.finish(d);
     doc
+}
+
+/// Reads an array of tables (`[[rules]]`, `[[examples]]`) item by item with `read`, reporting
+/// an array that is something else, or an item that is not a table, where it was written.
+fn tables_of<'a, 'i, T>(
+    d: &mut Diag,
+    file: usize,
+    key: String,
+    v: &'a Spanned<DeValue<'i>>,
+    what: &str,
+    read: impl Fn(&mut Diag, usize, Table<'a, 'i>) -> Option<T>,
+) -> Vec<T> {
+    let loc = |span| Loc { file, span };
+    let DeValue::Array(items) = v.get_ref() else {
+        let found = v.get_ref().type_str();
+        d.err(
+            &loc(v.span()),
+            &key,
+            format!("expected {what}, found {found}"),
+        );
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("{key}[{i}]");
+        match item.get_ref() {
+            DeValue::Table(t) => out.extend(read(d, i, Table::new(file, key, t, item.span()))),
+            other => {
+                let found = other.type_str();
+                d.err(
+                    &loc(item.span()),
+                    &key,
+                    format!("expected a table, found {found}"),
+                );
+            }
+        }
+    }
+    out
 }
 
 fn settings(d: &mut Diag, mut t: Table) -> RawSettings {
@@ -631,37 +641,10 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         e.finish(d);
     }
     let cwd = t.str(d, "cwd");
-    let mut examples = Vec::new();
-    if let Some((key, v)) = t.take("examples") {
-        let at = t.loc(v.span());
-        match v.get_ref() {
-            DeValue::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    let key = format!("{key}[{i}]");
-                    let at = t.loc(item.span());
-                    match item.get_ref() {
-                        DeValue::Table(tab) => {
-                            if let Some(ex) =
-                                example(d, i, Table::new(t.file, key, tab, item.span()))
-                            {
-                                examples.push(ex);
-                            }
-                        }
-                        other => d.err(
-                            &at,
-                            &key,
-                            format!("expected a table, found {}", other.type_str()),
-                        ),
-                    }
-                }
-            }
-            other => d.err(
-                &at,
-                &key,
-                format!("expected [[examples]], found {}", other.type_str()),
-            ),
-        }
-    }
+    let examples = match t.take("examples") {
+        Some((key, v)) => tables_of(d, t.file, key, v, "[[examples]]", example),
+        None => Vec::new(),
+    };
     t.finish(d);
     Some(RawTool {
         name,
