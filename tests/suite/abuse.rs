@@ -13,8 +13,8 @@ use std::{
 use serde_json::{Value, json};
 
 use super::{
-    escape::{Setup, call, output},
-    support::{self, Guardd},
+    escape::{Setup, call},
+    support::{self, Guardd, output},
 };
 
 const POLICY: &str = r#"
@@ -360,7 +360,7 @@ fn abuse_guardd_refuses_a_confined_peer_whatever_the_socket_mode() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("a confined call may not use guardd"),
-        "guardd answered a confined call: {stdout}"
+        "guardd answered a confined call: {stdout} ({out:?})"
     );
 }
 

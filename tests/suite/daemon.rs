@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::support::{self, Guardd, TempDir};
+use super::support::{self, Guardd, TempDir, output};
 
 /// A policy over a workspace `dir`: a few tools built from programs every host has.
 fn policy(dir: &TempDir, extra: &str) -> String {
@@ -57,10 +57,6 @@ command = ["/bin/true"]
 {extra}
 "#
     )
-}
-
-fn output(mut cmd: Command) -> std::process::Output {
-    cmd.stdin(Stdio::null()).output().expect("run guard-exec")
 }
 
 #[test]

@@ -8,44 +8,29 @@
 use std::{
     fs,
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
-    path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    path::Path,
+    process::{Command, Output},
     time::Duration,
 };
 
-use super::{
-    sandbox::FORK_LOCK,
-    support::{self, Guardd, TempDir},
-};
+use super::support::{self, Guardd, ToolDir, output};
 
 /// How many `{aN}` argument slots the test tool's command has.
 const SLOTS: usize = 12;
 
 /// A copy of `guard-testtool` in a directory `guard-tool` can traverse, and a workspace.
-pub(super) struct Setup {
-    pub(super) dir: TempDir,
-    pub(super) tool: PathBuf,
+pub(super) struct Setup(ToolDir);
+
+impl std::ops::Deref for Setup {
+    type Target = ToolDir;
+    fn deref(&self) -> &ToolDir {
+        &self.0
+    }
 }
 
 impl Setup {
     pub(super) fn new() -> Self {
-        let dir = TempDir::new("guard-escape");
-        let tool = dir.join("guard-testtool");
-        {
-            // Copying and forking exclude each other (see sandbox::FORK_LOCK).
-            let _copying = FORK_LOCK.write().unwrap_or_else(|e| e.into_inner());
-            fs::copy(support::bin("guard-testtool"), &tool).expect("copy testtool");
-        }
-        fs::set_permissions(&tool, fs::Permissions::from_mode(0o755)).expect("chmod testtool");
-        Self { dir, tool }
-    }
-
-    /// A subdirectory with `mode`.
-    pub(super) fn subdir(&self, name: &str, mode: u32) -> PathBuf {
-        let d = self.dir.join(name);
-        fs::create_dir(&d).expect("mkdir");
-        fs::set_permissions(&d, fs::Permissions::from_mode(mode)).expect("chmod");
-        d
+        Self(ToolDir::new("guard-escape"))
     }
 
     /// A policy with one tool, `tt`, running the test tool with up to [`SLOTS`] string
@@ -90,19 +75,6 @@ pub(super) fn call(guardd: &Guardd, actions: &[&str]) -> Output {
         .collect();
     let pairs: Vec<&str> = pairs.iter().map(String::as_str).collect();
     output(guardd.exec("tt", &pairs))
-}
-
-/// Runs `cmd` to its end. The spawn holds the fork lock: a fork while another test writes its
-/// copy of the test tool would keep that copy busy (ETXTBSY) for guardd's exec of it.
-pub(super) fn output(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = {
-        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
-        cmd.spawn().expect("spawn guard-exec")
-    };
-    child.wait_with_output().expect("wait guard-exec")
 }
 
 fn text(b: &[u8]) -> String {
@@ -165,25 +137,6 @@ fn call_cgroups(guardd: &Guardd) -> usize {
                 .count()
         })
         .unwrap_or(0)
-}
-
-/// True when `pid` is gone or a zombie, within 5 s.
-fn dead(pid: u32) -> bool {
-    let stat = Path::new("/proc").join(pid.to_string()).join("stat");
-    for _ in 0..500 {
-        match fs::read_to_string(&stat) {
-            Err(_) => return true,
-            Ok(s)
-                if s.rsplit(')')
-                    .next()
-                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
-            {
-                return true;
-            }
-            Ok(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    false
 }
 
 #[test]
@@ -608,7 +561,7 @@ fn escape_a_double_forked_daemon_dies_with_the_call() {
     assert!(pid > 0);
     // The cgroup: when the call ends, everything in it is killed and the cgroup removed.
     assert!(
-        dead(pid),
+        support::dead(pid, Duration::from_secs(5)),
         "the double-forked grandchild {pid} outlived the call"
     );
     assert_eq!(call_cgroups(&guardd), 0, "the call's cgroup outlived it");
@@ -635,7 +588,7 @@ fn same_user_victim() -> std::process::Child {
             Ok(())
         });
     }
-    let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+    let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
     cmd.spawn().expect("sleep as guard-tool")
 }
 

@@ -10,9 +10,8 @@ use std::{
         fd::{AsRawFd as _, OwnedFd},
         unix::fs::PermissionsExt as _,
     },
-    path::{Path, PathBuf},
     process::Command,
-    sync::{Once, RwLock},
+    sync::Once,
     time::Duration,
 };
 
@@ -22,14 +21,9 @@ use guard::{
     sandbox::{self, LaunchOptions, Outcome, SandboxError},
 };
 
-use super::support;
+use super::support::{self, ToolDir, dead};
 
 const USER: &str = "guard-tool";
-
-/// Copying the test tool (a file open for writing) and forking exclude each other: a child
-/// forked while another test writes its copy would hold that write fd until exec, and the other
-/// test's exec of its copy would fail with ETXTBSY.
-pub(super) static FORK_LOCK: RwLock<()> = RwLock::new(());
 
 /// Creates the `guard-tool` system user if missing, as `cargo xtask setup` does.
 fn ensure_user() {
@@ -56,43 +50,6 @@ fn ensure_user() {
     });
 }
 
-/// A temp directory reachable by `guard-tool` (0755), removed on drop; holds a copy of the test
-/// tool, because the target directory may not be traversable by that user.
-struct Scratch {
-    dir: PathBuf,
-}
-
-impl Scratch {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(support::unique("guard-sandbox"));
-        fs::create_dir(&dir).expect("create scratch dir");
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod scratch");
-        let tool = dir.join("guard-testtool");
-        let _copying = FORK_LOCK.write().unwrap_or_else(|e| e.into_inner());
-        fs::copy(support::bin("guard-testtool"), &tool).expect("copy testtool");
-        fs::set_permissions(&tool, fs::Permissions::from_mode(0o755)).expect("chmod testtool");
-        Self { dir }
-    }
-
-    fn tool(&self) -> PathBuf {
-        self.dir.join("guard-testtool")
-    }
-
-    /// A subdirectory with `mode`.
-    fn subdir(&self, name: &str, mode: u32) -> PathBuf {
-        let d = self.dir.join(name);
-        fs::create_dir(&d).expect("mkdir");
-        fs::set_permissions(&d, fs::Permissions::from_mode(mode)).expect("chmod");
-        d
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The call's cgroup under the v2 hierarchy; `Cgroup` kills and removes it on drop.
 fn call_cgroup() -> Cgroup {
     let root = cgroup::unified_mount().expect("cgroup v2 mounted");
@@ -107,8 +64,8 @@ fn options() -> LaunchOptions {
     }
 }
 
-fn plan(scratch: &Scratch, args: &[&str], effects: Effects) -> LaunchPlan {
-    let mut argv = vec![scratch.tool().into_os_string()];
+fn plan(scratch: &ToolDir, args: &[&str], effects: Effects) -> LaunchPlan {
+    let mut argv = vec![scratch.tool.clone().into_os_string()];
     argv.extend(args.iter().map(Into::into));
     LaunchPlan {
         tool: "testtool".into(),
@@ -146,7 +103,7 @@ fn run_in(plan: &LaunchPlan, cg: &Cgroup) -> Result<Ran, SandboxError> {
     let (out_r, out_w) = pipe();
     let (err_r, err_w) = pipe();
     let launched = {
-        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
         sandbox::spawn(plan, cg, [stdin, out_w, err_w], &options())?
     };
     let (out, err) = (drain(out_r), drain(err_r));
@@ -168,7 +125,7 @@ fn run(plan: &LaunchPlan) -> Ran {
 }
 
 /// Asserts that the single action of `args` fails with `errno_name` and exit code 1.
-fn assert_fails(scratch: &Scratch, args: &[&str], effects: Effects, errno_name: &str) {
+fn assert_fails(scratch: &ToolDir, args: &[&str], effects: Effects, errno_name: &str) {
     let r = run(&plan(scratch, args, effects));
     assert_eq!(
         r.outcome.exit_code, 1,
@@ -187,7 +144,7 @@ fn sandbox_allowed_read_prints_and_other_reads_are_denied() {
     if !support::privileged("sandbox_allowed_read_prints_and_other_reads_are_denied") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     let data = s.dir.join("data.txt");
     fs::write(&data, "hello from the guard\n").expect("write data");
     fs::set_permissions(&data, fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -223,7 +180,7 @@ fn sandbox_write_outside_effects_is_eacces() {
     if !support::privileged("sandbox_write_outside_effects_is_eacces") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     // 0777: the user may write both by file mode; only landlock tells them apart.
     let allowed = s.subdir("out", 0o777);
     let other = s.subdir("other", 0o777);
@@ -255,7 +212,7 @@ fn sandbox_escape_syscalls_are_eperm() {
     if !support::privileged("sandbox_escape_syscalls_are_eperm") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     for args in [
         &["io_uring"][..],
         &["ptrace"],
@@ -288,7 +245,7 @@ fn sandbox_root_is_explicit_and_still_filtered() {
     if !support::privileged("sandbox_root_is_explicit_and_still_filtered") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     // Root has CAP_NET_RAW, so this EPERM comes from seccomp alone.
     let mut p = plan(&s, &["socket", "packet", "raw"], Effects::default());
     p.confinement.run_as = Some("root".into());
@@ -311,7 +268,7 @@ fn sandbox_inet_sockets_and_landlock_ports_follow_connect_effects() {
     if !support::privileged("sandbox_inet_sockets_and_landlock_ports_follow_connect_effects") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     let allowed = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let denied = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let port = allowed.local_addr().expect("addr").port();
@@ -340,7 +297,7 @@ fn sandbox_runs_as_guard_tool_without_groups_and_with_no_new_privs() {
     let user = nix::unistd::User::from_name(USER)
         .expect("lookup")
         .expect("guard-tool exists");
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     let r = run(&plan(&s, &["whoami"], Effects::default()));
     assert_eq!(r.outcome.exit_code, 0, "stderr {:?}", r.stderr);
     assert_eq!(
@@ -354,7 +311,7 @@ fn sandbox_timeout_kills_the_whole_tree() {
     if !support::privileged("sandbox_timeout_kills_the_whole_tree") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     let mut p = plan(&s, &["fork", "5", "--", "sleep", "30"], Effects::default());
     p.confinement.timeout = Duration::from_millis(1500);
     let cg = call_cgroup();
@@ -381,29 +338,13 @@ fn sandbox_timeout_kills_the_whole_tree() {
     );
     // The forked children are gone from the whole system, not only from the cgroup.
     for line in r.stdout.lines().filter_map(|l| l.strip_prefix("forked ")) {
-        let pid = line.split_whitespace().nth(1).expect("pid");
-        assert!(dead(pid), "child {pid} still alive");
+        let pid: u32 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("pid");
+        assert!(dead(pid, Duration::from_secs(2)), "child {pid} still alive");
     }
-}
-
-/// True when `pid` is gone or a zombie (dead, waiting for init to reap it), within 2 s.
-fn dead(pid: &str) -> bool {
-    let stat = Path::new("/proc").join(pid).join("stat");
-    for _ in 0..200 {
-        match fs::read_to_string(&stat) {
-            Err(_) => return true,
-            // The state follows the ")" that ends the command name.
-            Ok(s)
-                if s.rsplit(')')
-                    .next()
-                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
-            {
-                return true;
-            }
-            Ok(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    false
 }
 
 #[test]
@@ -411,7 +352,7 @@ fn sandbox_inherited_fds_are_not_visible() {
     if !support::privileged("sandbox_inherited_fds_are_not_visible") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     // An fd without close-on-exec, as a careless library would leave one.
     let file = fs::File::open("/dev/null").expect("open");
     let leaked = 117;
@@ -439,7 +380,7 @@ fn sandbox_pids_limit_stops_a_fork_bomb() {
     if !support::privileged("sandbox_pids_limit_stops_a_fork_bomb") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     let mut p = plan(&s, &["fork", "50"], Effects::default());
     p.confinement.pids_max = Some(5);
     let r = run(&p);
@@ -458,7 +399,7 @@ fn sandbox_system_binaries_run_and_child_errors_name_their_stage() {
     if !support::privileged("sandbox_system_binaries_run_and_child_errors_name_their_stage") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     // /bin/true under the full filter: the deny list (personality included) does not break libc.
     let mut p = plan(&s, &[], Effects::default());
     p.argv = vec!["/bin/true".into()];
@@ -482,7 +423,7 @@ fn sandbox_strict_mode_kills_outside_the_listed_syscalls() {
     if !support::privileged("sandbox_strict_mode_kills_outside_the_listed_syscalls") {
         return;
     }
-    let s = Scratch::new();
+    let s = ToolDir::new("guard-sandbox");
     // The base set of strict mode is enough for a dynamically linked program to start and exit.
     let mut p = plan(&s, &[], Effects::default());
     p.argv = vec!["/bin/true".into()];

@@ -168,3 +168,79 @@ impl Drop for Guardd {
         }
     }
 }
+
+/// Copying the test tool (a file open for writing) and forking exclude each other: a child
+/// forked while another test writes its copy would hold that write fd until exec, and the other
+/// test's exec of its copy would fail with ETXTBSY. [`ToolDir`] links rather than copies where it
+/// can, so the lock matters only on the copy fallback.
+pub static FORK_LOCK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// A temp directory `guard-tool` can traverse, holding `guard-testtool` (the target directory
+/// may not be traversable by that user).
+pub struct ToolDir {
+    pub dir: TempDir,
+    pub tool: PathBuf,
+}
+
+impl ToolDir {
+    pub fn new(prefix: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = TempDir::new(prefix);
+        let tool = dir.join("guard-testtool");
+        // A hard link has no writer, so no fork anywhere can make its exec fail with ETXTBSY; a
+        // copy (another file system) is made under the fork lock.
+        if std::fs::hard_link(bin("guard-testtool"), &tool).is_err() {
+            let _copying = FORK_LOCK.write().unwrap_or_else(|e| e.into_inner());
+            std::fs::copy(bin("guard-testtool"), &tool).expect("copy testtool");
+        }
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod testtool");
+        Self { dir, tool }
+    }
+
+    /// A subdirectory with `mode`.
+    pub fn subdir(&self, name: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = self.dir.join(name);
+        std::fs::create_dir(&d).expect("mkdir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        d
+    }
+}
+
+/// Runs `cmd` to its end with no stdin, capturing its output. The spawn holds the fork lock (see
+/// [`FORK_LOCK`]).
+pub fn output(mut cmd: std::process::Command) -> std::process::Output {
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = {
+        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        cmd.spawn().expect("spawn")
+    };
+    child.wait_with_output().expect("wait")
+}
+
+/// True when `pid` is gone or a zombie (dead, waiting to be reaped) within `within`.
+pub fn dead(pid: u32, within: std::time::Duration) -> bool {
+    let stat = std::path::Path::new("/proc")
+        .join(pid.to_string())
+        .join("stat");
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match std::fs::read_to_string(&stat) {
+            Err(_) => return true,
+            // The state follows the ")" that ends the command name.
+            Ok(s)
+                if s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) if std::time::Instant::now() >= deadline => return false,
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
+}
