@@ -96,6 +96,9 @@ pub struct Receipt {
     /// ascending order of number; from the `sys_enter` program's per-call set.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub syscalls: Vec<String>,
+    /// Connections the call made to guardd's own socket, each refused and a divergence.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub guardd_connects: u32,
     /// "conformed" | "diverged"
     pub verdict: &'static str,
 }
@@ -152,6 +155,34 @@ struct Watched {
     cgroup: PathBuf,
     kill_on_divergence: bool,
     receipt: Receipt,
+}
+
+impl Watched {
+    /// Marks the call diverged, publishes the divergence and, unless the call only denies,
+    /// kills it. `killed` says the kernel already killed the offending task.
+    fn diverge(&mut self, effect: &str, mut detail: Value, killed: bool, bus: &Bus) {
+        self.receipt.denied += 1;
+        self.receipt.verdict = "diverged";
+        let action = if self.kill_on_divergence || killed {
+            "kill"
+        } else {
+            "deny"
+        };
+        detail["effect"] = effect.into();
+        detail["action"] = action.into();
+        bus.publish(BusEvent::new(
+            "divergence",
+            Some(&self.call_id),
+            Some(&self.tool),
+            detail,
+        ));
+        if action == "kill" {
+            // cgroup.kill takes the whole tree at once, descendants included.
+            if let Err(e) = std::fs::write(self.cgroup.join("cgroup.kill"), "1") {
+                tracing::error!(call = %self.call_id, "killing diverged call: {e}");
+            }
+        }
+    }
 }
 
 /// Kernel events sorted by call.
@@ -240,36 +271,32 @@ impl Tracker {
             _ => return,
         };
         if event.action == ACTION_DENIED || event.action == ACTION_KILLED {
-            receipt.denied += 1;
-            receipt.verdict = "diverged";
-            let action = if watched.kill_on_divergence || event.action == ACTION_KILLED {
-                "kill"
-            } else {
-                "deny"
-            };
             let mut detail = detail;
             detail["pid"] = event.pid.into();
-            detail["effect"] = effect.into();
-            detail["action"] = action.into();
-            bus.publish(BusEvent::new(
-                "divergence",
-                Some(&watched.call_id),
-                Some(&watched.tool),
-                detail,
-            ));
-            if action == "kill" {
-                // cgroup.kill takes the whole tree at once, descendants included.
-                if let Err(e) = std::fs::write(watched.cgroup.join("cgroup.kill"), "1") {
-                    tracing::error!(call = %watched.call_id, "killing diverged call: {e}");
-                }
-            }
+            watched.diverge(effect, detail, event.action == ACTION_KILLED, bus);
         }
+    }
+
+    /// Records that the call in `cgroup_id` reached guardd's own socket: a divergence seen by
+    /// guardd, not by a kernel program. Returns whether a watched call was found.
+    pub fn reached_guardd(&self, cgroup_id: u64, pid: i32, bus: &Bus) -> bool {
+        let mut calls = self.lock();
+        let Some(watched) = calls.get_mut(&cgroup_id) else {
+            return false;
+        };
+        watched.receipt.guardd_connects += 1;
+        watched.diverge("guardd", json!({ "pid": pid }), false, bus);
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watched>> {
         // A panic while holding this lock cannot leave the map inconsistent: recover it.
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The names of syscall numbers, for a receipt.

@@ -30,6 +30,9 @@ pub struct Effects {
     pub exec: Vec<PathBuf>,
     /// Destinations the call may connect to.
     pub connect: Vec<Endpoint>,
+    /// Whether the call may create AF_UNIX sockets, and so connect to any pathname Unix socket
+    /// its user can reach: no kernel layer on this host can tell one socket path from another.
+    pub unix: bool,
     /// What happens when the call does something it did not declare.
     pub on_divergence: OnDivergence,
 }

@@ -4,7 +4,13 @@
 //! connection and never the daemon, and shutdown stops accepting, drains running calls up to a
 //! deadline, kills what is left, and removes the socket file.
 
-use std::{fs, io, os::unix::fs::PermissionsExt as _, path::Path, sync::Arc, time::Duration};
+use std::{
+    fs, io,
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    path::Path,
+    sync::Arc,
+    time::Duration,
+};
 
 use serde_json::json;
 use tokio::{
@@ -89,6 +95,33 @@ pub async fn run(
     let _ = fs::remove_file(daemon.socket());
 }
 
+/// A confined call never talks to guardd, whatever its uid and the socket's mode. Only a call
+/// with the `unix` effect can get here (seccomp refuses AF_UNIX sockets to the others), and for
+/// that call it is a divergence. The peer's first request is read so that the refusal answers it
+/// instead of racing it.
+async fn refuse_confined(daemon: &Daemon, peer: &Peer, mut conn: Conn) -> io::Result<()> {
+    let _ = timeout(Duration::from_secs(1), conn.read_frame()).await;
+    let e = ProtocolError {
+        message: "not permitted: a confined call may not use guardd".into(),
+        field: None,
+    };
+    let written = conn.write(&protocol::error_frame(&e)).await;
+    let call_cgroup = peer
+        .cgroup
+        .strip_prefix(&daemon.cgroup_path)
+        .unwrap_or_default()
+        .trim_start_matches('/');
+    let found = fs::metadata(daemon.root.path().join(call_cgroup)).is_ok_and(|m| {
+        daemon
+            .tracker
+            .reached_guardd(m.ino(), peer.pid, &daemon.bus)
+    });
+    if !found {
+        tracing::warn!(pid = peer.pid, cgroup = %peer.cgroup, "refused a confined peer of no running call");
+    }
+    written
+}
+
 /// Waits for running calls up to the drain deadline, then kills them all.
 async fn drain(daemon: &Daemon) {
     let max = u32::try_from(daemon.options.max_calls).unwrap_or(u32::MAX);
@@ -109,14 +142,8 @@ async fn drain(daemon: &Daemon) {
 async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
     let peer = Peer::of(&stream)?;
     let mut conn = Conn::new(stream);
-    // A confined call never talks to guardd, whatever its uid and the socket's mode: landlock
-    // cannot keep it from a pathname socket, so guardd refuses it here, before anything else.
     if peer.inside(&daemon.cgroup_path) {
-        let e = ProtocolError {
-            message: "not permitted: a confined call may not use guardd".into(),
-            field: None,
-        };
-        return conn.write(&protocol::error_frame(&e)).await;
+        return refuse_confined(daemon, &peer, conn).await;
     }
     loop {
         let frame = match timeout(IDLE, conn.read_frame()).await {

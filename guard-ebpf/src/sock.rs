@@ -1,6 +1,7 @@
-//! A guarded call creates only the sockets it needs: AF_UNIX always; AF_INET and AF_INET6
-//! stream and datagram sockets only for a call with connect effects (`FLAG_NET`); never a raw
-//! socket, AF_PACKET, AF_NETLINK or any other family.
+//! A guarded call creates only the sockets it needs: AF_INET and AF_INET6 stream and datagram
+//! sockets only for a call with connect effects (`FLAG_NET`); never a raw socket, AF_PACKET,
+//! AF_NETLINK or any other family. AF_UNIX is left to the call's seccomp filter, which refuses
+//! it (EPERM, so C libraries fall back quietly) unless the call has the `unix` effect.
 //!
 //! The kernel runs `cgroup/sock_create` only from `inet_create` and `inet6_create`, so that
 //! program refuses (EPERM) the inet sockets a call may not have, and sees no other family.

@@ -13,7 +13,7 @@ use std::{
 use serde_json::{Value, json};
 
 use super::{
-    escape::{Setup, call},
+    escape::{Setup, call, last_receipt},
     support::{self, Guardd, output},
 };
 
@@ -305,7 +305,8 @@ fn abuse_a_tool_cannot_reach_guardds_socket() {
         return;
     }
     let s = Setup::new();
-    let guardd = Guardd::start(&s.policy("", ""));
+    // Even for a call that may use Unix sockets.
+    let guardd = Guardd::start(&s.policy("unix = true", ""));
     let socket = guardd.socket.display().to_string();
     let out = call(&guardd, &["ids"]);
     assert!(out.status.success(), "{out:?}");
@@ -319,10 +320,6 @@ fn abuse_a_tool_cannot_reach_guardds_socket() {
 }
 
 #[test]
-#[ignore = "open in the kernel: landlock ABI <= 7 does not govern connect(2) to pathname Unix \
-            sockets, seccomp allows AF_UNIX, and a cgroup/connect_unix program cannot read \
-            sun_path; with a socket mode that admits guard-tool the connect succeeds. guardd \
-            refuses the peer (see abuse_guardd_refuses_a_confined_peer_whatever_the_socket_mode)"]
 fn abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows() {
     if !support::privileged(
         "abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows",
@@ -332,16 +329,21 @@ fn abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows() {
     let s = Setup::new();
     let guardd = Guardd::start(&s.policy("", ""));
     fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+    // seccomp: without the `unix` effect a call gets no AF_UNIX socket to connect with.
     let out = call(
         &guardd,
         &["unix-connect", &guardd.socket.display().to_string()],
     );
-    // What happens today: the connect succeeds and guardd answers "not permitted".
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the confined tool connected to guardd: {}",
-        String::from_utf8_lossy(&out.stdout)
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("ERR EPERM "),
+        "{out:?}"
+    );
+    // Nor a datagram socketpair, whose sendto(2) would reach any pathname datagram socket.
+    let out = call(&guardd, &["socketpair-dgram"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("ERR EPERM "),
+        "{out:?}"
     );
 }
 
@@ -351,17 +353,33 @@ fn abuse_guardd_refuses_a_confined_peer_whatever_the_socket_mode() {
         return;
     }
     let s = Setup::new();
-    let guardd = Guardd::start(&s.policy("", ""));
-    fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
-    let out = call(
-        &guardd,
-        &["unix-connect", &guardd.socket.display().to_string()],
-    );
+    let socket = |guardd: &Guardd| {
+        fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+        guardd.socket.display().to_string()
+    };
+    // A call that may use Unix sockets reaches the socket; guardd answers it with a refusal and
+    // records a divergence.
+    let mut guardd = Guardd::start(&s.policy("unix = true\non_divergence = \"deny\"", ""));
+    let out = call(&guardd, &["unix-connect", &socket(&guardd)]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("a confined call may not use guardd"),
         "guardd answered a confined call: {stdout} ({out:?})"
     );
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["verdict"], "diverged", "{row:#}");
+    assert_eq!(row["effects_observed"]["guardd_connects"], 1, "{row:#}");
+    guardd.stop();
+
+    // Under the default on_divergence the call is killed for it.
+    let guardd = Guardd::start(&s.policy("unix = true", ""));
+    let out = call(
+        &guardd,
+        &["unix-connect", &socket(&guardd), "--", "sleep", "5"],
+    );
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["verdict"], "diverged", "{row:#}");
 }
 
 #[test]

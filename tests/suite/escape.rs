@@ -110,7 +110,7 @@ fn assert_ok(out: &Output) {
 }
 
 /// The receipt (`finished` row) of the last call that ended.
-fn last_receipt(guardd: &Guardd) -> serde_json::Value {
+pub(super) fn last_receipt(guardd: &Guardd) -> serde_json::Value {
     guardd
         .audit_rows()
         .into_iter()

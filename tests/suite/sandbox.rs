@@ -221,6 +221,9 @@ fn sandbox_escape_syscalls_are_eperm() {
         &["socket", "netlink", "dgram"],
         // No connect effects: no inet sockets at all.
         &["socket", "inet", "stream"],
+        // No `unix` effect: no Unix sockets, so no connect to a pathname socket.
+        &["socket", "unix", "stream"],
+        &["socketpair-dgram"],
     ] {
         assert_fails(&s, args, Effects::default(), "EPERM");
     }
@@ -232,11 +235,20 @@ fn sandbox_escape_syscalls_are_eperm() {
         "stdout {:?}",
         r.stdout
     );
-    // A unix socket is fine.
-    let r = run(&plan(&s, &["socket", "unix", "stream"], Effects::default()));
+    // With the `unix` effect a Unix socket is fine.
+    let unix = || Effects {
+        unix: true,
+        ..Effects::default()
+    };
+    let r = run(&plan(&s, &["socket", "unix", "stream"], unix()));
     assert_eq!(
         (r.outcome.exit_code, r.stdout.as_str()),
         (0, "socket unix stream ok\n")
+    );
+    let r = run(&plan(&s, &["socketpair-dgram"], unix()));
+    assert_eq!(
+        (r.outcome.exit_code, r.stdout.as_str()),
+        (0, "socketpair dgram ok\n")
     );
 }
 

@@ -151,6 +151,23 @@ fn run(action: &[String]) -> Res {
             println!("socket {} {} ok", arg(1)?, arg(2)?);
             Ok(())
         }
+        "socketpair-dgram" => {
+            let mut fds = [0; 2];
+            // SAFETY: fds has room for the two descriptors socketpair writes.
+            let r = unsafe {
+                libc::socketpair(
+                    libc::AF_UNIX,
+                    libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                    0,
+                    fds.as_mut_ptr(),
+                )
+            };
+            if r < 0 {
+                return Err(last_errno());
+            }
+            println!("socketpair dgram ok");
+            Ok(())
+        }
         "fork" => {
             let n = num(1)?;
             for i in 0..n {

@@ -101,6 +101,7 @@ pub(crate) struct Tool {
     pub write: Vec<Elem<PathBuf>>,
     pub exec: Vec<Elem<PathBuf>>,
     pub connect: Vec<Elem<Endpoint>>,
+    pub unix: bool,
     pub on_divergence: OnDivergence,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
@@ -496,6 +497,7 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchP
                 .iter()
                 .filter_map(|e| template::endpoint(e, vals))
                 .collect(),
+            unix: tool.unix,
             on_divergence: tool.on_divergence,
         },
         confinement,

@@ -97,6 +97,7 @@ pub(crate) struct RawEffects {
     pub write: Vec<S<String>>,
     pub exec: Vec<S<String>>,
     pub connect: Vec<S<String>>,
+    pub unix: bool,
     pub on_divergence: OnDivergence,
 }
 
@@ -562,6 +563,7 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         effects.write = e.strs(d, "write");
         effects.exec = e.strs(d, "exec");
         effects.connect = e.strs(d, "connect");
+        effects.unix = e.bool(d, "unix").is_some_and(|b| b.v);
         let key = e.key("on_divergence");
         if let Some(s) = e.str(d, "on_divergence") {
             match s.v.as_str() {

@@ -193,6 +193,7 @@ type = "url"
 hosts = ["*.example.com"]
 [tools.get.effects]
 connect = ["{url}", "10.0.0.1:53"]
+unix = true
 on_divergence = "deny"
 "#,
     );
@@ -212,6 +213,7 @@ on_divergence = "deny"
         ]
     );
     assert_eq!(plan.effects.on_divergence, OnDivergence::Deny);
+    assert!(plan.effects.unix);
     assert_eq!(plan.confinement.run_as.as_deref(), Some("nobody"));
     assert_eq!(plan.confinement.memory_max, Some(64 << 20));
     assert_eq!(plan.confinement.pids_max, Some(8));

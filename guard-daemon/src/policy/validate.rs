@@ -395,6 +395,7 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         write,
         exec,
         connect,
+        unix: t.effects.unix,
         on_divergence: t.effects.on_divergence,
         cwd,
         env,

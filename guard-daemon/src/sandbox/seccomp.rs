@@ -337,9 +337,12 @@ pub fn table(plan: &LaunchPlan) -> Result<SeccompTable, SeccompError> {
         }
     }
 
-    if !allowed("socket") {
-        rules.extend(socket_rules(!plan.effects.connect.is_empty()));
-    }
+    let effects = &plan.effects;
+    rules.extend(
+        socket_rules(!effects.connect.is_empty(), effects.unix)
+            .into_iter()
+            .filter(|r| !allowed(r.name)),
+    );
 
     let (mode, default) = if c.syscalls.is_empty() {
         (Mode::DenyList, Action::Allow)
@@ -381,39 +384,52 @@ fn static_name(name: &str) -> Option<&'static str> {
     }
 }
 
-/// socket(2): AF_UNIX only; with connect effects also AF_INET/AF_INET6, of type SOCK_STREAM or
-/// SOCK_DGRAM only. Never AF_PACKET, AF_NETLINK or SOCK_RAW. Each rule below matches a denied
-/// case.
-fn socket_rules(may_connect: bool) -> Vec<Rule> {
-    let rule = |when| Rule {
-        name: "socket",
-        nr: libc::SYS_socket,
+/// socket(2): AF_UNIX only with the `unix` effect, AF_INET/AF_INET6 only with connect effects
+/// and then of type SOCK_STREAM or SOCK_DGRAM. Never AF_PACKET, AF_NETLINK or SOCK_RAW.
+/// socketpair(2) of datagram sockets needs the `unix` effect too: sendto(2) on one reaches any
+/// pathname datagram socket (syslog, journald). Each rule below matches a denied case.
+fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
+    let rule = |nr, when| Rule {
+        name: if nr == libc::SYS_socket {
+            "socket"
+        } else {
+            "socketpair"
+        },
+        nr,
         action: EPERM,
         when,
     };
-    if !may_connect {
-        return vec![rule(vec![int_ne(0, libc::AF_UNIX)])];
+    let mut families = Vec::new();
+    if may_unix {
+        families.push(libc::AF_UNIX);
     }
-    let mut rules = vec![rule(vec![
-        int_ne(0, libc::AF_UNIX),
-        int_ne(0, libc::AF_INET),
-        int_ne(0, libc::AF_INET6),
-    ])];
-    for family in [libc::AF_INET, libc::AF_INET6] {
-        for ty in 0..=SOCK_TYPE_MASK {
-            if ty == libc::SOCK_STREAM as u64 || ty == libc::SOCK_DGRAM as u64 {
-                continue;
+    if may_connect {
+        families.extend([libc::AF_INET, libc::AF_INET6]);
+    }
+    let mut rules = vec![rule(
+        libc::SYS_socket,
+        families.iter().map(|&f| int_ne(0, f)).collect(),
+    )];
+    let type_is = |ty: u64| Cond {
+        arg: 1,
+        dword: true,
+        op: Op::MaskedEq(SOCK_TYPE_MASK),
+        value: ty,
+    };
+    if may_connect {
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            for ty in 0..=SOCK_TYPE_MASK {
+                if ty != libc::SOCK_STREAM as u64 && ty != libc::SOCK_DGRAM as u64 {
+                    rules.push(rule(libc::SYS_socket, vec![int_eq(0, family), type_is(ty)]));
+                }
             }
-            rules.push(rule(vec![
-                int_eq(0, family),
-                Cond {
-                    arg: 1,
-                    dword: true,
-                    op: Op::MaskedEq(SOCK_TYPE_MASK),
-                    value: ty,
-                },
-            ]));
         }
+    }
+    if !may_unix {
+        rules.push(rule(
+            libc::SYS_socketpair,
+            vec![type_is(libc::SOCK_DGRAM as u64)],
+        ));
     }
     rules
 }
@@ -631,7 +647,7 @@ mod tests {
         ] {
             assert_eq!(t.verdict(nr, NONE), Action::Allow, "syscall {nr}");
         }
-        assert_eq!(t.denied_count(), DENY.len() + 3); // + clone3, clone, socket
+        assert_eq!(t.denied_count(), DENY.len() + 4); // + clone3, clone, socket, socketpair
     }
 
     #[test]
@@ -667,27 +683,40 @@ mod tests {
     }
 
     #[test]
-    fn sockets_without_connect_effects_are_unix_only() {
+    fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
         let t = table(&plan()).expect("table");
         let s = libc::SYS_socket;
+        for (family, ty) in [
+            (libc::AF_UNIX, libc::SOCK_STREAM),
+            (libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC),
+            (libc::AF_INET, libc::SOCK_STREAM),
+            (libc::AF_INET6, libc::SOCK_DGRAM),
+            (libc::AF_PACKET, libc::SOCK_RAW),
+            (libc::AF_NETLINK, libc::SOCK_DGRAM),
+        ] {
+            assert_eq!(t.verdict(s, sock(family, ty)), EPERM_, "{family} {ty}");
+        }
+        let pair = libc::SYS_socketpair;
         assert_eq!(
-            t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_STREAM)),
+            t.verdict(pair, sock(libc::AF_UNIX, libc::SOCK_STREAM)),
             Action::Allow
         );
         assert_eq!(
             t.verdict(
-                s,
+                pair,
                 sock(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC)
             ),
-            Action::Allow
-        );
-        assert_eq!(t.verdict(s, sock(libc::AF_INET, libc::SOCK_STREAM)), EPERM_);
-        assert_eq!(t.verdict(s, sock(libc::AF_INET6, libc::SOCK_DGRAM)), EPERM_);
-        assert_eq!(t.verdict(s, sock(libc::AF_PACKET, libc::SOCK_RAW)), EPERM_);
-        assert_eq!(
-            t.verdict(s, sock(libc::AF_NETLINK, libc::SOCK_DGRAM)),
             EPERM_
         );
+
+        let mut p = plan();
+        p.effects.unix = true;
+        let t = table(&p).expect("table");
+        for ty in [libc::SOCK_STREAM, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC] {
+            assert_eq!(t.verdict(s, sock(libc::AF_UNIX, ty)), Action::Allow);
+            assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, ty)), Action::Allow);
+        }
+        assert_eq!(t.verdict(s, sock(libc::AF_INET, libc::SOCK_STREAM)), EPERM_);
     }
 
     #[test]
@@ -709,10 +738,7 @@ mod tests {
             assert_eq!(t.verdict(s, sock(family, libc::SOCK_RAW | nb)), EPERM_);
             assert_eq!(t.verdict(s, sock(family, libc::SOCK_SEQPACKET)), EPERM_);
         }
-        assert_eq!(
-            t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_STREAM)),
-            Action::Allow
-        );
+        assert_eq!(t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_STREAM)), EPERM_);
         assert_eq!(
             t.verdict(s, sock(libc::AF_PACKET, libc::SOCK_DGRAM)),
             EPERM_
