@@ -20,6 +20,21 @@ pub const FLAG_ENFORCE_EXEC: u32 = 1 << 1;
 /// Without it, the `sock_create` program allows it AF_UNIX sockets only.
 pub const FLAG_NET: u32 = 1 << 2;
 
+/// What the open observer keeps of an open(2) between syscall entry and exit (kernel only; here
+/// so its size is checked next to the event's).
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct OpenStash {
+    pub cgroup_id: u64,
+    pub flags: u32,
+    pub dirfd: i32,
+    pub path: [u8; crate::event::PATH_LEN],
+}
+
+/// Opens in flight at once, over all guarded threads; least recently used entries go first (a
+/// thread killed inside open(2) never reaches its exit).
+pub const MAX_OPENS_IN_FLIGHT: u32 = 8192;
+
 /// Size of the map of guarded calls: the daemon never runs more calls than this at once.
 pub const MAX_CALLS: u32 = 4096;
 

@@ -6,6 +6,8 @@ pub const KIND_EXEC: u32 = 1;
 pub const KIND_CONNECT: u32 = 2;
 /// A process of a guarded call tried to create a socket of a family or type outside its needs.
 pub const KIND_SOCKET: u32 = 3;
+/// A process of a guarded call opened a file, or tried to (`--trace-syscalls` only).
+pub const KIND_OPEN: u32 = 4;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;
@@ -44,12 +46,17 @@ pub struct Event {
     pub sock_type: u32,
     /// Socket: the protocol as passed to socket(2) (for AF_PACKET, an ethertype in network order).
     pub sock_protocol: u32,
-    /// Reserved for later kinds; zero.
-    pub _reserved: [u32; 2],
-    /// Exec: the path as passed to execve, NUL-terminated.
+    /// Open: the flags (`O_*`) as passed, `O_CREAT | O_WRONLY | O_TRUNC` for creat(2).
+    pub open_flags: u32,
+    /// Open: the result, a file descriptor or a negative errno.
+    pub ret: i32,
+    /// Open: the directory fd a relative path is resolved against (`AT_FDCWD` = -100).
+    pub dirfd: i32,
+    pub _pad2: u32,
+    /// Exec, open: the path as passed to execve or open, NUL-terminated.
     pub path: [u8; PATH_LEN],
 }
-const _: () = assert!(core::mem::size_of::<Event>() == 320);
+const _: () = assert!(core::mem::size_of::<Event>() == 328);
 
 /// Index into the per-CPU `COUNTERS` array: events lost because the ring buffer was full.
 pub const COUNTER_DROPPED: u32 = 0;

@@ -24,9 +24,10 @@ use crate::{
     conn::Conn,
     daemon::{Daemon, Running},
     decision::Decision,
-    events::{BusEvent, Receipt},
+    events::{BusEvent, Receipt, Tracked},
     intent::Intent,
     monitor::{Destination, Watch},
+    opens::WriteScope,
     plan::{Endpoint, LaunchPlan, OnDivergence},
     protocol::{self, ProtocolError},
     sandbox,
@@ -206,9 +207,16 @@ async fn run(
         destinations: dests,
         execs,
     };
-    daemon
-        .tracker
-        .track(id, call_id, &plan.tool, cgroup.path().to_owned(), kill);
+    let tracked = Tracked {
+        call_id: call_id.to_owned(),
+        tool: plan.tool.clone(),
+        cgroup: cgroup.path().to_owned(),
+        kill_on_divergence: kill,
+        files: daemon.options.trace_syscalls.then(|| WriteScope {
+            write: plan.effects.write.clone(),
+        }),
+    };
+    daemon.tracker.track(id, tracked);
     let result = async {
         daemon.with_monitor(|m| m.watch(id, &watch)).transpose()?;
         let launched = sandbox::spawn(plan, &cgroup, stdio, &daemon.launch)?;
@@ -247,6 +255,15 @@ async fn run(
         .remove(call_id);
     daemon.flush_events().await;
     let mut receipt = daemon.tracker.finish(id);
+    match daemon.with_monitor(|m| m.forks(id)) {
+        Some(Ok(forks)) => {
+            if let Some(r) = receipt.as_mut() {
+                r.processes += forks;
+            }
+        }
+        Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's process count: {e}"),
+        None => {}
+    }
     let syscalls = daemon
         .options
         .trace_syscalls

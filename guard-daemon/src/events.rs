@@ -11,11 +11,13 @@ use std::{
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
-    KIND_SOCKET,
+    KIND_OPEN, KIND_SOCKET,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
+
+use crate::opens::{FilesSeen, WriteScope, c_str};
 
 /// How many events a subscriber may fall behind before it is dropped.
 const BUS_CAPACITY: usize = 4096;
@@ -96,6 +98,11 @@ pub struct Receipt {
     /// ascending order of number; from the `sys_enter` program's per-call set.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub syscalls: Vec<String>,
+    /// The files the call opened; only when guardd traces syscalls (`--trace-syscalls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesSeen>,
+    /// The processes of the call: its first and every one started in it (threads not counted).
+    pub processes: u64,
     /// Connections the call made to guardd's own socket, each refused and a divergence.
     #[serde(skip_serializing_if = "is_zero")]
     pub guardd_connects: u32,
@@ -148,12 +155,25 @@ impl SocketSeen {
     }
 }
 
+/// A call to track: who it is and what its receipt is judged against.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    pub call_id: String,
+    pub tool: String,
+    /// The call's cgroup directory, killed on divergence.
+    pub cgroup: PathBuf,
+    pub kill_on_divergence: bool,
+    /// `Some` when the kernel reports the call's opens: what it may write.
+    pub files: Option<WriteScope>,
+}
+
 /// A call the kernel watches, as the event pump knows it.
 struct Watched {
     call_id: String,
     tool: String,
     cgroup: PathBuf,
     kill_on_divergence: bool,
+    scope: WriteScope,
     receipt: Receipt,
 }
 
@@ -193,23 +213,19 @@ pub struct Tracker {
 
 impl Tracker {
     /// Starts collecting the receipt of the call in cgroup `cgroup_id`.
-    pub fn track(
-        &self,
-        cgroup_id: u64,
-        call_id: &str,
-        tool: &str,
-        cgroup: PathBuf,
-        kill_on_divergence: bool,
-    ) {
+    pub fn track(&self, cgroup_id: u64, call: Tracked) {
         let watched = Watched {
-            call_id: call_id.to_owned(),
-            tool: tool.to_owned(),
-            cgroup,
-            kill_on_divergence,
             receipt: Receipt {
                 verdict: "conformed",
+                files: call.files.as_ref().map(|_| FilesSeen::default()),
+                processes: 1,
                 ..Receipt::default()
             },
+            call_id: call.call_id,
+            tool: call.tool,
+            cgroup: call.cgroup,
+            kill_on_divergence: call.kill_on_divergence,
+            scope: call.files.unwrap_or_default(),
         };
         self.lock().insert(cgroup_id, watched);
     }
@@ -268,6 +284,17 @@ impl Tracker {
                 }
                 ("socket", detail)
             }
+            KIND_OPEN => {
+                let Some(files) = receipt.files.as_mut() else {
+                    return;
+                };
+                if let Some(detail) = files.record(event, &watched.scope) {
+                    let mut detail = detail;
+                    detail["pid"] = event.pid.into();
+                    watched.diverge("open", detail, false, bus);
+                }
+                return;
+            }
             _ => return,
         };
         if event.action == ACTION_DENIED || event.action == ACTION_KILLED {
@@ -310,11 +337,6 @@ pub fn syscall_names(numbers: &[u32]) -> Vec<String> {
         .collect()
 }
 
-fn c_str(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
 fn addr_of(event: &KernelEvent) -> String {
     if event.family == libc::AF_INET6 as u16 {
         Ipv6Addr::from(event.addr).to_string()
@@ -326,6 +348,16 @@ fn addr_of(event: &KernelEvent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tracked() -> Tracked {
+        Tracked {
+            call_id: "c1".into(),
+            tool: "fetch".into(),
+            cgroup: "/nonexistent".into(),
+            kill_on_divergence: false,
+            files: None,
+        }
+    }
 
     fn connect_event(cgroup_id: u64, action: u32) -> KernelEvent {
         // SAFETY: Event is plain old data; all-zero is a valid value.
@@ -344,7 +376,7 @@ mod tests {
     fn a_denied_effect_makes_the_receipt_diverge_and_is_published() {
         let (tracker, bus) = (Tracker::default(), Bus::default());
         let mut rx = bus.subscribe();
-        tracker.track(5, "c1", "fetch", "/nonexistent".into(), false);
+        tracker.track(5, tracked());
         tracker.record(&connect_event(5, ACTION_ALLOWED), &bus);
         assert!(!tracker.diverged(5));
         tracker.record(&connect_event(5, ACTION_DENIED), &bus);
@@ -365,7 +397,7 @@ mod tests {
     fn a_refused_socket_is_a_divergence_named_by_family_and_type() {
         let (tracker, bus) = (Tracker::default(), Bus::default());
         let mut rx = bus.subscribe();
-        tracker.track(5, "c1", "fetch", "/nonexistent".into(), false);
+        tracker.track(5, tracked());
         // SAFETY: Event is plain old data; all-zero is a valid value.
         let mut e: KernelEvent = unsafe { std::mem::zeroed() };
         e.kind = KIND_SOCKET;

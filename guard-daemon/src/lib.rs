@@ -4,7 +4,7 @@
 //! [`access`] checks who sent it, [`policy`] decides the [`intent`] ([`decision`], [`detect`]),
 //! [`audit`] records the decision, and [`call`] carries an allowed call through: a [`cgroup`],
 //! the kernel's allow-lists ([`monitor`]), the confined launch ([`sandbox`]) of its [`plan`],
-//! and the receipt of what it did ([`events`]). [`daemon`] holds the shared state and the
+//! and the receipt of what it did ([`events`], [`opens`]). [`daemon`] holds the shared state and the
 //! start-up, proven by [`selftest`].
 pub mod access;
 pub mod audit;
@@ -18,6 +18,7 @@ pub mod detect;
 pub mod events;
 pub mod intent;
 pub mod monitor;
+pub mod opens;
 pub mod plan;
 pub mod policy;
 pub mod protocol;

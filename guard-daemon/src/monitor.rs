@@ -3,7 +3,8 @@
 //! back what they observed.
 //!
 //! The cgroup programs attach once, to the guard's root cgroup, so processes elsewhere on the
-//! host never run them; the tracepoint is global and costs an unwatched process one map lookup.
+//! host never run them; the tracepoints (exec, new task) are global and cost an unwatched process
+//! one map lookup when it executes or forks.
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -35,13 +36,17 @@ static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/
 const TRACEFS: &str = "/sys/kernel/tracing";
 const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
 const SOCKET_FORMAT: &str = "/sys/kernel/tracing/events/syscalls/sys_enter_socket/format";
+const NEWTASK_FORMAT: &str = "/sys/kernel/tracing/events/task/task_newtask/format";
 
 /// The cgroup sock_addr programs (each names its hook).
 const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6"];
 /// The cgroup sock programs (each names its hook).
 const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
 /// The tracepoint programs: (program, category, name).
-const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sched_process_exec")];
+const TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("sched_process_exec", "sched", "sched_process_exec"),
+    ("task_newtask", "task", "task_newtask"),
+];
 
 /// Syscall tracepoints, attached only when the operator asks (`--trace-syscalls`): enabling any
 /// syscall tracepoint moves every task on the host to the slow syscall path (measured: +280 ns
@@ -49,8 +54,9 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[("sched_process_exec", "sched", "sc
 const SYSCALL_TRACEPOINTS: &[(&str, &str, &str)] =
     &[("sys_enter_socket", "syscalls", "sys_enter_socket")];
 
-/// The raw tracepoint programs: (program, tracepoint); syscall tracing, like the above.
-const RAW_TRACEPOINTS: &[(&str, &str)] = &[("sys_enter", "sys_enter")];
+/// The raw tracepoint programs: (program, tracepoint); syscall tracing, like the above: per-call
+/// syscall sets, and opens (entry and exit).
+const RAW_TRACEPOINTS: &[(&str, &str)] = &[("sys_enter", "sys_enter"), ("sys_exit", "sys_exit")];
 
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +179,7 @@ pub struct Monitor {
     allow6: HashMap<MapData, Dest6, u8>,
     exec_allow: HashMap<MapData, ExecKey, u8>,
     syscall_sets: HashMap<MapData, u64, SyscallSet>,
+    forks: HashMap<MapData, u64, u64>,
     installed: StdHashMap<u64, Installed>,
     counters: PerCpuArray<MapData, u64>,
     events: Option<RingBuf<MapData>>,
@@ -190,9 +197,11 @@ impl Monitor {
         ensure_tracefs()?;
         let filename_offset = field_offset(EXEC_FORMAT, "filename")?;
         let family_offset = field_offset(SOCKET_FORMAT, "family")?;
+        let clone_flags_offset = field_offset(NEWTASK_FORMAT, "clone_flags")?;
         let mut ebpf = EbpfLoader::new()
             .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
             .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
+            .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
             .load(PROGRAMS)?;
 
         let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
@@ -244,6 +253,7 @@ impl Monitor {
         let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
         let syscall_sets =
             HashMap::try_from(take("SYSCALL_SETS")?).map_err(map_err("SYSCALL_SETS"))?;
+        let forks = HashMap::try_from(take("FORKS")?).map_err(map_err("FORKS"))?;
         let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
         Ok(Self {
@@ -253,6 +263,7 @@ impl Monitor {
             allow6,
             exec_allow,
             syscall_sets,
+            forks,
             installed: StdHashMap::new(),
             counters,
             events,
@@ -308,6 +319,9 @@ impl Monitor {
         self.syscall_sets
             .insert(cgroup_id, SyscallSet::default(), 0)
             .map_err(map_err("SYSCALL_SETS"))?;
+        self.forks
+            .insert(cgroup_id, 0, 0)
+            .map_err(map_err("FORKS"))?;
         // Last: until the call is in CALLS, its cgroup is not guarded and is empty anyway.
         self.calls
             .insert(cgroup_id, config, 0)
@@ -335,7 +349,19 @@ impl Monitor {
         for key in installed.execs {
             result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
         }
-        result.and(gone(self.syscall_sets.remove(&cgroup_id)).map_err(map_err("SYSCALL_SETS")))
+        result
+            .and(gone(self.syscall_sets.remove(&cgroup_id)).map_err(map_err("SYSCALL_SETS")))
+            .and(gone(self.forks.remove(&cgroup_id)).map_err(map_err("FORKS")))
+    }
+
+    /// How many processes the call in `cgroup_id` has started so far (threads not counted; its
+    /// first process, which guardd started, not included). Read it before `unwatch`.
+    pub fn forks(&self, cgroup_id: u64) -> Result<u64, MonitorError> {
+        match self.forks.get(&cgroup_id, 0) {
+            Ok(n) => Ok(n),
+            Err(MapError::KeyNotFound) => Ok(0),
+            Err(e) => Err(map_err("FORKS")(e)),
+        }
     }
 
     /// The numbers of the syscalls the call in `cgroup_id` has made so far, ascending; empty for

@@ -12,8 +12,10 @@
 mod exec;
 mod maps;
 mod net;
+mod open;
 mod sock;
 mod syscall;
+mod task;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -3,10 +3,10 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use guard_common::{
-    call::{CallConfig, MAX_CALLS},
+    call::{CallConfig, MAX_CALLS, MAX_OPENS_IN_FLIGHT, OpenStash},
     event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event, PATH_LEN},
     exec::{ExecKey, MAX_EXECS},
     net::{Dest4, Dest6, MAX_DESTS},
@@ -33,6 +33,19 @@ pub static EXEC_ALLOW: HashMap<ExecKey, u8> = HashMap::with_max_entries(MAX_EXEC
 /// the call and removes it after; the kernel only sets bits.
 #[map]
 pub static SYSCALL_SETS: HashMap<u64, SyscallSet> = HashMap::with_max_entries(MAX_CALLS, 0);
+
+/// Processes each guarded call has started (forks and clones that are not threads), by cgroup
+/// id. The daemon inserts zero with the call and removes it after; the kernel only adds.
+#[map]
+pub static FORKS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_CALLS, 0);
+
+/// Opens between syscall entry and exit, by thread (pid_tgid).
+#[map]
+pub static OPENS: LruHashMap<u64, OpenStash> = LruHashMap::with_max_entries(MAX_OPENS_IN_FLIGHT, 0);
+
+/// A per-CPU buffer to build an `OpenStash` in: too large for the BPF stack.
+#[map]
+pub static OPEN_SCRATCH: PerCpuArray<OpenStash> = PerCpuArray::with_max_entries(1, 0);
 
 /// A per-CPU buffer for a path: too large for the 512-byte BPF stack, and needed even when the
 /// ring buffer is full, because enforcement must not depend on reporting.
@@ -86,7 +99,10 @@ pub fn reserve_event(
         (*event)._pad = [0; 3];
         (*event).sock_type = 0;
         (*event).sock_protocol = 0;
-        (*event)._reserved = [0; 2];
+        (*event).open_flags = 0;
+        (*event).ret = 0;
+        (*event).dirfd = 0;
+        (*event)._pad2 = 0;
         (*event).addr = [0; 16];
         (*event).path[0] = 0;
     }

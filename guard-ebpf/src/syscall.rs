@@ -1,5 +1,5 @@
 //! `raw_tracepoint/sys_enter`: records which syscalls each guarded call makes, one bit per
-//! syscall number in `SYSCALL_SETS`.
+//! syscall number in `SYSCALL_SETS`, and hands opens to [`crate::open`].
 //!
 //! Every syscall of every task on the host passes here, so the fast path is the current cgroup
 //! id and one lookup: `SYSCALL_SETS` holds the guarded calls only (the daemon installs a zeroed
@@ -27,6 +27,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     if nr < 0 || nr >= i64::from(MAX_SYSCALL_NR) {
         return 0;
     }
+    crate::open::enter(&ctx, nr, cgroup_id);
     let (word, bit) = ((nr as usize >> 6) & 7, 1u64 << (nr & 63));
     // SAFETY: `set` points at this call's value in the map, valid for the program's run; `word`
     // is below the array's length. Other CPUs update the same word of the same call, hence the

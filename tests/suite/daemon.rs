@@ -107,6 +107,18 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
             "{name} missing from {syscalls:?}"
         );
     }
+    // The files it opened, as the kernel saw them: the one it was asked for among them.
+    let files = &finished[0]["effects_observed"]["files"];
+    assert!(files["opened"].as_u64().unwrap_or(0) >= 1, "{files:#}");
+    assert!(
+        files["paths"].as_array().is_some_and(|p| p.iter().any(|f| {
+            f["path"] == path.display().to_string().as_str()
+                && f["access"] == "read"
+                && f["result"] == "ok"
+        })),
+        "{files:#}"
+    );
+    assert_eq!(finished[0]["effects_observed"]["processes"], 1);
     assert_eq!(
         finished[1]["exit"]["exit_code"], 7,
         "finished row: {:#}",
@@ -137,6 +149,20 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
     assert_eq!(shown["effects_observed"]["verdict"], "conformed");
     assert_eq!(shown["sandbox"]["user"], "guard-tool");
     assert_eq!(shown["decision"]["decision"], "allow");
+
+    // The receipt covers the whole tree: bash and the two processes it starts.
+    let out = output(guardd.exec(
+        "bash",
+        &["script=/usr/bin/sleep 0 & /usr/bin/sleep 0 & wait"],
+    ));
+    assert!(out.status.success(), "{out:?}");
+    let rows = guardd.audit_rows();
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("finished row");
+    assert_eq!(last["effects_observed"]["processes"], 3, "{last:#}");
 }
 
 #[test]

@@ -828,3 +828,59 @@ impl FromBytes for std::ffi::OsStr {
         std::ffi::OsStr::from_bytes(b).to_owned()
     }
 }
+
+#[test]
+fn escape_a_write_that_gets_past_landlock_is_seen_in_the_kernel_and_kills_the_call() {
+    if !support::privileged(
+        "escape_a_write_that_gets_past_landlock_is_seen_in_the_kernel_and_kills_the_call",
+    ) {
+        return;
+    }
+    let s = Setup::new();
+    let ws = s.subdir("ws", 0o777);
+    let other = ws.join("other.txt");
+    fs::write(&other, "untouched\n").expect("write");
+    fs::set_permissions(&other, fs::Permissions::from_mode(0o666)).expect("chmod");
+    // The call may create `new.txt`, which does not exist yet: landlock can only grant that on
+    // the directory, so it lets the call write the directory's other files too.
+    let new = ws.join("new.txt");
+    let guardd = Guardd::start_with(
+        &s.policy(&format!("write = [\"{}\"]", new.display()), ""),
+        &["--trace-syscalls"],
+    );
+    let other_s = other.display().to_string();
+    let out = call(
+        &guardd,
+        &["append", &other_s, "changed", "--", "sleep", "5"],
+    );
+    // The write went through (landlock allowed it), and the open observer caught it.
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    let files = seen["files"]["paths"]
+        .as_array()
+        .expect("files in the receipt");
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == other_s.as_str() && f["access"] == "write"),
+        "{files:?}"
+    );
+
+    // Control: writing the declared file conforms, and is listed.
+    let new_s = new.display().to_string();
+    assert_ok(&call(&guardd, &["write", &new_s, "hello"]));
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "conformed", "{row:#}");
+    let files = seen["files"]["paths"]
+        .as_array()
+        .expect("files in the receipt");
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == new_s.as_str() && f["access"] == "write" && f["result"] == "ok"),
+        "{files:?}"
+    );
+}

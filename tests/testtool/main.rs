@@ -75,6 +75,13 @@ fn run(action: &[String]) -> Res {
             println!("wrote {}", arg(1)?);
             Ok(())
         }
+        "append" => {
+            // Writes without O_TRUNC or O_CREAT: needs only landlock's WriteFile right.
+            let mut f = std::fs::OpenOptions::new().append(true).open(arg(1)?)?;
+            f.write_all(arg(2)?.as_bytes())?;
+            println!("appended {}", arg(1)?);
+            Ok(())
+        }
         "exec" => {
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
             let argv: Vec<CString> = action[1..]

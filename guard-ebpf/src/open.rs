@@ -1,0 +1,101 @@
+//! Opens of guarded calls, for their receipts: each open(2), creat(2), openat(2) and openat2(2)
+//! is reported with the path as requested, its flags and its result. Part of the syscall
+//! tracing (`--trace-syscalls`): it rides on `sys_enter` and adds the raw `sys_exit`.
+//!
+//! The path is read at entry, when the kernel reads it too (a thread cannot swap the string
+//! after the open to disguise it), and kept by thread until the exit, where the result is
+//! known. Judging the open (a write outside the call's effects) is the daemon's: the kernel
+//! cannot resolve a path relative to another descriptor, and landlock has already enforced.
+
+use aya_ebpf::{
+    bindings::pt_regs,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use guard_common::event::{ACTION_ALLOWED, KIND_OPEN};
+
+use crate::maps::{OPEN_SCRATCH, OPENS, reserve_event};
+
+// x86_64 syscall numbers.
+const SYS_OPEN: i64 = 2;
+const SYS_CREAT: i64 = 85;
+const SYS_OPENAT: i64 = 257;
+const SYS_OPENAT2: i64 = 437;
+
+const AT_FDCWD: i32 = -100;
+/// What creat(2) means: `O_CREAT | O_WRONLY | O_TRUNC`.
+const CREAT_FLAGS: u32 = 0o100 | 0o1 | 0o1000;
+
+/// Called by `sys_enter` for a guarded task: stashes an open's path and flags until its exit.
+#[inline(always)]
+pub fn enter(ctx: &RawTracePointContext, nr: i64, cgroup_id: u64) {
+    if !matches!(nr, SYS_OPEN | SYS_CREAT | SYS_OPENAT | SYS_OPENAT2) {
+        return;
+    }
+    // sys_enter's TP_PROTO is (struct pt_regs *regs, long id); the syscall's arguments are in
+    // rdi, rsi, rdx.
+    let regs: *const pt_regs = ctx.arg(0);
+    // SAFETY: `regs` is the kernel's saved user registers of this task; the helper checks.
+    let (di, si, dx) = unsafe {
+        (
+            bpf_probe_read_kernel(&(*regs).rdi).unwrap_or(0),
+            bpf_probe_read_kernel(&(*regs).rsi).unwrap_or(0),
+            bpf_probe_read_kernel(&(*regs).rdx).unwrap_or(0),
+        )
+    };
+    let (dirfd, path, flags) = match nr {
+        SYS_OPEN => (AT_FDCWD, di, si as u32),
+        SYS_CREAT => (AT_FDCWD, di, CREAT_FLAGS),
+        SYS_OPENAT => (di as i32, si, dx as u32),
+        // openat2's third argument points at a struct open_how whose first field is the flags.
+        // SAFETY: a user pointer, read through the helper.
+        _ => (di as i32, si, unsafe {
+            bpf_probe_read_user(dx as *const u64).unwrap_or(0) as u32
+        }),
+    };
+    let Some(stash) = OPEN_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's scratch slot; the string helper bounds the copy by the buffer's size.
+    unsafe {
+        let stash = &mut *stash;
+        stash.cgroup_id = cgroup_id;
+        stash.flags = flags;
+        stash.dirfd = dirfd;
+        stash.path[0] = 0;
+        let _ = bpf_probe_read_user_str_bytes(path as *const u8, &mut stash.path);
+        let _ = OPENS.insert(&bpf_get_current_pid_tgid(), stash, 0);
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    // Every syscall exit on the host passes here; only a thread with an open in flight, which
+    // is a guarded one, has an entry.
+    let thread = bpf_get_current_pid_tgid();
+    let Some(stash) = OPENS.get_ptr(&thread) else {
+        return 0;
+    };
+    // sys_exit's TP_PROTO is (struct pt_regs *regs, long ret).
+    let ret: i64 = ctx.arg(1);
+    // SAFETY: `stash` points at this thread's value in the map, valid for the program's run.
+    let stash = unsafe { &*stash };
+    if let Some(mut entry) = reserve_event(KIND_OPEN, ACTION_ALLOWED, stash.cgroup_id) {
+        let event = entry.as_mut_ptr();
+        // SAFETY: a reserved slot whose header reserve_event initialised; both paths are
+        // PATH_LEN bytes.
+        unsafe {
+            (*event).open_flags = stash.flags;
+            (*event).ret = ret as i32;
+            (*event).dirfd = stash.dirfd;
+            let _ = bpf_probe_read_kernel_buf(stash.path.as_ptr(), &mut (*event).path);
+        }
+        entry.submit(0);
+    }
+    let _ = OPENS.remove(&thread);
+    0
+}
