@@ -187,8 +187,16 @@ impl Daemon {
                         detail: "attached".into(),
                     });
                 }
+                for p in monitor.on_demand() {
+                    layers.push(Layer {
+                        name: format!("ebpf:{p}"),
+                        state: "active",
+                        detail: "attached while calls run (--trace-syscalls)".into(),
+                    });
+                }
                 if !options.trace_syscalls {
-                    let detail = "off: no per-call syscall sets (--trace-syscalls; costs every syscall on the host)";
+                    let detail = "off: no per-call syscall sets or opens (--trace-syscalls; \
+                                  while calls run, costs every syscall on the host)";
                     layers.push(Layer {
                         name: "ebpf:syscalls".into(),
                         state: "off",

@@ -19,6 +19,7 @@ use aya::{
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
         CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, RawTracePoint, TracePoint,
+        raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
     },
 };
 use guard_common::{
@@ -48,9 +49,10 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("task_newtask", "task", "task_newtask"),
 ];
 
-/// Syscall tracepoints, attached only when the operator asks (`--trace-syscalls`): enabling any
-/// syscall tracepoint moves every task on the host to the slow syscall path (measured: +280 ns
-/// on a 250 ns syscall), which breaks "no cost for processes the guard does not watch".
+/// Syscall tracepoints, only when the operator asks (`--trace-syscalls`), and then attached only
+/// while at least one call runs: enabling any syscall tracepoint moves every task on the host to
+/// the slow syscall path (measured: +280 ns on a 250 ns syscall), which breaks "no cost for
+/// processes the guard does not watch".
 const SYSCALL_TRACEPOINTS: &[(&str, &str, &str)] =
     &[("sys_enter_socket", "syscalls", "sys_enter_socket")];
 
@@ -97,6 +99,56 @@ fn prog_err(name: &'static str) -> impl FnOnce(ProgramError) -> MonitorError {
     move |source| MonitorError::Program { name, source }
 }
 
+/// Program `name` of the object, as a `P`.
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, MonitorError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(MonitorError::MissingProgram { name })?
+        .try_into()
+        .map_err(prog_err(name))
+}
+
+fn attach_syscall_tracing(
+    ebpf: &mut Ebpf,
+    links: &mut Vec<SyscallLink>,
+) -> Result<(), MonitorError> {
+    for &(name, category, event) in SYSCALL_TRACEPOINTS {
+        let p = program::<TracePoint>(ebpf, name)?;
+        links.push(SyscallLink::Tp(
+            name,
+            p.attach(category, event).map_err(prog_err(name))?,
+        ));
+    }
+    for &(name, tracepoint) in RAW_TRACEPOINTS {
+        let p = program::<RawTracePoint>(ebpf, name)?;
+        links.push(SyscallLink::Raw(
+            name,
+            p.attach(tracepoint).map_err(prog_err(name))?,
+        ));
+    }
+    Ok(())
+}
+
+fn detach_syscall_tracing(
+    ebpf: &mut Ebpf,
+    links: &mut Vec<SyscallLink>,
+) -> Result<(), MonitorError> {
+    let mut result = Ok(());
+    for link in links.drain(..) {
+        let detached = match link {
+            SyscallLink::Tp(name, id) => {
+                program::<TracePoint>(ebpf, name).and_then(|p| p.detach(id).map_err(prog_err(name)))
+            }
+            SyscallLink::Raw(name, id) => program::<RawTracePoint>(ebpf, name)
+                .and_then(|p| p.detach(id).map_err(prog_err(name))),
+        };
+        result = result.and(detached);
+    }
+    result
+}
+
 /// One destination a guarded call may connect to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Destination {
@@ -127,6 +179,8 @@ pub struct Watch {
 struct Installed {
     dests: Vec<DestKey>,
     execs: Vec<ExecKey>,
+    /// Counted in `SyscallTracing::calls`.
+    traced: bool,
 }
 
 /// The exec keys of `path`: as written and, if different, with symlinks resolved, because the
@@ -170,10 +224,25 @@ impl Destination {
     }
 }
 
+/// The syscall tracepoints' state: loaded at start, attached while watched calls run.
+#[derive(Default)]
+struct SyscallTracing {
+    /// Watched calls; the programs are attached while this is above zero.
+    calls: usize,
+    links: Vec<SyscallLink>,
+}
+
+enum SyscallLink {
+    Tp(&'static str, TracePointLinkId),
+    Raw(&'static str, RawTracePointLinkId),
+}
+
 /// The loaded, attached kernel programs and their maps.
 pub struct Monitor {
     // Dropping the Ebpf detaches every program.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
+    /// `Some` with `--trace-syscalls`.
+    tracing: Option<SyscallTracing>,
     calls: HashMap<MapData, u64, CallConfig>,
     allow4: HashMap<MapData, Dest4, u8>,
     allow6: HashMap<MapData, Dest6, u8>,
@@ -188,8 +257,8 @@ pub struct Monitor {
 
 impl Monitor {
     /// Loads the programs and attaches the cgroup programs to `root`, the guard's cgroup. The
-    /// syscall tracepoints (per-call syscall sets, the socket-family kill) only with
-    /// `trace_syscalls`.
+    /// syscall tracepoints (per-call syscall sets, opens, the socket-family kill) are loaded
+    /// only with `trace_syscalls`, and attached by `watch` while calls run.
     pub fn load(root: &Path, trace_syscalls: bool) -> Result<Self, MonitorError> {
         if PROGRAMS.is_empty() {
             return Err(MonitorError::NotBuilt);
@@ -214,11 +283,7 @@ impl Monitor {
         macro_rules! load_and_attach {
             ($kind:ty, $name:expr, |$p:ident| $attach:expr) => {{
                 let name = $name;
-                let $p: &mut $kind = ebpf
-                    .program_mut(name)
-                    .ok_or(MonitorError::MissingProgram { name })?
-                    .try_into()
-                    .map_err(prog_err(name))?;
+                let $p: &mut $kind = program(&mut ebpf, name)?;
                 $p.load().map_err(prog_err(name))?;
                 $attach.map_err(prog_err(name))?;
                 programs.push(name);
@@ -233,16 +298,20 @@ impl Monitor {
         for &name in CGROUP_SOCK_PROGRAMS {
             load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
         }
-        let (syscall_tracepoints, raw_tracepoints) = if trace_syscalls {
-            (SYSCALL_TRACEPOINTS, RAW_TRACEPOINTS)
-        } else {
-            (&[][..], &[][..])
-        };
-        for &(name, category, event) in TRACEPOINTS.iter().chain(syscall_tracepoints) {
+        for &(name, category, event) in TRACEPOINTS {
             load_and_attach!(TracePoint, name, |p| p.attach(category, event));
         }
-        for &(name, tracepoint) in raw_tracepoints {
-            load_and_attach!(RawTracePoint, name, |p| p.attach(tracepoint));
+        if trace_syscalls {
+            for &(name, ..) in SYSCALL_TRACEPOINTS {
+                program::<TracePoint>(&mut ebpf, name)?
+                    .load()
+                    .map_err(prog_err(name))?;
+            }
+            for &(name, _) in RAW_TRACEPOINTS {
+                program::<RawTracePoint>(&mut ebpf, name)?
+                    .load()
+                    .map_err(prog_err(name))?;
+            }
         }
 
         let mut take =
@@ -257,7 +326,8 @@ impl Monitor {
         let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
         Ok(Self {
-            _ebpf: ebpf,
+            ebpf,
+            tracing: trace_syscalls.then(SyscallTracing::default),
             calls,
             allow4,
             allow6,
@@ -274,6 +344,16 @@ impl Monitor {
     /// The names of the attached programs.
     pub fn programs(&self) -> &[&'static str] {
         &self.programs
+    }
+
+    /// The names of the programs attached while calls run (`--trace-syscalls`), if any.
+    pub fn on_demand(&self) -> Vec<&'static str> {
+        if self.tracing.is_none() {
+            return Vec::new();
+        }
+        let tps = SYSCALL_TRACEPOINTS.iter().map(|&(name, ..)| name);
+        tps.chain(RAW_TRACEPOINTS.iter().map(|&(name, _)| name))
+            .collect()
     }
 
     /// Starts guarding the cgroup `cgroup_id`. Install before the call's first process enters
@@ -294,13 +374,49 @@ impl Monitor {
                 .collect::<std::collections::HashSet<_>>()
                 .into_iter()
                 .collect(),
+            traced: false,
         };
         self.installed.insert(cgroup_id, installed);
-        let result = self.install(cgroup_id, watch.config);
-        if result.is_err() {
-            let _ = self.unwatch(cgroup_id);
+        let result = self
+            .install(cgroup_id, watch.config)
+            .and_then(|()| self.trace_one_more());
+        match (&result, self.installed.get_mut(&cgroup_id)) {
+            (Ok(()), Some(installed)) => installed.traced = true,
+            _ => {
+                let _ = self.unwatch(cgroup_id);
+            }
         }
         result
+    }
+
+    /// Counts one more traced call, attaching the syscall tracepoints for the first.
+    fn trace_one_more(&mut self) -> Result<(), MonitorError> {
+        let Some(tracing) = self.tracing.as_mut() else {
+            return Ok(());
+        };
+        if tracing.calls == 0 {
+            let attached = attach_syscall_tracing(&mut self.ebpf, &mut tracing.links);
+            if attached.is_err() {
+                // All or nothing: the next call starts from a clean slate.
+                let _ = detach_syscall_tracing(&mut self.ebpf, &mut tracing.links);
+                return attached;
+            }
+        }
+        tracing.calls += 1;
+        Ok(())
+    }
+
+    /// Counts one traced call less, detaching the syscall tracepoints after the last: the host
+    /// pays for them only while calls run.
+    fn trace_one_less(&mut self) -> Result<(), MonitorError> {
+        let Some(tracing) = self.tracing.as_mut() else {
+            return Ok(());
+        };
+        tracing.calls = tracing.calls.saturating_sub(1);
+        if tracing.calls > 0 {
+            return Ok(());
+        }
+        detach_syscall_tracing(&mut self.ebpf, &mut tracing.links)
     }
 
     fn install(&mut self, cgroup_id: u64, config: CallConfig) -> Result<(), MonitorError> {
@@ -335,6 +451,9 @@ impl Monitor {
             other => other.map_err(map_err("CALLS")),
         };
         let installed = self.installed.remove(&cgroup_id).unwrap_or_default();
+        if installed.traced {
+            result = result.and(self.trace_one_less());
+        }
         let gone = |r: Result<(), MapError>| match r {
             Err(MapError::KeyNotFound) => Ok(()),
             other => other,

@@ -468,3 +468,48 @@ on_divergence = "deny"
     ));
     assert_eq!(out.status.code(), Some(126));
 }
+
+/// guardd's bpf links to raw tracepoints (sys_enter, sys_exit), from its descriptors' fdinfo.
+fn raw_tracepoint_links(guardd: &Guardd) -> usize {
+    let fdinfo = format!("/proc/{}/fdinfo", guardd.child.id());
+    std::fs::read_dir(&fdinfo)
+        .expect("guardd's fdinfo")
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|info| {
+            info.lines()
+                .any(|l| l.starts_with("link_type:") && l.ends_with("raw_tracepoint"))
+        })
+        .count()
+}
+
+#[test]
+fn syscall_tracing_is_attached_only_while_a_call_runs() {
+    if !support::privileged("syscall_tracing_is_attached_only_while_a_call_runs") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let guardd = Guardd::start_with(&policy(&ws, ""), &["--trace-syscalls"]);
+    assert_eq!(raw_tracepoint_links(&guardd), 0, "attached with no call");
+    let mut call = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        guardd
+            .exec("bash", &["script=/usr/bin/sleep 1"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("guard-exec")
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = 0;
+    while seen < 2 && Instant::now() < deadline {
+        seen = raw_tracepoint_links(&guardd);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(seen, 2, "sys_enter and sys_exit while the call runs");
+    assert!(call.wait().expect("guard-exec").success());
+    assert_eq!(
+        raw_tracepoint_links(&guardd),
+        0,
+        "still attached after the call"
+    );
+}

@@ -42,8 +42,9 @@ struct Args {
     /// Run even when a kernel layer is missing. Every audit row then says "enforced": false.
     #[arg(long)]
     allow_unenforced: bool,
-    /// Record each call's syscall set and kill exotic socket families in the kernel. Costs every
-    /// syscall on the host (all tasks take the slow syscall path while it is on).
+    /// Record each call's syscall set and opened files (a write outside its effects is a
+    /// divergence) and kill exotic socket families in the kernel. While calls run, every syscall
+    /// on the host takes the slow (traced) path; with no call running, nothing is attached.
     #[arg(long)]
     trace_syscalls: bool,
 }
@@ -84,7 +85,9 @@ async fn serve() -> ExitCode {
         .init();
     let args = Args::parse();
     if args.trace_syscalls {
-        tracing::warn!("--trace-syscalls: every syscall on this host now takes the traced path");
+        tracing::warn!(
+            "--trace-syscalls: while calls run, every syscall on this host takes the traced path"
+        );
     }
     if args.allow_unenforced {
         tracing::warn!(
