@@ -8,6 +8,8 @@ pub const KIND_CONNECT: u32 = 2;
 pub const KIND_SOCKET: u32 = 3;
 /// A process of a guarded call opened a file, or tried to (`--trace-syscalls` only).
 pub const KIND_OPEN: u32 = 4;
+/// seccomp killed a process of a guarded call for a syscall outside its filter.
+pub const KIND_SECCOMP: u32 = 5;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;

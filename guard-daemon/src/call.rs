@@ -125,8 +125,17 @@ pub async fn exec(
         Ok((outcome, applied, receipt)) => (Some(outcome), Some(applied), receipt, None),
         Err((e, receipt)) => (None, None, receipt, Some(e.to_string())),
     };
-    let code = exit.as_ref().map(|o| o.exit_code);
     let diverged = receipt.as_ref().is_some_and(|r| r.verdict == "diverged");
+    let stopped = receipt.as_ref().is_some_and(|r| r.stopped);
+    // A call guard stopped ends as SIGKILL for its caller, whichever signal reached its first
+    // process first (seccomp's SIGSYS, or cgroup.kill's SIGKILL); the row keeps the real one.
+    let code = exit.as_ref().map(|o| {
+        if stopped {
+            128 + libc::SIGKILL
+        } else {
+            o.exit_code
+        }
+    });
     let row = json!({
         "kind": "finished",
         "call_id": call_id,
@@ -147,7 +156,13 @@ pub async fn exec(
         Some(&plan.tool),
         json!({ "code": code, "diverged": diverged, "error": error, "duration_ms": duration_ms }),
     ));
-    let reply = json!({ "call_id": call_id, "code": code, "diverged": diverged, "error": error });
+    let reply = json!({
+        "call_id": call_id,
+        "code": code,
+        "diverged": diverged,
+        "stopped": stopped,
+        "error": error,
+    });
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
     let _ = conn.write(&protocol::frame("exit", reply)).await;
     Ok(())

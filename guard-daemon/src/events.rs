@@ -11,7 +11,7 @@ use std::{
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
-    KIND_OPEN, KIND_SOCKET,
+    KIND_OPEN, KIND_SECCOMP, KIND_SOCKET,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -103,11 +103,17 @@ pub struct Receipt {
     pub files: Option<FilesSeen>,
     /// The processes of the call: its first and every one started in it (threads not counted).
     pub processes: u64,
+    /// Processes seccomp killed for a syscall outside the call's filter; each takes the call.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub seccomp_kills: u32,
     /// Connections the call made to guardd's own socket, each refused and a divergence.
     #[serde(skip_serializing_if = "is_zero")]
     pub guardd_connects: u32,
     /// "conformed" | "diverged"
     pub verdict: &'static str,
+    /// Whether guard killed the call for a divergence.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// One connect attempt of a call.
@@ -197,6 +203,7 @@ impl Watched {
             detail,
         ));
         if action == "kill" {
+            self.receipt.stopped = true;
             // cgroup.kill takes the whole tree at once, descendants included.
             if let Err(e) = std::fs::write(self.cgroup.join("cgroup.kill"), "1") {
                 tracing::error!(call = %self.call_id, "killing diverged call: {e}");
@@ -283,6 +290,10 @@ impl Tracker {
                     receipt.sockets.push(seen);
                 }
                 ("socket", detail)
+            }
+            KIND_SECCOMP => {
+                receipt.seccomp_kills += 1;
+                ("syscall", json!({ "signal": "SIGSYS" }))
             }
             KIND_OPEN => {
                 let Some(files) = receipt.files.as_mut() else {

@@ -3,8 +3,8 @@
 //! back what they observed.
 //!
 //! The cgroup programs attach once, to the guard's root cgroup, so processes elsewhere on the
-//! host never run them; the tracepoints (exec, new task) are global and cost an unwatched process
-//! one map lookup when it executes or forks.
+//! host never run them; the tracepoints (exec, new task, signal) are global and cost an unwatched
+//! process one map lookup when it executes, forks or sends a signal.
 
 use std::{
     collections::HashMap as StdHashMap,
@@ -38,6 +38,7 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
 const SOCKET_FORMAT: &str = "/sys/kernel/tracing/events/syscalls/sys_enter_socket/format";
 const NEWTASK_FORMAT: &str = "/sys/kernel/tracing/events/task/task_newtask/format";
+const SIGNAL_FORMAT: &str = "/sys/kernel/tracing/events/signal/signal_generate/format";
 
 /// The cgroup sock_addr programs (each names its hook).
 const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6"];
@@ -47,6 +48,7 @@ const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
 const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("sched_process_exec", "sched", "sched_process_exec"),
     ("task_newtask", "task", "task_newtask"),
+    ("signal_generate", "signal", "signal_generate"),
 ];
 
 /// Syscall tracepoints, only when the operator asks (`--trace-syscalls`), and then attached only
@@ -267,10 +269,14 @@ impl Monitor {
         let filename_offset = field_offset(EXEC_FORMAT, "filename")?;
         let family_offset = field_offset(SOCKET_FORMAT, "family")?;
         let clone_flags_offset = field_offset(NEWTASK_FORMAT, "clone_flags")?;
+        let sig_offset = field_offset(SIGNAL_FORMAT, "sig")?;
+        let code_offset = field_offset(SIGNAL_FORMAT, "code")?;
         let mut ebpf = EbpfLoader::new()
             .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
             .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
             .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
+            .override_global("SIGNAL_SIG_OFFSET", &sig_offset, true)
+            .override_global("SIGNAL_CODE_OFFSET", &code_offset, true)
             .load(PROGRAMS)?;
 
         let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {

@@ -13,6 +13,7 @@ mod exec;
 mod maps;
 mod net;
 mod open;
+mod signal;
 mod sock;
 mod syscall;
 mod task;

@@ -149,9 +149,12 @@ fn escape_io_uring_is_refused() {
     assert_ok(&call(&guardd, &["ids"]));
     // seccomp: io_uring would carry reads, writes and connects past every syscall filter.
     assert_errno(&call(&guardd, &["io_uring"]), "EPERM");
-    // The x32 twin of io_uring_setup is not a way around: the process is killed.
+    // The x32 twin of io_uring_setup is not a way around: seccomp kills the process, and the
+    // kernel's report of it makes guardd take the call (137, receipt `diverged`).
     let out = call(&guardd, &["syscall", "0x400001a9"]);
-    assert_eq!(out.status.code(), Some(128 + libc::SIGSYS), "{out:?}");
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["seccomp_kills"], 1, "{row:#}");
 }
 
 #[test]
@@ -883,4 +886,34 @@ fn escape_a_write_that_gets_past_landlock_is_seen_in_the_kernel_and_kills_the_ca
             .any(|f| f["path"] == new_s.as_str() && f["access"] == "write" && f["result"] == "ok"),
         "{files:?}"
     );
+}
+
+#[test]
+fn escape_a_syscall_outside_strict_mode_takes_the_whole_tree() {
+    if !support::privileged("escape_a_syscall_outside_strict_mode_takes_the_whole_tree") {
+        return;
+    }
+    let s = Setup::new();
+    // Strict mode: what the test tool needs to fork, wait and sleep, and getpid; not getuid.
+    let policy = s.policy("", "").replacen(
+        "timeout = 20\n",
+        "timeout = 20\nsyscalls = [\"clone\", \"wait4\", \"clock_nanosleep\", \"nanosleep\", \
+         \"poll\", \"sched_getaffinity\", \"getpid\", \"gettid\", \"futex\", \"madvise\"]\n",
+        1,
+    );
+    let guardd = Guardd::start(&policy);
+    // Control: the child's getpid is listed; the parent sleeps and exits 0.
+    let getpid = libc::SYS_getpid.to_string();
+    assert_ok(&call(
+        &guardd,
+        &["fork-syscall", &getpid, "--", "sleep", "0.1"],
+    ));
+    assert_verdict(&guardd, "conformed");
+    // The child's getuid is not: seccomp kills the child, and guardd the rest of the call.
+    let getuid = libc::SYS_getuid.to_string();
+    let out = call(&guardd, &["fork-syscall", &getuid, "--", "sleep", "5"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["verdict"], "diverged", "{row:#}");
+    assert_eq!(row["effects_observed"]["seccomp_kills"], 1, "{row:#}");
 }

@@ -175,6 +175,25 @@ fn run(action: &[String]) -> Res {
             println!("socketpair dgram ok");
             Ok(())
         }
+        "fork-syscall" => {
+            // A child makes syscall NR and exits; the parent waits and goes on.
+            let nr = num(1)?;
+            // SAFETY: the child makes one raw syscall and _exits; no locks are taken after fork.
+            match unsafe { libc::fork() } {
+                -1 => return Err(last_errno()),
+                0 => unsafe {
+                    libc::syscall(nr);
+                    libc::_exit(0)
+                },
+                pid => {
+                    let mut status = 0;
+                    // SAFETY: waits for our own child; status is a valid out-pointer.
+                    unsafe { libc::waitpid(pid, &mut status, 0) };
+                    println!("child {pid} status {status}");
+                }
+            }
+            Ok(())
+        }
         "fork" => {
             let n = num(1)?;
             for i in 0..n {

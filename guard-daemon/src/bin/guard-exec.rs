@@ -135,9 +135,13 @@ fn main() -> ExitCode {
                 return fail(EXIT_BLOCKED, message);
             }
             Some("exit") => {
-                if reply["diverged"] == true {
+                if reply["stopped"] == true {
                     eprintln!(
                         "guard-exec: the call did something it was not approved to do and was stopped"
+                    );
+                } else if reply["diverged"] == true {
+                    eprintln!(
+                        "guard-exec: the call tried something it was not approved to do; it was denied"
                     );
                 }
                 if let Some(error) = reply["error"].as_str() {
