@@ -427,6 +427,7 @@ impl Monitor {
 
     fn install(&mut self, cgroup_id: u64, config: CallConfig) -> Result<(), MonitorError> {
         let installed = &self.installed[&cgroup_id];
+        // 1: approved and not used yet; the kernel reports the first use and marks it 2.
         for key in &installed.dests {
             match *key {
                 DestKey::V4(k) => self.allow4.insert(k, 1, 0).map_err(map_err("ALLOW4"))?,

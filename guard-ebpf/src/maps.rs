@@ -17,11 +17,11 @@ use guard_common::{
 #[map]
 pub static CALLS: HashMap<u64, CallConfig> = HashMap::with_max_entries(MAX_CALLS, 0);
 
-/// Allowed IPv4 destinations per call.
+/// Allowed IPv4 destinations per call; the value is 1 when installed, 2 once reported.
 #[map]
 pub static ALLOW4: HashMap<Dest4, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 
-/// Allowed IPv6 destinations per call.
+/// Allowed IPv6 destinations per call; the value as in `ALLOW4`.
 #[map]
 pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 

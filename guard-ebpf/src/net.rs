@@ -2,6 +2,10 @@
 //!
 //! The sendmsg hooks catch unconnected UDP (`sendto`/`sendmsg` with an address), which never
 //! passes through connect; a connected socket's sends were checked at its connect.
+//!
+//! Every refusal is reported. An approved destination is reported the first time only: the
+//! daemon installs it as [`APPROVED`], the first use marks it [`REPORTED`], and a call that
+//! connects in a loop costs no event (and no wake-up of the daemon) per connect.
 
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use guard_common::{
@@ -15,6 +19,10 @@ const ALLOW: i32 = 1;
 /// Makes the syscall fail with EPERM.
 const DENY: i32 = 0;
 const AF_INET: u16 = 2;
+/// An allow-list value: approved, not used yet.
+const APPROVED: u8 = 1;
+/// An allow-list value: approved and reported.
+const REPORTED: u8 = 2;
 const AF_INET6: u16 = 10;
 
 #[cgroup_sock_addr(connect4)]
@@ -58,8 +66,11 @@ fn check4(ctx: &SockAddrContext) -> i32 {
         proto,
         _pad: 0,
     };
-    // SAFETY: only presence is tested.
-    let allowed = unsafe { ALLOW4.get(&key) }.is_some();
+    let allowed = match ALLOW4.get_ptr_mut(&key) {
+        Some(seen) if !first_use(seen) => return ALLOW,
+        Some(_) => true,
+        None => false,
+    };
     let mut bytes = [0u8; 16];
     bytes[..4].copy_from_slice(&addr.to_ne_bytes());
     report(cgroup_id, allowed, AF_INET, port, proto, bytes)
@@ -86,13 +97,31 @@ fn check6(ctx: &SockAddrContext) -> i32 {
         proto,
         _pad: [0; 5],
     };
-    // SAFETY: only presence is tested.
-    let allowed = unsafe { ALLOW6.get(&key) }.is_some();
+    let allowed = match ALLOW6.get_ptr_mut(&key) {
+        Some(seen) if !first_use(seen) => return ALLOW,
+        Some(_) => true,
+        None => false,
+    };
     let mut bytes = [0u8; 16];
     for (i, word) in addr.iter().enumerate() {
         bytes[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
     }
     report(cgroup_id, allowed, AF_INET6, port, proto, bytes)
+}
+
+/// Marks an approved destination used; true the first time. Two CPUs racing on the first use
+/// may both report it, which the receipt tolerates.
+#[inline(always)]
+fn first_use(seen: *mut u8) -> bool {
+    // SAFETY: `seen` points at the destination's value in the allow-list map, valid for the
+    // program's run.
+    unsafe {
+        if *seen == REPORTED {
+            return false;
+        }
+        *seen = REPORTED;
+    }
+    true
 }
 
 #[inline(always)]

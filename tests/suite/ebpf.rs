@@ -200,6 +200,12 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
         has_pending(&allowed_listener),
         "the approved listener saw nothing"
     );
+    // Again: it works again, and is not reported again (no event per connect in a loop).
+    let (out, _) = bash_connect(allowed_port, Some(&kernel.call));
+    assert!(out.status.success(), "second approved connect failed");
+    // A second refusal, after it, so that every earlier event has been read once it is seen.
+    let (out, _) = bash_connect(denied_port, Some(&kernel.call));
+    assert!(!out.status.success(), "second unapproved connect succeeded");
 
     // Outside the guard's cgroups: the same unapproved port is reachable.
     let (out, _) = bash_connect(denied_port, None);
@@ -214,13 +220,21 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     );
 
     // The kernel reported the guarded exec and the denied connect, and nothing of the outsider.
+    let connects = |seen: &[Event], action| {
+        seen.iter()
+            .filter(|e| e.kind == KIND_CONNECT && e.action == action)
+            .count()
+    };
     let seen = kernel.events_until(|seen| {
         seen.iter()
             .any(|e| e.kind == KIND_EXEC && e.pid == denied_pid)
-            && seen
-                .iter()
-                .any(|e| e.kind == KIND_CONNECT && e.action == ACTION_DENIED)
+            && connects(seen, ACTION_DENIED) == 2
     });
+    assert_eq!(
+        connects(&seen, ACTION_ALLOWED),
+        1,
+        "approved connects reported"
+    );
     let exec = seen
         .iter()
         .find(|e| e.kind == KIND_EXEC && e.pid == denied_pid)
