@@ -20,6 +20,7 @@ use tokio::sync::SemaphorePermit;
 
 use crate::{
     access::Peer,
+    approval::{self, Held, Resolution},
     cgroup::Cgroup,
     conn::Conn,
     daemon::{Daemon, Running},
@@ -105,18 +106,33 @@ pub async fn exec(
         json!({ "decision": decision, "reason": verdict.row.reason, "uid": peer.uid }),
     ));
     let message = policy.caller_message(&verdict);
-    let plan = match (decision, verdict.plan) {
-        (Decision::Allow, Some(plan)) => plan,
+    let (plan, approved_by) = match (decision, verdict.plan) {
+        (Decision::Allow, Some(plan)) => (plan, None),
+        (Decision::Escalate | Decision::Quarantine, Some(plan)) => {
+            let held = Held {
+                call_id: call_id.clone(),
+                tool: intent.tool.clone(),
+                decision,
+                reason: verdict.row.reason.clone(),
+                uid: peer.uid,
+                args: verdict.redacted_args.clone(),
+                since: approval::now(),
+            };
+            match hold(daemon, held, &message, &mut conn).await? {
+                Some(by) => (plan, Some(by)),
+                None => return Ok(()),
+            }
+        }
         _ => {
             let reply = json!({ "call_id": call_id, "decision": decision, "message": message });
             return conn.write(&protocol::frame("decision", reply)).await;
         }
     };
-    conn.write(&protocol::frame(
-        "decision",
-        json!({ "call_id": call_id, "decision": decision }),
-    ))
-    .await?;
+    let mut reply = json!({ "call_id": call_id, "decision": Decision::Allow });
+    if let Some(by) = approved_by {
+        reply["approved_by"] = by.into();
+    }
+    conn.write(&protocol::frame("decision", reply)).await?;
 
     let started = Instant::now();
     let result = run(daemon, &call_id, peer, &plan, stdio, &mut conn).await;
@@ -166,6 +182,109 @@ pub async fn exec(
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
     let _ = conn.write(&protocol::frame("exit", reply)).await;
     Ok(())
+}
+
+/// Holds a call for an admin's answer, telling its caller it waits, and records the answer
+/// before acting on it. Returns the approver's uid, or `None` when the call does not run (the
+/// caller has been told why, or is gone).
+async fn hold(
+    daemon: &Daemon,
+    held: Held,
+    message: &str,
+    conn: &mut Conn,
+) -> io::Result<Option<u32>> {
+    let (call_id, tool, decision) = (held.call_id.clone(), held.tool.clone(), held.decision);
+    let refusal = |message: String| {
+        let reply = json!({ "call_id": call_id, "decision": decision, "message": message });
+        protocol::frame("decision", reply)
+    };
+    let rx = match daemon.approvals.hold(held) {
+        Ok(rx) => rx,
+        Err(e) => return conn.write(&refusal(e.to_string())).await.map(|()| None),
+    };
+    let waiting = json!({
+        "call_id": call_id,
+        "decision": decision,
+        "message": message,
+        "timeout_s": daemon.approvals.timeout.as_secs(),
+    });
+    if let Err(e) = conn.write(&protocol::frame("pending", waiting)).await {
+        daemon.approvals.withdraw(&call_id);
+        return Err(e);
+    }
+    let event = json!({ "decision": decision });
+    daemon
+        .bus
+        .publish(BusEvent::new("held", Some(&call_id), Some(&tool), event));
+
+    let answer = tokio::select! {
+        answer = rx => answer.ok(),
+        () = tokio::time::sleep(daemon.approvals.timeout) => None,
+        _ = conn.closed() => {
+            daemon.approvals.withdraw(&call_id);
+            let reason = "the caller went away while waiting for approval";
+            record_approval(daemon, &call_id, &tool, None, Some(reason)).await;
+            return Ok(None);
+        }
+    };
+    daemon.approvals.withdraw(&call_id);
+    let timed_out = format!(
+        "no admin answered within {} s",
+        daemon.approvals.timeout.as_secs()
+    );
+    let (by, approved, reason) = match answer {
+        Some(Resolution::Approved { by }) => (Some(by), true, None),
+        Some(Resolution::Denied { by, reason }) => (
+            Some(by),
+            false,
+            Some(reason.unwrap_or_else(|| "denied by an admin".into())),
+        ),
+        None => (None, false, Some(timed_out)),
+    };
+    let approval = approved.then_some(by).flatten();
+    if !record_approval(daemon, &call_id, &tool, approval.or(by), reason.as_deref()).await {
+        let message = "not run: the audit log is unavailable".to_owned();
+        return conn.write(&refusal(message)).await.map(|()| None);
+    }
+    match (approval, reason) {
+        (Some(by), _) => Ok(Some(by)),
+        (None, reason) => {
+            let reason = reason.unwrap_or_default();
+            let message = format!("not approved: {reason}");
+            conn.write(&refusal(message)).await.map(|()| None)
+        }
+    }
+}
+
+/// Writes an approval row (approved when there is no `reason`), durably; false when it could
+/// not be written, and then the call must not run.
+async fn record_approval(
+    daemon: &Daemon,
+    call_id: &str,
+    tool: &str,
+    by: Option<u32>,
+    reason: Option<&str>,
+) -> bool {
+    let approved = reason.is_none();
+    let row = json!({
+        "kind": "approval",
+        "call_id": call_id,
+        "tool": tool,
+        "approved": approved,
+        "by": by,
+        "reason": reason,
+    });
+    let event = json!({ "approved": approved, "by": by, "reason": reason });
+    daemon
+        .bus
+        .publish(BusEvent::new("approval", Some(call_id), Some(tool), event));
+    match daemon.audit.append(object(row)).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(call = %call_id, "audit log unavailable for the approval row: {e}");
+            false
+        }
+    }
 }
 
 /// A slot to run in, waiting in a bounded queue; `None` when the queue is full.

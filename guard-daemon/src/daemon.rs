@@ -17,6 +17,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::{
     access::Access,
+    approval::Approvals,
     audit::{self, AuditLog},
     cgroup::{self, Cgroup},
     events::{Bus, Tracker},
@@ -48,6 +49,8 @@ pub struct Options {
     /// Attach the syscall tracepoints: per-call syscall sets in receipts and the kernel's
     /// socket-family kill behind seccomp, at a cost to every syscall on the host.
     pub trace_syscalls: bool,
+    /// How long a call held for approval waits for an admin before it is denied.
+    pub approval_timeout: Duration,
 }
 
 /// Why guardd did not start.
@@ -94,6 +97,8 @@ pub struct Daemon {
     pub audit: AuditLog,
     pub bus: Bus,
     pub tracker: Tracker,
+    /// Calls waiting for an admin's approval.
+    pub approvals: Approvals,
     /// The guard's cgroup; each call gets a child.
     pub root: Cgroup,
     /// The same, relative to the v2 mount (as /proc/PID/cgroup shows it), e.g. `/guard`.
@@ -252,6 +257,7 @@ impl Daemon {
             audit,
             bus: Bus::default(),
             tracker: Tracker::default(),
+            approvals: Approvals::new(options.max_queue, options.approval_timeout),
             root,
             cgroup_path,
             layers,

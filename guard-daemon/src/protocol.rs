@@ -18,6 +18,31 @@ pub enum Request {
     Check(CheckRequest),
     Status(StatusRequest),
     Subscribe(SubscribeRequest),
+    Pending(PendingRequest),
+    Approve(ApproveRequest),
+    Deny(DenyRequest),
+}
+
+/// The calls waiting for approval (admins).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PendingRequest {}
+
+/// Let a held call run (admins).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRequest {
+    pub call_id: String,
+}
+
+/// Refuse a held call (admins).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenyRequest {
+    pub call_id: String,
+    /// Told to the caller and written to the audit log.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Run a tool. The frame carries the caller's stdin, stdout and stderr as SCM_RIGHTS.
@@ -115,10 +140,14 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         "check" => Request::Check(body_of(body)?),
         "status" => Request::Status(body_of(body)?),
         "subscribe" => Request::Subscribe(body_of(body)?),
+        "pending" => Request::Pending(body_of(body)?),
+        "approve" => Request::Approve(body_of(body)?),
+        "deny" => Request::Deny(body_of(body)?),
         other => {
             return Err(ProtocolError::new(
                 format!(
-                    "unknown request type `{other}`; expected exec, check, status or subscribe"
+                    "unknown request type `{other}`; expected exec, check, status, subscribe, \
+                     pending, approve or deny"
                 ),
                 Some("type"),
             ));

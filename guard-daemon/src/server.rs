@@ -21,6 +21,7 @@ use tokio::{
 
 use crate::{
     access::{Peer, Role},
+    approval::Resolution,
     call,
     conn::{Conn, FrameError},
     daemon::Daemon,
@@ -169,8 +170,11 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
             }
         };
         let role = match request {
-            Request::Subscribe(_) => Role::Admin,
-            _ => Role::Client,
+            Request::Subscribe(_)
+            | Request::Pending(_)
+            | Request::Approve(_)
+            | Request::Deny(_) => Role::Admin,
+            Request::Exec(_) | Request::Check(_) | Request::Status(_) => Role::Client,
         };
         if !daemon
             .access
@@ -222,6 +226,48 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                 conn.take_fds();
                 return subscribe(daemon, conn, req).await;
             }
+            Request::Pending(_) => {
+                conn.take_fds();
+                let calls = daemon.approvals.list();
+                conn.write(&protocol::frame("pending", json!({ "calls": calls })))
+                    .await?;
+            }
+            Request::Approve(req) => {
+                conn.take_fds();
+                let resolution = Resolution::Approved { by: peer.uid };
+                resolve(daemon, &mut conn, &req.call_id, resolution).await?;
+            }
+            Request::Deny(req) => {
+                conn.take_fds();
+                let resolution = Resolution::Denied {
+                    by: peer.uid,
+                    reason: req.reason,
+                };
+                resolve(daemon, &mut conn, &req.call_id, resolution).await?;
+            }
+        }
+    }
+}
+
+/// Hands an admin's answer to a held call; the call itself records it and runs or not.
+async fn resolve(
+    daemon: &Daemon,
+    conn: &mut Conn,
+    call_id: &str,
+    resolution: Resolution,
+) -> io::Result<()> {
+    let approved = matches!(resolution, Resolution::Approved { .. });
+    match daemon.approvals.resolve(call_id, resolution) {
+        Ok(()) => {
+            let body = json!({ "call_id": call_id, "approved": approved });
+            conn.write(&protocol::frame("resolved", body)).await
+        }
+        Err(e) => {
+            let e = ProtocolError {
+                message: e.to_string(),
+                field: Some("call_id".into()),
+            };
+            conn.write(&protocol::error_frame(&e)).await
         }
     }
 }

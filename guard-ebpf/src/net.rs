@@ -4,8 +4,8 @@
 //! passes through connect; a connected socket's sends were checked at its connect.
 //!
 //! Every refusal is reported. An approved destination is reported the first time only: the
-//! daemon installs it as [`APPROVED`], the first use marks it [`REPORTED`], and a call that
-//! connects in a loop costs no event (and no wake-up of the daemon) per connect.
+//! daemon installs it as 1, the first use marks it [`REPORTED`], and a call that connects in a
+//! loop costs no event (and no wake-up of the daemon) per connect.
 
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use guard_common::{
@@ -19,9 +19,7 @@ const ALLOW: i32 = 1;
 /// Makes the syscall fail with EPERM.
 const DENY: i32 = 0;
 const AF_INET: u16 = 2;
-/// An allow-list value: approved, not used yet.
-const APPROVED: u8 = 1;
-/// An allow-list value: approved and reported.
+/// An allow-list value: approved and reported (the daemon installs 1: approved, not used yet).
 const REPORTED: u8 = 2;
 const AF_INET6: u16 = 10;
 

@@ -1,6 +1,7 @@
 mod support;
 
 mod abuse;
+mod approval;
 mod audit;
 mod daemon;
 mod ebpf;

@@ -130,6 +130,17 @@ fn main() -> ExitCode {
         };
         match reply["type"].as_str() {
             Some("decision") if reply["decision"] == "allow" => continue,
+            Some("pending") => {
+                // Held for a human: say so once, then keep waiting for the answer.
+                let id = reply["call_id"].as_str().unwrap_or("?");
+                eprintln!(
+                    "guard-exec: call {id} needs approval ({}): waiting up to {} s for an admin \
+                     (guardctl approve {id})",
+                    reply["decision"].as_str().unwrap_or("escalate"),
+                    reply["timeout_s"]
+                );
+                continue;
+            }
             Some("decision") => {
                 let message = reply["message"].as_str().unwrap_or("blocked by policy");
                 return fail(EXIT_BLOCKED, message);

@@ -47,6 +47,10 @@ struct Args {
     /// on the host takes the slow (traced) path; with no call running, nothing is attached.
     #[arg(long)]
     trace_syscalls: bool,
+    /// How long a call held for approval (escalate, quarantine) waits for an admin's
+    /// `guardctl approve` before it is denied.
+    #[arg(long, default_value_t = 300)]
+    approval_timeout: u64,
 }
 
 fn default_policy() -> PathBuf {
@@ -104,6 +108,7 @@ async fn serve() -> ExitCode {
         max_queue: args.max_queue,
         max_connections: args.max_connections,
         drain: Duration::from_secs(args.drain_seconds),
+        approval_timeout: Duration::from_secs(args.approval_timeout),
         allow_unenforced: args.allow_unenforced,
         trace_syscalls: args.trace_syscalls,
     };

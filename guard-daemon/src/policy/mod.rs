@@ -126,7 +126,8 @@ pub struct Policy {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
     pub row: DecisionRow,
-    /// Some only for an allowed call of a registered tool that has a command.
+    /// The call to run: for an allowed call, and for one held for approval (escalate,
+    /// quarantine) whose arguments passed; only for a registered tool that has a command.
     pub plan: Option<LaunchPlan>,
     /// The call's arguments fit for the audit log: every find of a detector of a rule applying
     /// to the tool, and of every secret-class detector, replaced by `[REDACTED:<detector>]`.
@@ -321,6 +322,16 @@ impl Policy {
             }
         };
 
+        // A call held for a human carries the plan it will run if approved, so the approver
+        // sees exactly that, and nothing is decided again after the wait.
+        let held = |row: DecisionRow| Verdict {
+            plan: matches!(row.decision, Decision::Escalate | Decision::Quarantine)
+                .then(|| tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals)))
+                .flatten(),
+            row,
+            redacted_args: redacted_args.clone(),
+        };
+
         // 4. rules, over the checked values (a path as resolved, not as written)
         if !tool.rules.is_empty() {
             let subjects: Vec<Subject> = tool
@@ -337,13 +348,13 @@ impl Policy {
             if let Some(v) =
                 self.apply_rules(tool.rules.iter().copied(), &subjects, || meta(Stage::Rules))
             {
-                return verdict(v);
+                return held(v);
             }
         }
 
         // 5. escalation
         if tool.irreversible && tool.tier >= s.escalation_threshold {
-            return verdict(row(
+            return held(row(
                 "tool_call_inspector",
                 Decision::Escalate,
                 format!(

@@ -1,4 +1,5 @@
 //! guardctl: the operator's command line for guard.
+mod approve;
 mod audit;
 mod live;
 mod policy;
@@ -85,6 +86,24 @@ enum Command {
         #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
         audit: PathBuf,
     },
+    /// The calls waiting for an admin's approval (escalate, quarantine); admins only.
+    Pending {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a held call run; admins only.
+    Approve {
+        /// The call's id (as `pending` shows it).
+        call_id: String,
+    },
+    /// Refuse a held call; admins only. The caller gets 126 and the reason.
+    Deny {
+        call_id: String,
+        /// Told to the caller and written to the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// One call's decision, sandbox and receipt, from the audit log.
     Show {
         /// The call's id (as guard-exec, `calls` and `events` show it).
@@ -170,5 +189,8 @@ fn main() -> ExitCode {
             audit,
         } => live::calls(cli.socket, &audit, running, json),
         Command::Show { call_id, audit } => live::show(&audit, &call_id),
+        Command::Pending { json } => approve::pending(cli.socket, json),
+        Command::Approve { call_id } => approve::resolve(cli.socket, &call_id, None),
+        Command::Deny { call_id, reason } => approve::resolve(cli.socket, &call_id, Some(reason)),
     }
 }

@@ -1,0 +1,244 @@
+//! Calls held for a human: the policy says escalate or quarantine, the call waits with its
+//! caller, and only an admin's approval lets it run. Denial, silence and a caller who leaves
+//! all end with nothing run, and every outcome is an audit row.
+
+use std::{
+    path::Path,
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::support::{self, Guardd, ToolDir, output};
+
+/// `deploy` is irreversible and high: escalated. `note` is low, but a secret in its text is
+/// quarantined. Both leave a marker file when they run.
+fn policy(dir: &Path) -> String {
+    let dir = dir.display();
+    format!(
+        r#"
+[settings]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+disclose_reasons = true
+
+[tools.deploy]
+tier = "high"
+irreversible = true
+command = ["/usr/bin/touch", "{dir}/deployed"]
+[tools.deploy.effects]
+write = ["{dir}/deployed"]
+
+[tools.note]
+tier = "low"
+command = ["/usr/bin/touch", "{dir}/noted"]
+[tools.note.args.text]
+type = "string"
+[tools.note.effects]
+write = ["{dir}/noted"]
+
+[[rules]]
+id = "dlp"
+tools = ["note"]
+detect = ["aws_access_key"]
+action = "quarantine"
+message = "a secret in the arguments"
+"#
+    )
+}
+
+fn spawn(guardd: &Guardd, tool: &str, args: &[&str]) -> Child {
+    let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+    guardd
+        .exec(tool, args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("guard-exec")
+}
+
+fn ctl(guardd: &Guardd, args: &[&str]) -> std::process::Output {
+    output(guardd.ctl(args))
+}
+
+/// Waits until `n` calls are held and returns them.
+fn held(guardd: &Guardd, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = ctl(guardd, &["pending", "--json"]);
+        assert!(out.status.success(), "guardctl pending: {out:?}");
+        let calls: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON"))
+            .collect();
+        if calls.len() == n || Instant::now() > deadline {
+            assert_eq!(calls.len(), n, "held calls: {calls:?}");
+            return calls;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn approval_rows(guardd: &Guardd) -> Vec<Value> {
+    guardd
+        .audit_rows()
+        .into_iter()
+        .filter(|r| r["kind"] == "approval")
+        .collect()
+}
+
+#[test]
+fn a_held_call_runs_only_once_an_admin_approves_it() {
+    if !support::privileged("a_held_call_runs_only_once_an_admin_approves_it") {
+        return;
+    }
+    let dir = ToolDir::new("guard-approval");
+    let ws = dir.subdir("ws", 0o777);
+    let guardd = Guardd::start(&policy(&ws));
+
+    let caller = spawn(&guardd, "deploy", &[]);
+    let calls = held(&guardd, 1);
+    assert_eq!(
+        (calls[0]["tool"].as_str(), calls[0]["decision"].as_str()),
+        (Some("deploy"), Some("escalate"))
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!ws.join("deployed").exists(), "ran before approval");
+
+    let id = calls[0]["call_id"].as_str().expect("call id");
+    let out = ctl(&guardd, &["approve", id]);
+    assert!(out.status.success(), "approve: {out:?}");
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs approval"),
+        "{out:?}"
+    );
+    assert!(ws.join("deployed").exists(), "did not run after approval");
+    let rows = approval_rows(&guardd);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(
+        (rows[0]["approved"].as_bool(), rows[0]["by"].as_u64()),
+        (Some(true), Some(0))
+    );
+    assert_eq!(rows[0]["call_id"], id);
+    // Nothing is held any more, and the same call cannot be approved twice.
+    held(&guardd, 0);
+    assert!(!ctl(&guardd, &["approve", id]).status.success());
+
+    // A quarantined call is held the same way.
+    let caller = spawn(&guardd, "note", &["text=key AKIAIOSFODNN7EXAMPLE"]);
+    let calls = held(&guardd, 1);
+    assert_eq!(calls[0]["decision"], "quarantine");
+    // Its arguments are shown as the audit log keeps them: redacted.
+    assert!(
+        !calls[0]["args"]
+            .to_string()
+            .contains("AKIAIOSFODNN7EXAMPLE"),
+        "{calls:?}"
+    );
+    let id = calls[0]["call_id"].as_str().expect("call id");
+    assert!(ctl(&guardd, &["approve", id]).status.success());
+    assert_eq!(
+        caller.wait_with_output().expect("guard-exec").status.code(),
+        Some(0)
+    );
+    assert!(ws.join("noted").exists());
+}
+
+#[test]
+fn a_denied_unanswered_or_abandoned_call_never_runs() {
+    if !support::privileged("a_denied_unanswered_or_abandoned_call_never_runs") {
+        return;
+    }
+    let dir = ToolDir::new("guard-approval");
+    let ws = dir.subdir("ws", 0o777);
+    let guardd = Guardd::start_with(&policy(&ws), &["--approval-timeout", "2"]);
+
+    // Denied, with a reason the caller hears.
+    let caller = spawn(&guardd, "deploy", &[]);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let out = ctl(&guardd, &["deny", &id, "--reason", "not on a Friday"]);
+    assert!(out.status.success(), "deny: {out:?}");
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not on a Friday"),
+        "{out:?}"
+    );
+
+    // Nobody answers: denied when the wait runs out.
+    let started = Instant::now();
+    let out = output(guardd.exec("deploy", &[]));
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no admin answered"),
+        "{out:?}"
+    );
+
+    // The caller leaves: the call is withdrawn.
+    let mut caller = spawn(&guardd, "deploy", &[]);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    caller.kill().expect("kill guard-exec");
+    let _ = caller.wait();
+    held(&guardd, 0);
+    assert!(!ctl(&guardd, &["approve", &id]).status.success());
+
+    assert!(!ws.join("deployed").exists(), "a call ran without approval");
+    let rows = approval_rows(&guardd);
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    assert!(rows.iter().all(|r| r["approved"] == false), "{rows:#?}");
+    assert_eq!(rows[0]["by"], 0);
+    assert_eq!(rows[1]["by"], Value::Null);
+}
+
+#[test]
+fn only_admins_see_and_answer_held_calls() {
+    if !support::privileged("only_admins_see_and_answer_held_calls") {
+        return;
+    }
+    let dir = ToolDir::new("guard-approval");
+    let ws = dir.subdir("ws", 0o777);
+    // uid 65534 may submit calls, but is no admin.
+    let guardd = Guardd::start(&policy(&ws).replacen(
+        "[settings]\n",
+        "[settings]\nclients = [0, 65534]\n",
+        1,
+    ));
+    std::fs::set_permissions(
+        &guardd.socket,
+        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+    )
+    .expect("chmod");
+    let caller = spawn(&guardd, "deploy", &[]);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    for args in [vec!["approve", id.as_str()], vec!["pending"]] {
+        let mut cmd = guardd.ctl(&args);
+        std::os::unix::process::CommandExt::uid(&mut cmd, 65534);
+        std::os::unix::process::CommandExt::gid(&mut cmd, 65534);
+        let out = output(cmd);
+        assert!(!out.status.success(), "{args:?} as nobody: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("not permitted"),
+            "{out:?}"
+        );
+    }
+    assert!(!ws.join("deployed").exists());
+    assert!(ctl(&guardd, &["deny", &id]).status.success());
+    assert_eq!(
+        caller.wait_with_output().expect("guard-exec").status.code(),
+        Some(126)
+    );
+}
