@@ -18,7 +18,7 @@ const EXIT_BLOCKED: u8 = 126;
     about = "Run a tool through guardd, confined to what its policy approves",
     after_help = "ARGUMENTS:\n  NAME=VALUE    a string argument\n  NAME:=JSON    a typed argument (number, boolean, array, object)\n\n\
 EXIT STATUS:\n  the tool's own   when it ran (128+N when killed by signal N; 137 when guard stopped it)\n  \
-126              the call was blocked, escalated or quarantined by policy\n  \
+126              blocked by policy, or held for approval and not approved\n  \
 69               guardd is unreachable: the tool did not run\n  \
 70               guardd could not carry out an approved call\n  \
 64               bad usage or a request guardd rejected"
