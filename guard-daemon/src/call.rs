@@ -228,28 +228,28 @@ async fn hold(
         }
     };
     daemon.approvals.withdraw(&call_id);
-    let timed_out = format!(
-        "no admin answered within {} s",
-        daemon.approvals.timeout.as_secs()
-    );
-    let (by, approved, reason) = match answer {
-        Some(Resolution::Approved { by }) => (Some(by), true, None),
+    // (who answered, why not); no reason means approved.
+    let (by, refused) = match answer {
+        Some(Resolution::Approved { by }) => (Some(by), None),
         Some(Resolution::Denied { by, reason }) => (
             Some(by),
-            false,
             Some(reason.unwrap_or_else(|| "denied by an admin".into())),
         ),
-        None => (None, false, Some(timed_out)),
+        None => (
+            None,
+            Some(format!(
+                "no admin answered within {} s",
+                daemon.approvals.timeout.as_secs()
+            )),
+        ),
     };
-    let approval = approved.then_some(by).flatten();
-    if !record_approval(daemon, &call_id, &tool, approval.or(by), reason.as_deref()).await {
+    if !record_approval(daemon, &call_id, &tool, by, refused.as_deref()).await {
         let message = "not run: the audit log is unavailable".to_owned();
         return conn.write(&refusal(message)).await.map(|()| None);
     }
-    match (approval, reason) {
-        (Some(by), _) => Ok(Some(by)),
-        (None, reason) => {
-            let reason = reason.unwrap_or_default();
+    match refused {
+        None => Ok(by),
+        Some(reason) => {
             let message = format!("not approved: {reason}");
             conn.write(&refusal(message)).await.map(|()| None)
         }
