@@ -47,7 +47,7 @@ pub enum CallError {
     Sandbox(#[from] sandbox::SandboxError),
 }
 
-fn object(value: Value) -> Map<String, Value> {
+pub(crate) fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => Map::new(),

@@ -53,6 +53,18 @@ pub struct Options {
     pub approval_timeout: Duration,
 }
 
+/// The gid of `--socket-group`; an unknown name is an error, never a silent "no group".
+fn socket_gid(options: &Options) -> Result<Option<u32>, String> {
+    let Some(name) = &options.socket_group else {
+        return Ok(None);
+    };
+    nix::unistd::Group::from_name(name)
+        .ok()
+        .flatten()
+        .map(|g| Some(g.gid.as_raw()))
+        .ok_or_else(|| format!("unknown socket group `{name}`"))
+}
+
 /// Why guardd did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -123,18 +135,9 @@ impl Daemon {
             path: options.policy.clone(),
             errors: e.to_string(),
         })?;
-        let socket_gid = match &options.socket_group {
-            Some(name) => Some(
-                nix::unistd::Group::from_name(name)
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| StartError::Settings(format!("unknown socket group `{name}`")))?
-                    .gid
-                    .as_raw(),
-            ),
-            None => None,
-        };
-        let access = Access::new(policy.settings(), socket_gid).map_err(StartError::Settings)?;
+        let access = socket_gid(&options)
+            .and_then(|gid| Access::new(policy.settings(), gid))
+            .map_err(StartError::Settings)?;
 
         let enforced = !options.allow_unenforced;
         let mut layers = Vec::new();
@@ -276,6 +279,39 @@ impl Daemon {
     /// Whether the kernel layers hold the calls this daemon runs.
     pub fn enforced(&self) -> bool {
         self.monitor.is_some() && !self.options.allow_unenforced
+    }
+
+    /// Loads the policy file again and puts it in force, with the access lists it sets; on any
+    /// error the policy in force stays, whole. Calls already decided keep their plans. The
+    /// outcome is an audit row (`by`: the admin's uid, `None` for SIGHUP) and an event.
+    pub async fn reload(&self, by: Option<u32>) -> Result<usize, String> {
+        let path = &self.options.policy;
+        let loaded = Policy::load(path)
+            .map_err(|e| format!("policy {}: invalid:\n{e}", path.display()))
+            .and_then(|policy| {
+                let access = Access::new(policy.settings(), socket_gid(&self.options)?)?;
+                Ok((policy, access))
+            });
+        let tools = loaded.as_ref().map(|(p, _)| p.tools().count()).ok();
+        let error = loaded.as_ref().err().cloned();
+        let row = serde_json::json!({
+            "kind": "reload",
+            "policy": path,
+            "by": by,
+            "tools": tools,
+            "error": error,
+        });
+        if let Err(e) = self.audit.append(crate::call::object(row)).await {
+            // A policy change nobody can audit does not happen.
+            return Err(format!("not reloaded: the audit log is unavailable: {e}"));
+        }
+        let event = serde_json::json!({ "tools": tools, "error": error, "by": by });
+        self.bus
+            .publish(crate::events::BusEvent::new("reload", None, None, event));
+        let (policy, access) = loaded?;
+        *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        Ok(tools.unwrap_or(0))
     }
 
     /// The policy in force.

@@ -21,7 +21,13 @@ pub enum Request {
     Pending(PendingRequest),
     Approve(ApproveRequest),
     Deny(DenyRequest),
+    Reload(ReloadRequest),
 }
+
+/// Load the policy file again (admins).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadRequest {}
 
 /// The calls waiting for approval (admins).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -143,11 +149,12 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         "pending" => Request::Pending(body_of(body)?),
         "approve" => Request::Approve(body_of(body)?),
         "deny" => Request::Deny(body_of(body)?),
+        "reload" => Request::Reload(body_of(body)?),
         other => {
             return Err(ProtocolError::new(
                 format!(
                     "unknown request type `{other}`; expected exec, check, status, subscribe, \
-                     pending, approve or deny"
+                     pending, approve, deny or reload"
                 ),
                 Some("type"),
             ));

@@ -173,7 +173,8 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
             Request::Subscribe(_)
             | Request::Pending(_)
             | Request::Approve(_)
-            | Request::Deny(_) => Role::Admin,
+            | Request::Deny(_)
+            | Request::Reload(_) => Role::Admin,
             Request::Exec(_) | Request::Check(_) | Request::Status(_) => Role::Client,
         };
         if !daemon
@@ -244,6 +245,22 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                     reason: req.reason,
                 };
                 resolve(daemon, &mut conn, &req.call_id, resolution).await?;
+            }
+            Request::Reload(_) => {
+                conn.take_fds();
+                match daemon.reload(Some(peer.uid)).await {
+                    Ok(tools) => {
+                        let body = json!({ "policy": daemon.options.policy, "tools": tools });
+                        conn.write(&protocol::frame("reloaded", body)).await?;
+                    }
+                    Err(message) => {
+                        let e = ProtocolError {
+                            message,
+                            field: None,
+                        };
+                        conn.write(&protocol::error_frame(&e)).await?;
+                    }
+                }
             }
         }
     }

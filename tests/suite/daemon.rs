@@ -513,3 +513,68 @@ fn syscall_tracing_is_attached_only_while_a_call_runs() {
         "still attached after the call"
     );
 }
+
+#[test]
+fn reload_puts_an_edited_policy_in_force_and_keeps_the_old_one_on_errors() {
+    if !support::privileged("reload_puts_an_edited_policy_in_force_and_keeps_the_old_one_on_errors")
+    {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let text = policy(&ws, "");
+    let guardd = Guardd::start(&text);
+    let policy_file = guardd.dir.join("policy.toml");
+    let exit_with = |code: &str| output(guardd.exec("exit_with", &[&format!("code:={code}")]));
+    assert_eq!(exit_with("3").status.code(), Some(3));
+
+    // A policy that no longer knows exit_with: after the reload the call is blocked.
+    std::fs::write(
+        &policy_file,
+        text.replace("tools.exit_with", "tools.gone"),
+    )
+    .expect("edit");
+    let out = output(guardd.ctl(&["reload"]));
+    assert!(out.status.success(), "reload: {out:?}");
+    assert_eq!(exit_with("3").status.code(), Some(126));
+
+    // A broken file: the reload fails, naming the file and line, and the policy in force stays.
+    std::fs::write(
+        &policy_file,
+        format!("{text}\n[tools.bad]\ntier = \"extreme\"\n"),
+    )
+    .expect("break");
+    let out = output(guardd.ctl(&["reload"]));
+    assert!(
+        !out.status.success(),
+        "a broken policy was reloaded: {out:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("policy.toml:"), "{stderr}");
+    assert_eq!(
+        exit_with("3").status.code(),
+        Some(126),
+        "the old policy was lost"
+    );
+
+    // SIGHUP reloads too; each attempt is an audit row.
+    std::fs::write(&policy_file, &text).expect("restore");
+    let pid = nix::unistd::Pid::from_raw(guardd.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while exit_with("4").status.code() != Some(4) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(exit_with("4").status.code(), Some(4));
+    let reloads: Vec<_> = guardd
+        .audit_rows()
+        .into_iter()
+        .filter(|r| r["kind"] == "reload")
+        .collect();
+    assert_eq!(reloads.len(), 3, "{reloads:#?}");
+    assert_eq!(
+        (reloads[0]["by"].as_u64(), reloads[0]["error"].is_null()),
+        (Some(0), true)
+    );
+    assert!(reloads[1]["error"].is_string());
+    assert!(reloads[2]["by"].is_null());
+}

@@ -1,5 +1,5 @@
 //! guardd: the daemon through which every tool call of an agent must pass.
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Parser;
 use guard::{daemon, server};
@@ -138,9 +138,25 @@ async fn serve() -> ExitCode {
     };
     tracing::info!(socket = %daemon.socket().display(), "listening");
     daemon.spawn_event_pump();
+    tokio::spawn(reload_on_sighup(Arc::clone(&daemon)));
     server::run(daemon, listener, shutdown_signal()).await;
     tracing::info!("stopped: socket removed, kernel programs detached");
     ExitCode::SUCCESS
+}
+
+/// SIGHUP loads the policy file again, as `guardctl reload` does; a bad file changes nothing.
+async fn reload_on_sighup(daemon: Arc<daemon::Daemon>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; reload with guardctl reload");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match daemon.reload(None).await {
+            Ok(tools) => tracing::info!(tools, "SIGHUP: policy reloaded"),
+            Err(e) => tracing::error!("SIGHUP: policy kept: {e}"),
+        }
+    }
 }
 
 async fn shutdown_signal() {

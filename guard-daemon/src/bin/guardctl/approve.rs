@@ -1,5 +1,5 @@
-//! `guardctl pending`, `approve` and `deny`: an admin answers the calls the policy held for a
-//! human (escalate, quarantine).
+//! The admin's requests: `guardctl pending`, `approve` and `deny` answer the calls the policy
+//! held for a human (escalate, quarantine); `guardctl reload` puts an edited policy in force.
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -63,6 +63,18 @@ pub fn resolve(socket: Option<PathBuf>, call_id: &str, deny: Option<Option<Strin
                 "denied"
             };
             println!("{call_id} {done}");
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// Asks guardd to load its policy file again.
+pub fn reload(socket: Option<PathBuf>) -> ExitCode {
+    match ask(socket, "reload", json!({})) {
+        Ok(reply) => {
+            let path = reply["policy"].as_str().unwrap_or("?");
+            println!("reloaded {path}: {} tools", reply["tools"]);
             ExitCode::SUCCESS
         }
         Err(code) => code,

@@ -104,6 +104,9 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Load guardd's policy file again (admins only); a bad file changes nothing and its errors
+    /// are printed. `kill -HUP` does the same.
+    Reload,
     /// One call's decision, sandbox and receipt, from the audit log.
     Show {
         /// The call's id (as guard-exec, `calls` and `events` show it).
@@ -190,6 +193,7 @@ fn main() -> ExitCode {
         } => live::calls(cli.socket, &audit, running, json),
         Command::Show { call_id, audit } => live::show(&audit, &call_id),
         Command::Pending { json } => approve::pending(cli.socket, json),
+        Command::Reload => approve::reload(cli.socket),
         Command::Approve { call_id } => approve::resolve(cli.socket, &call_id, None),
         Command::Deny { call_id, reason } => approve::resolve(cli.socket, &call_id, Some(reason)),
     }
