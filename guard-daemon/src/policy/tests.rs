@@ -305,6 +305,91 @@ fn meaning_errors() {
 }
 
 #[test]
+fn programs_the_call_may_write_are_refused() {
+    // command[0] inside a literal write effect: the error points at the program, names the key
+    // and the write effect's line.
+    let errs = errors(
+        r#"[tools.fmt]
+tier = "low"
+command = ["/opt/tools/bin/fmt", "--", "{path}"]
+[tools.fmt.args.path]
+type = "path"
+within = ["/srv/ws"]
+[tools.fmt.effects]
+write = ["{path}", "/opt/tools"]
+"#,
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with(
+            "test.toml:3:12: tools.fmt.command: program \"/opt/tools/bin/fmt\" and write effect \
+             \"/opt/tools\" (line 8) both reach /opt/tools/bin/fmt: the call could replace a \
+             program it may run"
+        ),
+        "{errs:?}"
+    );
+    let cases = [
+        // An exec effect inside a write effect, through `..`.
+        (
+            "exec = [\"/opt/tools/bin/../bin/lint\"]\nwrite = [\"/opt/tools/bin\"]",
+            "tools.t.effects.exec: program \"/opt/tools/bin/../bin/lint\" and write effect \"/opt/tools/bin\" (line 10) both reach /opt/tools/bin/lint",
+        ),
+        // A write effect inside a tree the call may run programs from.
+        (
+            "exec = [\"/opt/tools\"]\nwrite = [\"/opt/tools/cache\"]",
+            "both reach /opt/tools/cache",
+        ),
+        // A program argument whose roots hold a written path.
+        (
+            "exec = [\"{prog}\"]\nwrite = [\"/opt/tools/new\"]",
+            "program \"{prog}\" and write effect \"/opt/tools/new\" (line 10) both reach /opt/tools/new",
+        ),
+        // A written argument without within can name the program itself.
+        (
+            "write = [\"{out}\"]",
+            "tools.t.command: program \"/usr/bin/tee\" and write effect \"{out}\" (any path: 'out' has no within) (line 9) both reach /usr/bin/tee",
+        ),
+    ];
+    for (effects, want) in cases {
+        let errs = errors(&tee(effects));
+        assert!(
+            errs.iter().any(|e| e.contains(want)),
+            "{want:?} not in {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn programs_apart_from_written_paths_load() {
+    for effects in [
+        // The shape of the default policy's run_tests.
+        "exec = [\"/usr/bin\", \"/bin\"]\nwrite = [\"{path}\", \"/tmp\"]",
+        // Paths compare by whole components: /opt/toolsmith is not beneath /opt/tools.
+        "exec = [\"/opt/tools/fmt\"]\nwrite = [\"/opt/toolsmith\"]",
+        "exec = [\"{prog}\"]\nwrite = [\"/srv/ws/out\"]",
+    ] {
+        policy(&tee(effects));
+    }
+}
+
+/// A tool `t` running /usr/bin/tee, with a bounded `path`, an unbounded `out` and a `prog`
+/// within /opt/tools, and `effects` as the body of its effects table (from line 9).
+fn tee(effects: &str) -> String {
+    format!(
+        r#"[tools.t]
+tier = "low"
+command = ["/usr/bin/tee"]
+args.path = {{ type = "path", within = ["/srv/ws"], required = false }}
+args.out = {{ type = "path", required = false }}
+args.prog = {{ type = "path", within = ["/opt/tools"], required = false }}
+
+[tools.t.effects]
+{effects}
+"#
+    )
+}
+
+#[test]
 fn directories_merge_and_reject_duplicates() {
     let dir = std::env::temp_dir().join(format!("guard-policy-dir-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
