@@ -292,6 +292,10 @@ fn meaning_errors() {
             "[tools.a]\ntier = \"low\"\ncommand = [\"/bin/x\"]\nenv = { LD_PRELOAD = \"/x.so\" }\n",
             "may not be set",
         ),
+        (
+            "[tools.a]\ntier = \"low\"\n[tools.a.effects]\nconnect = [\"example.com:443\"]\n",
+            "no command to apply them to",
+        ),
         ("[tools.a]\ntier = \"extreme\"\n", "unknown tier"),
         ("[tools.a]\n", "missing key 'tier'"),
     ];

@@ -382,7 +382,13 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     }
     conf.syscalls = t.syscalls.iter().map(|s| s.v.clone()).collect();
     conf.allow_syscalls = t.allow_syscalls.iter().map(|s| s.v.clone()).collect();
-    if t.command.is_none() && (!t.effects.read.is_empty() || t.cwd.is_some() || !t.env.is_empty()) {
+    let e = &t.effects;
+    let effects = !e.read.is_empty()
+        || !e.write.is_empty()
+        || !e.exec.is_empty()
+        || !e.connect.is_empty()
+        || e.unix;
+    if t.command.is_none() && (effects || t.cwd.is_some() || !t.env.is_empty()) {
         d.err(
             &t.name.at,
             &tk,
