@@ -444,6 +444,69 @@ fn shipped_policies_load() {
     }
 }
 
+/// The fenced blocks of a Markdown text: (info string, body), in order.
+fn fenced_blocks(md: &str) -> Vec<(&str, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(&str, String)> = None;
+    for line in md.lines() {
+        let fence = line.strip_prefix("```");
+        if let Some((_, body)) = &mut open {
+            if fence == Some("") {
+                blocks.extend(open.take());
+            } else {
+                body.push_str(line);
+                body.push('\n');
+            }
+        } else if let Some(info) = fence {
+            open = Some((info.trim(), String::new()));
+        }
+    }
+    assert!(open.is_none(), "unclosed code block");
+    blocks
+}
+
+/// docs/policy.md cannot rot: each `toml` block is a whole policy that loads; each
+/// `toml invalid` block fails with exactly the errors of the `text` block after it (as
+/// `guardctl policy check bad.toml` prints them); `toml fragment` blocks are parts, skipped.
+#[test]
+fn docs_examples_parse() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/policy.md");
+    let md = std::fs::read_to_string(&path).expect("read docs/policy.md");
+    let blocks = fenced_blocks(&md);
+    let mut checked = 0;
+    for (i, (info, body)) in blocks.iter().enumerate() {
+        match *info {
+            "toml" => {
+                if let Err(e) = Policy::parse(Path::new("docs.toml"), body) {
+                    panic!("docs/policy.md block {i} does not load:\n{e}\n---\n{body}");
+                }
+                checked += 1;
+            }
+            "toml invalid" => {
+                let Err(e) = Policy::parse(Path::new("bad.toml"), body) else {
+                    panic!("docs/policy.md block {i} loads but is marked invalid:\n{body}");
+                };
+                let shown = match blocks.get(i + 1) {
+                    Some(("text", shown)) => shown,
+                    _ => panic!("docs/policy.md block {i}: no text block with its errors after it"),
+                };
+                let want = format!("{e}\nbad.toml: {} error(s)\n", e.len());
+                assert_eq!(
+                    shown,
+                    &want,
+                    "docs/policy.md block {} is out of date",
+                    i + 1
+                );
+                checked += 1;
+            }
+            "toml fragment" => {}
+            other if other.starts_with("toml") => panic!("unknown block kind {other:?}"),
+            _ => {}
+        }
+    }
+    assert!(checked >= 4, "only {checked} toml blocks found");
+}
+
 fn json_value() -> impl Strategy<Value = Json> {
     let leaf = prop_oneof![
         Just(Json::Null),
