@@ -8,10 +8,13 @@ use anyhow::{Context as _, Result, bail};
 /// The targets of `fuzz/fuzz_targets/`, in the order they run.
 pub const TARGETS: &[&str] = &["protocol_frame", "policy_parse", "decide"];
 
+/// Seconds each target runs, by default and under `cargo xtask test` with `CI=true`.
+pub const DEFAULT_SECONDS: u64 = 60;
+
 #[derive(clap::Args)]
 pub struct FuzzOptions {
     /// Seconds each target runs.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = DEFAULT_SECONDS)]
     pub seconds: u64,
     /// Run only these targets (default: all).
     pub targets: Vec<String>,

@@ -138,12 +138,12 @@ pub fn test(opts: &TestOptions) -> Result<()> {
         cmd.arg("--").args(&opts.args);
     }
     check(&mut cmd)?;
-    // CI also fuzzes briefly; locally `cargo xtask fuzz` runs longer.
+    // CI also fuzzes, each target as long as `cargo xtask fuzz` does by default.
     if env::var("CI").is_ok_and(|v| v == "true") {
         crate::fuzz::fuzz(
             &root(),
             &crate::fuzz::FuzzOptions {
-                seconds: 30,
+                seconds: crate::fuzz::DEFAULT_SECONDS,
                 targets: Vec::new(),
             },
         )?;

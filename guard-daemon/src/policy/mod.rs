@@ -7,6 +7,7 @@
 //! wins: registry, ceiling, arguments, rules (strictest match), escalation, allow.
 
 mod args;
+mod overlap;
 mod parse;
 mod rules;
 mod source;

@@ -292,6 +292,10 @@ fn meaning_errors() {
             "[tools.a]\ntier = \"low\"\ncommand = [\"/bin/x\"]\nenv = { LD_PRELOAD = \"/x.so\" }\n",
             "may not be set",
         ),
+        (
+            "[tools.a]\ntier = \"low\"\n[tools.a.effects]\nconnect = [\"example.com:443\"]\n",
+            "no command to apply them to",
+        ),
         ("[tools.a]\ntier = \"extreme\"\n", "unknown tier"),
         ("[tools.a]\n", "missing key 'tier'"),
     ];
@@ -302,6 +306,91 @@ fn meaning_errors() {
             "{want:?} not in {errs:?}"
         );
     }
+}
+
+#[test]
+fn programs_the_call_may_write_are_refused() {
+    // command[0] inside a literal write effect: the error points at the program, names the key
+    // and the write effect's line.
+    let errs = errors(
+        r#"[tools.fmt]
+tier = "low"
+command = ["/opt/tools/bin/fmt", "--", "{path}"]
+[tools.fmt.args.path]
+type = "path"
+within = ["/srv/ws"]
+[tools.fmt.effects]
+write = ["{path}", "/opt/tools"]
+"#,
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with(
+            "test.toml:3:12: tools.fmt.command: program \"/opt/tools/bin/fmt\" and write effect \
+             \"/opt/tools\" (line 8) both reach /opt/tools/bin/fmt: the call could replace a \
+             program it may run"
+        ),
+        "{errs:?}"
+    );
+    let cases = [
+        // An exec effect inside a write effect, through `..`.
+        (
+            "exec = [\"/opt/tools/bin/../bin/lint\"]\nwrite = [\"/opt/tools/bin\"]",
+            "tools.t.effects.exec: program \"/opt/tools/bin/../bin/lint\" and write effect \"/opt/tools/bin\" (line 10) both reach /opt/tools/bin/lint",
+        ),
+        // A write effect inside a tree the call may run programs from.
+        (
+            "exec = [\"/opt/tools\"]\nwrite = [\"/opt/tools/cache\"]",
+            "both reach /opt/tools/cache",
+        ),
+        // A program argument whose roots hold a written path.
+        (
+            "exec = [\"{prog}\"]\nwrite = [\"/opt/tools/new\"]",
+            "program \"{prog}\" and write effect \"/opt/tools/new\" (line 10) both reach /opt/tools/new",
+        ),
+        // A written argument without within can name the program itself.
+        (
+            "write = [\"{out}\"]",
+            "tools.t.command: program \"/usr/bin/tee\" and write effect \"{out}\" (any path: 'out' has no within) (line 9) both reach /usr/bin/tee",
+        ),
+    ];
+    for (effects, want) in cases {
+        let errs = errors(&tee(effects));
+        assert!(
+            errs.iter().any(|e| e.contains(want)),
+            "{want:?} not in {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn programs_apart_from_written_paths_load() {
+    for effects in [
+        // The shape of the default policy's run_tests.
+        "exec = [\"/usr/bin\", \"/bin\"]\nwrite = [\"{path}\", \"/tmp\"]",
+        // Paths compare by whole components: /opt/toolsmith is not beneath /opt/tools.
+        "exec = [\"/opt/tools/fmt\"]\nwrite = [\"/opt/toolsmith\"]",
+        "exec = [\"{prog}\"]\nwrite = [\"/srv/ws/out\"]",
+    ] {
+        policy(&tee(effects));
+    }
+}
+
+/// A tool `t` running /usr/bin/tee, with a bounded `path`, an unbounded `out` and a `prog`
+/// within /opt/tools, and `effects` as the body of its effects table (from line 9).
+fn tee(effects: &str) -> String {
+    format!(
+        r#"[tools.t]
+tier = "low"
+command = ["/usr/bin/tee"]
+args.path = {{ type = "path", within = ["/srv/ws"], required = false }}
+args.out = {{ type = "path", required = false }}
+args.prog = {{ type = "path", within = ["/opt/tools"], required = false }}
+
+[tools.t.effects]
+{effects}
+"#
+    )
 }
 
 #[test]
@@ -353,6 +442,69 @@ fn shipped_policies_load() {
             panic!("{f}:\n{e}");
         }
     }
+}
+
+/// The fenced blocks of a Markdown text: (info string, body), in order.
+fn fenced_blocks(md: &str) -> Vec<(&str, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(&str, String)> = None;
+    for line in md.lines() {
+        let fence = line.strip_prefix("```");
+        if let Some((_, body)) = &mut open {
+            if fence == Some("") {
+                blocks.extend(open.take());
+            } else {
+                body.push_str(line);
+                body.push('\n');
+            }
+        } else if let Some(info) = fence {
+            open = Some((info.trim(), String::new()));
+        }
+    }
+    assert!(open.is_none(), "unclosed code block");
+    blocks
+}
+
+/// docs/policy.md cannot rot: each `toml` block is a whole policy that loads; each
+/// `toml invalid` block fails with exactly the errors of the `text` block after it (as
+/// `guardctl policy check bad.toml` prints them); `toml fragment` blocks are parts, skipped.
+#[test]
+fn docs_examples_parse() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/policy.md");
+    let md = std::fs::read_to_string(&path).expect("read docs/policy.md");
+    let blocks = fenced_blocks(&md);
+    let mut checked = 0;
+    for (i, (info, body)) in blocks.iter().enumerate() {
+        match *info {
+            "toml" => {
+                if let Err(e) = Policy::parse(Path::new("docs.toml"), body) {
+                    panic!("docs/policy.md block {i} does not load:\n{e}\n---\n{body}");
+                }
+                checked += 1;
+            }
+            "toml invalid" => {
+                let Err(e) = Policy::parse(Path::new("bad.toml"), body) else {
+                    panic!("docs/policy.md block {i} loads but is marked invalid:\n{body}");
+                };
+                let shown = match blocks.get(i + 1) {
+                    Some(("text", shown)) => shown,
+                    _ => panic!("docs/policy.md block {i}: no text block with its errors after it"),
+                };
+                let want = format!("{e}\nbad.toml: {} error(s)\n", e.len());
+                assert_eq!(
+                    shown,
+                    &want,
+                    "docs/policy.md block {} is out of date",
+                    i + 1
+                );
+                checked += 1;
+            }
+            "toml fragment" => {}
+            other if other.starts_with("toml") => panic!("unknown block kind {other:?}"),
+            _ => {}
+        }
+    }
+    assert!(checked >= 4, "only {checked} toml blocks found");
 }
 
 fn json_value() -> impl Strategy<Value = Json> {

@@ -1,13 +1,18 @@
 //! Meaning: turns the raw items of every file into one compiled policy, checking what only
 //! makes sense together: duplicates, placeholders, rule targets, regexes, contradictions.
 
-use std::{collections::HashMap, path::PathBuf, time::Duration};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use regex::Regex;
 
 use super::{
     Policy, Settings, Tool,
-    args::ArgSpec,
+    args::{ArgSpec, normalize},
+    overlap::Reach,
     parse::{ArgType, RawDoc, RawTool},
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
@@ -268,6 +273,7 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let read = path_elems(d, &t.effects.read, "read");
     let write = path_elems(d, &t.effects.write, "write");
     let exec = path_elems(d, &t.effects.exec, "exec");
+    exec_not_writable(d, &tk, t, &args);
     let cwd = t.cwd.as_ref().and_then(|c| {
         let mut v = path_elems(d, std::slice::from_ref(c), "cwd");
         v.pop()
@@ -376,7 +382,13 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     }
     conf.syscalls = t.syscalls.iter().map(|s| s.v.clone()).collect();
     conf.allow_syscalls = t.allow_syscalls.iter().map(|s| s.v.clone()).collect();
-    if t.command.is_none() && (!t.effects.read.is_empty() || t.cwd.is_some() || !t.env.is_empty()) {
+    let e = &t.effects;
+    let effects = !e.read.is_empty()
+        || !e.write.is_empty()
+        || !e.exec.is_empty()
+        || !e.connect.is_empty()
+        || e.unix;
+    if t.command.is_none() && (effects || t.cwd.is_some() || !t.env.is_empty()) {
         d.err(
             &t.name.at,
             &tk,
@@ -402,6 +414,70 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         confinement: conf,
         rules: Vec::new(),
         redact: DetectorSet::SECRET_CLASS,
+    }
+}
+
+/// Refuses a program the call may run (`command[0]`, `effects.exec`) that one of its write
+/// effects can also name: the call could replace the program, and the kernel's exec allow-list,
+/// which goes by path, would run the replacement. Templates are compared by what they can name
+/// at load time ([`Reach`]); malformed ones are skipped, they have their own error.
+fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
+    let reach = |s: &S<String>| -> Option<(Reach, String)> {
+        match placeholder(&s.v) {
+            Ok(None) if s.v.starts_with('/') => Some((
+                Reach::literal(&normalize(Path::new(&s.v))),
+                format!("\"{}\"", s.v),
+            )),
+            Ok(Some(name)) => {
+                let spec = args
+                    .iter()
+                    .find(|a| a.name == name && a.ty == ArgType::Path)?;
+                let reach = Reach::arg(spec);
+                let what = match reach {
+                    Reach::Anywhere => format!("\"{}\" (any path: '{name}' has no within)", s.v),
+                    Reach::Beneath(_) => format!("\"{}\"", s.v),
+                };
+                Some((reach, what))
+            }
+            _ => None,
+        }
+    };
+    let writes: Vec<(&S<String>, Reach, String)> = t
+        .effects
+        .write
+        .iter()
+        .filter_map(|s| reach(s).map(|(r, what)| (s, r, what)))
+        .collect();
+    if writes.is_empty() {
+        return;
+    }
+    // command[0] is a literal absolute path, or already an error.
+    let program = t.command.iter().filter_map(|c| c.first());
+    let programs = program
+        .filter(|s| s.v.starts_with('/'))
+        .map(|s| (s, "command"))
+        .chain(t.effects.exec.iter().map(|s| (s, "effects.exec")));
+    for (s, key) in programs {
+        let Some((runs, what)) = reach(s) else {
+            continue;
+        };
+        let Some((w, shared, wwhat)) = writes
+            .iter()
+            .find_map(|(w, wr, wwhat)| runs.meet(wr).map(|shared| (w, shared, wwhat)))
+        else {
+            continue;
+        };
+        let line = d.src.error(&w.at, "", "").position.map_or(0, |p| p.0);
+        let shared = shared.map_or("any path".to_string(), |p| p.display().to_string());
+        d.err(
+            &s.at,
+            &format!("{tk}.{key}"),
+            format!(
+                "program {what} and write effect {wwhat} (line {line}) both reach {shared}: \
+                 the call could replace a program it may run, and the kernel's exec allow-list, \
+                 which goes by path, would run the replacement"
+            ),
+        );
     }
 }
 
