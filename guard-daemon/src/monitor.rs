@@ -186,16 +186,27 @@ struct Installed {
 }
 
 /// The exec keys of `path`: as written and, if different, with symlinks resolved, because the
-/// kernel sees whichever spelling the caller passed to execve.
+/// kernel sees whichever spelling the caller passed to execve. A directory's keys end in `/`:
+/// they approve what lies beneath it.
 fn exec_keys(cgroup_id: u64, path: &Path) -> Vec<ExecKey> {
-    let mut keys = vec![ExecKey {
-        cgroup_id,
-        hash: path_hash(path.as_os_str().as_bytes()),
-    }];
+    let key = |p: &Path| {
+        let mut bytes = p.as_os_str().as_bytes().to_vec();
+        if p.is_dir() {
+            while bytes.last() == Some(&b'/') {
+                bytes.pop();
+            }
+            bytes.push(b'/');
+        }
+        ExecKey {
+            cgroup_id,
+            hash: path_hash(&bytes),
+        }
+    };
+    let mut keys = vec![key(path)];
     if let Ok(real) = fs::canonicalize(path) {
-        let hash = path_hash(real.as_os_str().as_bytes());
-        if hash != keys[0].hash {
-            keys.push(ExecKey { cgroup_id, hash });
+        let real = key(&real);
+        if real != keys[0] {
+            keys.push(real);
         }
     }
     keys

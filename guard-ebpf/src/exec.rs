@@ -15,7 +15,7 @@ use aya_ebpf::{
 use guard_common::{
     call::FLAG_ENFORCE_EXEC,
     event::{ACTION_ALLOWED, ACTION_KILLED, KIND_EXEC},
-    exec::{ExecKey, path_hash},
+    exec::{ExecKey, path_allowed},
 };
 
 use crate::maps::{EXEC_ALLOW, SCRATCH, current_call, reserve_event};
@@ -51,12 +51,11 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     };
 
     let enforce = config.flags & FLAG_ENFORCE_EXEC != 0;
-    let key = ExecKey {
-        cgroup_id,
-        hash: path_hash(path),
+    let approved = |hash| {
+        // SAFETY: only presence is tested.
+        unsafe { EXEC_ALLOW.get(&ExecKey { cgroup_id, hash }) }.is_some()
     };
-    // SAFETY: only presence is tested.
-    let allowed = !enforce || unsafe { EXEC_ALLOW.get(&key) }.is_some();
+    let allowed = !enforce || path_allowed(path, approved);
     if !allowed {
         // SAFETY: signals the current task, which is the one executing the unapproved image.
         unsafe { bpf_send_signal(SIGKILL) };

@@ -528,11 +528,7 @@ fn reload_puts_an_edited_policy_in_force_and_keeps_the_old_one_on_errors() {
     assert_eq!(exit_with("3").status.code(), Some(3));
 
     // A policy that no longer knows exit_with: after the reload the call is blocked.
-    std::fs::write(
-        &policy_file,
-        text.replace("tools.exit_with", "tools.gone"),
-    )
-    .expect("edit");
+    std::fs::write(&policy_file, text.replace("tools.exit_with", "tools.gone")).expect("edit");
     let out = output(guardd.ctl(&["reload"]));
     assert!(out.status.success(), "reload: {out:?}");
     assert_eq!(exit_with("3").status.code(), Some(126));

@@ -917,3 +917,27 @@ fn escape_a_syscall_outside_strict_mode_takes_the_whole_tree() {
     assert_eq!(row["effects_observed"]["verdict"], "diverged", "{row:#}");
     assert_eq!(row["effects_observed"]["seccomp_kills"], 1, "{row:#}");
 }
+
+#[test]
+fn escape_dot_dot_cannot_climb_out_of_an_approved_exec_directory() {
+    if !support::privileged("escape_dot_dot_cannot_climb_out_of_an_approved_exec_directory") {
+        return;
+    }
+    let s = Setup::new();
+    // Both spellings, as the default policy has them: the kernel compares the path as passed to
+    // execve, and env with no PATH looks in /bin first.
+    let guardd = Guardd::start(&s.policy("exec = [\"/usr/bin\", \"/bin\"]", ""));
+    // An approved directory approves the programs in it (make, sh, cc...).
+    assert_ok(&call(&guardd, &["exec", "/usr/bin/true"]));
+    assert_ok(&call(&guardd, &["exec", "/usr/bin/env", "true"]));
+    assert_verdict(&guardd, "conformed");
+    // Out of it through `..`, to the loader landlock lets every program execute: killed.
+    let ld = "/usr/bin/../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+    assert!(
+        Path::new(ld).exists(),
+        "{ld} missing: written for x86_64 glibc hosts"
+    );
+    let out = call(&guardd, &["exec", ld, "/usr/bin/true"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_verdict(&guardd, "diverged");
+}
