@@ -5,7 +5,7 @@
 //! [`audit`] records the decision, and [`call`] carries an allowed call through: a [`cgroup`],
 //! the kernel's allow-lists ([`monitor`]), the confined launch ([`sandbox`]) of its [`plan`],
 //! and the receipt of what it did ([`events`]). [`daemon`] holds the shared state and the
-//! start-up, proven by [`selftest`].
+//! start-up, proven by [`selftest`]. [`stages`] times a call's way through all of it.
 pub mod access;
 pub mod audit;
 pub mod call;
@@ -24,3 +24,4 @@ pub mod protocol;
 pub mod sandbox;
 pub mod selftest;
 pub mod server;
+pub mod stages;
