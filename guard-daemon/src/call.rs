@@ -32,6 +32,7 @@ use crate::{
     plan::{Endpoint, LaunchPlan, OnDivergence},
     protocol::{self, ProtocolError},
     sandbox,
+    stages::Stages,
 };
 
 /// Why an allowed call could not be carried through.
@@ -61,6 +62,7 @@ pub async fn exec(
     intent: Intent,
     mut conn: Conn,
 ) -> io::Result<()> {
+    let mut stages = Stages::start();
     let fds = conn.take_fds();
     let Ok(stdio) = <[OwnedFd; 3]>::try_from(fds) else {
         let e = ProtocolError {
@@ -77,6 +79,7 @@ pub async fn exec(
         };
         return conn.write(&protocol::error_frame(&e)).await;
     };
+    stages.lap("slot");
 
     let call_id = daemon.new_call_id();
     let policy = daemon.policy();
@@ -92,12 +95,14 @@ pub async fn exec(
         "decision": verdict.row,
         "enforced": enforced,
     });
+    stages.lap("decide");
     if let Err(e) = daemon.audit.append(object(row)).await {
         // Fail closed: a call whose decision cannot be recorded does not run.
         tracing::error!(call = %call_id, "audit log unavailable, blocking: {e}");
         let reply = json!({ "call_id": call_id, "decision": Decision::Block, "message": "blocked: the audit log is unavailable" });
         return conn.write(&protocol::frame("decision", reply)).await;
     }
+    stages.lap("audit_decision");
     let decision = verdict.row.decision;
     daemon.bus.publish(BusEvent::new(
         "decision",
@@ -118,7 +123,9 @@ pub async fn exec(
                 args: verdict.redacted_args.clone(),
                 since: approval::now(),
             };
-            match hold(daemon, held, &message, &mut conn).await? {
+            let answer = hold(daemon, held, &message, &mut conn).await?;
+            stages.lap("approval");
+            match answer {
                 Some(by) => (plan, Some(by)),
                 None => return Ok(()),
             }
@@ -133,9 +140,10 @@ pub async fn exec(
         reply["approved_by"] = by.into();
     }
     conn.write(&protocol::frame("decision", reply)).await?;
+    stages.lap("reply_decision");
 
     let started = Instant::now();
-    let result = run(daemon, &call_id, peer, &plan, stdio, &mut conn).await;
+    let result = run(daemon, &call_id, peer, &plan, stdio, &mut conn, &mut stages).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1e3;
     let (exit, sandbox_applied, receipt, error) = match result {
         Ok((outcome, applied, receipt)) => (Some(outcome), Some(applied), receipt, None),
@@ -161,11 +169,15 @@ pub async fn exec(
         "exit": exit,
         "error": error,
         "duration_ms": duration_ms,
+        "timings_us": stages,
         "enforced": enforced,
     });
+    stages.skip();
     if let Err(e) = daemon.audit.append(object(row)).await {
         tracing::error!(call = %call_id, "audit log unavailable for the finished row: {e}");
     }
+    stages.lap("audit_finished");
+    tracing::debug!(call = %call_id, total_us = stages.total().as_micros() as u64, "stages: {stages}");
     daemon.bus.publish(BusEvent::new(
         "exit",
         Some(&call_id),
@@ -312,14 +324,17 @@ async fn run(
     plan: &LaunchPlan,
     stdio: [OwnedFd; 3],
     conn: &mut Conn,
+    stages: &mut Stages,
 ) -> Result<Ran, (CallError, Option<Receipt>)> {
     let cgroup = Cgroup::create(daemon.root.path(), &format!("call-{call_id}"))
         .map_err(|e| (e.into(), None))?;
     let id = cgroup.id();
+    stages.lap("cgroup");
     let dests = match resolve(&plan.effects.connect).await {
         Ok(d) => d,
         Err(e) => return Err((e, None)),
     };
+    stages.lap("resolve");
     let kill = plan.effects.on_divergence == OnDivergence::Kill;
     let mut flags = FLAG_ENFORCE_EXEC;
     if kill {
@@ -353,7 +368,9 @@ async fn run(
     daemon.tracker.track(id, tracked);
     let result = async {
         daemon.with_monitor(|m| m.watch(id, &watch)).transpose()?;
+        stages.lap("watch");
         let launched = sandbox::spawn(plan, &cgroup, stdio, &daemon.launch)?;
+        stages.absorb(&launched.stages);
         let applied = launched.applied.clone();
         let pid = launched.pid.as_raw() as u32;
         daemon.running.lock().unwrap_or_else(|p| p.into_inner()).insert(
@@ -379,6 +396,7 @@ async fn run(
                 run.await?
             }
         };
+        stages.lap("run");
         Ok::<_, CallError>((outcome, applied))
     }
     .await;
@@ -388,6 +406,7 @@ async fn run(
         .unwrap_or_else(|p| p.into_inner())
         .remove(call_id);
     daemon.flush_events().await;
+    stages.lap("flush_events");
     let mut receipt = daemon.tracker.finish(id);
     match daemon.with_monitor(|m| m.forks(id)) {
         Some(Ok(forks)) => {
@@ -412,12 +431,15 @@ async fn run(
         Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's syscalls: {e}"),
         None => {}
     }
+    stages.lap("receipt");
     if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
         tracing::warn!(call = %call_id, "forgetting the call in the kernel: {e}");
     }
+    stages.lap("unwatch");
     if let Err(e) = cgroup.remove() {
         tracing::warn!(call = %call_id, "removing the call's cgroup: {e}");
     }
+    stages.lap("cgroup_remove");
     match result {
         Ok((outcome, applied)) => Ok((outcome, applied, receipt)),
         Err(e) => Err((e, receipt)),

@@ -6,7 +6,7 @@
 //! and [`call`] carries an allowed call through: a [`cgroup`],
 //! the kernel's allow-lists ([`monitor`]), the confined launch ([`sandbox`]) of its [`plan`],
 //! and the receipt of what it did ([`events`], [`opens`]). [`daemon`] holds the shared state and the
-//! start-up, proven by [`selftest`].
+//! start-up, proven by [`selftest`]. [`stages`] times a call's way through all of it.
 pub mod access;
 pub mod approval;
 pub mod audit;
@@ -27,3 +27,4 @@ pub mod protocol;
 pub mod sandbox;
 pub mod selftest;
 pub mod server;
+pub mod stages;

@@ -28,6 +28,7 @@ use super::{
 use crate::{
     cgroup::{Cgroup, CgroupError},
     plan::LaunchPlan,
+    stages::Stages,
 };
 
 /// The guard's dedicated unprivileged user, created by `cargo xtask setup` with
@@ -128,6 +129,8 @@ pub struct Launched {
     pub pidfd: Option<OwnedFd>,
     pub applied: Applied,
     pub started: Instant,
+    /// Where the launch's time went: preparing, landlock, seccomp, limits, fork, exec.
+    pub stages: Stages,
     /// Keeps the v1 limit cgroups until the call is over.
     limits: CallLimits,
 }
@@ -252,6 +255,7 @@ pub fn spawn(
     stdio: [OwnedFd; 3],
     opts: &LaunchOptions,
 ) -> Result<Launched, SandboxError> {
+    let mut stages = Stages::start();
     // Everything that allocates happens here, before fork.
     let program_path = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
     if !Path::new(program_path).is_absolute() {
@@ -272,10 +276,12 @@ pub fn spawn(
     let cwd = cstring(cwd_path.as_os_str().as_bytes(), "cwd")?;
 
     let user = resolve_user(plan, opts)?;
+    stages.lap("prepare");
 
     let rules = landlock::rules(plan);
     let prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
     let proc_self = c"/proc/self";
+    stages.lap("landlock");
 
     let table = seccomp::table(plan)?;
     let programs = table.compile()?;
@@ -288,11 +294,13 @@ pub fn spawn(
             filter: p.as_ptr() as *mut libc::sock_filter,
         })
         .collect();
+    stages.lap("seccomp");
 
     let limits = CallLimits::setup(opts.limits, cgroup, &plan.confinement)?;
     let cgroup_procs = cgroup.procs_fd()?;
     let (report_r, report_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
+    stages.lap("limits");
 
     let applied = Applied {
         landlock_abi: prepared.abi,
@@ -336,6 +344,7 @@ pub fn spawn(
         ForkResult::Child => child(&ctx),
         ForkResult::Parent { child } => child,
     };
+    stages.lap("fork");
     drop(report_w);
     drop(stdio);
     let started = Instant::now();
@@ -367,6 +376,7 @@ pub fn spawn(
         return Err(SandboxError::Child { stage, errno });
     }
 
+    stages.lap("exec");
     // SAFETY: pidfd_open takes a pid and flags, and returns a new fd or -1.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
     // SAFETY: a non-negative result is a new fd that nothing else owns.
@@ -377,6 +387,7 @@ pub fn spawn(
         pidfd,
         applied,
         started,
+        stages,
         limits,
     })
 }
