@@ -67,6 +67,10 @@ fn is(b: u8, c: u8) -> u64 {
     u64::from(b ^ c).wrapping_sub(1) >> 63
 }
 
+#[cfg(feature = "user")]
+// SAFETY: repr(C), two u64, no padding (size asserted above).
+unsafe impl aya::Pod for ExecKey {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,7 +109,3 @@ mod tests {
         assert!(allows(&["/opt/../bin/x"], "/opt/../bin/x"));
     }
 }
-
-#[cfg(feature = "user")]
-// SAFETY: repr(C), two u64, no padding (size asserted above).
-unsafe impl aya::Pod for ExecKey {}

@@ -451,7 +451,7 @@ fn abuse_a_huge_policy_loads_or_fails_cleanly() {
     // Hostile shapes: each must be refused with a message, never crash guardd.
     let dir = support::TempDir::new("policy-abuse");
     let nested = format!("x = {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
-    let tables = format!("{}\n", "[a.".repeat(1) + &"b.".repeat(100_000) + "c]");
+    let tables = format!("{}\n", "[a.".to_owned() + &"b.".repeat(100_000) + "c]");
     let junk: String = (0..2_000_000u32)
         .map(|i| char::from(b'!' + (i.wrapping_mul(2_654_435_761) >> 26) as u8))
         .collect();

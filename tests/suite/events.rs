@@ -59,10 +59,10 @@ fn follow(guardd: &Guardd) -> (std::process::Child, mpsc::Receiver<(Instant, Val
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line) {
-                if tx.send((Instant::now(), v)).is_err() {
-                    return;
-                }
+            if let Ok(v) = serde_json::from_str(&line)
+                && tx.send((Instant::now(), v)).is_err()
+            {
+                return;
             }
         }
     });

@@ -359,7 +359,7 @@ fn run(action: &[String]) -> Res {
             // SAFETY: fd was just created and is owned here.
             let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
             file.write_all(&image)?;
-            let argv = cstrings(&action[..])?;
+            let argv = cstrings(action)?;
             let ptrs = nul_terminated(&argv);
             let envp: [*const libc::c_char; 1] = [std::ptr::null()];
             let _ = io::stdout().flush();
