@@ -5,11 +5,7 @@
 //! The registry is in memory on purpose: a held call is a caller waiting on an open connection,
 //! and neither survives guardd. Every outcome is an audit row before the caller learns it.
 
-use std::{
-    collections::BTreeMap,
-    sync::Mutex,
-    time::{Duration, SystemTime},
-};
+use std::{collections::BTreeMap, sync::Mutex, time::Duration};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -112,11 +108,6 @@ impl Approvals {
     }
 }
 
-/// Now, for `Held::since`.
-pub fn now() -> String {
-    crate::audit::ts::format(SystemTime::now())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,7 +120,7 @@ mod tests {
             reason: "irreversible".into(),
             uid: 1000,
             args: Value::Null,
-            since: now(),
+            since: crate::audit::ts::now(),
         }
     }
 

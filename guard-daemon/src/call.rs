@@ -20,7 +20,7 @@ use tokio::sync::SemaphorePermit;
 
 use crate::{
     access::Peer,
-    approval::{self, Held, Resolution},
+    approval::{Held, Resolution},
     cgroup::Cgroup,
     conn::Conn,
     daemon::{Daemon, Running},
@@ -121,7 +121,7 @@ pub async fn exec(
                 reason: verdict.row.reason.clone(),
                 uid: peer.uid,
                 args: verdict.redacted_args.clone(),
-                since: approval::now(),
+                since: crate::audit::ts::now(),
             };
             let answer = hold(daemon, held, &message, &mut conn).await?;
             stages.lap("approval");
@@ -408,28 +408,21 @@ async fn run(
     daemon.flush_events().await;
     stages.lap("flush_events");
     let mut receipt = daemon.tracker.finish(id);
-    match daemon.with_monitor(|m| m.forks(id)) {
-        Some(Ok(forks)) => {
-            if let Some(r) = receipt.as_mut() {
+    if let Some(r) = receipt.as_mut() {
+        // The kernel's counts of the call, read before unwatch forgets them.
+        let trace = daemon.options.trace_syscalls;
+        let counts = daemon.with_monitor(|m| {
+            let syscalls = if trace { m.syscalls(id)? } else { Vec::new() };
+            Ok::<_, crate::monitor::MonitorError>((m.forks(id)?, syscalls))
+        });
+        match counts {
+            Some(Ok((forks, syscalls))) => {
                 r.processes += forks;
+                r.syscalls = crate::events::syscall_names(&syscalls);
             }
+            Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's counts: {e}"),
+            None => {}
         }
-        Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's process count: {e}"),
-        None => {}
-    }
-    let syscalls = daemon
-        .options
-        .trace_syscalls
-        .then(|| daemon.with_monitor(|m| m.syscalls(id)))
-        .flatten();
-    match syscalls {
-        Some(Ok(numbers)) => {
-            if let Some(r) = receipt.as_mut() {
-                r.syscalls = crate::events::syscall_names(&numbers);
-            }
-        }
-        Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's syscalls: {e}"),
-        None => {}
     }
     stages.lap("receipt");
     if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {

@@ -64,10 +64,8 @@ fn check4(ctx: &SockAddrContext) -> i32 {
         proto,
         _pad: 0,
     };
-    let allowed = match ALLOW4.get_ptr_mut(&key) {
-        Some(seen) if !first_use(seen) => return ALLOW,
-        Some(_) => true,
-        None => false,
+    let Some(allowed) = to_report(ALLOW4.get_ptr_mut(&key)) else {
+        return ALLOW;
     };
     let mut bytes = [0u8; 16];
     bytes[..4].copy_from_slice(&addr.to_ne_bytes());
@@ -95,10 +93,8 @@ fn check6(ctx: &SockAddrContext) -> i32 {
         proto,
         _pad: [0; 5],
     };
-    let allowed = match ALLOW6.get_ptr_mut(&key) {
-        Some(seen) if !first_use(seen) => return ALLOW,
-        Some(_) => true,
-        None => false,
+    let Some(allowed) = to_report(ALLOW6.get_ptr_mut(&key)) else {
+        return ALLOW;
     };
     let mut bytes = [0u8; 16];
     for (i, word) in addr.iter().enumerate() {
@@ -107,19 +103,23 @@ fn check6(ctx: &SockAddrContext) -> i32 {
     report(cgroup_id, allowed, AF_INET6, port, proto, bytes)
 }
 
-/// Marks an approved destination used; true the first time. Two CPUs racing on the first use
-/// may both report it, which the receipt tolerates.
+/// Whether to report a destination, and as allowed or not: `None` for an approved one already
+/// reported, which passes silently; otherwise marks an approved one reported. Two CPUs racing on
+/// the first use may both report it, which the receipt tolerates.
 #[inline(always)]
-fn first_use(seen: *mut u8) -> bool {
+fn to_report(seen: Option<*mut u8>) -> Option<bool> {
+    let Some(seen) = seen else {
+        return Some(false);
+    };
     // SAFETY: `seen` points at the destination's value in the allow-list map, valid for the
     // program's run.
     unsafe {
         if *seen == REPORTED {
-            return false;
+            return None;
         }
         *seen = REPORTED;
     }
-    true
+    Some(true)
 }
 
 #[inline(always)]
