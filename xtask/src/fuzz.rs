@@ -1,9 +1,12 @@
 //! `cargo xtask fuzz`: runs each cargo-fuzz target of `fuzz/` for a while. cargo-fuzz is
-//! installed on first use; the targets build with the nightly toolchain (sanitizers).
+//! installed on first use; the targets build with guard's pinned nightly (sanitizers), which
+//! `cargo xtask setup` installs.
 
 use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, Result, bail};
+
+use crate::toolchain::EBPF_TOOLCHAIN;
 
 /// The targets of `fuzz/fuzz_targets/`, in the order they run.
 pub const TARGETS: &[&str] = &["protocol_frame", "policy_parse", "decide"];
@@ -20,10 +23,17 @@ pub struct FuzzOptions {
     pub targets: Vec<String>,
 }
 
-/// True when `cargo +nightly fuzz` answers.
+/// `cargo +TOOLCHAIN`, the pinned nightly.
+fn cargo_nightly() -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.arg(format!("+{EBPF_TOOLCHAIN}"));
+    cmd
+}
+
+/// True when cargo-fuzz answers under the pinned nightly.
 fn have_cargo_fuzz() -> bool {
-    Command::new("cargo")
-        .args(["+nightly", "fuzz", "--version"])
+    cargo_nightly()
+        .args(["fuzz", "--version"])
         .output()
         .is_ok_and(|o| o.status.success())
 }
@@ -59,14 +69,14 @@ pub fn fuzz(root: &Path, opts: &FuzzOptions) -> Result<()> {
     for target in targets {
         println!("fuzz: {target} for {} s", opts.seconds);
         // Run from fuzz/ (its own workspace); corpus and artifacts stay there (git-ignored).
-        let status = Command::new("cargo")
+        let status = cargo_nightly()
             .current_dir(root.join("fuzz"))
             // A cargo of the outer workspace may be in the environment; the fuzz crate needs
             // nightly's.
             .env_remove("CARGO")
             .env_remove("RUSTC")
             .env_remove("RUSTUP_TOOLCHAIN")
-            .args(["+nightly", "fuzz", "run", target, "--"])
+            .args(["fuzz", "run", target, "--"])
             .arg(format!("-max_total_time={}", opts.seconds))
             // Frames are at most 1 MiB; inputs far smaller find the bugs faster.
             .arg("-max_len=65536")
@@ -75,7 +85,7 @@ pub fn fuzz(root: &Path, opts: &FuzzOptions) -> Result<()> {
         if !status.success() {
             bail!(
                 "fuzz target {target} failed ({status}): the crashing input is in fuzz/artifacts/{target}/; \
-                 reproduce with `cargo +nightly fuzz run {target} <file>` and add it as a regression test"
+                 reproduce with `cargo +{EBPF_TOOLCHAIN} fuzz run {target} <file>` and add it as a regression test"
             );
         }
     }

@@ -3,6 +3,7 @@
 mod fuzz;
 mod run;
 mod setup;
+mod toolchain;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -10,11 +10,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-/// Debian packages bpf-linker is built against.
-const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev", "libzstd-dev", "clang-22"];
+use crate::toolchain::{self, EBPF_TOOLCHAIN};
+
 /// Debian packages of the peers `cargo xtask bench` compares guard with.
 const BENCH_PACKAGES: &[&str] = &["bubblewrap", "firejail", "hyperfine"];
-const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 /// The unprivileged user that confined tools run as by default.
 pub const TOOL_USER: &str = "guard-tool";
 
@@ -45,14 +44,28 @@ struct Ctx {
     bench: bool,
 }
 
+/// Debian packages bpf-linker is built against, for LLVM `major`.
+fn llvm_packages(major: u32) -> Vec<String> {
+    vec![
+        format!("llvm-{major}-dev"),
+        format!("libpolly-{major}-dev"),
+        "libzstd-dev".into(),
+        format!("clang-{major}"),
+    ]
+}
+
+fn llvm_prefix(major: u32) -> PathBuf {
+    PathBuf::from(format!("/usr/lib/llvm-{major}"))
+}
+
 const CHECKS: &[Check] = &[
+    Check {
+        name: "ebpf toolchain",
+        run: ebpf_toolchain,
+    },
     Check {
         name: "debian packages",
         run: debian_packages,
-    },
-    Check {
-        name: "nightly rust-src",
-        run: nightly_rust_src,
     },
     Check {
         name: "bpf-linker",
@@ -140,11 +153,15 @@ fn debian_installed(package: &str) -> bool {
 }
 
 fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
-    let mut wanted = LLVM_PACKAGES.to_vec();
+    let mut wanted = match toolchain::toolchain_llvm() {
+        Some(major) => llvm_packages(major),
+        // The toolchain check above said why; nothing to build bpf-linker for yet.
+        None => Vec::new(),
+    };
     if ctx.bench {
-        wanted.extend(BENCH_PACKAGES);
+        wanted.extend(BENCH_PACKAGES.iter().map(|p| p.to_string()));
     }
-    let missing: Vec<&str> = wanted
+    let missing: Vec<String> = wanted
         .into_iter()
         .filter(|p| !debian_installed(p))
         .collect();
@@ -163,6 +180,7 @@ fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
     };
+    let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
     if !apt(&["update", "-q"])?.success()
         || !apt(&[&["install", "-y", "-q"], &missing[..]].concat())?.success()
     {
@@ -173,72 +191,91 @@ fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
     Ok(Outcome::Fixed(format!("installed {list}")))
 }
 
-fn nightly_rust_src(_: &Ctx) -> Result<Outcome> {
-    let installed = Command::new("rustup")
-        .args(["component", "list", "--toolchain", "nightly", "--installed"])
-        .output()
-        .is_ok_and(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .any(|l| l.starts_with("rust-src"))
-        });
-    if installed {
+/// The pinned toolchain with rust-src, installed beside the user's own: the default toolchain
+/// and `nightly` are never touched.
+fn ebpf_toolchain(_: &Ctx) -> Result<Outcome> {
+    let has_rust_src = || {
+        Command::new("rustup")
+            .args(["component", "list", "--installed", "--toolchain", EBPF_TOOLCHAIN])
+            .output()
+            .is_ok_and(|o| {
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .any(|l| l.starts_with("rust-src"))
+            })
+    };
+    if toolchain::toolchain_llvm().is_some() && has_rust_src() {
         return Ok(Outcome::Present);
     }
     // Installs into the invoking user's rustup home: no root needed.
     let ok = status(Command::new("rustup").args([
         "toolchain",
         "install",
-        "nightly",
+        EBPF_TOOLCHAIN,
         "--profile",
         "minimal",
         "--component",
         "rust-src",
+        "--no-self-update",
     ]))?;
-    Ok(if ok {
-        Outcome::Fixed("installed the nightly toolchain's rust-src".into())
-    } else {
-        Outcome::Missing("`rustup toolchain install nightly --component rust-src` failed".into())
+    Ok(match toolchain::toolchain_llvm() {
+        Some(llvm) if ok && has_rust_src() => Outcome::Fixed(format!(
+            "installed {EBPF_TOOLCHAIN} (LLVM {llvm}) with rust-src for the kernel programs"
+        )),
+        _ => Outcome::Missing(format!(
+            "`rustup toolchain install {EBPF_TOOLCHAIN} --profile minimal --component rust-src` failed"
+        )),
     })
 }
 
-fn cargo_bin(name: &str) -> PathBuf {
-    let home = env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
-        .unwrap_or_else(|| PathBuf::from("/root/.cargo"));
-    home.join("bin").join(name)
-}
-
+/// bpf-linker built against the LLVM of the pinned toolchain; rebuilt when it links another.
 fn bpf_linker(_: &Ctx) -> Result<Outcome> {
-    if quiet(Command::new("bpf-linker").arg("--version"))
-        || quiet(Command::new(cargo_bin("bpf-linker")).arg("--version"))
-    {
+    let Some(want) = toolchain::toolchain_llvm() else {
+        return Ok(Outcome::Missing(format!(
+            "bpf-linker must match {EBPF_TOOLCHAIN}'s LLVM, and that toolchain is not installed"
+        )));
+    };
+    let installed = toolchain::linker_path();
+    let have = installed.as_deref().and_then(toolchain::linker_llvm);
+    if toolchain::check_llvm(Some(want), have).is_ok() {
         return Ok(Outcome::Present);
     }
-    if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+    let prefix = llvm_prefix(want);
+    if !prefix.join("bin/llvm-config").exists() {
         return Ok(Outcome::Missing(format!(
-            "bpf-linker needs LLVM 22 at {LLVM_PREFIX} (Debian's llvm-22-dev)"
+            "bpf-linker needs LLVM {want} at {} (Debian's llvm-{want}-dev)",
+            prefix.display()
         )));
     }
-    let path = format!("{LLVM_PREFIX}/bin:{}", env::var("PATH").unwrap_or_default());
+    if let Some(other) = installed.as_deref().filter(|p| !p.starts_with(toolchain::cargo_home())) {
+        // Not ours to replace: cargo's copy would install beside it and lose on PATH.
+        return Ok(Outcome::Missing(format!(
+            "{} links LLVM {} but {EBPF_TOOLCHAIN} needs LLVM {want}: remove it, then run setup again",
+            other.display(),
+            have.map_or("?".into(), |v| v.to_string()),
+        )));
+    }
+    let path = format!("{}/bin:{}", prefix.display(), env::var("PATH").unwrap_or_default());
     let ok = status(
         Command::new("cargo")
-            .args([
-                "install",
-                "bpf-linker",
-                "--no-default-features",
-                "--features",
-                "llvm-22",
-            ])
+            .args(["install", "--force", "--locked", "bpf-linker", "--version"])
+            .arg(toolchain::BPF_LINKER_VERSION)
+            .args(["--no-default-features", "--features"])
+            .arg(format!("llvm-{want}"))
             .env("PATH", path)
-            .env("LLVM_PREFIX", LLVM_PREFIX),
+            .env("LLVM_PREFIX", &prefix),
     )?;
-    Ok(if ok {
-        Outcome::Fixed("built and installed bpf-linker against LLVM 22".into())
-    } else {
-        Outcome::Missing("`cargo install bpf-linker` failed; see its output above".into())
+    let now = toolchain::linker_path()
+        .as_deref()
+        .and_then(toolchain::linker_llvm);
+    Ok(match toolchain::check_llvm(Some(want), now) {
+        Ok(()) if ok => Outcome::Fixed(match have {
+            Some(old) => format!("rebuilt bpf-linker against LLVM {want} (it linked LLVM {old})"),
+            None => format!("built and installed bpf-linker against LLVM {want}"),
+        }),
+        Ok(()) => Outcome::Missing("`cargo install bpf-linker` failed; see its output above".into()),
+        Err(why) => Outcome::Missing(why),
     })
 }
 
