@@ -196,7 +196,13 @@ fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
 fn ebpf_toolchain(_: &Ctx) -> Result<Outcome> {
     let has_rust_src = || {
         Command::new("rustup")
-            .args(["component", "list", "--installed", "--toolchain", EBPF_TOOLCHAIN])
+            .args([
+                "component",
+                "list",
+                "--installed",
+                "--toolchain",
+                EBPF_TOOLCHAIN,
+            ])
             .output()
             .is_ok_and(|o| {
                 o.status.success()
@@ -248,7 +254,10 @@ fn bpf_linker(_: &Ctx) -> Result<Outcome> {
             prefix.display()
         )));
     }
-    if let Some(other) = installed.as_deref().filter(|p| !p.starts_with(toolchain::cargo_home())) {
+    if let Some(other) = installed
+        .as_deref()
+        .filter(|p| !p.starts_with(toolchain::cargo_home()))
+    {
         // Not ours to replace: cargo's copy would install beside it and lose on PATH.
         return Ok(Outcome::Missing(format!(
             "{} links LLVM {} but {EBPF_TOOLCHAIN} needs LLVM {want}: remove it, then run setup again",
@@ -256,7 +265,11 @@ fn bpf_linker(_: &Ctx) -> Result<Outcome> {
             have.map_or("?".into(), |v| v.to_string()),
         )));
     }
-    let path = format!("{}/bin:{}", prefix.display(), env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}/bin:{}",
+        prefix.display(),
+        env::var("PATH").unwrap_or_default()
+    );
     let ok = status(
         Command::new("cargo")
             .args(["install", "--force", "--locked", "bpf-linker", "--version"])
@@ -274,7 +287,9 @@ fn bpf_linker(_: &Ctx) -> Result<Outcome> {
             Some(old) => format!("rebuilt bpf-linker against LLVM {want} (it linked LLVM {old})"),
             None => format!("built and installed bpf-linker against LLVM {want}"),
         }),
-        Ok(()) => Outcome::Missing("`cargo install bpf-linker` failed; see its output above".into()),
+        Ok(()) => {
+            Outcome::Missing("`cargo install bpf-linker` failed; see its output above".into())
+        }
         Err(why) => Outcome::Missing(why),
     })
 }

@@ -158,18 +158,27 @@ mod tests {
         );
         // Installed with the default features: nothing says which LLVM.
         let default = r#"{"installs":{"bpf-linker 0.13.0 (r)":{"features":[]}}}"#;
-        assert_eq!(linker_llvm_major(Some(default), Some("\tlibc.so.6 => x\n")), None);
+        assert_eq!(
+            linker_llvm_major(Some(default), Some("\tlibc.so.6 => x\n")),
+            None
+        );
     }
 
     #[test]
     fn check_llvm_matching_mismatched_missing() {
         assert_eq!(check_llvm(Some(22), Some(22)), Ok(()));
         let mismatch = check_llvm(Some(23), Some(22)).unwrap_err();
-        assert!(mismatch.contains("LLVM 22") && mismatch.contains("LLVM 23"), "{mismatch}");
+        assert!(
+            mismatch.contains("LLVM 22") && mismatch.contains("LLVM 23"),
+            "{mismatch}"
+        );
         assert!(mismatch.contains("cargo xtask setup"), "{mismatch}");
         assert!(!mismatch.contains('\n'), "one line: {mismatch}");
         let no_linker = check_llvm(Some(22), None).unwrap_err();
-        assert!(no_linker.contains("bpf-linker is not installed"), "{no_linker}");
+        assert!(
+            no_linker.contains("bpf-linker is not installed"),
+            "{no_linker}"
+        );
         let no_toolchain = check_llvm(None, Some(22)).unwrap_err();
         assert!(no_toolchain.contains(EBPF_TOOLCHAIN), "{no_toolchain}");
     }
