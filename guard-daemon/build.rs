@@ -12,6 +12,10 @@ fn main() -> anyhow::Result<()> {
         linker.as_deref().and_then(toolchain::linker_llvm),
     )
     .map_err(anyhow::Error::msg)?;
+    // aya-build turns every line the inner cargo prints into a cargo warning: keep it to the
+    // ones that matter (errors and real warnings), not a "Compiling" line per crate.
+    // SAFETY: the build script is single-threaded here; nothing reads the environment concurrently.
+    unsafe { std::env::set_var("CARGO_TERM_QUIET", "true") };
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../guard-ebpf");
     let package = aya_build::Package {
         name: "guard-ebpf",

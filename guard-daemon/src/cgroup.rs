@@ -117,6 +117,29 @@ impl Cgroup {
         Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
+    /// Kills and removes the child cgroups a guardd of this cgroup left behind when it died
+    /// without cleaning up (kill -9). Only the holder of this cgroup's lock may call this.
+    pub fn sweep_children(&self) -> usize {
+        let Ok(entries) = fs::read_dir(&self.path) else {
+            return 0;
+        };
+        let mut swept = 0;
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let child = Cgroup {
+                path: entry.path(),
+                id: entry.metadata().map(|m| m.ino()).unwrap_or_default(),
+            };
+            match child.remove() {
+                Ok(()) => swept += 1,
+                Err(e) => tracing::warn!("leaving a dead guardd's cgroup behind: {e}"),
+            }
+        }
+        swept
+    }
+
     /// Kills every process in the cgroup and its descendants at once (`cgroup.kill`).
     pub fn kill(&self) -> Result<(), CgroupError> {
         self.set("cgroup.kill", "1")

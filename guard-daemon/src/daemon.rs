@@ -21,6 +21,7 @@ use crate::{
     audit::{self, AuditLog},
     cgroup::{self, Cgroup},
     events::{Bus, Tracker},
+    lock::{self, LockError, StateLock},
     monitor::Monitor,
     policy::Policy,
     sandbox, selftest,
@@ -78,6 +79,8 @@ pub enum StartError {
     Audit { path: PathBuf, reason: String },
     #[error("settings: {0}")]
     Settings(String),
+    #[error(transparent)]
+    InUse(#[from] LockError),
 }
 
 /// One enforcement layer and how it was proven at start.
@@ -126,6 +129,17 @@ pub struct Daemon {
     pub started: Instant,
     /// Asks the event pump to read everything the kernel has written so far (see `flush_events`).
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
+    /// This guardd's hold on its cgroup, socket and audit log; declared last, so released after
+    /// everything else is gone.
+    _lock: StateLock,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // The v2 root cgroup removes itself (a field); the v1 limit directories are named after
+        // it and go with it, so nothing piles up under the v1 hierarchies.
+        sandbox::limits::sweep_v1(&self.options.cgroup, true);
+    }
 }
 
 impl Daemon {
@@ -145,8 +159,32 @@ impl Daemon {
 
         let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
         let cgroup_path = format!("/{}", options.cgroup);
+        // Locked before anything is created, adopted or removed: a second guardd on the same
+        // state stops here and leaves the first one's alone. The audit log locks itself.
+        let audit =
+            AuditLog::open(audit::Options::new(&options.audit)).map_err(|e| StartError::Audit {
+                path: options.audit.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut held = StateLock::default();
+        held.lock_file("socket", &lock::lock_path(&options.socket))?;
+        let dir = unified.join(&options.cgroup);
+        if let Err(e) = std::fs::create_dir(&dir)
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            return Err(layer_err(
+                "cgroup v2",
+                format!("create {}: {e}", dir.display()),
+            ));
+        }
+        held.lock_dir("cgroup", &dir)?;
         let root = Cgroup::create(&unified, &options.cgroup)
             .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+        let swept = root.sweep_children();
+        sandbox::limits::sweep_v1(&options.cgroup, false);
+        if swept > 0 {
+            tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
+        }
         layers.push(Layer {
             name: "cgroup v2".into(),
             state: "active",
@@ -233,14 +271,10 @@ impl Daemon {
         let launch = sandbox::LaunchOptions {
             limits: sandbox::detect_limits(root.path()),
             allow_without_landlock: options.allow_unenforced,
+            instance: options.cgroup.clone(),
             ..sandbox::LaunchOptions::default()
         };
 
-        let audit =
-            AuditLog::open(audit::Options::new(&options.audit)).map_err(|e| StartError::Audit {
-                path: options.audit.clone(),
-                reason: e.to_string(),
-            })?;
         let recovery = audit.recovery();
         if recovery.truncated_bytes > 0 {
             tracing::warn!(
@@ -273,6 +307,7 @@ impl Daemon {
             started: Instant::now(),
             flush: OnceLock::new(),
             options,
+            _lock: held,
         }))
     }
 

@@ -19,6 +19,7 @@ pub mod decision;
 pub mod detect;
 pub mod events;
 pub mod intent;
+pub mod lock;
 pub mod monitor;
 pub mod opens;
 pub mod plan;

@@ -574,3 +574,88 @@ fn reload_puts_an_edited_policy_in_force_and_keeps_the_old_one_on_errors() {
     assert!(reloads[1]["error"].is_string());
     assert!(reloads[2]["by"].is_null());
 }
+
+#[test]
+fn a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on() {
+    if !support::privileged(
+        "a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on",
+    ) {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let first = Guardd::start(&policy(&ws, ""));
+    let policy_file = first.dir.join("policy.toml");
+    let first_cgroup = std::path::Path::new(guard::cgroup::UNIFIED_HYBRID).join(&first.cgroup);
+    let first_cgroup = if first_cgroup.exists() {
+        first_cgroup
+    } else {
+        std::path::Path::new(guard::cgroup::UNIFIED_PURE).join(&first.cgroup)
+    };
+    assert!(first_cgroup.is_dir(), "{} missing", first_cgroup.display());
+    let shared: [(&str, &str, &std::path::Path); 3] = [
+        ("cgroup", "--cgroup", std::path::Path::new(&first.cgroup)),
+        ("socket", "--socket", &first.socket),
+        ("audit log", "--audit", &first.audit),
+    ];
+    for (what, flag, value) in shared {
+        let own = TempDir::new("second");
+        let mut args = vec![
+            ("--policy", policy_file.clone()),
+            ("--socket", own.join("guard.sock")),
+            ("--audit", own.join("audit.jsonl")),
+            ("--cgroup", support::unique("guard-e2e").into()),
+        ];
+        for (f, v) in &mut args {
+            if *f == flag {
+                *v = value.to_owned();
+            }
+        }
+        let mut cmd = Command::new(support::bin("guardd"));
+        for (f, v) in &args {
+            cmd.arg(f).arg(v);
+        }
+        // Without the lock it would start and serve: bounded, so that is a failure, not a hang.
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn second guardd");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a second guardd sharing the {what} started");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("second guardd output");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "second guardd sharing the {what}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{what} ")) && stderr.contains("in use by another"),
+            "the refusal names the {what}: {stderr}"
+        );
+        if what == "socket" {
+            let pid = format!("(pid {})", first.child.id());
+            assert!(
+                stderr.contains(&pid),
+                "the refusal names the holder {pid}: {stderr}"
+            );
+        }
+    }
+    // The first one's cgroup is still there and it still runs calls.
+    assert!(
+        first_cgroup.is_dir(),
+        "the second guardd removed the first one's cgroup"
+    );
+    let out = output(first.exec("exit_with", &["code:=7"]));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the first guardd no longer runs calls: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -257,8 +257,33 @@ fn kill_9_during_a_burst_loses_no_acknowledged_decision() {
         acknowledged.len()
     );
 
-    // Restart on the same log: recovery keeps the chain, and every acknowledged call is there.
-    let restarted = Guardd::start_with(POLICY, &["--audit", guardd.audit.to_str().expect("utf-8")]);
+    // Restart on the same log and cgroup: recovery keeps the chain, and every acknowledged call
+    // is there; the call cgroups the dead guardd left (v2 and v1 limits) are swept.
+    let restarted = Guardd::start_with(
+        POLICY,
+        &[
+            "--audit",
+            guardd.audit.to_str().expect("utf-8"),
+            "--cgroup",
+            &guardd.cgroup,
+        ],
+    );
+    for root in [
+        guard::cgroup::UNIFIED_HYBRID,
+        guard::cgroup::UNIFIED_PURE,
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/memory",
+    ] {
+        let dir = std::path::Path::new(root).join(&guardd.cgroup);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        assert!(leftovers.is_empty(), "not swept at restart: {leftovers:?}");
+    }
     let rows = restarted.audit_rows();
     for id in &acknowledged {
         assert!(
@@ -268,6 +293,10 @@ fn kill_9_during_a_burst_loses_no_acknowledged_decision() {
         );
     }
     drop(restarted);
+    for v1 in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory"] {
+        let dir = std::path::Path::new(v1).join(&guardd.cgroup);
+        assert!(!dir.exists(), "{} outlived guardd", dir.display());
+    }
     let out = guardd
         .ctl(&["audit", "verify", guardd.audit.to_str().expect("utf-8")])
         .output()

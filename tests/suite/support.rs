@@ -92,7 +92,10 @@ impl Guardd {
             Some(i) => PathBuf::from(extra[i + 1]),
             None => dir.join("audit.jsonl"),
         };
-        let cgroup = unique("guard-e2e");
+        let cgroup = match extra.iter().position(|a| *a == "--cgroup") {
+            Some(i) => extra[i + 1].to_owned(),
+            None => unique("guard-e2e"),
+        };
         let child = std::process::Command::new(bin("guardd"))
             .arg("--policy")
             .arg(&policy_path)
@@ -103,8 +106,11 @@ impl Guardd {
             } else {
                 vec!["--audit".as_ref(), audit.as_os_str()]
             })
-            .arg("--cgroup")
-            .arg(&cgroup)
+            .args(if extra.contains(&"--cgroup") {
+                vec![]
+            } else {
+                vec!["--cgroup", cgroup.as_str()]
+            })
             .args(extra)
             .env("RUST_LOG", "warn")
             .spawn()

@@ -88,6 +88,8 @@ pub struct LaunchOptions {
     pub allow_without_landlock: bool,
     /// The user a call runs as when its plan names none.
     pub default_user: String,
+    /// The guard's cgroup name: calls' v1 limit directories go under it in each hierarchy.
+    pub instance: String,
 }
 
 impl Default for LaunchOptions {
@@ -96,6 +98,7 @@ impl Default for LaunchOptions {
             limits: LimitsMode::Rlimit,
             allow_without_landlock: false,
             default_user: DEFAULT_USER.to_owned(),
+            instance: "guard".to_owned(),
         }
     }
 }
@@ -296,7 +299,7 @@ pub fn spawn(
         .collect();
     stages.lap("seccomp");
 
-    let limits = CallLimits::setup(opts.limits, cgroup, &plan.confinement)?;
+    let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
     let cgroup_procs = cgroup.procs_fd()?;
     let (report_r, report_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;

@@ -22,8 +22,8 @@ use crate::{cgroup::Cgroup, plan::Confinement};
 
 /// Where the cgroup v1 hierarchies are mounted on a hybrid host.
 pub const V1_ROOT: &str = "/sys/fs/cgroup";
-/// The guard's directory inside each v1 hierarchy.
-pub const V1_GUARD_DIR: &str = "guard";
+/// The v1 hierarchies a call may get a directory in.
+const V1_CONTROLLERS: &[&str] = &["memory", "pids"];
 
 /// Errors of setting up a call's limits, each naming the file involved.
 #[derive(Debug, thiserror::Error)]
@@ -118,9 +118,11 @@ pub struct CallLimits {
 }
 
 impl CallLimits {
-    /// Sets up the limits of `confinement` for the call whose cgroup is `cgroup`.
+    /// Sets up the limits of `confinement` for the call whose cgroup is `cgroup`; v1 directories
+    /// go under `instance` (the guard's cgroup name) in each hierarchy.
     pub fn setup(
         mode: LimitsMode,
+        instance: &str,
         cgroup: &Cgroup,
         confinement: &Confinement,
     ) -> Result<Self, LimitsError> {
@@ -148,6 +150,7 @@ impl CallLimits {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned());
                 let name = name.unwrap_or_else(|| cgroup.id().to_string());
+                let name = Path::new(instance).join(name);
                 if let Some(m) = mem {
                     me.v1_join("memory", &name, &[("memory.limit_in_bytes", m)])?;
                 }
@@ -165,8 +168,8 @@ impl CallLimits {
         Ok(me)
     }
 
-    fn v1_join(&mut self, ctrl: &str, name: &str, set: &[(&str, u64)]) -> Result<(), LimitsError> {
-        let dir = Path::new(V1_ROOT).join(ctrl).join(V1_GUARD_DIR).join(name);
+    fn v1_join(&mut self, ctrl: &str, name: &Path, set: &[(&str, u64)]) -> Result<(), LimitsError> {
+        let dir = Path::new(V1_ROOT).join(ctrl).join(name);
         fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
         // Recorded before anything can fail, so drop removes it.
         self.v1_dirs.push(dir.clone());
@@ -196,31 +199,51 @@ impl CallLimits {
 
 impl Drop for CallLimits {
     fn drop(&mut self) {
-        // v1 has no cgroup.kill: the call's v2 cgroup kill ends the processes; a straggler
-        // (e.g. still exiting) is killed here by pid and waited for.
         for dir in self.v1_dirs.iter().rev() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                match fs::remove_dir(dir) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(e)
-                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
-                    {
-                        let procs =
-                            fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-                        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                            // SAFETY: kill has no memory effects; the pid is in this call's cgroup.
-                            unsafe { libc::kill(pid, libc::SIGKILL) };
-                        }
-                        thread::sleep(Duration::from_millis(5));
-                    }
-                    Err(e) => {
-                        tracing::warn!("leaving v1 cgroup {} behind: {e}", dir.display());
-                        break;
-                    }
+            remove_v1_dir(dir);
+        }
+    }
+}
+
+/// Removes a v1 cgroup directory. v1 has no cgroup.kill: the call's v2 cgroup kill ends the
+/// processes; a straggler (e.g. still exiting) is killed here by pid and waited for.
+fn remove_v1_dir(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match fs::remove_dir(dir) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    // SAFETY: kill has no memory effects; the pid is in this call's cgroup.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => {
+                tracing::warn!("leaving v1 cgroup {} behind: {e}", dir.display());
+                break;
+            }
+        }
+    }
+}
+
+/// Removes what a guardd of this `instance` left in the v1 hierarchies: the calls' directories
+/// of one that died without cleaning up (kill -9), and with `and_instance` the instance's own
+/// directories, at shutdown. Only a guardd that holds the instance's lock may call this.
+pub fn sweep_v1(instance: &str, and_instance: bool) {
+    for ctrl in V1_CONTROLLERS {
+        let dir = Path::new(V1_ROOT).join(ctrl).join(instance);
+        if let Ok(entries) = fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove_v1_dir(&entry.path());
                 }
             }
+        }
+        if and_instance {
+            remove_v1_dir(&dir);
         }
     }
 }
