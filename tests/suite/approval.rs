@@ -242,3 +242,85 @@ fn only_admins_see_and_answer_held_calls() {
         Some(126)
     );
 }
+
+/// The shell lines of the README's walk-through: each fenced block of its section, in order.
+fn readme_walk_through() -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let section = readme
+        .split("### Walk-through: a call that needs a human")
+        .nth(1)
+        .and_then(|rest| rest.split("\n#").next())
+        .expect("the README has its walk-through");
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|block| {
+            let block = block.split("```").next().unwrap_or_default();
+            block.lines().map(str::to_owned).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_walk_through_works_as_written() {
+    if !support::privileged("the_readme_walk_through_works_as_written") {
+        return;
+    }
+    let policy = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/default.toml"),
+    )
+    .expect("default policy");
+    let guardd = Guardd::start(&policy);
+    let bin_dir = support::bin("guard-exec")
+        .parent()
+        .expect("bin dir")
+        .display()
+        .to_string();
+    // Runs one README line in a shell, as a person would, against this test's guardd.
+    let shell = |line: &str| {
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(line.replace("target/debug", &bin_dir))
+            .env("GUARD_SOCKET", &guardd.socket);
+        cmd
+    };
+    let blocks = readme_walk_through();
+    assert_eq!(blocks.len(), 2, "two terminals: {blocks:?}");
+    let (sender, admin) = (&blocks[0], &blocks[1]);
+    let export = "export GUARD_SOCKET=/run/guard-dev/guard.sock";
+    assert_eq!(sender[0], export);
+    assert_eq!(admin[0], export);
+    assert_eq!(sender.len(), 2, "{sender:?}");
+    let caller = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        shell(&sender[1])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the README's guard-exec line")
+    };
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("call id")
+        .to_owned();
+    let pending = output(shell(&admin[1]));
+    assert!(
+        pending.status.success() && String::from_utf8_lossy(&pending.stdout).contains(&id),
+        "the README's pending line shows the held call: {pending:?}"
+    );
+    let approve = output(shell(&admin[2].replace("CALL_ID", &id)));
+    assert!(
+        approve.status.success(),
+        "the README's approve line: {approve:?}"
+    );
+    let out = caller.wait_with_output().expect("guard-exec");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout.contains("alice@example.com") && stdout.contains("The build is green."),
+        "the stand-in mailer printed the message: {stdout}"
+    );
+}
