@@ -6,7 +6,7 @@
 //! and [`call`] carries an allowed call through: a [`cgroup`],
 //! the kernel's allow-lists ([`monitor`]), the confined launch ([`sandbox`]) of its [`plan`],
 //! and the receipt of what it did ([`events`], [`opens`]). [`daemon`] holds the shared state and the
-//! start-up, proven by [`selftest`]. [`stages`] times a call's way through all of it.
+//! start-up, proven by [`selftest`], guarded by [`lock`] and announced by [`notify`]. [`stages`] times a call's way through all of it.
 pub mod access;
 pub mod approval;
 pub mod audit;
@@ -21,6 +21,7 @@ pub mod events;
 pub mod intent;
 pub mod lock;
 pub mod monitor;
+pub mod notify;
 pub mod opens;
 pub mod plan;
 pub mod policy;

@@ -659,3 +659,50 @@ fn a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on() 
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn guardd_tells_systemd_it_is_ready_only_once_its_socket_answers() {
+    if !support::privileged("guardd_tells_systemd_it_is_ready_only_once_its_socket_answers") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let dir = TempDir::new("notify");
+    std::fs::write(dir.join("policy.toml"), policy(&ws, "")).expect("policy");
+    // systemd's end of the protocol: a datagram socket named by $NOTIFY_SOCKET.
+    let manager =
+        std::os::unix::net::UnixDatagram::bind(dir.join("notify")).expect("notify socket");
+    manager
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let socket = dir.join("guard.sock");
+    let mut guardd = Command::new(support::bin("guardd"))
+        .arg("--policy")
+        .arg(dir.join("policy.toml"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(dir.join("audit.jsonl"))
+        .arg("--cgroup")
+        .arg(support::unique("guard-e2e"))
+        .env("NOTIFY_SOCKET", dir.join("notify"))
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("guardd");
+    let mut buf = [0u8; 512];
+    let n = manager
+        .recv(&mut buf)
+        .expect("guardd sent nothing to systemd");
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+    // Ready means serving: the socket answers at once.
+    assert!(
+        UnixStream::connect(&socket).is_ok(),
+        "READY=1 before the socket listens"
+    );
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(guardd.id() as i32, libc::SIGTERM) };
+    let n = manager.recv(&mut buf).expect("no STOPPING=1");
+    let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping}");
+    assert!(guardd.wait().expect("wait").success());
+}

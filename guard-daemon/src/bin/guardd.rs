@@ -22,7 +22,7 @@ struct Args {
     #[arg(long, default_value = "/var/lib/guard/audit.jsonl")]
     audit: PathBuf,
     /// Group owning the socket (mode 0660); its members may submit calls unless the policy lists clients.
-    #[arg(long)]
+    #[arg(long, env = "GUARDD_SOCKET_GROUP")]
     socket_group: Option<String>,
     /// The guard's cgroup, under the cgroup v2 mount.
     #[arg(long, default_value = "guard")]
@@ -139,9 +139,18 @@ async fn serve() -> ExitCode {
         }
     };
     tracing::info!(socket = %daemon.socket().display(), "listening");
+    sd_notify(&format!(
+        "READY=1\nSTATUS=enforcing: {} tools, socket {}",
+        daemon.policy().tools().count(),
+        daemon.socket().display()
+    ));
     daemon.spawn_event_pump();
     tokio::spawn(reload_on_sighup(Arc::clone(&daemon)));
-    server::run(daemon, listener, shutdown_signal()).await;
+    server::run(daemon, listener, async {
+        shutdown_signal().await;
+        sd_notify("STOPPING=1\nSTATUS=draining running calls");
+    })
+    .await;
     tracing::info!("stopped: socket removed, kernel programs detached");
     ExitCode::SUCCESS
 }
@@ -154,10 +163,19 @@ async fn reload_on_sighup(daemon: Arc<daemon::Daemon>) {
         return;
     };
     while hup.recv().await.is_some() {
+        sd_notify("RELOADING=1");
         match daemon.reload(None).await {
             Ok(tools) => tracing::info!(tools, "SIGHUP: policy reloaded"),
             Err(e) => tracing::error!("SIGHUP: policy kept: {e}"),
         }
+        sd_notify("READY=1");
+    }
+}
+
+/// Tells systemd (`Type=notify`) where guardd stands; a failure is logged, never fatal.
+fn sd_notify(state: &str) {
+    if let Err(e) = guard::notify::notify(state) {
+        tracing::warn!("sd_notify {state:?}: {e}");
     }
 }
 
