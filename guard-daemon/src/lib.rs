@@ -12,6 +12,7 @@ pub mod approval;
 pub mod audit;
 pub mod call;
 pub mod cgroup;
+pub mod cli;
 pub mod client;
 pub mod conn;
 pub mod daemon;

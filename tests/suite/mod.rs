@@ -7,5 +7,6 @@ mod daemon;
 mod ebpf;
 mod escape;
 mod events;
+mod install;
 mod policy;
 mod sandbox;

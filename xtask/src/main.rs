@@ -1,6 +1,7 @@
 //! `cargo xtask`: what cargo alone cannot do for guard: prepare the host, run the daemon,
 //! run the privileged tests and the benchmarks, install.
 mod fuzz;
+mod install;
 mod run;
 mod setup;
 mod toolchain;
@@ -29,8 +30,11 @@ enum Command {
     Bench(run::BenchOptions),
     /// Run each cargo-fuzz target for a while (installs cargo-fuzz if missing).
     Fuzz(fuzz::FuzzOptions),
-    /// Build in release and install the binaries, the default policy and a systemd unit.
-    Install(run::InstallOptions),
+    /// Build in release and install the binaries, man pages, completions, the default policy
+    /// and a systemd unit (`--root` stages them under a directory).
+    Install(install::InstallOptions),
+    /// Remove exactly what `install` wrote (a file changed since is kept and named).
+    Uninstall(install::UninstallOptions),
 }
 
 fn main() -> Result<()> {
@@ -40,7 +44,8 @@ fn main() -> Result<()> {
         Command::Run(opts) => run::run(&opts),
         Command::Test(opts) => run::test(&opts),
         Command::Bench(opts) => run::bench(&opts),
-        Command::Install(opts) => run::install(&opts),
+        Command::Install(opts) => install::install(&opts),
+        Command::Uninstall(opts) => install::uninstall(&opts),
         Command::Fuzz(opts) => fuzz::fuzz(&run::root(), &opts),
     }
 }

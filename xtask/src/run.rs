@@ -42,13 +42,6 @@ pub struct BenchOptions {
     pub quick: bool,
 }
 
-#[derive(clap::Args)]
-pub struct InstallOptions {
-    /// Install prefix of the binaries.
-    #[arg(long, default_value = "/usr/local")]
-    pub prefix: PathBuf,
-}
-
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -72,7 +65,7 @@ fn check(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn target_dir(release: bool) -> PathBuf {
+pub fn target_dir(release: bool) -> PathBuf {
     root()
         .join("target")
         .join(if release { "release" } else { "debug" })
@@ -166,47 +159,4 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         cmd.arg("--quick");
     }
     check(&mut cmd)
-}
-
-const UNIT: &str = "[Unit]
-Description=guard: decides, confines and watches AI agents' tool calls
-After=local-fs.target
-
-[Service]
-ExecStart={bin}/guardd
-Restart=on-failure
-RuntimeDirectory=guard
-StateDirectory=guard
-
-[Install]
-WantedBy=multi-user.target
-";
-
-pub fn install(opts: &InstallOptions) -> Result<()> {
-    setup::run(&setup::Options::default())?;
-    build(&BuildOptions { release: true })?;
-    let bin = opts.prefix.join("bin");
-    fs::create_dir_all(&bin)?;
-    for name in ["guardd", "guard-exec", "guardctl"] {
-        let dst = bin.join(name);
-        fs::copy(target_dir(true).join(name), &dst)
-            .with_context(|| format!("installing {}", dst.display()))?;
-        println!("install: {}", dst.display());
-    }
-    let policy = Path::new("/etc/guard/policy.toml");
-    if !policy.exists() && !Path::new("/etc/guard/policies").exists() {
-        fs::create_dir_all("/etc/guard")?;
-        fs::copy(root().join("policies/default.toml"), policy)?;
-        println!(
-            "install: {} (the default policy; edit it)",
-            policy.display()
-        );
-    }
-    let unit = Path::new("/etc/systemd/system/guardd.service");
-    fs::write(unit, UNIT.replace("{bin}", &bin.display().to_string()))?;
-    println!(
-        "install: {} (enable with `systemctl enable --now guardd`)",
-        unit.display()
-    );
-    Ok(())
 }

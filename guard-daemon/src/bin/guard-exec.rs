@@ -82,6 +82,7 @@ fn arguments(cli: &Cli) -> Result<Map<String, Value>, String> {
 }
 
 fn main() -> ExitCode {
+    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

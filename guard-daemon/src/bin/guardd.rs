@@ -63,6 +63,7 @@ fn default_policy() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    guard::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
     // The start-up self-test runs guardd itself as its canary, before anything else happens.
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(guard::selftest::CANARY_FLAG) {

@@ -147,6 +147,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
     let cli = Cli::parse();
     match cli.command {
         Command::Policy {
