@@ -66,6 +66,23 @@ fn socket_gid(options: &Options) -> Result<Option<u32>, String> {
         .ok_or_else(|| format!("unknown socket group `{name}`"))
 }
 
+/// The socket's group: `in_force` (`--socket-group`, or what guardd started with), else the
+/// policy's `[settings] socket_group`. The socket is bound once, so a policy that names another
+/// group than the one in force is refused, never silently ignored.
+fn socket_group(
+    in_force: Option<&str>,
+    settings: &crate::policy::Settings,
+) -> Result<Option<String>, String> {
+    match (in_force, settings.socket_group.as_deref()) {
+        (Some(a), Some(b)) if a != b => Err(format!(
+            "the policy's socket_group `{b}` is not the socket's group `{a}` (--socket-group, or \
+             the group guardd started with): the socket is bound once; restart guardd to change it"
+        )),
+        (Some(a), _) => Ok(Some(a.to_owned())),
+        (None, b) => Ok(b.map(str::to_owned)),
+    }
+}
+
 /// Why guardd did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -144,11 +161,13 @@ impl Drop for Daemon {
 
 impl Daemon {
     /// Brings every layer up, or says which one is missing.
-    pub fn start(options: Options) -> Result<Arc<Self>, StartError> {
+    pub fn start(mut options: Options) -> Result<Arc<Self>, StartError> {
         let policy = Policy::load(&options.policy).map_err(|e| StartError::Policy {
             path: options.policy.clone(),
             errors: e.to_string(),
         })?;
+        options.socket_group = socket_group(options.socket_group.as_deref(), policy.settings())
+            .map_err(StartError::Settings)?;
         let access = socket_gid(&options)
             .and_then(|gid| Access::new(policy.settings(), gid))
             .map_err(StartError::Settings)?;
@@ -324,6 +343,14 @@ impl Daemon {
         let loaded = Policy::load(path)
             .map_err(|e| format!("policy {}: invalid:\n{e}", path.display()))
             .and_then(|policy| {
+                let in_force = self.options.socket_group.as_deref();
+                if socket_group(in_force, policy.settings())?.as_deref() != in_force {
+                    return Err(
+                        "the policy now names a socket_group, and the socket is bound \
+                                once: restart guardd to apply it"
+                            .to_owned(),
+                    );
+                }
                 let access = Access::new(policy.settings(), socket_gid(&self.options)?)?;
                 Ok((policy, access))
             });
@@ -436,5 +463,22 @@ impl Daemon {
     /// Events the kernel could not report (ring buffer full).
     pub fn dropped_events(&self) -> u64 {
         self.with_monitor(|m| m.dropped().unwrap_or(0)).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_group_comes_from_the_flag_or_the_policy_and_never_both_differing() {
+        let mut settings = crate::policy::Settings::default();
+        assert_eq!(socket_group(None, &settings), Ok(None));
+        assert_eq!(socket_group(Some("a"), &settings), Ok(Some("a".into())));
+        settings.socket_group = Some("b".into());
+        assert_eq!(socket_group(None, &settings), Ok(Some("b".into())));
+        assert_eq!(socket_group(Some("b"), &settings), Ok(Some("b".into())));
+        let err = socket_group(Some("a"), &settings).expect_err("a conflict");
+        assert!(err.contains("`b`") && err.contains("`a`"), "{err}");
     }
 }

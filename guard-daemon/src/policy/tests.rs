@@ -543,3 +543,29 @@ proptest! {
         let _ = Policy::parse(Path::new("p.toml"), &text);
     }
 }
+
+#[test]
+fn settings_run_as_is_every_tools_user_unless_the_tool_names_its_own() {
+    let p = policy(
+        r#"
+[settings]
+run_as = "nobody"
+[tools.plain]
+tier = "low"
+command = ["/bin/true"]
+[tools.own]
+tier = "low"
+command = ["/bin/true"]
+run_as = "guard-tool"
+"#,
+    );
+    let user = |tool| {
+        decide(&p, tool, json!({}))
+            .plan
+            .expect("plan")
+            .confinement
+            .run_as
+    };
+    assert_eq!(user("plain").as_deref(), Some("nobody"));
+    assert_eq!(user("own").as_deref(), Some("guard-tool"));
+}

@@ -104,7 +104,12 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
 
     let mut tools = Vec::new();
     for t in &raw_tools {
-        tools.push(tool(d, t));
+        let mut t = tool(d, t);
+        // `[settings] run_as` is every tool's user unless the tool names its own.
+        if t.confinement.run_as.is_none() {
+            t.confinement.run_as.clone_from(&settings.run_as);
+        }
+        tools.push(t);
     }
 
     let mut rules: Vec<Rule> = Vec::new();
