@@ -10,6 +10,7 @@
 pub mod access;
 pub mod approval;
 pub mod audit;
+pub mod btf;
 pub mod call;
 pub mod cgroup;
 pub mod cli;

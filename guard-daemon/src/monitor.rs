@@ -10,7 +10,7 @@ use std::{
     collections::HashMap as StdHashMap,
     fs, io,
     net::IpAddr,
-    os::{fd::AsFd as _, unix::ffi::OsStrExt as _},
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
 };
 
@@ -18,14 +18,14 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
-        CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, RawTracePoint, TracePoint,
-        raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
+        BtfTracePoint, CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, RawTracePoint,
+        TracePoint, raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
     },
 };
 use guard_common::{
     call::CallConfig,
     event::{COUNTER_DROPPED, Event},
-    exec::{ExecKey, path_hash},
+    exec::{EXEC_DIR, EXEC_FILE, ExecKey, Layout, kernel_dev},
     net::{Dest4, Dest6},
     syscall::{SyscallSet, syscall_numbers},
 };
@@ -35,7 +35,6 @@ use tokio::io::unix::AsyncFd;
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
 
 const TRACEFS: &str = "/sys/kernel/tracing";
-const EXEC_FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_exec/format";
 const SOCKET_FORMAT: &str = "/sys/kernel/tracing/events/syscalls/sys_enter_socket/format";
 const NEWTASK_FORMAT: &str = "/sys/kernel/tracing/events/task/task_newtask/format";
 const SIGNAL_FORMAT: &str = "/sys/kernel/tracing/events/signal/signal_generate/format";
@@ -46,10 +45,12 @@ const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6
 const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
 /// The tracepoint programs: (program, category, name).
 const TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("sched_process_exec", "sched", "sched_process_exec"),
     ("task_newtask", "task", "task_newtask"),
     ("signal_generate", "signal", "signal_generate"),
 ];
+
+/// The BTF tracepoint programs (each named for its tracepoint): they read kernel structs.
+const BTF_TRACEPOINTS: &[&str] = &["sched_process_exec"];
 
 /// Syscall tracepoints, only when the operator asks (`--trace-syscalls`), and then attached only
 /// while at least one call runs: enabling any syscall tracepoint moves every task on the host to
@@ -87,6 +88,8 @@ pub enum MonitorError {
     MissingMap { name: &'static str },
     #[error("tracefs: {0}")]
     Tracefs(String),
+    #[error("kernel struct layout: {0}")]
+    Btf(String),
     #[error("cgroup {path}: {source}")]
     Cgroup { path: PathBuf, source: io::Error },
     #[error("registering the event ring buffer with tokio: {0}")]
@@ -180,36 +183,46 @@ pub struct Watch {
 #[derive(Default)]
 struct Installed {
     dests: Vec<DestKey>,
-    execs: Vec<ExecKey>,
+    execs: Vec<(ExecKey, u8)>,
     /// Counted in `SyscallTracing::calls`.
     traced: bool,
 }
 
-/// The exec keys of `path`: as written and, if different, with symlinks resolved, because the
-/// kernel sees whichever spelling the caller passed to execve. A directory's keys end in `/`:
-/// they approve what lies beneath it.
-fn exec_keys(cgroup_id: u64, path: &Path) -> Vec<ExecKey> {
-    let key = |p: &Path| {
-        let mut bytes = p.as_os_str().as_bytes().to_vec();
-        if p.is_dir() {
-            while bytes.last() == Some(&b'/') {
-                bytes.pop();
-            }
-            bytes.push(b'/');
-        }
-        ExecKey {
-            cgroup_id,
-            hash: path_hash(&bytes),
-        }
+/// The exec key of `path`: the identity (device, inode) of the file or directory it names now,
+/// symlinks followed, as the kernel will see the executed file. A directory approves what lies
+/// beneath it. A path that does not exist approves nothing.
+fn exec_key(cgroup_id: u64, path: &Path) -> Option<(ExecKey, u8)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = fs::metadata(path).ok()?;
+    let dev = meta.dev();
+    let key = ExecKey {
+        cgroup_id,
+        ino: meta.ino(),
+        dev: kernel_dev(libc::major(dev), libc::minor(dev)),
+        _pad: 0,
     };
-    let mut keys = vec![key(path)];
-    if let Ok(real) = fs::canonicalize(path) {
-        let real = key(&real);
-        if real != keys[0] {
-            keys.push(real);
-        }
-    }
-    keys
+    Some((key, if meta.is_dir() { EXEC_DIR } else { EXEC_FILE }))
+}
+
+/// The offsets the exec program reads kernel structs at, from the running kernel's BTF.
+fn exec_layout() -> Result<Layout, MonitorError> {
+    let btf = crate::btf::KernelBtf::load().map_err(|e| MonitorError::Btf(e.to_string()))?;
+    let at = |s: &str, m: &str| {
+        btf.offset(s, m)
+            .map_err(|e| MonitorError::Btf(e.to_string()))
+    };
+    Ok(Layout {
+        bprm_file: at("linux_binprm", "file")?,
+        bprm_filename: at("linux_binprm", "filename")?,
+        file_inode: at("file", "f_inode")?,
+        file_dentry: at("file", "f_path")? + at("path", "dentry")?,
+        inode_ino: at("inode", "i_ino")?,
+        inode_sb: at("inode", "i_sb")?,
+        sb_dev: at("super_block", "s_dev")?,
+        dentry_parent: at("dentry", "d_parent")?,
+        dentry_inode: at("dentry", "d_inode")?,
+        _pad: 0,
+    })
 }
 
 impl Destination {
@@ -277,13 +290,13 @@ impl Monitor {
             return Err(MonitorError::NotBuilt);
         }
         ensure_tracefs()?;
-        let filename_offset = field_offset(EXEC_FORMAT, "filename")?;
+        let layout = exec_layout()?;
         let family_offset = field_offset(SOCKET_FORMAT, "family")?;
         let clone_flags_offset = field_offset(NEWTASK_FORMAT, "clone_flags")?;
         let sig_offset = field_offset(SIGNAL_FORMAT, "sig")?;
         let code_offset = field_offset(SIGNAL_FORMAT, "code")?;
         let mut ebpf = EbpfLoader::new()
-            .override_global("FILENAME_LOC_OFFSET", &filename_offset, true)
+            .override_global("LAYOUT", &layout, true)
             .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
             .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
             .override_global("SIGNAL_SIG_OFFSET", &sig_offset, true)
@@ -317,6 +330,15 @@ impl Monitor {
         }
         for &(name, category, event) in TRACEPOINTS {
             load_and_attach!(TracePoint, name, |p| p.attach(category, event));
+        }
+        if !BTF_TRACEPOINTS.is_empty() {
+            let btf = aya::Btf::from_sys_fs().map_err(|e| MonitorError::Btf(e.to_string()))?;
+            for &name in BTF_TRACEPOINTS {
+                let p: &mut BtfTracePoint = program(&mut ebpf, name)?;
+                p.load(name, &btf).map_err(prog_err(name))?;
+                p.attach().map_err(prog_err(name))?;
+                programs.push(name);
+            }
         }
         if trace_syscalls {
             for &(name, ..) in SYSCALL_TRACEPOINTS {
@@ -383,12 +405,12 @@ impl Monitor {
                 .map(|d| d.key(cgroup_id))
                 .collect(),
             // A program named twice (argv[0] also in effects.exec, or two spellings of one
-            // file) is one key: installed once, so removed once.
+            // file such as /bin and /usr/bin) is one key: installed once, so removed once.
             execs: watch
                 .execs
                 .iter()
-                .flat_map(|p| exec_keys(cgroup_id, p))
-                .collect::<std::collections::HashSet<_>>()
+                .filter_map(|p| exec_key(cgroup_id, p))
+                .collect::<StdHashMap<_, _>>()
                 .into_iter()
                 .collect(),
             traced: false,
@@ -445,9 +467,9 @@ impl Monitor {
                 DestKey::V6(k) => self.allow6.insert(k, 1, 0).map_err(map_err("ALLOW6"))?,
             }
         }
-        for key in &installed.execs {
+        for (key, kind) in &installed.execs {
             self.exec_allow
-                .insert(*key, 1, 0)
+                .insert(*key, *kind, 0)
                 .map_err(map_err("EXEC_ALLOW"))?;
         }
         self.syscall_sets
@@ -483,7 +505,7 @@ impl Monitor {
             };
             result = result.and(removed);
         }
-        for key in installed.execs {
+        for (key, _) in installed.execs {
             result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
         }
         result

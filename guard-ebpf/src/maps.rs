@@ -25,7 +25,7 @@ pub static ALLOW4: HashMap<Dest4, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 #[map]
 pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 
-/// Allowed programs per call, by path hash.
+/// Approved programs (`EXEC_FILE`) and directories (`EXEC_DIR`) per call, by device and inode.
 #[map]
 pub static EXEC_ALLOW: HashMap<ExecKey, u8> = HashMap::with_max_entries(MAX_EXECS, 0);
 

@@ -477,8 +477,11 @@ fn raw_tracepoint_links(guardd: &Guardd) -> usize {
         .filter_map(Result::ok)
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter(|info| {
-            info.lines()
-                .any(|l| l.starts_with("link_type:") && l.ends_with("raw_tracepoint"))
+            // The exec program is a BTF tracepoint, also a raw_tracepoint link: count the
+            // syscall ones by name.
+            info.lines().any(|l| {
+                l.starts_with("tp_name:") && (l.ends_with("sys_enter") || l.ends_with("sys_exit"))
+            })
         })
         .count()
 }

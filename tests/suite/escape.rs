@@ -924,20 +924,75 @@ fn escape_dot_dot_cannot_climb_out_of_an_approved_exec_directory() {
         return;
     }
     let s = Setup::new();
-    // Both spellings, as the default policy has them: the kernel compares the path as passed to
-    // execve, and env with no PATH looks in /bin first.
+    // Both spellings, as the default policy has them (on a merged-/usr host they are one
+    // directory, which the kernel approves by identity).
     let guardd = Guardd::start(&s.policy("exec = [\"/usr/bin\", \"/bin\"]", ""));
     // An approved directory approves the programs in it (make, sh, cc...).
     assert_ok(&call(&guardd, &["exec", "/usr/bin/true"]));
     assert_ok(&call(&guardd, &["exec", "/usr/bin/env", "true"]));
     assert_verdict(&guardd, "conformed");
-    // Out of it through `..`, to the loader landlock lets every program execute: killed.
+    // Out of it through `..`, to the loader (which landlock must let the kernel open for every
+    // program): a file nobody approved, killed.
     let ld = "/usr/bin/../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
     assert!(
         Path::new(ld).exists(),
         "{ld} missing: written for x86_64 glibc hosts"
     );
     let out = call(&guardd, &["exec", ld, "/usr/bin/true"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_verdict(&guardd, "diverged");
+}
+
+// --- Exec judged by identity (issue 12, class 1) ---
+
+#[test]
+fn escape_a_path_longer_than_any_buffer_cannot_spell_its_way_out_of_an_exec_directory() {
+    if !support::privileged(
+        "escape_a_path_longer_than_any_buffer_cannot_spell_its_way_out_of_an_exec_directory",
+    ) {
+        return;
+    }
+    // Landed on e4cd0a2: the kernel hashed the first 255 bytes of the filename, all of them
+    // slashes below /usr/bin/, so the `..` to the loader was never seen, and ld.so ran a program
+    // nobody approved. Now the kernel looks at the file the exec loaded (ld.so: not approved)
+    // and kills it, however it was spelled.
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("exec = [\"/usr/bin\", \"/bin\"]", ""));
+    // The conforming control: programs of the approved directories, by either spelling, and a
+    // shell running make's kind of pipeline.
+    assert_ok(&call(&guardd, &["exec", "/usr/bin/true"]));
+    assert_ok(&call(
+        &guardd,
+        &[
+            "exec",
+            "/bin/sh",
+            "-c",
+            "/usr/bin/env true && id -u >/dev/null && make --version >/dev/null",
+        ],
+    ));
+    assert_verdict(&guardd, "conformed");
+
+    let evil = s.dir.join("evil");
+    std::fs::copy("/usr/bin/true", &evil).expect("copy a readable program");
+    let ld = "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+    assert!(
+        Path::new("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2").exists(),
+        "written for x86_64 glibc hosts"
+    );
+    let long = format!("/usr/bin/{}{ld}", "/".repeat(290));
+    assert!(long.len() > 300);
+    let out = call(&guardd, &["exec", &long, evil.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_verdict(&guardd, "diverged");
+    // The file itself, by any other spelling, is the same refusal.
+    let out = call(
+        &guardd,
+        &[
+            "exec",
+            "/proc/self/root/usr/bin/../lib64/ld-linux-x86-64.so.2",
+            evil.to_str().expect("utf-8"),
+        ],
+    );
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     assert_verdict(&guardd, "diverged");
 }

@@ -3,6 +3,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Parser;
 use guard::{daemon, server};
+use tokio::signal::{self, unix::SignalKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -140,15 +141,25 @@ async fn serve() -> ExitCode {
         }
     };
     tracing::info!(socket = %daemon.socket().display(), "listening");
+    // Handlers first: a signal that arrives once systemd has READY=1 must not kill guardd.
+    let shutdown = shutdown_signal();
+    let hup = signal::unix::signal(SignalKind::hangup());
+    daemon.spawn_event_pump();
+    match hup {
+        Ok(hup) => {
+            tokio::spawn(reload_on_sighup(Arc::clone(&daemon), hup));
+        }
+        Err(e) => {
+            tracing::error!("cannot install the SIGHUP handler ({e}); reload with guardctl reload")
+        }
+    }
     sd_notify(&format!(
         "READY=1\nSTATUS=enforcing: {} tools, socket {}",
         daemon.policy().tools().count(),
         daemon.socket().display()
     ));
-    daemon.spawn_event_pump();
-    tokio::spawn(reload_on_sighup(Arc::clone(&daemon)));
     server::run(daemon, listener, async {
-        shutdown_signal().await;
+        shutdown.await;
         sd_notify("STOPPING=1\nSTATUS=draining running calls");
     })
     .await;
@@ -157,12 +168,7 @@ async fn serve() -> ExitCode {
 }
 
 /// SIGHUP loads the policy file again, as `guardctl reload` does; a bad file changes nothing.
-async fn reload_on_sighup(daemon: Arc<daemon::Daemon>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::error!("cannot install the SIGHUP handler; reload with guardctl reload");
-        return;
-    };
+async fn reload_on_sighup(daemon: Arc<daemon::Daemon>, mut hup: signal::unix::Signal) {
     while hup.recv().await.is_some() {
         sd_notify("RELOADING=1");
         match daemon.reload(None).await {
@@ -180,17 +186,21 @@ fn sd_notify(state: &str) {
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop guardd with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not when it is first
+/// awaited.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let handlers = (
+        signal::unix::signal(SignalKind::terminate()),
+        signal::unix::signal(SignalKind::interrupt()),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot install signal handlers; stop guardd with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
     }
 }

@@ -423,9 +423,9 @@ fn tool(d: &mut Diag, t: &RawTool) -> Tool {
 }
 
 /// Refuses a program the call may run (`command[0]`, `effects.exec`) that one of its write
-/// effects can also name: the call could replace the program, and the kernel's exec allow-list,
-/// which goes by path, would run the replacement. Templates are compared by what they can name
-/// at load time ([`Reach`]); malformed ones are skipped, they have their own error.
+/// effects can also name: the call could rewrite the program, and the kernel's exec allow-list,
+/// which approves the file and not its contents, would run it. Templates are compared by what
+/// they can name at load time ([`Reach`]); malformed ones are skipped, they have their own error.
 fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
     let reach = |s: &S<String>| -> Option<(Reach, String)> {
         match placeholder(&s.v) {
@@ -480,7 +480,7 @@ fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
             format!(
                 "program {what} and write effect {wwhat} (line {line}) both reach {shared}: \
                  the call could replace a program it may run, and the kernel's exec allow-list, \
-                 which goes by path, would run the replacement"
+                 which approves the file and not its contents, would run the rewritten program"
             ),
         );
     }

@@ -99,14 +99,17 @@ pub const CREATE_IN: BitFlags<AccessFs> =
     ::landlock::make_bitflags!(AccessFs::{MakeReg | MakeDir | WriteFile});
 
 /// The base set: what a dynamically linked program needs to load and run, and nothing that names
-/// a user's data. Libraries are read+execute; loader configuration, locales and time zones are
-/// read-only; `/dev/null` read+write; `/dev/urandom` read. `/dev/tty` is not included.
-/// `/proc/self` is not here: see [`Prepared::restrict_self`].
+/// a user's data. Libraries are read-only: the dynamic loader maps them, and landlock's Execute
+/// governs execve (and the kernel's open of an ELF interpreter) only, so a library tree with
+/// Execute would let a call exec any program in it. Execute goes to the loaders themselves
+/// ([`LOADERS`]). Loader configuration, locales and time zones are read-only; `/dev/null`
+/// read+write; `/dev/urandom` read. `/dev/tty` is not included. `/proc/self` is not here: see
+/// [`Prepared::restrict_self`].
 pub const BASE: &[(&str, BitFlags<AccessFs>)] = &[
-    ("/usr/lib", EXEC_TREE),
-    ("/lib", EXEC_TREE),
-    ("/lib64", EXEC_TREE),
-    ("/usr/lib64", EXEC_TREE),
+    ("/usr/lib", READ_TREE),
+    ("/lib", READ_TREE),
+    ("/lib64", READ_TREE),
+    ("/usr/lib64", READ_TREE),
     ("/etc/ld.so.cache", READ_FILE),
     ("/etc/ld.so.conf", READ_FILE),
     ("/etc/ld.so.conf.d", READ_TREE),
@@ -117,9 +120,20 @@ pub const BASE: &[(&str, BitFlags<AccessFs>)] = &[
     ("/dev/urandom", READ_FILE),
 ];
 
-/// Read and execute a tree of libraries.
-pub const EXEC_TREE: BitFlags<AccessFs> =
-    ::landlock::make_bitflags!(AccessFs::{Execute | ReadFile | ReadDir});
+/// The ELF interpreters (`PT_INTERP`) of the architectures and C libraries guard runs on: the
+/// kernel opens a dynamically linked program's loader for execution, so it needs Execute. Only
+/// the ones that exist get a rule. Executing a loader directly (`ld.so PROGRAM`) is still
+/// refused: the kernel's exec check approves programs by identity, and a loader is none of a
+/// call's programs.
+pub const LOADERS: &[&str] = &[
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/ld-linux-armhf.so.3",
+    "/lib/ld-linux-riscv64-lp64d.so.1",
+    "/lib/ld-linux.so.2",
+    "/lib/ld-musl-x86_64.so.1",
+    "/lib/ld-musl-aarch64.so.1",
+];
 
 /// What the child grants itself on `/proc/self`: read its own status, fds, maps.
 const PROC_SELF: BitFlags<AccessFs> = READ_TREE;
@@ -166,6 +180,9 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
     for &(path, access) in BASE {
         // A missing base path (e.g. /lib64 on some distributions) is expected: not reported.
         grant(Path::new(path), access, &mut base_missing);
+    }
+    for &loader in LOADERS {
+        grant(Path::new(loader), EXEC_FILE, &mut base_missing);
     }
     if let Some(program) = plan.argv.first() {
         grant(Path::new(program), EXEC_FILE, &mut out.skipped);
@@ -394,6 +411,7 @@ mod tests {
         "/etc/ld.so.cache",
         "/dev/null",
         "/dev/urandom",
+        "/lib64/ld-linux-x86-64.so.2",
         "/usr/bin/tool",
         "/usr/bin/helper",
         "/data/",
@@ -405,8 +423,13 @@ mod tests {
     #[test]
     fn base_set_covers_loading_and_skips_what_is_missing() {
         let r = rules_with(&plan("/usr/bin/tool", Effects::default()), fake(FS));
-        assert_eq!(r.access(Path::new("/usr/lib")), Some(EXEC_TREE));
-        assert_eq!(r.access(Path::new("/lib")), Some(EXEC_TREE));
+        // Libraries are read, never executed; the loader alone may be.
+        assert_eq!(r.access(Path::new("/usr/lib")), Some(READ_TREE));
+        assert_eq!(r.access(Path::new("/lib")), Some(READ_TREE));
+        assert_eq!(
+            r.access(Path::new("/lib64/ld-linux-x86-64.so.2")),
+            Some(EXEC_FILE)
+        );
         assert_eq!(r.access(Path::new("/etc/ld.so.cache")), Some(READ_FILE));
         assert_eq!(r.access(Path::new("/dev/null")), Some(WRITE_FILE));
         assert_eq!(r.access(Path::new("/dev/urandom")), Some(READ_FILE));
