@@ -48,6 +48,11 @@ pub enum ApprovalError {
     NotHeld(String),
     #[error("too many calls are waiting for approval ({0}); try again later")]
     Full(usize),
+    #[error(
+        "call {0} was submitted by your own uid, and an approver may not be its submitter \
+         (the policy's [approvals] allow_self says otherwise)"
+    )]
+    SelfApproval(String),
 }
 
 /// The calls waiting for a human.
@@ -79,12 +84,29 @@ impl Approvals {
         Ok(rx)
     }
 
-    /// Delivers an admin's resolution to the waiting call.
-    pub fn resolve(&self, call_id: &str, resolution: Resolution) -> Result<(), ApprovalError> {
-        let entry = self
-            .lock()
-            .remove(call_id)
-            .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?;
+    /// Delivers an admin's resolution to the waiting call. An approval from the uid that
+    /// submitted the call is refused (the call stays held) unless `allow_self`: one person
+    /// should not be both the one who asks and the one who says yes. Denying is always allowed.
+    pub fn resolve(
+        &self,
+        call_id: &str,
+        resolution: Resolution,
+        allow_self: bool,
+    ) -> Result<(), ApprovalError> {
+        let entry = {
+            let mut map = self.lock();
+            let held = map
+                .get(call_id)
+                .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?;
+            if let Resolution::Approved { by } = resolution
+                && by == held.held.uid
+                && !allow_self
+            {
+                return Err(ApprovalError::SelfApproval(call_id.to_owned()));
+            }
+            map.remove(call_id)
+                .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?
+        };
         // The waiter may have gone in the same instant (caller gone, timeout): then nothing
         // runs, which is what a late answer deserves.
         entry
@@ -129,12 +151,12 @@ mod tests {
         let a = Approvals::new(2, Duration::from_secs(1));
         let mut rx = a.hold(held("c1")).expect("hold");
         assert_eq!(a.list().len(), 1);
-        a.resolve("c1", Resolution::Approved { by: 0 })
+        a.resolve("c1", Resolution::Approved { by: 0 }, false)
             .expect("resolve");
         assert_eq!(rx.try_recv(), Ok(Resolution::Approved { by: 0 }));
         assert!(a.list().is_empty());
         assert_eq!(
-            a.resolve("c1", Resolution::Approved { by: 0 }),
+            a.resolve("c1", Resolution::Approved { by: 0 }, false),
             Err(ApprovalError::NotHeld("c1".into()))
         );
     }
@@ -145,9 +167,41 @@ mod tests {
         let _rx = a.hold(held("c1")).expect("hold");
         assert_eq!(a.hold(held("c2")).err(), Some(ApprovalError::Full(1)));
         a.withdraw("c1");
-        assert!(a.resolve("c1", Resolution::Approved { by: 0 }).is_err());
+        assert!(
+            a.resolve("c1", Resolution::Approved { by: 0 }, false)
+                .is_err()
+        );
         drop(a.hold(held("c3")).expect("room again"));
         // The waiter is gone: approving it reports that nothing is waiting.
-        assert!(a.resolve("c3", Resolution::Approved { by: 0 }).is_err());
+        assert!(
+            a.resolve("c3", Resolution::Approved { by: 0 }, false)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_submitter_may_deny_but_not_approve_its_own_call_unless_the_policy_says_so() {
+        let a = Approvals::new(4, Duration::from_secs(1));
+        let mut rx = a.hold(held("c1")).expect("hold");
+        assert_eq!(
+            a.resolve("c1", Resolution::Approved { by: 1000 }, false),
+            Err(ApprovalError::SelfApproval("c1".into()))
+        );
+        // Still held: another admin may answer.
+        assert_eq!(a.list().len(), 1);
+        a.resolve("c1", Resolution::Approved { by: 0 }, false)
+            .expect("another uid approves");
+        assert_eq!(rx.try_recv(), Ok(Resolution::Approved { by: 0 }));
+        let mut rx = a.hold(held("c2")).expect("hold");
+        a.resolve("c2", Resolution::Approved { by: 1000 }, true)
+            .expect("allowed by policy");
+        assert_eq!(rx.try_recv(), Ok(Resolution::Approved { by: 1000 }));
+        let mut rx = a.hold(held("c3")).expect("hold");
+        let deny = Resolution::Denied {
+            by: 1000,
+            reason: None,
+        };
+        a.resolve("c3", deny.clone(), false).expect("own denial");
+        assert_eq!(rx.try_recv(), Ok(deny));
     }
 }

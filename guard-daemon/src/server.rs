@@ -274,7 +274,8 @@ async fn resolve(
     resolution: Resolution,
 ) -> io::Result<()> {
     let approved = matches!(resolution, Resolution::Approved { .. });
-    match daemon.approvals.resolve(call_id, resolution) {
+    let allow_self = daemon.policy().settings().allow_self_approval;
+    match daemon.approvals.resolve(call_id, resolution, allow_self) {
         Ok(()) => {
             let body = json!({ "call_id": call_id, "approved": approved });
             conn.write(&protocol::frame("resolved", body)).await

@@ -48,11 +48,24 @@ message = "a secret in the arguments"
     )
 }
 
+/// The agent's uid in these tests: `nobody`, a member of the socket group [`start`] sets, so that
+/// root, the admin, is not the submitter (guard refuses a submitter's own approval).
+const CALLER: u32 = 65534;
+
+/// guardd with `policy`, its socket open to the group `nogroup` (the [`CALLER`]'s).
+fn start(policy: &str, extra: &[&str]) -> Guardd {
+    let mut args = vec!["--socket-group", "nogroup"];
+    args.extend(extra);
+    Guardd::start_with(policy, &args)
+}
+
+/// guard-exec as the [`CALLER`].
 fn spawn(guardd: &Guardd, tool: &str, args: &[&str]) -> Child {
     let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
-    guardd
-        .exec(tool, args)
-        .stdin(Stdio::null())
+    let mut cmd = guardd.exec(tool, args);
+    std::os::unix::process::CommandExt::uid(&mut cmd, CALLER);
+    std::os::unix::process::CommandExt::gid(&mut cmd, CALLER);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -96,7 +109,7 @@ fn a_held_call_runs_only_once_an_admin_approves_it() {
     }
     let dir = ToolDir::new("guard-approval");
     let ws = dir.subdir("ws", 0o777);
-    let guardd = Guardd::start(&policy(&ws));
+    let guardd = start(&policy(&ws), &[]);
 
     let caller = spawn(&guardd, "deploy", &[]);
     let calls = held(&guardd, 1);
@@ -155,7 +168,7 @@ fn a_denied_unanswered_or_abandoned_call_never_runs() {
     }
     let dir = ToolDir::new("guard-approval");
     let ws = dir.subdir("ws", 0o777);
-    let guardd = Guardd::start_with(&policy(&ws), &["--approval-timeout", "2"]);
+    let guardd = start(&policy(&ws), &["--approval-timeout", "2"]);
 
     // Denied, with a reason the caller hears.
     let caller = spawn(&guardd, "deploy", &[]);
@@ -209,11 +222,10 @@ fn only_admins_see_and_answer_held_calls() {
     let dir = ToolDir::new("guard-approval");
     let ws = dir.subdir("ws", 0o777);
     // uid 65534 may submit calls, but is no admin.
-    let guardd = Guardd::start(&policy(&ws).replacen(
-        "[settings]\n",
-        "[settings]\nclients = [0, 65534]\n",
-        1,
-    ));
+    let guardd = start(
+        &policy(&ws).replacen("[settings]\n", "[settings]\nclients = [0, 65534]\n", 1),
+        &[],
+    );
     std::fs::set_permissions(
         &guardd.socket,
         std::os::unix::fs::PermissionsExt::from_mode(0o666),
@@ -272,7 +284,8 @@ fn the_readme_walk_through_works_as_written() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/default.toml"),
     )
     .expect("default policy");
-    let guardd = Guardd::start(&policy);
+    // As `cargo xtask run` starts it.
+    let guardd = start(&policy, &[]);
     let bin_dir = support::bin("guard-exec")
         .parent()
         .expect("bin dir")
@@ -323,4 +336,61 @@ fn the_readme_walk_through_works_as_written() {
         stdout.contains("alice@example.com") && stdout.contains("The build is green."),
         "the stand-in mailer printed the message: {stdout}"
     );
+}
+
+#[test]
+fn a_submitter_cannot_approve_its_own_call_unless_the_policy_allows_it() {
+    if !support::privileged("a_submitter_cannot_approve_its_own_call_unless_the_policy_allows_it") {
+        return;
+    }
+    let dir = ToolDir::new("guard-approval");
+    let ws = dir.subdir("ws", 0o777);
+    // root submits and root, an admin, answers.
+    let guardd = Guardd::start(&policy(&ws));
+    let own = |guardd: &Guardd| {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        guardd
+            .exec("deploy", &[])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("guard-exec")
+    };
+    let caller = own(&guardd);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let out = ctl(&guardd, &["approve", &id]);
+    assert!(!out.status.success(), "self-approval accepted: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("your own uid"),
+        "{out:?}"
+    );
+    // Still held, not run, no approval row; the submitter may still withdraw it by denying.
+    held(&guardd, 1);
+    assert!(!ws.join("deployed").exists());
+    assert!(approval_rows(&guardd).is_empty());
+    assert!(ctl(&guardd, &["deny", &id]).status.success());
+    assert_eq!(
+        caller.wait_with_output().expect("guard-exec").status.code(),
+        Some(126)
+    );
+    drop(guardd);
+
+    // The policy may allow it.
+    let allowing = format!("{}\n[approvals]\nallow_self = true\n", policy(&ws));
+    let guardd = Guardd::start(&allowing);
+    let caller = own(&guardd);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    assert_eq!(
+        caller.wait_with_output().expect("guard-exec").status.code(),
+        Some(0)
+    );
+    assert!(ws.join("deployed").exists());
 }

@@ -117,6 +117,9 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .arg(&socket)
         .arg("--audit")
         .arg(dir.join("audit.jsonl"))
+        // `nobody` stands in for an agent's user in the README's walk-through: an admin may
+        // not approve a call of their own uid.
+        .args(["--socket-group", "nogroup"])
         .exec();
     Err(err).context("exec guardd")
 }

@@ -54,6 +54,8 @@ pub struct Settings {
     pub admin_groups: Vec<Principal>,
     pub socket_group: Option<String>,
     pub run_as: Option<String>,
+    /// `[approvals] allow_self`: whether an admin may approve a call of their own uid.
+    pub allow_self_approval: bool,
 }
 
 impl Default for Settings {
@@ -72,6 +74,7 @@ impl Default for Settings {
             admin_groups: Vec::new(),
             socket_group: None,
             run_as: None,
+            allow_self_approval: false,
         }
     }
 }

@@ -143,9 +143,17 @@ pub(crate) struct RawRule {
     pub message: Option<String>,
 }
 
+/// `[approvals]`: how held calls may be answered.
+#[derive(Debug)]
+pub(crate) struct RawApprovals {
+    pub at: Loc,
+    pub allow_self: Option<S<bool>>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct RawDoc {
     pub settings: Option<RawSettings>,
+    pub approvals: Option<RawApprovals>,
     pub tools: Vec<RawTool>,
     pub rules: Vec<RawRule>,
 }
@@ -401,6 +409,13 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
     let mut top = Table::new(file, String::new(), root.get_ref(), root.span());
     if let Some(t) = top.table(d, "settings") {
         doc.settings = Some(settings(d, t));
+    }
+    if let Some(mut t) = top.table(d, "approvals") {
+        doc.approvals = Some(RawApprovals {
+            at: t.at.clone(),
+            allow_self: t.bool(d, "allow_self"),
+        });
+        t.finish(d);
     }
     if let Some(mut tools) = top.table(d, "tools") {
         let path = tools.path.clone();

@@ -48,6 +48,7 @@ fn anchored(d: &mut Diag, s: &S<String>, key: &str) -> Option<Regex> {
 pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
     let mut settings = Settings::default();
     let mut settings_at: Option<Loc> = None;
+    let mut approvals_at: Option<Loc> = None;
     let mut raw_tools: Vec<RawTool> = Vec::new();
     let mut raw_rules = Vec::new();
     for doc in docs {
@@ -82,6 +83,18 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
                 settings.admin_groups = s.admin_groups;
                 settings.socket_group = s.socket_group;
                 settings.run_as = s.run_as;
+            }
+        }
+        if let Some(a) = doc.approvals {
+            if approvals_at.is_some() {
+                d.err(
+                    &a.at,
+                    "approvals",
+                    "approvals are already given in another file",
+                );
+            } else {
+                approvals_at = Some(a.at.clone());
+                settings.allow_self_approval = a.allow_self.is_some_and(|b| b.v);
             }
         }
         for t in doc.tools {
