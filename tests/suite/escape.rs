@@ -952,12 +952,19 @@ fn escape_a_path_longer_than_any_buffer_cannot_spell_its_way_out_of_an_exec_dire
     ) {
         return;
     }
-    // Landed on e4cd0a2: the kernel hashed the first 255 bytes of the filename, all of them
+    // Landed on e4cd0a2 (run there: ld.so ran `evil`, exit 0): the kernel hashed the first 255 bytes of the filename, all of them
     // slashes below /usr/bin/, so the `..` to the loader was never seen, and ld.so ran a program
     // nobody approved. Now the kernel looks at the file the exec loaded (ld.so: not approved)
     // and kills it, however it was spelled.
     let s = Setup::new();
-    let guardd = Guardd::start(&s.policy("exec = [\"/usr/bin\", \"/bin\"]", ""));
+    // A program the call may read (any data file would do) but not run.
+    let evil = s.dir.join("evil");
+    std::fs::copy("/usr/bin/true", &evil).expect("copy a readable program");
+    let effects = format!(
+        "exec = [\"/usr/bin\", \"/bin\"]\nread = [\"{}\"]",
+        evil.display()
+    );
+    let guardd = Guardd::start(&s.policy(&effects, ""));
     // The conforming control: programs of the approved directories, by either spelling, and a
     // shell running make's kind of pipeline.
     assert_ok(&call(&guardd, &["exec", "/usr/bin/true"]));
@@ -972,8 +979,6 @@ fn escape_a_path_longer_than_any_buffer_cannot_spell_its_way_out_of_an_exec_dire
     ));
     assert_verdict(&guardd, "conformed");
 
-    let evil = s.dir.join("evil");
-    std::fs::copy("/usr/bin/true", &evil).expect("copy a readable program");
     let ld = "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
     assert!(
         Path::new("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2").exists(),
