@@ -20,6 +20,18 @@ pub const FLAG_ENFORCE_EXEC: u32 = 1 << 1;
 /// Without it, the `sock_create` program allows it AF_UNIX sockets only.
 pub const FLAG_NET: u32 = 1 << 2;
 
+/// What a guarded call did that the receipt must learn even when events are lost: counted in
+/// the kernel, per call.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    /// Successful write-opens of files outside the call's write effects (`--trace-syscalls`).
+    pub writes_outside: u64,
+    /// The call's events the ring buffer had no room for.
+    pub events_lost: u64,
+}
+const _: () = assert!(core::mem::size_of::<CallStats>() == 16);
+
 /// What the open observer keeps of an open(2) between syscall entry and exit (kernel only; here
 /// so its size is checked next to the event's).
 #[repr(C)]
@@ -41,3 +53,7 @@ pub const MAX_CALLS: u32 = 4096;
 #[cfg(feature = "user")]
 // SAFETY: repr(C), plain integers, no padding (asserted above).
 unsafe impl aya::Pod for CallConfig {}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), two u64, no padding (asserted above).
+unsafe impl aya::Pod for CallStats {}

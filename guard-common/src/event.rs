@@ -17,6 +17,10 @@ pub const ACTION_ALLOWED: u32 = 0;
 pub const ACTION_DENIED: u32 = 1;
 /// The kernel refused the operation and killed the task.
 pub const ACTION_KILLED: u32 = 2;
+/// Open: a successful write-open of a file outside the call's write effects (seen at the
+/// syscall's exit, too late to refuse; the call is diverged, and killed when it kills on
+/// divergence, then with [`ACTION_KILLED`]).
+pub const ACTION_OUTSIDE: u32 = 3;
 
 /// Length of the path buffer of an exec event, NUL included.
 pub const PATH_LEN: usize = 256;

@@ -6,6 +6,6 @@
 
 pub mod call;
 pub mod event;
-pub mod exec;
+pub mod file;
 pub mod net;
 pub mod syscall;

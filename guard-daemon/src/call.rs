@@ -28,7 +28,6 @@ use crate::{
     events::{BusEvent, Receipt, Tracked},
     intent::Intent,
     monitor::{Destination, Watch},
-    opens::WriteScope,
     plan::{Endpoint, LaunchPlan, OnDivergence},
     protocol::{self, ProtocolError},
     sandbox,
@@ -355,15 +354,14 @@ async fn run(
         config: CallConfig { flags, _pad: 0 },
         destinations: dests,
         execs,
+        writes: plan.effects.write.clone(),
     };
     let tracked = Tracked {
         call_id: call_id.to_owned(),
         tool: plan.tool.clone(),
         cgroup: cgroup.path().to_owned(),
         kill_on_divergence: kill,
-        files: daemon.options.trace_syscalls.then(|| WriteScope {
-            write: plan.effects.write.clone(),
-        }),
+        files: daemon.options.trace_syscalls,
     };
     daemon.tracker.track(id, tracked);
     let result = async {
@@ -407,20 +405,27 @@ async fn run(
         .remove(call_id);
     daemon.flush_events().await;
     stages.lap("flush_events");
+    // The kernel's counts of the call, read before unwatch forgets them.
+    let trace = daemon.options.trace_syscalls;
+    let counts = daemon.with_monitor(|m| {
+        let syscalls = if trace { m.syscalls(id)? } else { Vec::new() };
+        Ok::<_, crate::monitor::MonitorError>((m.forks(id)?, syscalls, m.stats(id)?))
+    });
+    if let Some(Ok((_, _, stats))) = &counts {
+        daemon.tracker.counted(id, *stats, &daemon.bus);
+    }
     let mut receipt = daemon.tracker.finish(id);
     if let Some(r) = receipt.as_mut() {
-        // The kernel's counts of the call, read before unwatch forgets them.
-        let trace = daemon.options.trace_syscalls;
-        let counts = daemon.with_monitor(|m| {
-            let syscalls = if trace { m.syscalls(id)? } else { Vec::new() };
-            Ok::<_, crate::monitor::MonitorError>((m.forks(id)?, syscalls))
-        });
         match counts {
-            Some(Ok((forks, syscalls))) => {
+            Some(Ok((forks, syscalls, _))) => {
                 r.processes += forks;
                 r.syscalls = crate::events::syscall_names(&syscalls);
             }
-            Some(Err(e)) => tracing::warn!(call = %call_id, "reading the call's counts: {e}"),
+            Some(Err(e)) => {
+                // What the kernel counted cannot be vouched for: fail closed.
+                tracing::warn!(call = %call_id, "reading the call's counts: {e}");
+                r.verdict = "diverged";
+            }
             None => {}
         }
     }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use crate::opens::{FilesSeen, WriteScope, c_str};
+use crate::opens::{FilesSeen, c_str};
 
 /// How many events a subscriber may fall behind before it is dropped.
 const BUS_CAPACITY: usize = 4096;
@@ -109,6 +109,14 @@ pub struct Receipt {
     /// Connections the call made to guardd's own socket, each refused and a divergence.
     #[serde(skip_serializing_if = "is_zero")]
     pub guardd_connects: u32,
+    /// Successful write-opens outside the call's write effects, as the kernel counted them
+    /// (`--trace-syscalls`); each is a divergence, whether or not its event arrived.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub writes_outside: u64,
+    /// The call's kernel events the ring buffer had no room for: its lists (`execs`, `connects`,
+    /// `files`) are then incomplete. What it did outside its effects is still counted above.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub events_lost: u64,
     /// "conformed" | "diverged"
     pub verdict: &'static str,
     /// Whether guard killed the call for a divergence.
@@ -169,8 +177,8 @@ pub struct Tracked {
     /// The call's cgroup directory, killed on divergence.
     pub cgroup: PathBuf,
     pub kill_on_divergence: bool,
-    /// `Some` when the kernel reports the call's opens: what it may write.
-    pub files: Option<WriteScope>,
+    /// Whether the kernel reports the call's opens (`--trace-syscalls`).
+    pub files: bool,
 }
 
 /// A call the kernel watches, as the event pump knows it.
@@ -179,7 +187,6 @@ struct Watched {
     tool: String,
     cgroup: PathBuf,
     kill_on_divergence: bool,
-    scope: WriteScope,
     receipt: Receipt,
 }
 
@@ -224,7 +231,7 @@ impl Tracker {
         let watched = Watched {
             receipt: Receipt {
                 verdict: "conformed",
-                files: call.files.as_ref().map(|_| FilesSeen::default()),
+                files: call.files.then(FilesSeen::default),
                 processes: 1,
                 ..Receipt::default()
             },
@@ -232,7 +239,6 @@ impl Tracker {
             tool: call.tool,
             cgroup: call.cgroup,
             kill_on_divergence: call.kill_on_divergence,
-            scope: call.files.unwrap_or_default(),
         };
         self.lock().insert(cgroup_id, watched);
     }
@@ -240,6 +246,23 @@ impl Tracker {
     /// Stops tracking and hands back the call's receipt.
     pub fn finish(&self, cgroup_id: u64) -> Option<Receipt> {
         self.lock().remove(&cgroup_id).map(|w| w.receipt)
+    }
+
+    /// Folds in what the kernel counted of the call (read at its end): writes outside its
+    /// effects whose events were lost still make it diverged.
+    pub fn counted(&self, cgroup_id: u64, stats: guard_common::call::CallStats, bus: &Bus) {
+        let mut calls = self.lock();
+        let Some(watched) = calls.get_mut(&cgroup_id) else {
+            return;
+        };
+        watched.receipt.writes_outside = stats.writes_outside;
+        watched.receipt.events_lost = stats.events_lost;
+        let seen = watched.receipt.files.as_ref().map_or(0, |f| f.diverged);
+        if stats.writes_outside > seen {
+            let detail =
+                json!({ "writes": stats.writes_outside - seen, "events_lost": stats.events_lost });
+            watched.diverge("open", detail, false, bus);
+        }
     }
 
     /// Whether the call has diverged so far.
@@ -299,10 +322,10 @@ impl Tracker {
                 let Some(files) = receipt.files.as_mut() else {
                     return;
                 };
-                if let Some(detail) = files.record(event, &watched.scope) {
+                if let Some(detail) = files.record(event) {
                     let mut detail = detail;
                     detail["pid"] = event.pid.into();
-                    watched.diverge("open", detail, false, bus);
+                    watched.diverge("open", detail, event.action == ACTION_KILLED, bus);
                 }
                 return;
             }
@@ -333,8 +356,8 @@ impl Tracker {
     }
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// The names of syscall numbers, for a receipt.
@@ -366,7 +389,7 @@ mod tests {
             tool: "fetch".into(),
             cgroup: "/nonexistent".into(),
             kill_on_divergence: false,
-            files: None,
+            files: false,
         }
     }
 

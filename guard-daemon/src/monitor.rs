@@ -24,8 +24,9 @@ use aya::{
 };
 use guard_common::{
     call::CallConfig,
+    call::CallStats,
     event::{COUNTER_DROPPED, Event},
-    exec::{EXEC_DIR, EXEC_FILE, ExecKey, Layout, kernel_dev},
+    file::{FILE_CHILD, FILE_DIR, FILE_SELF, FileKey, Layout, kernel_dev, name_hash},
     net::{Dest4, Dest6},
     syscall::{SyscallSet, syscall_numbers},
 };
@@ -177,31 +178,53 @@ pub struct Watch {
     pub destinations: Vec<Destination>,
     /// The programs it may execute (enforced with `FLAG_ENFORCE_EXEC`).
     pub execs: Vec<PathBuf>,
+    /// What it may write, judged by the open observer (`--trace-syscalls`); `/dev/null` always.
+    pub writes: Vec<PathBuf>,
 }
 
 /// The keys installed for one call, so that `unwatch` removes exactly them.
 #[derive(Default)]
 struct Installed {
     dests: Vec<DestKey>,
-    execs: Vec<(ExecKey, u8)>,
+    execs: Vec<(FileKey, u8)>,
+    writes: Vec<(FileKey, u8)>,
     /// Counted in `SyscallTracing::calls`.
     traced: bool,
 }
 
-/// The exec key of `path`: the identity (device, inode) of the file or directory it names now,
-/// symlinks followed, as the kernel will see the executed file. A directory approves what lies
-/// beneath it. A path that does not exist approves nothing.
-fn exec_key(cgroup_id: u64, path: &Path) -> Option<(ExecKey, u8)> {
+/// The identity of the file or directory `path` names now (symlinks followed), as the kernel
+/// sees it: device in the kernel's encoding, inode, and whether it is a directory.
+fn identity(path: &Path) -> Option<(u32, u64, bool)> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = fs::metadata(path).ok()?;
     let dev = meta.dev();
-    let key = ExecKey {
+    Some((
+        kernel_dev(libc::major(dev), libc::minor(dev)),
+        meta.ino(),
+        meta.is_dir(),
+    ))
+}
+
+/// The allow-list key of `path` for the call: a file approves itself, a directory what lies
+/// beneath it. A path that does not exist approves nothing, unless `names`: then its name in
+/// its (existing) directory is approved, for a write target the call may create.
+fn file_key(cgroup_id: u64, path: &Path, names: bool) -> Option<(FileKey, u8)> {
+    let key = |(dev, ino, _): (u32, u64, bool), name| FileKey {
         cgroup_id,
-        ino: meta.ino(),
-        dev: kernel_dev(libc::major(dev), libc::minor(dev)),
+        ino,
+        dev,
         _pad: 0,
+        name,
     };
-    Some((key, if meta.is_dir() { EXEC_DIR } else { EXEC_FILE }))
+    if let Some(id) = identity(path) {
+        return Some((key(id, 0), if id.2 { FILE_DIR } else { FILE_SELF }));
+    }
+    if !names {
+        return None;
+    }
+    let dir = identity(path.parent()?).filter(|id| id.2)?;
+    let name = path.file_name()?.as_encoded_bytes();
+    Some((key(dir, name_hash(name)), FILE_CHILD))
 }
 
 /// The offsets the exec program reads kernel structs at, from the running kernel's BTF.
@@ -221,7 +244,11 @@ fn exec_layout() -> Result<Layout, MonitorError> {
         sb_dev: at("super_block", "s_dev")?,
         dentry_parent: at("dentry", "d_parent")?,
         dentry_inode: at("dentry", "d_inode")?,
-        _pad: 0,
+        dentry_name: at("dentry", "d_name")? + at("qstr", "name")?,
+        task_files: at("task_struct", "files")?,
+        files_fdt: at("files_struct", "fdt")?,
+        fdt_fd: at("fdtable", "fd")?,
+        fdt_max_fds: at("fdtable", "max_fds")?,
     })
 }
 
@@ -272,7 +299,9 @@ pub struct Monitor {
     calls: HashMap<MapData, u64, CallConfig>,
     allow4: HashMap<MapData, Dest4, u8>,
     allow6: HashMap<MapData, Dest6, u8>,
-    exec_allow: HashMap<MapData, ExecKey, u8>,
+    exec_allow: HashMap<MapData, FileKey, u8>,
+    write_allow: HashMap<MapData, FileKey, u8>,
+    call_stats: HashMap<MapData, u64, CallStats>,
     syscall_sets: HashMap<MapData, u64, SyscallSet>,
     forks: HashMap<MapData, u64, u64>,
     installed: StdHashMap<u64, Installed>,
@@ -359,6 +388,9 @@ impl Monitor {
         let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
         let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
         let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
+        let write_allow =
+            HashMap::try_from(take("WRITE_ALLOW")?).map_err(map_err("WRITE_ALLOW"))?;
+        let call_stats = HashMap::try_from(take("CALL_STATS")?).map_err(map_err("CALL_STATS"))?;
         let syscall_sets =
             HashMap::try_from(take("SYSCALL_SETS")?).map_err(map_err("SYSCALL_SETS"))?;
         let forks = HashMap::try_from(take("FORKS")?).map_err(map_err("FORKS"))?;
@@ -371,6 +403,8 @@ impl Monitor {
             allow4,
             allow6,
             exec_allow,
+            write_allow,
+            call_stats,
             syscall_sets,
             forks,
             installed: StdHashMap::new(),
@@ -409,10 +443,23 @@ impl Monitor {
             execs: watch
                 .execs
                 .iter()
-                .filter_map(|p| exec_key(cgroup_id, p))
+                .filter_map(|p| file_key(cgroup_id, p, false))
                 .collect::<StdHashMap<_, _>>()
                 .into_iter()
                 .collect(),
+            writes: match self.tracing {
+                Some(_) => watch
+                    .writes
+                    .iter()
+                    .map(PathBuf::as_path)
+                    .chain([Path::new("/dev/null")])
+                    .filter_map(|p| file_key(cgroup_id, p, true))
+                    .collect::<StdHashMap<_, _>>()
+                    .into_iter()
+                    .collect(),
+                // Nothing reads them without the open observer.
+                None => Vec::new(),
+            },
             traced: false,
         };
         self.installed.insert(cgroup_id, installed);
@@ -472,6 +519,14 @@ impl Monitor {
                 .insert(*key, *kind, 0)
                 .map_err(map_err("EXEC_ALLOW"))?;
         }
+        for (key, kind) in &installed.writes {
+            self.write_allow
+                .insert(*key, *kind, 0)
+                .map_err(map_err("WRITE_ALLOW"))?;
+        }
+        self.call_stats
+            .insert(cgroup_id, CallStats::default(), 0)
+            .map_err(map_err("CALL_STATS"))?;
         self.syscall_sets
             .insert(cgroup_id, SyscallSet::default(), 0)
             .map_err(map_err("SYSCALL_SETS"))?;
@@ -508,6 +563,12 @@ impl Monitor {
         for (key, _) in installed.execs {
             result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
         }
+        for (key, _) in installed.writes {
+            let removed = gone(self.write_allow.remove(&key)).map_err(map_err("WRITE_ALLOW"));
+            result = result.and(removed);
+        }
+        result =
+            result.and(gone(self.call_stats.remove(&cgroup_id)).map_err(map_err("CALL_STATS")));
         result
             .and(gone(self.syscall_sets.remove(&cgroup_id)).map_err(map_err("SYSCALL_SETS")))
             .and(gone(self.forks.remove(&cgroup_id)).map_err(map_err("FORKS")))
@@ -520,6 +581,16 @@ impl Monitor {
             Ok(n) => Ok(n),
             Err(MapError::KeyNotFound) => Ok(0),
             Err(e) => Err(map_err("FORKS")(e)),
+        }
+    }
+
+    /// What the kernel counted of the call in `cgroup_id` so far (writes outside its effects,
+    /// events lost). Read it before `unwatch`.
+    pub fn stats(&self, cgroup_id: u64) -> Result<CallStats, MonitorError> {
+        match self.call_stats.get(&cgroup_id, 0) {
+            Ok(s) => Ok(s),
+            Err(MapError::KeyNotFound) => Ok(CallStats::default()),
+            Err(e) => Err(map_err("CALL_STATS")(e)),
         }
     }
 

@@ -1,19 +1,21 @@
 //! The files a call opened, as the kernel reported them (`--trace-syscalls`), and the one open
 //! that is a divergence: a write-open outside the call's `effects.write` that succeeded.
 //!
-//! landlock is what keeps a call's writes inside its effects; this is the independent second
-//! line that notices when something got past it (a parent directory widened for a file that did
-//! not exist yet, a symlink, a host running without landlock). The kernel reports paths as the
-//! call passed them; a relative one is resolved here against the thread's working directory or
-//! directory descriptor, read from /proc while the event is fresh. A path that can no longer be
-//! resolved (the process is gone) is listed as unresolved and judged by nothing but landlock.
+//! landlock is what keeps a call's writes inside its effects; the open observer is the
+//! independent second line that notices when something got past it (a parent directory widened
+//! for a file that did not exist yet, a host running without landlock). The kernel judges: it
+//! compares the file each write-open returned, by identity, with the call's write effects (see
+//! `guard_common::file`), and marks the event; it also counts such writes per call, so a lost
+//! event hides nothing. Here the paths are only listed: as the call passed them, a relative one
+//! resolved against the thread's working directory or directory descriptor, read from /proc
+//! while the event is fresh, or listed as `?/name` when the process is already gone.
 
 use std::{
     fs,
     path::{Component, Path, PathBuf},
 };
 
-use guard_common::event::Event as KernelEvent;
+use guard_common::event::{ACTION_KILLED, ACTION_OUTSIDE, Event as KernelEvent};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -21,27 +23,17 @@ use serde_json::{Value, json};
 const LISTED: usize = 64;
 const AT_FDCWD: i32 = -100;
 /// Written by every program that discards output; landlock's base set grants it.
-const DEV_NULL: &str = "/dev/null";
 
-/// What a call may write: its `effects.write`, files or directory trees.
-#[derive(Clone, Debug, Default)]
-pub struct WriteScope {
-    pub write: Vec<PathBuf>,
-}
-
-impl WriteScope {
-    fn allows(&self, path: &Path) -> bool {
-        path == Path::new(DEV_NULL) || self.write.iter().any(|w| path.starts_with(w))
-    }
-}
-
-/// The opens of one call, for its receipt (`effects_observed.files`).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct FilesSeen {
     /// Every open the call attempted.
     pub opened: u64,
     /// The first distinct ones.
     pub paths: Vec<FileSeen>,
+    /// Of those, the writes the kernel found outside the call's effects (the receipt shows the
+    /// kernel's own count, `writes_outside`).
+    #[serde(skip)]
+    pub diverged: u64,
 }
 
 /// One open of a call.
@@ -56,10 +48,13 @@ pub struct FileSeen {
 }
 
 impl FilesSeen {
-    /// Folds in one open; returns the divergence detail when it is a successful write outside
-    /// `scope`.
-    pub fn record(&mut self, event: &KernelEvent, scope: &WriteScope) -> Option<Value> {
+    /// Folds in one open; returns the divergence detail when the kernel found it a successful
+    /// write outside the call's effects.
+    pub fn record(&mut self, event: &KernelEvent) -> Option<Value> {
         self.opened += 1;
+        if event.action == ACTION_OUTSIDE || event.action == ACTION_KILLED {
+            self.diverged += 1;
+        }
         let requested = c_str(&event.path);
         let writes = is_write(event.open_flags);
         let resolved = resolve(&requested, event.dirfd, event.tid);
@@ -75,7 +70,8 @@ impl FilesSeen {
                 errno_name(-event.ret)
             },
         };
-        let diverged = event.ret >= 0 && writes && resolved.is_some_and(|p| !scope.allows(&p));
+        // The kernel judged the file the open returned, by identity; the path is only shown.
+        let diverged = event.action == ACTION_OUTSIDE || event.action == ACTION_KILLED;
         let detail = diverged.then(|| json!({ "path": seen.path, "flags": event.open_flags }));
         if self.paths.len() < LISTED && !self.paths.contains(&seen) {
             self.paths.push(seen);
@@ -163,48 +159,36 @@ mod tests {
         e
     }
 
-    fn scope() -> WriteScope {
-        WriteScope {
-            write: vec!["/srv/ws/out".into()],
-        }
+    fn outside(mut e: KernelEvent) -> KernelEvent {
+        e.action = ACTION_OUTSIDE;
+        e
     }
 
     #[test]
-    fn only_a_successful_write_outside_the_scope_diverges() {
+    fn only_what_the_kernel_found_outside_diverges_and_every_open_is_listed() {
         let mut files = FilesSeen::default();
-        let s = scope();
         assert!(
             files
-                .record(&open("/etc/passwd", libc::O_RDONLY, 3), &s)
+                .record(&open("/etc/passwd", libc::O_RDONLY, 3))
                 .is_none()
         );
-        assert!(
-            files
-                .record(
-                    &open("/srv/ws/out/a", libc::O_WRONLY | libc::O_CREAT, 3),
-                    &s
-                )
-                .is_none()
-        );
-        assert!(
-            files
-                .record(&open("/dev/null", libc::O_RDWR, 3), &s)
-                .is_none()
-        );
+        let inside = open("/srv/ws/out/a", libc::O_WRONLY | libc::O_CREAT, 3);
+        assert!(files.record(&inside).is_none());
         // Refused by landlock: recorded, not a divergence.
         let refused = open("/srv/ws/other", libc::O_WRONLY, -libc::EACCES);
-        assert!(files.record(&refused, &s).is_none());
-        assert!(
-            files
-                .record(&open("/etc/x", libc::O_PATH | libc::O_WRONLY, 3), &s)
-                .is_none()
-        );
-        // `..` cannot walk out of the scope unnoticed.
-        let out = open("/srv/ws/out/../other", libc::O_RDONLY | libc::O_TRUNC, 3);
-        let detail = files.record(&out, &s).expect("divergence");
+        assert!(files.record(&refused).is_none());
+        let out = outside(open(
+            "/srv/ws/out/../other",
+            libc::O_RDONLY | libc::O_TRUNC,
+            3,
+        ));
+        let detail = files.record(&out).expect("divergence");
         assert_eq!(detail["path"], "/srv/ws/other");
-        assert_eq!(files.opened, 6);
-        assert_eq!(files.paths[3].result, "EACCES");
+        let mut killed = open("/etc/x", libc::O_WRONLY, 3);
+        killed.action = ACTION_KILLED;
+        assert!(files.record(&killed).is_some());
+        assert_eq!(files.opened, 5);
+        assert_eq!(files.paths[2].result, "EACCES");
         assert_eq!(files.paths[0].access, "read");
         assert_eq!(files.paths[1].access, "write");
     }
@@ -214,15 +198,15 @@ mod tests {
         let mut files = FilesSeen::default();
         let cwd = std::env::current_dir().expect("cwd");
         for _ in 0..3 {
-            files.record(&open("a/./b", libc::O_RDONLY, 3), &scope());
+            files.record(&open("a/./b", libc::O_RDONLY, 3));
         }
         assert_eq!(files.opened, 3);
         assert_eq!(files.paths.len(), 1);
         assert_eq!(files.paths[0].path, cwd.join("a/b").display().to_string());
-        // A thread that is gone: listed as requested, not judged.
-        let mut gone = open("x", libc::O_WRONLY, 3);
+        // A thread that is gone: listed as requested; judged all the same by the kernel.
+        let mut gone = outside(open("x", libc::O_WRONLY, 3));
         gone.tid = u32::MAX;
-        assert!(files.record(&gone, &scope()).is_none());
+        assert!(files.record(&gone).is_some());
         assert_eq!(files.paths[1].path, "?/x");
     }
 }

@@ -60,6 +60,7 @@ pub fn run(monitor: &mut Monitor, root: &Cgroup) -> Result<(), String> {
         },
         destinations: vec![],
         execs: vec![exe.clone()],
+        writes: vec![],
     };
     monitor
         .watch(cgroup.id(), &watch)

@@ -106,7 +106,8 @@ async fn refuse_confined(daemon: &Daemon, peer: &Peer, mut conn: Conn) -> io::Re
         message: "not permitted: a confined call may not use guardd".into(),
         field: None,
     };
-    let written = conn.write(&protocol::error_frame(&e)).await;
+    // Recorded before the answer: the call may end as soon as it has read it, and its receipt
+    // must already hold the divergence.
     let call_cgroup = peer
         .cgroup
         .strip_prefix(&daemon.cgroup_path)
@@ -120,7 +121,7 @@ async fn refuse_confined(daemon: &Daemon, peer: &Peer, mut conn: Conn) -> io::Re
     if !found {
         tracing::warn!(pid = peer.pid, cgroup = %peer.cgroup, "refused a confined peer of no running call");
     }
-    written
+    conn.write(&protocol::error_frame(&e)).await
 }
 
 /// Waits for running calls up to the drain deadline, then kills them all.

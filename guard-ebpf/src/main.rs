@@ -10,6 +10,7 @@
 #![feature(core_intrinsics)]
 
 mod exec;
+mod ident;
 mod maps;
 mod net;
 mod open;

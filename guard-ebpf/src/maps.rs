@@ -6,9 +6,9 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use guard_common::{
-    call::{CallConfig, MAX_CALLS, MAX_OPENS_IN_FLIGHT, OpenStash},
+    call::{CallConfig, CallStats, MAX_CALLS, MAX_OPENS_IN_FLIGHT, OpenStash},
     event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event, PATH_LEN},
-    exec::{ExecKey, MAX_EXECS},
+    file::{FileKey, MAX_FILES, NAME_MAX},
     net::{Dest4, Dest6, MAX_DESTS},
     syscall::SyscallSet,
 };
@@ -25,9 +25,23 @@ pub static ALLOW4: HashMap<Dest4, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 #[map]
 pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 
-/// Approved programs (`EXEC_FILE`) and directories (`EXEC_DIR`) per call, by device and inode.
+/// Approved programs (`FILE_SELF`) and directories (`FILE_DIR`) per call, by device and inode.
 #[map]
-pub static EXEC_ALLOW: HashMap<ExecKey, u8> = HashMap::with_max_entries(MAX_EXECS, 0);
+pub static EXEC_ALLOW: HashMap<FileKey, u8> = HashMap::with_max_entries(MAX_FILES, 0);
+
+/// Approved write targets per call: files, directories, and names of targets that did not
+/// exist at launch (`FILE_CHILD`).
+#[map]
+pub static WRITE_ALLOW: HashMap<FileKey, u8> = HashMap::with_max_entries(MAX_FILES, 0);
+
+/// What each guarded call did that no event may lose, by cgroup id: the daemon inserts zeros
+/// with the call, the kernel only adds, and the receipt reads it after the call.
+#[map]
+pub static CALL_STATS: HashMap<u64, CallStats> = HashMap::with_max_entries(MAX_CALLS, 0);
+
+/// A per-CPU buffer for a file name being hashed.
+#[map]
+pub static NAME_SCRATCH: PerCpuArray<[u8; NAME_MAX + 1]> = PerCpuArray::with_max_entries(1, 0);
 
 /// The syscalls each guarded call has made, by cgroup id. The daemon inserts a zeroed set with
 /// the call and removes it after; the kernel only sets bits.
@@ -82,6 +96,12 @@ pub fn reserve_event(
             // SAFETY: a per-CPU slot, written only by this CPU with preemption disabled.
             unsafe { *dropped += 1 };
         }
+        // The call's own count, which its receipt reports: what it did is still judged from
+        // CALL_STATS, but its lists of files and execs are then incomplete.
+        if let Some(stats) = CALL_STATS.get_ptr_mut(&cgroup_id) {
+            // SAFETY: this call's value in the map; other CPUs add to it too, hence atomic.
+            unsafe { add(&mut (*stats).events_lost) };
+        }
         return None;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -107,4 +127,16 @@ pub fn reserve_event(
         (*event).path[0] = 0;
     }
     Some(entry)
+}
+
+/// Adds one to a per-call counter shared by all CPUs.
+#[inline(always)]
+pub fn add(counter: &mut u64) {
+    // SAFETY: an atomic add on a map value; core's AtomicU64 has no fetch_add on the BPF target,
+    // the intrinsic lowers to the BPF atomic add instruction.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            counter, 1,
+        )
+    };
 }
