@@ -1001,3 +1001,113 @@ fn escape_a_path_longer_than_any_buffer_cannot_spell_its_way_out_of_an_exec_dire
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     assert_verdict(&guardd, "diverged");
 }
+
+// --- The open observer judges files, not paths (issue 12, class 2) ---
+
+#[test]
+fn escape_the_open_observer_cannot_be_blinded_by_how_a_path_is_written() {
+    if !support::privileged("escape_the_open_observer_cannot_be_blinded_by_how_a_path_is_written") {
+        return;
+    }
+    // The call may create ws/new.txt (missing, so landlock opens up ws/ and lets the call write
+    // ws/other.txt too) and write in ws/out/. Each attack below writes ws/other.txt in a way
+    // that blinds a path-based observer: (a) a relative path from a process that exits at once
+    // (listed `?/other.txt`, not judged), (b) a path longer than 255 bytes whose first 255 lie in
+    // ws/out/, (c) a path on a page not yet faulted in (read as "", so the writable working
+    // directory), (d) after flooding the ring buffer, so that the write's event may be dropped.
+    // Run on e4cd0a2: (a), (b) and (c) wrote the file and said `conformed` (twice in two runs);
+    // (d) happened to keep the write's event there, and is asserted here by its lost events.
+    // Now the kernel judges the file the open returned and counts it per call: each is killed
+    // before its first write, `diverged`.
+    let s = Setup::new();
+    let ws = s.subdir("ws", 0o777);
+    let out_dir = ws.join("out");
+    fs::create_dir(&out_dir).expect("out");
+    fs::set_permissions(&out_dir, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let other = ws.join("other.txt");
+    let untouched = "untouched\n";
+    fs::write(&other, untouched).expect("write");
+    fs::set_permissions(&other, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let name_file = s.dir.join("name");
+    fs::write(&name_file, format!("{}\0", other.display())).expect("name file");
+    let effects = format!(
+        "write = [\"{}\", \"{}\"]\nread = [\"{}\"]",
+        ws.join("new.txt").display(),
+        out_dir.display(),
+        name_file.display()
+    );
+    let guardd = Guardd::start_with(&s.policy(&effects, ""), &["--trace-syscalls"]);
+    let ws_s = ws.display().to_string();
+    let name_s = name_file.display().to_string();
+    // A working directory the call may write in: an unreadable path resolved to it looked fine.
+    let out_s = out_dir.display().to_string();
+
+    // Controls: the declared writes conform, relative and from a short-lived process too.
+    assert_ok(&call(
+        &guardd,
+        &["chdir", &ws_s, "--", "fork-append", "new.txt", "hi"],
+    ));
+    assert_verdict(&guardd, "conformed");
+    // Missing again, so that landlock opens up ws/ for the attacks.
+    fs::remove_file(ws.join("new.txt")).expect("rm new.txt");
+    let inside = format!("{}/{}x.txt", out_dir.display(), "/".repeat(250));
+    assert_ok(&call(&guardd, &["write", &inside, "hi"]));
+    assert_verdict(&guardd, "conformed");
+
+    let long = format!("{}/{}../other.txt", out_dir.display(), "/".repeat(250));
+    let attacks: [(&str, Vec<&str>); 4] = [
+        (
+            "relative, short-lived",
+            vec!["chdir", &ws_s, "--", "fork-append", "other.txt", "changed"],
+        ),
+        ("longer than the buffer", vec!["append", &long, "changed"]),
+        (
+            "on an unfaulted page",
+            vec![
+                "chdir",
+                &out_s,
+                "--",
+                "append-via-mapped-name",
+                &name_s,
+                "changed",
+            ],
+        ),
+        (
+            "after a flood",
+            vec![
+                "loop-open",
+                &name_s,
+                "1000000",
+                "--",
+                "append",
+                other.to_str().expect("utf-8"),
+                "changed",
+            ],
+        ),
+    ];
+    for (what, actions) in attacks {
+        let out = call(&guardd, &actions);
+        let row = last_receipt(&guardd);
+        let seen = &row["effects_observed"];
+        assert_eq!(seen["verdict"], "diverged", "{what}: {out:?} {row:#}");
+        assert!(
+            seen["writes_outside"].as_u64() >= Some(1),
+            "{what}: {row:#}"
+        );
+        assert!(
+            matches!(out.status.code(), Some(137) | Some(1)),
+            "{what}: killed (the forked writer's parent reports its death): {out:?}"
+        );
+        assert_eq!(
+            fs::read_to_string(&other).expect("other"),
+            untouched,
+            "{what}: the write happened"
+        );
+        if what == "after a flood" {
+            assert!(
+                seen["events_lost"].as_u64() > Some(0),
+                "the flood lost no event, so it proves nothing: {row:#}"
+            );
+        }
+    }
+}

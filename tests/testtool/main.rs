@@ -209,6 +209,77 @@ fn run(action: &[String]) -> Res {
             }
             Ok(())
         }
+        "chdir" => {
+            std::env::set_current_dir(arg(1)?)?;
+            println!("in {}", arg(1)?);
+            Ok(())
+        }
+        "fork-append" => {
+            // A child appends TEXT to PATH (relative to the working directory, as given) and
+            // exits at once: gone before anyone could read its /proc entry.
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            let text = arg(2)?.as_bytes().to_vec();
+            // SAFETY: fork in a single-threaded process; the child only makes raw syscalls and
+            // _exits.
+            match unsafe { libc::fork() } {
+                -1 => Err(last_errno()),
+                0 => {
+                    // SAFETY: raw syscalls on our own buffers; _exit never returns.
+                    unsafe {
+                        let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT;
+                        let fd = libc::open(path.as_ptr(), flags, 0o644);
+                        let ok = fd >= 0 && libc::write(fd, text.as_ptr().cast(), text.len()) >= 0;
+                        libc::_exit(if ok { 0 } else { 1 })
+                    }
+                }
+                child => {
+                    let mut status = 0;
+                    // SAFETY: waits for our own child.
+                    unsafe { libc::waitpid(child, &mut status, 0) };
+                    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                        println!("child appended {}", arg(1)?);
+                        Ok(())
+                    } else {
+                        Err(Fail(libc::EIO, format!("child status {status}")))
+                    }
+                }
+            }
+        }
+        "append-via-mapped-name" => {
+            // Appends TEXT to the file whose name is in NAMEFILE, passing open(2) a pointer into
+            // a fresh private mapping of NAMEFILE: the page is not faulted in until the kernel
+            // itself reads the name, so a tracer reading it at syscall entry sees nothing.
+            let names = std::fs::File::open(arg(1)?)?;
+            let len = names.metadata()?.len() as usize;
+            // SAFETY: a new read-only private mapping of a file we hold open; unmapped below.
+            let map = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len.max(1),
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    std::os::fd::AsRawFd::as_raw_fd(&names),
+                    0,
+                )
+            };
+            if map == libc::MAP_FAILED {
+                return Err(last_errno());
+            }
+            let text = arg(2)?;
+            // SAFETY: the mapping holds a NUL-terminated name (the test writes it so).
+            let fd = unsafe { libc::open(map.cast(), libc::O_WRONLY | libc::O_APPEND) };
+            let result = if fd < 0 {
+                Err(last_errno())
+            } else {
+                // SAFETY: our fd and buffer.
+                unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+                println!("appended through a mapped name");
+                Ok(())
+            };
+            // SAFETY: the mapping made above.
+            unsafe { libc::munmap(map, len.max(1)) };
+            result
+        }
         "sleep" => {
             let secs: f64 = arg(1)?.parse().map_err(|_| usage("not a number"))?;
             std::thread::sleep(Duration::from_secs_f64(secs));
