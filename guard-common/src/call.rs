@@ -29,8 +29,11 @@ pub struct CallStats {
     pub writes_outside: u64,
     /// The call's events the ring buffer had no room for.
     pub events_lost: u64,
+    /// Syscalls asking for an effect that another layer refused (`KIND_REFUSED`;
+    /// `--trace-syscalls`).
+    pub refused: u64,
 }
-const _: () = assert!(core::mem::size_of::<CallStats>() == 16);
+const _: () = assert!(core::mem::size_of::<CallStats>() == 24);
 
 /// What the open observer keeps of an open(2) between syscall entry and exit (kernel only; here
 /// so its size is checked next to the event's).
@@ -55,5 +58,5 @@ pub const MAX_CALLS: u32 = 4096;
 unsafe impl aya::Pod for CallConfig {}
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), two u64, no padding (asserted above).
+// SAFETY: repr(C), three u64, no padding (asserted above).
 unsafe impl aya::Pod for CallStats {}

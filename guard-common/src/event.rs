@@ -10,6 +10,10 @@ pub const KIND_SOCKET: u32 = 3;
 pub const KIND_OPEN: u32 = 4;
 /// seccomp killed a process of a guarded call for a syscall outside its filter.
 pub const KIND_SECCOMP: u32 = 5;
+/// Another layer refused a syscall of a guarded call that asks for an effect: EPERM (seccomp,
+/// or an eBPF cgroup program) or EACCES (landlock), seen at the syscall's exit
+/// (`--trace-syscalls` only). The syscall's number is in `sock_type`, the result in `ret`.
+pub const KIND_REFUSED: u32 = 6;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;

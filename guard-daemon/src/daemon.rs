@@ -291,6 +291,7 @@ impl Daemon {
             limits: sandbox::detect_limits(root.path()),
             allow_without_landlock: options.allow_unenforced,
             instance: options.cgroup.clone(),
+            kernel_watches: monitor.is_some(),
             ..sandbox::LaunchOptions::default()
         };
 

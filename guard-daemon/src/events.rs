@@ -11,7 +11,7 @@ use std::{
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
-    KIND_OPEN, KIND_SECCOMP, KIND_SOCKET,
+    KIND_OPEN, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -113,6 +113,12 @@ pub struct Receipt {
     /// (`--trace-syscalls`); each is a divergence, whether or not its event arrived.
     #[serde(skip_serializing_if = "is_zero")]
     pub writes_outside: u64,
+    /// Syscalls asking for an effect that landlock or seccomp refused (`--trace-syscalls`):
+    /// each an attempt outside the call's effects, so a divergence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedSeen>,
+    /// Which layer verified each class of effect for this receipt, and what it could not see.
+    pub verified: Verified,
     /// The call's kernel events the ring buffer had no room for: its lists (`execs`, `connects`,
     /// `files`) are then incomplete. What it did outside its effects is still counted above.
     #[serde(skip_serializing_if = "is_zero")]
@@ -122,6 +128,44 @@ pub struct Receipt {
     /// Whether guard killed the call for a divergence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+}
+
+/// A syscall another layer refused.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RefusedSeen {
+    pub syscall: String,
+    pub errno: String,
+    /// "landlock" (EACCES) or "seccomp" (EPERM).
+    pub stopped_by: &'static str,
+}
+
+/// How a receipt's claims were checked: by which layer, or that nothing saw them.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Verified {
+    pub exec: &'static str,
+    pub connect: &'static str,
+    pub write: &'static str,
+    pub refusals: &'static str,
+}
+
+impl Verified {
+    /// What the kernel programs check for every call, and what only `--trace-syscalls` sees.
+    pub fn of(traced: bool) -> Self {
+        Self {
+            exec: "kernel: every exec, by file identity (sched_process_exec)",
+            connect: "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create)",
+            write: if traced {
+                "kernel: every write-open, by file identity (open observer); landlock enforces"
+            } else {
+                "landlock enforces; not observed (the open observer needs --trace-syscalls)"
+            },
+            refusals: if traced {
+                "kernel: landlock's and seccomp's refusals of effect syscalls (sys_exit)"
+            } else {
+                "not observed: landlock's and seccomp's refusals need --trace-syscalls"
+            },
+        }
+    }
 }
 
 /// One connect attempt of a call.
@@ -232,6 +276,7 @@ impl Tracker {
             receipt: Receipt {
                 verdict: "conformed",
                 files: call.files.then(FilesSeen::default),
+                verified: Verified::of(call.files),
                 processes: 1,
                 ..Receipt::default()
             },
@@ -262,6 +307,12 @@ impl Tracker {
             let detail =
                 json!({ "writes": stats.writes_outside - seen, "events_lost": stats.events_lost });
             watched.diverge("open", detail, false, bus);
+        }
+        let seen = watched.receipt.refused.len() as u64;
+        if stats.refused > seen {
+            let detail =
+                json!({ "refused": stats.refused - seen, "events_lost": stats.events_lost });
+            watched.diverge("refused", detail, false, bus);
         }
     }
 
@@ -313,6 +364,26 @@ impl Tracker {
                     receipt.sockets.push(seen);
                 }
                 ("socket", detail)
+            }
+            KIND_REFUSED => {
+                let nr = event.sock_type;
+                let errno = -event.ret;
+                let seen = RefusedSeen {
+                    syscall: syscall_names(&[nr]).pop().unwrap_or_default(),
+                    errno: crate::opens::errno_name(errno),
+                    stopped_by: if errno == libc::EACCES {
+                        "landlock"
+                    } else {
+                        "seccomp"
+                    },
+                };
+                let detail = json!({
+                    "syscall": seen.syscall,
+                    "errno": seen.errno,
+                    "stopped_by": seen.stopped_by,
+                });
+                receipt.refused.push(seen);
+                ("refused", detail)
             }
             KIND_SECCOMP => {
                 receipt.seccomp_kills += 1;

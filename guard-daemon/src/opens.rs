@@ -119,7 +119,7 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-fn errno_name(errno: i32) -> String {
+pub(crate) fn errno_name(errno: i32) -> String {
     let name = match errno {
         libc::EACCES => "EACCES",
         libc::EPERM => "EPERM",

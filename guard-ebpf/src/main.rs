@@ -14,6 +14,7 @@ mod ident;
 mod maps;
 mod net;
 mod open;
+mod refused;
 mod signal;
 mod sock;
 mod syscall;

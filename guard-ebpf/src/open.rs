@@ -36,6 +36,8 @@ const O_CREAT: u32 = 0o100;
 const O_TRUNC: u32 = 0o1000;
 const O_PATH: u32 = 0o10000000;
 const SIGKILL: u32 = 9;
+const EPERM: i64 = 1;
+const EACCES: i64 = 13;
 
 // x86_64 syscall numbers.
 const SYS_OPEN: i64 = 2;
@@ -91,14 +93,17 @@ pub fn enter(ctx: &RawTracePointContext, nr: i64, cgroup_id: u64) {
 
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
-    // Every syscall exit on the host passes here; only a thread with an open in flight, which
-    // is a guarded one, has an entry.
+    // sys_exit's TP_PROTO is (struct pt_regs *regs, long ret).
+    let ret: i64 = ctx.arg(1);
+    // Every syscall exit on the host passes here: a refusal is rare, an open in flight is a
+    // guarded thread's; anything else returns after one compare and one lookup.
+    if ret == -EPERM || ret == -EACCES {
+        crate::refused::exit(&ctx, ret);
+    }
     let thread = bpf_get_current_pid_tgid();
     let Some(stash) = OPENS.get_ptr(&thread) else {
         return 0;
     };
-    // sys_exit's TP_PROTO is (struct pt_regs *regs, long ret).
-    let ret: i64 = ctx.arg(1);
     // SAFETY: `stash` points at this thread's value in the map, valid for the program's run.
     let stash = unsafe { &*stash };
     let flags = stash.flags;

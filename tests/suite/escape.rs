@@ -1111,3 +1111,65 @@ fn escape_the_open_observer_cannot_be_blinded_by_how_a_path_is_written() {
         }
     }
 }
+
+// --- Receipts say what another layer stopped (issue 12, class 6) ---
+
+#[test]
+fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
+    if !support::privileged(
+        "escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt",
+    ) {
+        return;
+    }
+    // Both landed on e4cd0a2 as `conformed` (run there): the attempt failed (EPERM, EACCES),
+    // and the receipt did not know it had happened.
+    let approved = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = approved.local_addr().expect("addr").port();
+    let to_approved = format!("127.0.0.1:{port}");
+    let to_other = other.local_addr().expect("addr").to_string();
+    let s = Setup::new();
+
+    // A tool with no connect effect that connects: the kernel's sock_create refuses its socket
+    // (seccomp used to, silently), and says so; no --trace-syscalls needed.
+    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
+    assert_errno(&call(&guardd, &["connect", &to_approved]), "EPERM");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert_eq!(seen["sockets"][0]["family"], "inet", "{row:#}");
+    // Without --trace-syscalls the receipt says what it could not see.
+    let refusals = seen["verified"]["refusals"]
+        .as_str()
+        .expect("verified.refusals");
+    assert!(refusals.starts_with("not observed"), "{row:#}");
+    drop(guardd);
+
+    // The approved host on another port: landlock refuses the connect before the cgroup
+    // program sees it; the open observer's sys_exit sees the EACCES.
+    let guardd = Guardd::start_with(
+        &s.policy(
+            &format!("connect = [\"{to_approved}\"]\non_divergence = \"deny\""),
+            "",
+        ),
+        &["--trace-syscalls"],
+    );
+    // Control: the approved destination conforms.
+    assert_ok(&call(&guardd, &["connect", &to_approved]));
+    assert_verdict(&guardd, "conformed");
+    assert_errno(&call(&guardd, &["connect", &to_other]), "EACCES");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert_eq!(
+        seen["refused"][0],
+        serde_json::json!({ "syscall": "connect", "errno": "EACCES", "stopped_by": "landlock" }),
+        "{row:#}"
+    );
+    assert!(
+        seen["verified"]["refusals"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("kernel")),
+        "{row:#}"
+    );
+}

@@ -90,6 +90,9 @@ pub struct LaunchOptions {
     pub default_user: String,
     /// The guard's cgroup name: calls' v1 limit directories go under it in each hierarchy.
     pub instance: String,
+    /// The kernel programs watch every call (not `--allow-unenforced` without them): their
+    /// `sock_create` then refuses and reports the inet sockets a call may not have.
+    pub kernel_watches: bool,
 }
 
 impl Default for LaunchOptions {
@@ -99,6 +102,7 @@ impl Default for LaunchOptions {
             allow_without_landlock: false,
             default_user: DEFAULT_USER.to_owned(),
             instance: "guard".to_owned(),
+            kernel_watches: false,
         }
     }
 }
@@ -286,7 +290,7 @@ pub fn spawn(
     let proc_self = c"/proc/self";
     stages.lap("landlock");
 
-    let table = seccomp::table(plan)?;
+    let table = seccomp::table(plan, opts.kernel_watches)?;
     let programs = table.compile()?;
     let filters: Vec<libc::sock_fprog> = programs
         .iter()

@@ -296,7 +296,10 @@ const EPERM: Action = Action::Errno(libc::EPERM as u32);
 
 /// The filter for `plan`: the deny list less `allow_syscalls`, clone/clone3 rules, socket rules
 /// that depend on whether the plan may connect, and in strict mode the allow-set.
-pub fn table(plan: &LaunchPlan) -> Result<SeccompTable, SeccompError> {
+/// `inet_by_ebpf`: the kernel programs watch the call, and their `sock_create` refuses, and
+/// reports, the inet sockets of a call without connect effects; seccomp then lets those through
+/// to it (stream and datagram only), because seccomp's refusal is one nobody sees.
+pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, SeccompError> {
     let c = &plan.confinement;
     for name in &c.allow_syscalls {
         syscall_nr(name).ok_or_else(|| SeccompError::UnknownSyscall {
@@ -339,7 +342,7 @@ pub fn table(plan: &LaunchPlan) -> Result<SeccompTable, SeccompError> {
 
     let effects = &plan.effects;
     rules.extend(
-        socket_rules(!effects.connect.is_empty(), effects.unix)
+        socket_rules(!effects.connect.is_empty() || inet_by_ebpf, effects.unix)
             .into_iter()
             .filter(|r| !allowed(r.name)),
     );
@@ -623,7 +626,7 @@ mod tests {
 
     #[test]
     fn deny_list_denies_escape_syscalls_with_eperm() {
-        let t = table(&plan()).expect("table");
+        let t = table(&plan(), false).expect("table");
         assert_eq!(t.mode, Mode::DenyList);
         for nr in [
             libc::SYS_io_uring_setup,
@@ -652,7 +655,7 @@ mod tests {
 
     #[test]
     fn clone3_is_enosys_and_clone_with_namespaces_is_eperm() {
-        let t = table(&plan()).expect("table");
+        let t = table(&plan(), false).expect("table");
         assert_eq!(
             t.verdict(libc::SYS_clone3, NONE),
             Action::Errno(libc::ENOSYS as u32)
@@ -684,7 +687,7 @@ mod tests {
 
     #[test]
     fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
-        let t = table(&plan()).expect("table");
+        let t = table(&plan(), false).expect("table");
         let s = libc::SYS_socket;
         for (family, ty) in [
             (libc::AF_UNIX, libc::SOCK_STREAM),
@@ -711,7 +714,7 @@ mod tests {
 
         let mut p = plan();
         p.effects.unix = true;
-        let t = table(&p).expect("table");
+        let t = table(&p, false).expect("table");
         for ty in [libc::SOCK_STREAM, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC] {
             assert_eq!(t.verdict(s, sock(libc::AF_UNIX, ty)), Action::Allow);
             assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, ty)), Action::Allow);
@@ -720,8 +723,25 @@ mod tests {
     }
 
     #[test]
+    fn with_the_kernel_programs_watching_inet_sockets_are_theirs_to_refuse_and_report() {
+        let t = table(&plan(), true).expect("table");
+        let s = libc::SYS_socket;
+        assert_eq!(
+            t.verdict(s, sock(libc::AF_INET, libc::SOCK_STREAM)),
+            Action::Allow
+        );
+        assert_eq!(
+            t.verdict(s, sock(libc::AF_INET6, libc::SOCK_DGRAM)),
+            Action::Allow
+        );
+        assert_eq!(t.verdict(s, sock(libc::AF_INET, libc::SOCK_RAW)), EPERM_);
+        assert_eq!(t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_STREAM)), EPERM_);
+        assert_eq!(t.verdict(s, sock(libc::AF_PACKET, libc::SOCK_RAW)), EPERM_);
+    }
+
+    #[test]
     fn sockets_with_connect_effects_add_inet_stream_and_dgram_only() {
-        let t = table(&with_connect()).expect("table");
+        let t = table(&with_connect(), false).expect("table");
         let s = libc::SYS_socket;
         let nb = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
         for family in [libc::AF_INET, libc::AF_INET6] {
@@ -744,21 +764,21 @@ mod tests {
             EPERM_
         );
         assert_eq!(t.verdict(s, sock(libc::AF_NETLINK, libc::SOCK_RAW)), EPERM_);
-        assert_ne!(t, table(&plan()).expect("table"));
+        assert_ne!(t, table(&plan(), false).expect("table"));
     }
 
     #[test]
     fn allow_syscalls_removes_names_from_the_deny_list() {
         let mut p = plan();
         p.confinement.allow_syscalls = vec!["ptrace".into(), "clone3".into()];
-        let t = table(&p).expect("table");
+        let t = table(&p, false).expect("table");
         assert_eq!(t.verdict(libc::SYS_ptrace, NONE), Action::Allow);
         assert_eq!(t.verdict(libc::SYS_clone3, NONE), Action::Allow);
         assert_eq!(t.verdict(libc::SYS_bpf, NONE), EPERM_);
 
         p.confinement.allow_syscalls = vec!["no_such_call".into()];
         assert!(matches!(
-            table(&p),
+            table(&p, false),
             Err(SeccompError::UnknownSyscall {
                 field: "allow_syscalls",
                 ..
@@ -770,7 +790,7 @@ mod tests {
     fn strict_mode_kills_outside_the_set_and_keeps_the_deny_list() {
         let mut p = plan();
         p.confinement.syscalls = vec!["getpid".into(), "ptrace".into()];
-        let t = table(&p).expect("table");
+        let t = table(&p, false).expect("table");
         assert_eq!(t.mode, Mode::Strict);
         assert_eq!(t.verdict(libc::SYS_getpid, NONE), Action::Allow);
         assert_eq!(t.verdict(libc::SYS_execve, NONE), Action::Allow);
@@ -785,7 +805,7 @@ mod tests {
 
         p.confinement.syscalls = vec!["bogus".into()];
         assert!(matches!(
-            table(&p),
+            table(&p, false),
             Err(SeccompError::UnknownSyscall {
                 field: "syscalls",
                 ..
@@ -795,12 +815,15 @@ mod tests {
 
     #[test]
     fn tables_compile_to_bpf() {
-        let programs = table(&plan()).expect("table").compile().expect("compile");
+        let programs = table(&plan(), false)
+            .expect("table")
+            .compile()
+            .expect("compile");
         assert_eq!(programs.len(), 3, "EPERM, ENOSYS and x32 filters");
         assert!(programs.iter().all(|p| !p.is_empty()));
         let mut p = with_connect();
         p.confinement.syscalls = vec!["getpid".into()];
-        let programs = table(&p).expect("table").compile().expect("compile");
+        let programs = table(&p, false).expect("table").compile().expect("compile");
         assert_eq!(
             programs.len(),
             4,
