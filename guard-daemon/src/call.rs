@@ -71,6 +71,23 @@ pub async fn exec(
         };
         return conn.write(&protocol::error_frame(&e)).await;
     };
+    if !daemon.audit.admits() {
+        // Fail closed: the room left is for the rows of the calls already running.
+        let message = "not admitted: the audit log's file system is full, and the room kept for \
+                       running calls' rows is in use; guard admits calls again once it can \
+                       reserve that room";
+        daemon.bus.publish(BusEvent::new(
+            "refused",
+            None,
+            Some(&intent.tool),
+            json!({ "reason": message }),
+        ));
+        let e = ProtocolError {
+            message: message.into(),
+            field: None,
+        };
+        return conn.write(&protocol::error_frame(&e)).await;
+    }
     let Some(_slot) = slot(daemon).await else {
         let e = ProtocolError {
             message: "busy: too many calls queued; try again later".into(),

@@ -52,6 +52,9 @@ pub struct Options {
     pub trace_syscalls: bool,
     /// How long a call held for approval waits for an admin before it is denied.
     pub approval_timeout: Duration,
+    /// Let a policy write on the audit log's file system (the operator's opt-in; the rows of
+    /// running calls are still reserved, see `audit::reserve`).
+    pub allow_writes_on_audit_fs: bool,
 }
 
 /// The gid of `--socket-group`; an unknown name is an error, never a silent "no group".
@@ -81,6 +84,47 @@ fn socket_group(
         (Some(a), _) => Ok(Some(a.to_owned())),
         (None, b) => Ok(b.map(str::to_owned)),
     }
+}
+
+/// The tools of `policy` that may write on the file system holding `audit`: a call that fills
+/// it would starve the audit log of the rows that record it. Each is "tool: root".
+fn writes_on_audit_fs(policy: &Policy, audit: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev_of = |p: &Path| {
+        p.ancestors()
+            .find_map(|a| std::fs::metadata(a).ok())
+            .map(|m| m.dev())
+    };
+    let audit_dir = audit.parent().unwrap_or(Path::new("/"));
+    let audit_dev = dev_of(audit_dir);
+    policy
+        .write_roots()
+        .into_iter()
+        .filter(|(_, root)| match root {
+            None => true,
+            Some(r) => audit_dir.starts_with(r) || dev_of(r) == audit_dev,
+        })
+        .map(|(tool, root)| match root {
+            Some(r) => format!("{tool}: {}", r.display()),
+            None => format!("{tool}: any path (an argument without `within`)"),
+        })
+        .collect()
+}
+
+/// Refuses a policy that may write on the audit log's file system, unless the operator opted in.
+fn check_audit_fs(policy: &Policy, options: &Options) -> Result<(), String> {
+    let shared = writes_on_audit_fs(policy, &options.audit);
+    if shared.is_empty() || options.allow_writes_on_audit_fs {
+        return Ok(());
+    }
+    Err(format!(
+        "these write effects lie on the file system of the audit log {}: {}; a call that fills \
+         it would leave no room for the rows that record it. Put the audit log on a file system \
+         of its own, or opt in with --allow-writes-on-audit-fs (rows of running calls are \
+         reserved either way)",
+        options.audit.display(),
+        shared.join(", ")
+    ))
 }
 
 /// Why guardd did not start.
@@ -168,6 +212,7 @@ impl Daemon {
         })?;
         options.socket_group = socket_group(options.socket_group.as_deref(), policy.settings())
             .map_err(StartError::Settings)?;
+        check_audit_fs(&policy, &options).map_err(StartError::Settings)?;
         let access = socket_gid(&options)
             .and_then(|gid| Access::new(policy.settings(), gid))
             .map_err(StartError::Settings)?;
@@ -344,6 +389,7 @@ impl Daemon {
         let loaded = Policy::load(path)
             .map_err(|e| format!("policy {}: invalid:\n{e}", path.display()))
             .and_then(|policy| {
+                check_audit_fs(&policy, &self.options)?;
                 let in_force = self.options.socket_group.as_deref();
                 if socket_group(in_force, policy.settings())?.as_deref() != in_force {
                     return Err(

@@ -304,7 +304,11 @@ pub fn status(daemon: &Daemon) -> serde_json::Value {
         "uptime_s": daemon.started.elapsed().as_secs(),
         "enforced": daemon.enforced(),
         "policy": { "path": daemon.options.policy, "tools": policy.tools().count() },
-        "audit": { "path": daemon.options.audit },
+        "audit": {
+            "path": daemon.options.audit,
+            // false: the reserve for running calls' rows is in use; no call is admitted.
+            "admitting": daemon.audit.admits(),
+        },
         "layers": daemon.layers,
         "limits": daemon.launch.limits.to_string(),
         "running": running,

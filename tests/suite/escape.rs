@@ -1173,3 +1173,148 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
         "{row:#}"
     );
 }
+
+// --- The audit log cannot be starved (issue 12, class 5) ---
+
+/// The call id of the last decision row.
+fn last_decision_id(guardd: &Guardd) -> serde_json::Value {
+    guardd
+        .audit_rows()
+        .into_iter()
+        .rev()
+        .find(|r| r["kind"] == "decision")
+        .map(|r| r["call_id"].clone())
+        .expect("a decision row")
+}
+
+/// A small tmpfs, unmounted on drop.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(at: &Path, size: &str) -> Self {
+        let out = output({
+            let mut c = Command::new("mount");
+            c.args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(at);
+            c
+        });
+        assert!(out.status.success(), "mount tmpfs: {out:?}");
+        Self(at.to_owned())
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn escape_a_call_that_fills_the_audit_file_system_cannot_starve_its_receipt() {
+    if !support::privileged(
+        "escape_a_call_that_fills_the_audit_file_system_cannot_starve_its_receipt",
+    ) {
+        return;
+    }
+    // On e4cd0a2 (run there, with --trace-syscalls, whose receipts need more than the log's last
+    // page holds) the call that filled the file system and then diverged was killed, but its
+    // `finished` row, the one holding the divergence, was never written, and guardd carried on.
+    let s = Setup::new();
+    let small = s.subdir("small", 0o755);
+    let _fs = SmallFs::mount(&small, "16m");
+    let ws = small.join("ws");
+    fs::create_dir(&ws).expect("ws");
+    fs::set_permissions(&ws, fs::Permissions::from_mode(0o777)).expect("chmod");
+    fs::create_dir(small.join("audit")).expect("audit dir");
+    let audit = small.join("audit/audit.jsonl");
+    let policy = s.policy(&format!("write = [\"{}\"]", ws.display()), "");
+
+    // Without the operator's opt-in, a policy that may write there is refused.
+    fs::write(s.dir.join("policy.toml"), &policy).expect("policy");
+    let refused = output({
+        let mut c = Command::new(support::bin("guardd"));
+        c.arg("--policy")
+            .arg(s.dir.join("policy.toml"))
+            .arg("--socket")
+            .arg(s.dir.join("refused.sock"))
+            .arg("--audit")
+            .arg(&audit)
+            .arg("--cgroup")
+            .arg(support::unique("guard-e2e"));
+        c
+    });
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tt: {}", ws.display()))
+            && stderr.contains("--allow-writes-on-audit-fs"),
+        "{stderr}"
+    );
+
+    let guardd = Guardd::start_with(
+        &policy,
+        &[
+            "--audit",
+            audit.to_str().expect("utf-8"),
+            "--trace-syscalls",
+        ],
+    );
+    // Control: a call writing its workspace runs and is recorded.
+    assert_ok(&call(
+        &guardd,
+        &["write", ws.join("small.txt").to_str().expect("utf-8"), "hi"],
+    ));
+    assert_verdict(&guardd, "conformed");
+    // Fill the file system, then diverge (an exec of an image with no path, killed).
+    let big = ws.join("big");
+    let out = call(
+        &guardd,
+        &[
+            "fill",
+            big.to_str().expect("utf-8"),
+            "--",
+            "memfd-exec",
+            "ids",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["verdict"], "diverged", "{row:#}");
+    assert_eq!(row["call_id"], last_decision_id(&guardd), "{row:#}");
+    // The reserve gave its room to that row. Were that room taken before the reserve is back
+    // (here by root, as by any writer of the file system), guardd admits no call...
+    let filler = small.join("filler");
+    {
+        use std::io::Write as _;
+        let mut f = fs::File::create(&filler).expect("filler");
+        while f.write_all(&[0u8; 65536]).is_ok() {}
+    }
+    // (the first call may still find the reserve in place and spend it on its own rows, as a
+    // running call; the one after it is refused)
+    let refused = (0..2).any(|i| {
+        let file = ws.join(format!("more{i}.txt"));
+        let out = call(&guardd, &["write", file.to_str().expect("utf-8"), "x"]);
+        let no = text(&out.stderr).contains("not admitted");
+        assert!(!no || !file.exists(), "a refused call ran");
+        no
+    });
+    assert!(refused, "guardd admitted calls with no room for their rows");
+    let status = output(guardd.ctl(&["status", "--json"]));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    assert_eq!(status["audit"]["admitting"], false, "{status:#}");
+    // ...and admits again once there is room.
+    fs::remove_file(&filler).expect("rm filler");
+    fs::remove_file(&big).expect("rm big");
+    assert_ok(&call(
+        &guardd,
+        &["write", ws.join("more.txt").to_str().expect("utf-8"), "x"],
+    ));
+    assert_verdict(&guardd, "conformed");
+    drop(guardd);
+}

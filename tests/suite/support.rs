@@ -112,6 +112,9 @@ impl Guardd {
                 vec!["--cgroup", cgroup.as_str()]
             })
             .args(extra)
+            // The tests' write effects and audit logs share /tmp; the audit suite tests the
+            // refusal without this opt-in.
+            .arg("--allow-writes-on-audit-fs")
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("spawn guardd");

@@ -209,6 +209,22 @@ fn run(action: &[String]) -> Res {
             }
             Ok(())
         }
+        "fill" => {
+            // Writes zeros to PATH until its file system is full (ENOSPC), then goes on.
+            let mut f = std::fs::File::create(arg(1)?)?;
+            let chunk = vec![0u8; 64 << 10];
+            let mut total = 0usize;
+            loop {
+                match f.write(&chunk) {
+                    Ok(0) => break,
+                    Ok(n) => total += n,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            println!("filled {total} bytes");
+            Ok(())
+        }
         "chdir" => {
             std::env::set_current_dir(arg(1)?)?;
             println!("in {}", arg(1)?);

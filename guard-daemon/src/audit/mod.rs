@@ -13,6 +13,7 @@ pub mod chain;
 mod files;
 pub mod read;
 pub mod recover;
+pub mod reserve;
 #[cfg(test)]
 mod testdir;
 pub mod ts;
@@ -67,6 +68,8 @@ pub struct Options {
     pub path: PathBuf,
     /// The active file is rotated once it reaches this size.
     pub rotate_bytes: u64,
+    /// Bytes kept free beside the log for the rows of running calls (`reserve`).
+    pub reserve_bytes: u64,
 }
 
 impl Default for Options {
@@ -80,6 +83,7 @@ impl Options {
         Self {
             path: path.into(),
             rotate_bytes: DEFAULT_ROTATE_BYTES,
+            reserve_bytes: reserve::RESERVE_BYTES,
         }
     }
 }
@@ -104,6 +108,7 @@ pub struct Stats {
 /// queued and closes the file.
 pub struct AuditLog {
     tx: Option<mpsc::Sender<writer::Request>>,
+    reserve: Arc<reserve::Reserve>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<writer::Counters>,
     recovery: Recovery,
@@ -115,6 +120,14 @@ impl AuditLog {
     /// the writer thread.
     pub fn open(options: Options) -> Result<Self, AuditError> {
         let start = recover::open(&options.path)?;
+        let reserve =
+            reserve::Reserve::allocate(&options.path, options.reserve_bytes).map_err(|source| {
+                AuditError::Io {
+                    path: options.path.clone(),
+                    source,
+                }
+            })?;
+        let reserve = Arc::new(reserve);
         let counters = Arc::new(writer::Counters::default());
         let writer = writer::Writer {
             base: options.path.clone(),
@@ -128,6 +141,7 @@ impl AuditLog {
             next_rotation: start.next_rotation,
             rotate_bytes: options.rotate_bytes,
             counters: counters.clone(),
+            reserve: reserve.clone(),
         };
         let (tx, rx) = mpsc::channel(QUEUE);
         let thread = std::thread::Builder::new()
@@ -139,11 +153,18 @@ impl AuditLog {
             })?;
         Ok(Self {
             tx: Some(tx),
+            reserve,
             thread: Some(thread),
             counters,
             recovery: start.recovery,
             path: options.path,
         })
+    }
+
+    /// Whether new calls may be admitted: the reserve for running calls' rows is in place, or
+    /// could be allocated again now.
+    pub fn admits(&self) -> bool {
+        !self.reserve.released() || self.reserve.restore().is_ok()
     }
 
     /// Appends `row` and returns once it is written and fdatasync'ed. If the future is dropped
@@ -318,6 +339,7 @@ mod tests {
         let options = Options {
             path: path.clone(),
             rotate_bytes: 1000,
+            ..Options::new("")
         };
         {
             let log = AuditLog::open(options.clone()).expect("open");

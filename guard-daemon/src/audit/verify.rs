@@ -141,6 +141,7 @@ mod tests {
         let log = AuditLog::open(Options {
             path: path.to_owned(),
             rotate_bytes,
+            ..Options::new("")
         })
         .expect("open");
         for i in 0..rows {

@@ -7,7 +7,8 @@
 //! ran. So the cost of a sync is shared exactly when there is contention, and latency is never
 //! traded for throughput.
 //!
-//! A failed write or sync (ENOSPC, EIO) fails the whole batch: the file is cut back to the end
+//! A batch that cannot be written is tried once more after releasing the reserve (see
+//! `reserve`). A failed write or sync (ENOSPC, EIO) then fails the whole batch: the file is cut back to the end
 //! of the last synced batch so no partial row stays behind, the batch's rows are answered with
 //! `Unavailable`, and their sequence numbers are reused by the next batch, which tries again.
 
@@ -62,6 +63,8 @@ pub(super) struct Writer {
     pub next_rotation: u64,
     pub rotate_bytes: u64,
     pub counters: Arc<Counters>,
+    /// Room kept for running calls' rows: released to write a batch that did not fit.
+    pub reserve: Arc<super::reserve::Reserve>,
 }
 
 impl Writer {
@@ -78,7 +81,14 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            match self.write(&buf) {
+            let mut written = self.write(&buf);
+            if written.is_err() && self.reserve.release() {
+                // The room kept for exactly this: the rows of calls already running. guardd
+                // admits no new call until the reserve is back.
+                tracing::error!(path = %self.base.display(), "audit log: out of room; released the reserve for running calls' rows, admitting no new call until it can be allocated again");
+                written = self.write(&buf);
+            }
+            match written {
                 Ok(()) => {
                     self.counters
                         .rows

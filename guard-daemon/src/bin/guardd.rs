@@ -52,6 +52,11 @@ struct Args {
     /// `guardctl approve` before it is denied.
     #[arg(long, default_value_t = 300)]
     approval_timeout: u64,
+    /// Let the policy write on the audit log's file system. Without it such a policy is refused:
+    /// a call that fills the file system would starve the log. The rows of running calls are
+    /// reserved either way.
+    #[arg(long)]
+    allow_writes_on_audit_fs: bool,
 }
 
 fn default_policy() -> PathBuf {
@@ -115,6 +120,7 @@ async fn serve() -> ExitCode {
         approval_timeout: Duration::from_secs(args.approval_timeout),
         allow_unenforced: args.allow_unenforced,
         trace_syscalls: args.trace_syscalls,
+        allow_writes_on_audit_fs: args.allow_writes_on_audit_fs,
     };
     let daemon = match daemon::Daemon::start(options) {
         Ok(d) => d,

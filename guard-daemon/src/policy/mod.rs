@@ -237,6 +237,30 @@ impl Policy {
         names.into_iter()
     }
 
+    /// Where each tool may write, as far as load time can know: (tool, a root it may write
+    /// beneath), or (tool, `None`) for a path argument without `within`, which may be anywhere.
+    pub fn write_roots(&self) -> Vec<(&str, Option<PathBuf>)> {
+        let mut out = Vec::new();
+        for t in &self.tools {
+            for w in &t.write {
+                let reach = match w {
+                    Elem::Lit(p) => overlap::Reach::literal(p),
+                    Elem::Arg(i) => match t.args.get(*i) {
+                        Some(spec) => overlap::Reach::arg(spec),
+                        None => overlap::Reach::Anywhere,
+                    },
+                };
+                match reach {
+                    overlap::Reach::Anywhere => out.push((t.name.as_str(), None)),
+                    overlap::Reach::Beneath(roots) => {
+                        out.extend(roots.into_iter().map(|r| (t.name.as_str(), Some(r))));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// What the registry says about one tool, for `guardctl` and the daemon's listings.
     pub fn tool_info(&self, name: &str) -> Option<ToolInfo<'_>> {
         let t = &self.tools[*self.by_name.get(name)?];

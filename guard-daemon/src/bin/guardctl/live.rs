@@ -46,6 +46,12 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         str_of(&status["policy"]["path"]),
         status["policy"]["tools"]
     );
+    let admitting = if status["audit"]["admitting"] == false {
+        "FULL: admitting no call until the reserve for running calls' rows is back"
+    } else {
+        "admitting calls"
+    };
+    println!("audit {}  {admitting}", str_of(&status["audit"]["path"]));
     println!(
         "limits {}  dropped kernel events {}",
         str_of(&status["limits"]),
