@@ -35,6 +35,12 @@ pub struct Effects {
     pub unix: bool,
     /// What happens when the call does something it did not declare.
     pub on_divergence: OnDivergence,
+    /// (path, root) for each effect path that came from a path argument with `within`: the
+    /// launch opens the path beneath its root (`openat2` with `RESOLVE_BENEATH`) and grants the
+    /// inode it finds, so a path re-pointed after the decision (a symlink swapped in) leads
+    /// nowhere the call may go.
+    #[serde(skip)]
+    pub beneath: Vec<(PathBuf, PathBuf)>,
 }
 
 /// A network destination by name or address, and port.

@@ -1318,3 +1318,90 @@ fn escape_a_call_that_fills_the_audit_file_system_cannot_starve_its_receipt() {
     assert_verdict(&guardd, "conformed");
     drop(guardd);
 }
+
+// --- Paths resolved once (issue 12, class 3) ---
+
+#[test]
+fn escape_a_path_re_pointed_after_the_decision_reads_nothing_outside() {
+    if !support::privileged("escape_a_path_re_pointed_after_the_decision_reads_nothing_outside") {
+        return;
+    }
+    // A `path` argument was resolved at decision time, again by landlock at launch and a third
+    // time by the tool. Swapping a directory and a symlink to outside (renameat2 with
+    // RENAME_EXCHANGE, in a loop) between those made some calls of e4cd0a2 print a file
+    // outside `within` (run there: 5 and 10 of 60). Now landlock's rule is the inode guardd opened beneath the root
+    // (`RESOLVE_BENEATH`): a swapped path fails the launch or the tool's open, never reads out.
+    let s = Setup::new();
+    let ws = s.subdir("ws", 0o755);
+    let outside = s.subdir("outside", 0o755);
+    fs::write(outside.join("f.txt"), "SECRET\n").expect("secret");
+    let inner = ws.join("inner");
+    fs::create_dir(&inner).expect("inner");
+    fs::set_permissions(&inner, fs::Permissions::from_mode(0o755)).expect("chmod");
+    fs::write(inner.join("f.txt"), "inside\n").expect("inside");
+    for f in [outside.join("f.txt"), inner.join("f.txt")] {
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let link = ws.join("link");
+    std::os::unix::fs::symlink(&outside, &link).expect("symlink");
+    let policy = format!(
+        r#"
+[settings]
+max_allowed_tier = "high"
+disclose_reasons = true
+
+[tools.read_file]
+tier = "low"
+command = ["/bin/cat", "--", "{{path}}"]
+[tools.read_file.args.path]
+type = "path"
+within = ["{ws}"]
+[tools.read_file.effects]
+read = ["{{path}}"]
+"#,
+        ws = ws.display()
+    );
+    let guardd = Guardd::start(&policy);
+    let target = format!("path={}", inner.join("f.txt").display());
+    // Control, with nothing swapping: the file inside is read.
+    let out = output(guardd.exec("read_file", &[&target]));
+    assert_eq!(text(&out.stdout), "inside\n", "{out:?}");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let (a, b) = (
+            std::ffi::CString::new(inner.as_os_str().as_encoded_bytes()).expect("path"),
+            std::ffi::CString::new(link.as_os_str().as_encoded_bytes()).expect("path"),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: two NUL-terminated paths; renameat2 has no memory effects.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+            }
+        })
+    };
+    let (mut leaked, mut read_inside) = (0, 0);
+    for _ in 0..60 {
+        let out = output(guardd.exec("read_file", &[&target]));
+        let stdout = text(&out.stdout);
+        leaked += usize::from(stdout.contains("SECRET"));
+        read_inside += usize::from(stdout.contains("inside"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().expect("swapper");
+    assert_eq!(
+        leaked, 0,
+        "{leaked} of 60 calls read a file outside `within`"
+    );
+    eprintln!("{read_inside} of 60 calls read the file inside while it was being swapped");
+}

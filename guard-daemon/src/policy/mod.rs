@@ -538,9 +538,26 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchP
                 .collect(),
             unix: tool.unix,
             on_divergence: tool.on_divergence,
+            beneath: beneath(tool, vals),
         },
         confinement,
     }
+}
+
+/// The `within` root of each effect path that comes from a path argument (see
+/// `Effects::beneath`).
+fn beneath(tool: &Tool, vals: &[Option<ArgValue>]) -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    for e in tool.read.iter().chain(&tool.write).chain(&tool.exec) {
+        let Elem::Arg(i) = e else { continue };
+        let (Some(spec), Some(Some(ArgValue::Path(p)))) = (tool.args.get(*i), vals.get(*i)) else {
+            continue;
+        };
+        if let Some(root) = spec.within.iter().find(|r| p.starts_with(r)) {
+            out.push((p.clone(), root.clone()));
+        }
+    }
+    out
 }
 
 /// Every string inside a JSON value, keys excluded.

@@ -43,6 +43,12 @@ pub enum LandlockError {
     },
     #[error("landlock ruleset: {0}")]
     Ruleset(#[from] ::landlock::RulesetError),
+    #[error("{path} no longer lies beneath {root} (re-pointed since the decision?): {source}")]
+    Beneath {
+        path: PathBuf,
+        root: PathBuf,
+        source: nix::Error,
+    },
 }
 
 /// What a path is, as far as the rules care.
@@ -57,6 +63,9 @@ pub enum Kind {
 pub struct FsRule {
     pub path: PathBuf,
     pub access: BitFlags<AccessFs>,
+    /// The root `path` must be opened beneath (a path argument's `within`), or `None` for a
+    /// path of the policy itself.
+    pub beneath: Option<PathBuf>,
 }
 
 /// The rule set as data.
@@ -206,9 +215,20 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
             _ => out.skipped.push(p.clone()),
         }
     }
+    let root_of = |path: &Path| {
+        plan.effects
+            .beneath
+            .iter()
+            .find(|(p, root)| p == path || (path.starts_with(root) && p.starts_with(path)))
+            .map(|(_, root)| root.clone())
+    };
     out.fs = fs
         .into_iter()
-        .map(|(path, access)| FsRule { path, access })
+        .map(|(path, access)| FsRule {
+            beneath: root_of(&path),
+            path,
+            access,
+        })
         .collect();
     out.connect_ports = plan.effects.connect.iter().map(|e| e.port).collect();
     out.connect_ports.sort_unstable();
@@ -300,6 +320,15 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         // The child sets no_new_privs itself, before restricting.
         .no_new_privs(false);
     for rule in &rules.fs {
+        if let Some(root) = &rule.beneath {
+            let fd = open_beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
+                path: rule.path.clone(),
+                root: root.clone(),
+                source,
+            })?;
+            created = created.add_rule(PathBeneath::new(fd, rule.access))?;
+            continue;
+        }
         let fd = PathFd::new(&rule.path).map_err(|source| LandlockError::Path {
             path: rule.path.clone(),
             source,
@@ -316,6 +345,27 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         LandlockStatus::NoScopes
     };
     Ok(Prepared { fd, abi, status })
+}
+
+/// Opens `path` (an `O_PATH` descriptor) by walking from `root` with `RESOLVE_BENEATH`: no
+/// `..`, absolute symlink or magic link can lead out of `root`, whatever happened to the path's
+/// components since the decision checked them.
+fn open_beneath(root: &Path, path: &Path) -> Result<OwnedFd, nix::Error> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let root_fd = nix::fcntl::open(
+        root,
+        flags | OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let rel = path.strip_prefix(root).map_err(|_| nix::Error::EXDEV)?;
+    if rel.as_os_str().is_empty() {
+        return Ok(root_fd);
+    }
+    let how = OpenHow::new()
+        .flags(flags)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    nix::fcntl::openat2(&root_fd, rel, how)
 }
 
 impl Prepared {
