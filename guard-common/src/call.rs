@@ -6,7 +6,10 @@
 pub struct CallConfig {
     /// `FLAG_*` bits.
     pub flags: u32,
-    pub _pad: u32,
+    /// The loopback UDP port of guardd's DNS responder for this call, or 0: the call's DNS
+    /// queries (UDP to any port 53) go there, and are answered for its approved names only.
+    pub dns_port: u16,
+    pub _pad: u16,
 }
 const _: () = assert!(core::mem::size_of::<CallConfig>() == 8);
 

@@ -48,3 +48,26 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Dest6 {}
 }
+
+/// Where a guarded call's DNS query was addressed before the `connect4`/`sendmsg4` programs sent
+/// it to guardd's responder; `recvmsg4` puts it back as the answer's source, which resolvers
+/// check. Keyed by socket cookie.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DnsOrigin {
+    /// `user_ip4`, network byte order.
+    pub addr: u32,
+    /// `user_port` as the context holds it (network byte order in the low 16 bits).
+    pub port: u32,
+}
+const _: () = assert!(core::mem::size_of::<DnsOrigin>() == 8);
+
+/// 127.0.0.1 as `user_ip4` holds it.
+pub const LOOPBACK4: u32 = u32::from_ne_bytes([127, 0, 0, 1]);
+
+/// How many DNS sockets of guarded calls are remembered at once (least recently used go).
+pub const MAX_DNS_SOCKETS: u32 = 4096;
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), two u32, no padding (size asserted above).
+unsafe impl aya::Pod for DnsOrigin {}

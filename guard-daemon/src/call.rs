@@ -3,6 +3,7 @@
 //! to its end, and record what it did.
 
 use std::{
+    collections::HashMap,
     io,
     net::IpAddr,
     os::fd::OwnedFd,
@@ -13,7 +14,7 @@ use std::{
 
 use guard_common::{
     call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET},
-    net::{PROTO_TCP, PROTO_UDP},
+    net::PROTO_TCP,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::SemaphorePermit;
@@ -41,6 +42,8 @@ pub enum CallError {
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("kernel: {0}")]
     Monitor(#[from] crate::monitor::MonitorError),
+    #[error("starting the call's DNS responder: {0}")]
+    Dns(std::io::Error),
     #[error("resolving {host}: {reason}")]
     Resolve { host: String, reason: String },
     #[error("launch: {0}")]
@@ -346,10 +349,20 @@ async fn run(
         .map_err(|e| (e.into(), None))?;
     let id = cgroup.id();
     stages.lap("cgroup");
-    let dests = match resolve(&plan.effects.connect).await {
+    let (dests, names) = match resolve(&plan.effects.connect).await {
         Ok(d) => d,
         Err(e) => return Err((e, None)),
     };
+    // A call that names hosts gets a resolver that answers those names only.
+    let responder = if names.is_empty() {
+        None
+    } else {
+        match crate::dns::Responder::start(names).await {
+            Ok(r) => Some(r),
+            Err(e) => return Err((CallError::Dns(e), None)),
+        }
+    };
+    let dns_port = responder.as_ref().map_or(0, |r| r.port());
     stages.lap("resolve");
     let kill = plan.effects.on_divergence == OnDivergence::Kill;
     let mut flags = FLAG_ENFORCE_EXEC;
@@ -368,7 +381,11 @@ async fn run(
         .chain(plan.effects.exec.iter().cloned())
         .collect();
     let watch = Watch {
-        config: CallConfig { flags, _pad: 0 },
+        config: CallConfig {
+            flags,
+            dns_port,
+            _pad: 0,
+        },
         destinations: dests,
         execs,
         writes: plan.effects.write.clone(),
@@ -431,6 +448,9 @@ async fn run(
     if let Some(Ok((_, _, stats))) = &counts {
         daemon.tracker.counted(id, *stats, &daemon.bus);
     }
+    if let Some(responder) = responder {
+        daemon.tracker.asked(id, responder.finish(), &daemon.bus);
+    }
     let mut receipt = daemon.tracker.finish(id);
     if let Some(r) = receipt.as_mut() {
         match counts {
@@ -462,24 +482,30 @@ async fn run(
 }
 
 /// The kernel's allow-list for a call's connect effects: each host resolved now, just before
-/// launch, so the call reaches exactly the addresses guardd saw. A call that names a host also
-/// gets the system's resolvers on port 53.
-async fn resolve(endpoints: &[Endpoint]) -> Result<Vec<Destination>, CallError> {
+/// launch, so the call reaches exactly the addresses guardd saw; and the names resolved, which
+/// the call's DNS responder answers (see `dns`). No nameserver is a destination of the call.
+async fn resolve(
+    endpoints: &[Endpoint],
+) -> Result<(Vec<Destination>, HashMap<String, Vec<IpAddr>>), CallError> {
     let mut dests = Vec::new();
-    let mut needs_dns = false;
+    let mut names = HashMap::new();
     for ep in endpoints {
         let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
             Ok(ip) => vec![ip],
             Err(_) => {
-                needs_dns = true;
-                tokio::net::lookup_host((ep.host.as_str(), ep.port))
+                let addrs: Vec<IpAddr> = tokio::net::lookup_host((ep.host.as_str(), ep.port))
                     .await
                     .map_err(|e| CallError::Resolve {
                         host: ep.host.clone(),
                         reason: e.to_string(),
                     })?
                     .map(|sa| sa.ip())
-                    .collect()
+                    .collect();
+                names
+                    .entry(ep.host.clone())
+                    .or_insert_with(Vec::new)
+                    .extend(addrs.iter().copied());
+                addrs
             }
         };
         dests.extend(addrs.into_iter().map(|addr| Destination {
@@ -488,28 +514,7 @@ async fn resolve(endpoints: &[Endpoint]) -> Result<Vec<Destination>, CallError> 
             proto: PROTO_TCP,
         }));
     }
-    if needs_dns {
-        for addr in resolvers() {
-            for proto in [PROTO_UDP, PROTO_TCP] {
-                dests.push(Destination {
-                    addr,
-                    port: 53,
-                    proto,
-                });
-            }
-        }
-    }
     dests.sort_by_key(|d| (d.addr, d.port, d.proto));
     dests.dedup();
-    Ok(dests)
-}
-
-/// The nameservers of /etc/resolv.conf.
-fn resolvers() -> Vec<IpAddr> {
-    std::fs::read_to_string("/etc/resolv.conf")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("nameserver"))
-        .filter_map(|a| a.trim().parse().ok())
-        .collect()
+    Ok((dests, names))
 }

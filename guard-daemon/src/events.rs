@@ -117,6 +117,10 @@ pub struct Receipt {
     /// each an attempt outside the call's effects, so a divergence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<RefusedSeen>,
+    /// The DNS names the call asked guardd's responder (calls that connect by host name): each
+    /// not among its approved hosts was refused, and is a divergence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<crate::dns::Asked>,
     /// Which layer verified each class of effect for this receipt, and what it could not see.
     pub verified: Verified,
     /// The call's kernel events the ring buffer had no room for: its lists (`execs`, `connects`,
@@ -314,6 +318,24 @@ impl Tracker {
                 json!({ "refused": stats.refused - seen, "events_lost": stats.events_lost });
             watched.diverge("refused", detail, false, bus);
         }
+    }
+
+    /// Folds in the names the call asked its DNS responder (read at its end): a name outside
+    /// its approved hosts is a divergence (it was refused; it never left the host).
+    pub fn asked(&self, cgroup_id: u64, asked: Vec<crate::dns::Asked>, bus: &Bus) {
+        let mut calls = self.lock();
+        let Some(watched) = calls.get_mut(&cgroup_id) else {
+            return;
+        };
+        for q in asked.iter().filter(|q| !q.approved) {
+            watched.diverge(
+                "dns",
+                json!({ "name": q.name, "type": q.qtype }),
+                false,
+                bus,
+            );
+        }
+        watched.receipt.dns = asked;
     }
 
     /// Whether the call has diverged so far.

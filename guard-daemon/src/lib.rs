@@ -19,6 +19,7 @@ pub mod conn;
 pub mod daemon;
 pub mod decision;
 pub mod detect;
+pub mod dns;
 pub mod events;
 pub mod intent;
 pub mod lock;

@@ -9,7 +9,7 @@ use guard_common::{
     call::{CallConfig, CallStats, MAX_CALLS, MAX_OPENS_IN_FLIGHT, OpenStash},
     event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event, PATH_LEN},
     file::{FileKey, MAX_FILES, NAME_MAX},
-    net::{Dest4, Dest6, MAX_DESTS},
+    net::{Dest4, Dest6, DnsOrigin, MAX_DESTS, MAX_DNS_SOCKETS},
     syscall::SyscallSet,
 };
 
@@ -28,6 +28,11 @@ pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 /// Approved programs (`FILE_SELF`) and directories (`FILE_DIR`) per call, by device and inode.
 #[map]
 pub static EXEC_ALLOW: HashMap<FileKey, u8> = HashMap::with_max_entries(MAX_FILES, 0);
+
+/// Where each DNS socket of a guarded call first addressed its query, by socket cookie.
+#[map]
+pub static DNS_ORIGINS: LruHashMap<u64, DnsOrigin> =
+    LruHashMap::with_max_entries(MAX_DNS_SOCKETS, 0);
 
 /// Approved write targets per call: files, directories, and names of targets that did not
 /// exist at launch (`FILE_CHILD`).

@@ -7,13 +7,17 @@
 //! daemon installs it as 1, the first use marks it [`REPORTED`], and a call that connects in a
 //! loop costs no event (and no wake-up of the daemon) per connect.
 
-use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
+use aya_ebpf::{
+    helpers::generated::bpf_get_socket_cookie, macros::cgroup_sock_addr, programs::SockAddrContext,
+};
 use guard_common::{
     event::{ACTION_ALLOWED, ACTION_DENIED, KIND_CONNECT},
-    net::{Dest4, Dest6},
+    net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP},
 };
 
-use crate::maps::{ALLOW4, ALLOW6, current_call, reserve_event};
+use crate::maps::{ALLOW4, ALLOW6, DNS_ORIGINS, current_call, reserve_event};
+
+const DNS_PORT: u16 = 53;
 
 const ALLOW: i32 = 1;
 /// Makes the syscall fail with EPERM.
@@ -43,9 +47,35 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
     check6(&ctx)
 }
 
+/// A call's answers from guardd's DNS responder come back as from the nameserver it asked:
+/// resolvers drop a reply whose source is not the server they sent to.
+#[cgroup_sock_addr(recvmsg4)]
+pub fn recvmsg4(ctx: SockAddrContext) -> i32 {
+    let Some((_, config)) = current_call() else {
+        return ALLOW;
+    };
+    if config.dns_port == 0 {
+        return ALLOW;
+    }
+    // SAFETY: the context pointer is valid for the program's run; the verifier checks field
+    // access, and recvmsg4 may write the source address.
+    unsafe {
+        let sa = &mut *ctx.sock_addr;
+        if sa.user_ip4 != LOOPBACK4 || u16::from_be(sa.user_port as u16) != config.dns_port {
+            return ALLOW;
+        }
+        let cookie = bpf_get_socket_cookie(ctx.sock_addr.cast());
+        if let Some(origin) = DNS_ORIGINS.get(&cookie) {
+            sa.user_ip4 = origin.addr;
+            sa.user_port = origin.port;
+        }
+    }
+    ALLOW
+}
+
 #[inline(always)]
 fn check4(ctx: &SockAddrContext) -> i32 {
-    let Some((cgroup_id, _)) = current_call() else {
+    let Some((cgroup_id, config)) = current_call() else {
         return ALLOW;
     };
     // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
@@ -57,6 +87,25 @@ fn check4(ctx: &SockAddrContext) -> i32 {
             sa.protocol as u8,
         )
     };
+    // A DNS query, to any server: it goes to guardd's responder, which answers the call's
+    // approved names only, so no name of the call's choosing leaves the host.
+    if proto == PROTO_UDP && port == DNS_PORT && config.dns_port != 0 {
+        // SAFETY: as above; connect4 and sendmsg4 may rewrite the destination.
+        unsafe {
+            let cookie = bpf_get_socket_cookie(ctx.sock_addr.cast());
+            let sa = &mut *ctx.sock_addr;
+            let origin = DnsOrigin {
+                addr,
+                port: sa.user_port,
+            };
+            if DNS_ORIGINS.insert(&cookie, &origin, 0).is_err() {
+                return DENY;
+            }
+            sa.user_ip4 = LOOPBACK4;
+            sa.user_port = u32::from(config.dns_port.to_be());
+        }
+        return ALLOW;
+    }
     let key = Dest4 {
         cgroup_id,
         addr,

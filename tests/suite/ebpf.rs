@@ -162,6 +162,7 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     let mut kernel = Kernel::new(|_| Watch {
         config: CallConfig {
             flags: FLAG_NET,
+            dns_port: 0,
             _pad: 0,
         },
         destinations: vec![Destination {
@@ -265,6 +266,7 @@ fn an_unapproved_exec_is_killed_before_the_image_runs() {
     let mut kernel = Kernel::new(|_| Watch {
         config: CallConfig {
             flags: FLAG_ENFORCE_EXEC,
+            dns_port: 0,
             _pad: 0,
         },
         execs: vec!["/bin/bash".into()],
@@ -403,6 +405,7 @@ fn sock_create_allows_inet_sockets_to_a_call_with_connect_effects() {
     let kernel = Kernel::new(|_| Watch {
         config: CallConfig {
             flags: FLAG_NET,
+            dns_port: 0,
             _pad: 0,
         },
         ..Watch::default()

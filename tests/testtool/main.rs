@@ -225,6 +225,38 @@ fn run(action: &[String]) -> Res {
             println!("filled {total} bytes");
             Ok(())
         }
+        "dns-query" => {
+            // Asks SERVER (ip:port) for NAME's A record over UDP, as a resolver does: the reply
+            // must come from the server asked. Prints the answer's first address, or the rcode.
+            let server = resolve(arg(1)?)?;
+            let name = arg(2)?;
+            let mut q = vec![0x47, 0x55, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+            for label in name.trim_end_matches('.').split('.') {
+                q.push(label.len() as u8);
+                q.extend(label.as_bytes());
+            }
+            q.extend([0, 0, 1, 0, 1]);
+            let sock = UdpSocket::bind("0.0.0.0:0")?;
+            sock.set_read_timeout(Some(Duration::from_secs(3)))?;
+            sock.send_to(&q, server)?;
+            let mut buf = [0u8; 512];
+            let (n, from) = sock.recv_from(&mut buf)?;
+            if from != server {
+                return Err(Fail(
+                    libc::EPROTO,
+                    format!("reply from {from}, not {server}"),
+                ));
+            }
+            let rcode = buf.get(3).map_or(0xff, |b| b & 0xf);
+            let answers = u16::from_be_bytes([buf[6], buf[7]]);
+            if rcode != 0 || answers == 0 || n < q.len() + 16 {
+                println!("rcode {rcode} answers {answers}");
+                return Ok(());
+            }
+            let ip = &buf[q.len() + 12..q.len() + 16];
+            println!("answer {}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]);
+            Ok(())
+        }
         "chdir" => {
             std::env::set_current_dir(arg(1)?)?;
             println!("in {}", arg(1)?);
