@@ -617,6 +617,7 @@ fn a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on() 
         for (f, v) in &args {
             cmd.arg(f).arg(v);
         }
+        cmd.arg("--allow-writes-on-audit-fs");
         // Without the lock it would start and serve: bounded, so that is a failure, not a hang.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -687,6 +688,7 @@ fn guardd_tells_systemd_it_is_ready_only_once_its_socket_answers() {
         .arg(dir.join("audit.jsonl"))
         .arg("--cgroup")
         .arg(support::unique("guard-e2e"))
+        .arg("--allow-writes-on-audit-fs")
         .env("NOTIFY_SOCKET", dir.join("notify"))
         .env("RUST_LOG", "warn")
         .spawn()
