@@ -187,6 +187,15 @@ fn blocked_calls_exit_126_and_an_absent_daemon_69() {
             1,
             "one line on stderr expected: {stderr}"
         );
+        // The call's id, so an operator can find its audit row whatever the policy discloses.
+        let id = guardd
+            .audit_rows()
+            .into_iter()
+            .rev()
+            .find(|r| r["kind"] == "decision")
+            .and_then(|r| r["call_id"].as_str().map(str::to_owned))
+            .expect("a decision row");
+        assert!(stderr.contains(&format!("(call {id})")), "{stderr}");
     }
     assert!(!marker.exists());
     let socket = guardd.socket.clone();

@@ -151,8 +151,20 @@ fn follow_shows_a_block_and_a_divergence_as_they_happen() {
         lag < Duration::from_millis(100),
         "divergence shown {lag:?} after the call ended"
     );
-    let _ = tail.kill();
-    let _ = tail.wait();
+    // guardd goes away: the follower says so and fails, rather than ending like a quiet guard.
+    drop(guardd);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = tail.try_wait().expect("wait guardctl") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = tail.kill();
+            panic!("guardctl events --follow outlived guardd");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(69), "events --follow after guardd left");
 }
 
 #[test]

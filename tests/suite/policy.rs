@@ -18,14 +18,23 @@ fn check(policy: &str, tool: &str, args: &str) -> Value {
         .args([tool, "--args", args, "--json"])
         .output()
         .expect("run guardctl");
-    assert!(
-        out.status.success(),
-        "guardctl check failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert_eq!(text.lines().count(), 1, "one JSON line: {text}");
-    serde_json::from_str(&text).expect("JSON row")
+    let row: Value = serde_json::from_str(&text).expect("JSON row");
+    // The exit code says the decision, as guard-exec would end: allowed, held, blocked.
+    let want = match row["decision"].as_str() {
+        Some("allow") => 0,
+        Some("escalate" | "quarantine") => 75,
+        Some("block") => 126,
+        other => panic!("no decision: {other:?}"),
+    };
+    assert_eq!(
+        out.status.code(),
+        Some(want),
+        "guardctl check: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    row
 }
 
 fn decision(policy: &str, tool: &str, args: &str) -> String {

@@ -144,7 +144,12 @@ fn main() -> ExitCode {
             }
             Some("decision") => {
                 let message = reply["message"].as_str().unwrap_or("blocked by policy");
-                return fail(EXIT_BLOCKED, message);
+                // The id, even when the policy discloses no reason: an operator can look it up
+                // (`guardctl show ID`).
+                return match reply["call_id"].as_str() {
+                    Some(id) => fail(EXIT_BLOCKED, format!("{message} (call {id})")),
+                    None => fail(EXIT_BLOCKED, message),
+                };
             }
             Some("exit") => {
                 if reply["stopped"] == true {

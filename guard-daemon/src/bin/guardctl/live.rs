@@ -208,7 +208,11 @@ pub fn events(
                 }
                 print(&frame);
             }
-            Ok(None) => return ExitCode::SUCCESS,
+            Ok(None) => {
+                // A follower that ends quietly looks like a quiet guard: say it, and fail.
+                eprintln!("guardctl: guardd closed the event stream (stopped or restarted)");
+                return ExitCode::from(69);
+            }
             Err(e) => {
                 eprintln!("guardctl: {e}");
                 return ExitCode::from(1);

@@ -160,8 +160,11 @@ fn main() -> ExitCode {
             json,
         } => {
             let p = p.unwrap_or_else(policy::default_policy_path);
+            // As guard-exec would end: 0 allowed, 75 held for a human, 126 blocked.
             match policy::check_call(&p, &tool, args.as_deref(), json) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(guard::decision::Decision::Allow) => ExitCode::SUCCESS,
+                Ok(guard::decision::Decision::Block) => ExitCode::from(126),
+                Ok(_) => ExitCode::from(75),
                 Err(e) => {
                     eprintln!("guardctl: {e:#}");
                     ExitCode::FAILURE

@@ -40,7 +40,13 @@ pub fn check_policy(path: &Path) -> ExitCode {
 }
 
 /// Decides one call; exit 0 whatever the decision, errors are the only failures.
-pub fn check_call(policy: &Path, tool: &str, args: Option<&str>, json: bool) -> anyhow::Result<()> {
+/// Decides one call and prints it; returns the decision, which sets the exit code.
+pub fn check_call(
+    policy: &Path,
+    tool: &str,
+    args: Option<&str>,
+    json: bool,
+) -> anyhow::Result<guard::decision::Decision> {
     let policy = Policy::load(policy)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("invalid policy")?;
@@ -66,5 +72,5 @@ pub fn check_call(policy: &Path, tool: &str, args: Option<&str>, json: bool) -> 
             verdict.row.reason
         );
     }
-    Ok(())
+    Ok(verdict.row.decision)
 }
