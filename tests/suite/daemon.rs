@@ -140,6 +140,16 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
         (calls[1]["tool"].as_str(), calls[1]["exit_code"].as_i64()),
         (Some("exit_with"), Some(7))
     );
+    // Without --audit, guardctl reads the log this guardd writes (its status names it).
+    let out = guardd
+        .ctl(&["calls", "--json"])
+        .output()
+        .expect("guardctl calls");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        2,
+        "{out:?}"
+    );
     let id = calls[0]["call_id"].as_str().expect("call id");
     let out = guardd
         .ctl(&["show", id, "--audit", &audit])

@@ -13,6 +13,30 @@ fn connect(socket: &Path) -> Result<Client, ExitCode> {
     })
 }
 
+/// The audit log to read: `given`, else the one the running guardd writes (its status says),
+/// else the default path, saying so: history from a log guardd does not write would mislead.
+pub fn audit_path(
+    socket: Option<std::path::PathBuf>,
+    given: Option<std::path::PathBuf>,
+) -> std::path::PathBuf {
+    if let Some(path) = given {
+        return path;
+    }
+    let socket = client::socket_path(socket);
+    let asked = Client::connect(&socket)
+        .ok()
+        .and_then(|mut c| c.request("status", json!({})).ok())
+        .and_then(|s| s["audit"]["path"].as_str().map(std::path::PathBuf::from));
+    asked.unwrap_or_else(|| {
+        eprintln!(
+            "guardctl: guardd unreachable at {}; reading {} (--audit to choose)",
+            socket.display(),
+            guard::audit::DEFAULT_PATH
+        );
+        guard::audit::DEFAULT_PATH.into()
+    })
+}
+
 pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
     let socket = client::socket_path(socket);
     let mut client = match connect(&socket) {

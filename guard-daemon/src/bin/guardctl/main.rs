@@ -70,9 +70,9 @@ enum Command {
         /// Only this call.
         #[arg(long)]
         call: Option<String>,
-        /// The audit log to read history from.
-        #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
-        audit: PathBuf,
+        /// The audit log to read history from [default: the one guardd writes, else /var/lib/guard/audit.jsonl]
+        #[arg(long)]
+        audit: Option<PathBuf>,
     },
     /// Recent calls from the audit log, or the running ones.
     Calls {
@@ -82,9 +82,9 @@ enum Command {
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
-        /// The audit log.
-        #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
-        audit: PathBuf,
+        /// The audit log [default: the one guardd writes, else /var/lib/guard/audit.jsonl]
+        #[arg(long)]
+        audit: Option<PathBuf>,
     },
     /// The calls waiting for an admin's approval (escalate, quarantine); admins only.
     Pending {
@@ -111,9 +111,9 @@ enum Command {
     Show {
         /// The call's id (as guard-exec, `calls` and `events` show it).
         call_id: String,
-        /// The audit log.
-        #[arg(long, default_value = guard::audit::DEFAULT_PATH)]
-        audit: PathBuf,
+        /// The audit log [default: the one guardd writes, else /var/lib/guard/audit.jsonl]
+        #[arg(long)]
+        audit: Option<PathBuf>,
     },
 }
 
@@ -188,14 +188,20 @@ fn main() -> ExitCode {
                 call,
                 since,
             };
+            let audit = live::audit_path(cli.socket.clone(), audit);
             live::events(cli.socket, &audit, follow, json, filter)
         }
         Command::Calls {
             running,
             json,
             audit,
-        } => live::calls(cli.socket, &audit, running, json),
-        Command::Show { call_id, audit } => live::show(&audit, &call_id),
+        } => {
+            let audit = live::audit_path(cli.socket.clone(), audit);
+            live::calls(cli.socket, &audit, running, json)
+        }
+        Command::Show { call_id, audit } => {
+            live::show(&live::audit_path(cli.socket, audit), &call_id)
+        }
         Command::Pending { json } => approve::pending(cli.socket, json),
         Command::Reload => approve::reload(cli.socket),
         Command::Approve { call_id } => approve::resolve(cli.socket, &call_id, None),
