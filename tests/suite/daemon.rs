@@ -198,13 +198,7 @@ fn blocked_calls_exit_126_and_an_absent_daemon_69() {
             "one line on stderr expected: {stderr}"
         );
         // The call's id, so an operator can find its audit row whatever the policy discloses.
-        let id = guardd
-            .audit_rows()
-            .into_iter()
-            .rev()
-            .find(|r| r["kind"] == "decision")
-            .and_then(|r| r["call_id"].as_str().map(str::to_owned))
-            .expect("a decision row");
+        let id = guardd.last_decision_id();
         assert!(stderr.contains(&format!("(call {id})")), "{stderr}");
     }
     assert!(!marker.exists());

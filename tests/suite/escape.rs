@@ -1176,17 +1176,6 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
 
 // --- The audit log cannot be starved (issue 12, class 5) ---
 
-/// The call id of the last decision row.
-fn last_decision_id(guardd: &Guardd) -> serde_json::Value {
-    guardd
-        .audit_rows()
-        .into_iter()
-        .rev()
-        .find(|r| r["kind"] == "decision")
-        .map(|r| r["call_id"].clone())
-        .expect("a decision row")
-}
-
 /// A small tmpfs, unmounted on drop.
 struct SmallFs(std::path::PathBuf);
 
@@ -1286,7 +1275,11 @@ fn escape_a_call_that_fills_the_audit_file_system_cannot_starve_its_receipt() {
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     let row = last_receipt(&guardd);
     assert_eq!(row["effects_observed"]["verdict"], "diverged", "{row:#}");
-    assert_eq!(row["call_id"], last_decision_id(&guardd), "{row:#}");
+    assert_eq!(
+        row["call_id"],
+        guardd.last_decision_id().as_str(),
+        "{row:#}"
+    );
     // The reserve gave its room to that row. Were that room taken before the reserve is back
     // (here by root, as by any writer of the file system), guardd admits no call...
     let filler = small.join("filler");

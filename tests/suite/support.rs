@@ -162,6 +162,16 @@ impl Guardd {
             .collect()
     }
 
+    /// The call id of the last decision row.
+    pub fn last_decision_id(&self) -> String {
+        self.audit_rows()
+            .into_iter()
+            .rev()
+            .find(|r| r["kind"] == "decision")
+            .and_then(|r| r["call_id"].as_str().map(str::to_owned))
+            .expect("a decision row")
+    }
+
     /// Stops guardd with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         // SAFETY: kill(2) on our own child's pid.
