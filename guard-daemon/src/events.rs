@@ -124,7 +124,8 @@ pub struct Receipt {
     /// Which layer verified each class of effect for this receipt, and what it could not see.
     pub verified: Verified,
     /// The call's kernel events the ring buffer had no room for: its lists (`execs`, `connects`,
-    /// `files`) are then incomplete. What it did outside its effects is still counted above.
+    /// `files`) are then incomplete, and the verdict is `diverged` (what it did outside its
+    /// effects is still counted above).
     #[serde(skip_serializing_if = "is_zero")]
     pub events_lost: u64,
     /// "conformed" | "diverged"
@@ -311,6 +312,12 @@ impl Tracker {
             let detail =
                 json!({ "writes": stats.writes_outside - seen, "events_lost": stats.events_lost });
             watched.diverge("open", detail, false, bus);
+        }
+        // Lost events leave the receipt's lists incomplete; what was counted above is whole,
+        // but a receipt that could not see everything does not say `conformed`.
+        if stats.events_lost > 0 {
+            let detail = json!({ "events_lost": stats.events_lost });
+            watched.diverge("events", detail, false, bus);
         }
         let seen = watched.receipt.refused.len() as u64;
         if stats.refused > seen {
