@@ -242,14 +242,24 @@ struct Watched {
 impl Watched {
     /// Marks the call diverged, publishes the divergence and, unless the call only denies,
     /// kills it. `killed` says the kernel already killed the offending task.
-    fn diverge(&mut self, effect: &str, mut detail: Value, killed: bool, bus: &Bus) {
-        self.receipt.denied += 1;
-        self.receipt.verdict = "diverged";
+    fn diverge(&mut self, effect: &str, detail: Value, killed: bool, bus: &Bus) {
         let action = if self.kill_on_divergence || killed {
             "kill"
         } else {
             "deny"
         };
+        self.divergence(effect, detail, action, bus);
+    }
+
+    /// Marks the call diverged for what was learnt once it had ended (the kernel's counts, the
+    /// names it asked): nothing is left to kill, and its exit code stays its own.
+    fn diverged_at_end(&mut self, effect: &str, detail: Value, bus: &Bus) {
+        self.divergence(effect, detail, "none: the call had ended", bus);
+    }
+
+    fn divergence(&mut self, effect: &str, mut detail: Value, action: &str, bus: &Bus) {
+        self.receipt.denied += 1;
+        self.receipt.verdict = "diverged";
         detail["effect"] = effect.into();
         detail["action"] = action.into();
         bus.publish(BusEvent::new(
@@ -311,19 +321,19 @@ impl Tracker {
         if stats.writes_outside > seen {
             let detail =
                 json!({ "writes": stats.writes_outside - seen, "events_lost": stats.events_lost });
-            watched.diverge("open", detail, false, bus);
+            watched.diverged_at_end("open", detail, bus);
         }
         // Lost events leave the receipt's lists incomplete; what was counted above is whole,
         // but a receipt that could not see everything does not say `conformed`.
         if stats.events_lost > 0 {
             let detail = json!({ "events_lost": stats.events_lost });
-            watched.diverge("events", detail, false, bus);
+            watched.diverged_at_end("events", detail, bus);
         }
         let seen = watched.receipt.refused.len() as u64;
         if stats.refused > seen {
             let detail =
                 json!({ "refused": stats.refused - seen, "events_lost": stats.events_lost });
-            watched.diverge("refused", detail, false, bus);
+            watched.diverged_at_end("refused", detail, bus);
         }
     }
 
@@ -335,12 +345,8 @@ impl Tracker {
             return;
         };
         for q in asked.iter().filter(|q| !q.approved) {
-            watched.diverge(
-                "dns",
-                json!({ "name": q.name, "type": q.qtype }),
-                false,
-                bus,
-            );
+            let detail = json!({ "name": q.name, "type": q.qtype });
+            watched.diverged_at_end("dns", detail, bus);
         }
         watched.receipt.dns = asked;
     }
