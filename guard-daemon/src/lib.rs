@@ -3,10 +3,12 @@
 //! The way of a call, top-down: [`server`] accepts it on the socket ([`conn`], [`protocol`]),
 //! [`access`] checks who sent it, [`policy`] decides the [`intent`] ([`decision`], [`detect`]),
 //! [`audit`] records the decision, [`approval`] holds a call for a human when the policy says so,
-//! and [`call`] carries an allowed call through: a [`cgroup`],
-//! the kernel's allow-lists ([`monitor`]), the confined launch ([`sandbox`]) of its [`plan`],
-//! and the receipt of what it did ([`events`], [`opens`]). [`daemon`] holds the shared state and the
-//! start-up, proven by [`selftest`], guarded by [`lock`] and announced by [`notify`]. [`stages`] times a call's way through all of it.
+//! and [`call`] carries an allowed call through: a [`cgroup`], a resolver of its own ([`dns`]),
+//! the kernel's allow-lists ([`monitor`], reading kernel structs at offsets from [`btf`]), the
+//! confined launch ([`sandbox`]) of its [`plan`], and the receipt of what it did ([`events`],
+//! [`opens`]). [`daemon`] holds the shared state and the start-up, proven by [`selftest`],
+//! guarded by [`lock`] and announced by [`notify`]. [`stages`] times a call's way through all of
+//! it; [`client`] and [`cli`] serve the binaries.
 pub mod access;
 pub mod approval;
 pub mod audit;
