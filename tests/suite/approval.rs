@@ -394,3 +394,66 @@ fn a_submitter_cannot_approve_its_own_call_unless_the_policy_allows_it() {
     );
     assert!(ws.join("deployed").exists());
 }
+
+#[test]
+fn every_guardctl_json_output_parses() {
+    if !support::privileged("every_guardctl_json_output_parses") {
+        return;
+    }
+    let dir = ToolDir::new("guard-approval");
+    let ws = dir.subdir("ws", 0o777);
+    let guardd = start(&policy(&ws), &[]);
+    let lines = |args: &[&str]| -> Vec<Value> {
+        let out = ctl(&guardd, args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            !text.trim().is_empty(),
+            "guardctl {args:?} printed nothing: {out:?}"
+        );
+        text.lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("guardctl {args:?}: not JSON ({e}): {l}"))
+            })
+            .collect()
+    };
+    // Two held calls: one to approve, one to deny.
+    let first = spawn(&guardd, "deploy", &[]);
+    let second = spawn(&guardd, "note", &["text=key AKIAIOSFODNN7EXAMPLE"]);
+    let ids: Vec<String> = held(&guardd, 2)
+        .iter()
+        .map(|c| c["call_id"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(lines(&["pending", "--json"]).len(), 2);
+    let approved = lines(&["approve", &ids[0], "--json"]);
+    assert_eq!(approved[0]["approved"], true, "{approved:?}");
+    let denied = lines(&["deny", &ids[1], "--reason", "no", "--json"]);
+    assert_eq!(denied[0]["approved"], false, "{denied:?}");
+    first.wait_with_output().expect("first");
+    second.wait_with_output().expect("second");
+    let reloaded = lines(&["reload", "--json"]);
+    assert!(reloaded[0]["tools"].as_u64() > Some(0), "{reloaded:?}");
+    assert!(lines(&["status", "--json"])[0]["audit"]["path"].is_string());
+    assert!(!lines(&["calls", "--json"]).is_empty());
+    assert!(!lines(&["events", "--json"]).is_empty());
+    // `show` prints one object, indented for a person.
+    let show: Value =
+        serde_json::from_slice(&ctl(&guardd, &["show", &ids[0]]).stdout).expect("show JSON");
+    assert_eq!(show["call_id"], ids[0].as_str());
+    let audit = guardd.audit.to_str().expect("utf-8").to_owned();
+    assert_eq!(lines(&["audit", "verify", &audit, "--json"])[0]["ok"], true);
+    let policy_file = guardd.dir.join("policy.toml");
+    let policy_file = policy_file.to_str().expect("utf-8");
+    assert_eq!(
+        lines(&["policy", "check", policy_file, "--json"])[0]["valid"],
+        true
+    );
+    let checked = lines(&["check", "--policy", policy_file, "deploy", "--json"]);
+    assert_eq!(checked[0]["decision"], "escalate");
+    // A broken policy is still one JSON object, listing its errors.
+    let broken = dir.dir.join("broken.toml");
+    std::fs::write(&broken, "[tools.x]\ntier = \"nope\"\n").expect("broken policy");
+    let out = lines(&["policy", "check", broken.to_str().expect("utf-8"), "--json"]);
+    assert_eq!(out[0]["valid"], false);
+    assert!(out[0]["errors"].as_array().is_some_and(|e| !e.is_empty()));
+}

@@ -50,12 +50,21 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
 }
 
 /// Approves (`reason` is `None`) or denies a held call.
-pub fn resolve(socket: Option<PathBuf>, call_id: &str, deny: Option<Option<String>>) -> ExitCode {
+pub fn resolve(
+    socket: Option<PathBuf>,
+    call_id: &str,
+    deny: Option<Option<String>>,
+    as_json: bool,
+) -> ExitCode {
     let (kind, body) = match deny {
         None => ("approve", json!({ "call_id": call_id })),
         Some(reason) => ("deny", json!({ "call_id": call_id, "reason": reason })),
     };
     match ask(socket, kind, body) {
+        Ok(reply) if as_json => {
+            println!("{}", without_envelope(reply));
+            ExitCode::SUCCESS
+        }
         Ok(_) => {
             let done = if kind == "approve" {
                 "approved"
@@ -70,8 +79,12 @@ pub fn resolve(socket: Option<PathBuf>, call_id: &str, deny: Option<Option<Strin
 }
 
 /// Asks guardd to load its policy file again.
-pub fn reload(socket: Option<PathBuf>) -> ExitCode {
+pub fn reload(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
     match ask(socket, "reload", json!({})) {
+        Ok(reply) if as_json => {
+            println!("{}", without_envelope(reply));
+            ExitCode::SUCCESS
+        }
         Ok(reply) => {
             let path = reply["policy"].as_str().unwrap_or("?");
             println!("reloaded {path}: {} tools", reply["tools"]);
@@ -79,4 +92,13 @@ pub fn reload(socket: Option<PathBuf>) -> ExitCode {
         }
         Err(code) => code,
     }
+}
+
+/// A reply frame as data: without the protocol's version and type.
+fn without_envelope(mut reply: Value) -> Value {
+    if let Some(map) = reply.as_object_mut() {
+        map.remove("v");
+        map.remove("type");
+    }
+    reply
 }

@@ -15,17 +15,38 @@ pub enum AuditCommand {
         /// The active log file; rotated files FILE.1, FILE.2, … are found beside it.
         #[arg(default_value = audit::DEFAULT_PATH)]
         file: PathBuf,
+        /// One JSON object: `ok`, and the summary or the error.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 pub fn run(command: AuditCommand) -> ExitCode {
     match command {
-        AuditCommand::Verify { file } => verify(&file),
+        AuditCommand::Verify { file, json } => verify(&file, json),
     }
 }
 
-fn verify(file: &std::path::Path) -> ExitCode {
-    match audit::verify(file) {
+fn verify(file: &std::path::Path, as_json: bool) -> ExitCode {
+    let result = audit::verify(file);
+    if as_json {
+        let (out, code) = match &result {
+            Ok(s) => (
+                serde_json::json!({
+                    "ok": true, "rows": s.rows, "files": s.files,
+                    "last_hash": s.last_hash, "torn_bytes": s.torn_bytes,
+                }),
+                0,
+            ),
+            Err(e) => (
+                serde_json::json!({ "ok": false, "io": e.is_io(), "error": e.to_string() }),
+                if e.is_io() { 2 } else { 1 },
+            ),
+        };
+        println!("{out}");
+        return ExitCode::from(code);
+    }
+    match result {
         Ok(summary) => {
             println!(
                 "ok: {} rows in {} files, last hash {}",

@@ -96,6 +96,9 @@ enum Command {
     Approve {
         /// The call's id (as `pending` shows it).
         call_id: String,
+        /// guardd's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Refuse a held call; admins only. The caller gets 126 and the reason.
     Deny {
@@ -103,10 +106,17 @@ enum Command {
         /// Told to the caller and written to the audit log.
         #[arg(long)]
         reason: Option<String>,
+        /// guardd's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Load guardd's policy file again (admins only); a bad file changes nothing and its errors
     /// are printed. `kill -HUP` does the same.
-    Reload,
+    Reload {
+        /// guardd's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// One call's decision, sandbox and receipt, from the audit log.
     Show {
         /// The call's id (as guard-exec, `calls` and `events` show it).
@@ -120,7 +130,12 @@ enum Command {
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Check a policy file or directory, printing every error.
-    Check { path: PathBuf },
+    Check {
+        path: PathBuf,
+        /// One JSON object: `valid`, and the counts or every error.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.
@@ -151,8 +166,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Policy {
-            command: PolicyCommand::Check { path },
-        } => policy::check_policy(&path),
+            command: PolicyCommand::Check { path, json },
+        } => policy::check_policy(&path, json),
         Command::Check {
             policy: p,
             tool,
@@ -203,8 +218,12 @@ fn main() -> ExitCode {
             live::show(&live::audit_path(cli.socket, audit), &call_id)
         }
         Command::Pending { json } => approve::pending(cli.socket, json),
-        Command::Reload => approve::reload(cli.socket),
-        Command::Approve { call_id } => approve::resolve(cli.socket, &call_id, None),
-        Command::Deny { call_id, reason } => approve::resolve(cli.socket, &call_id, Some(reason)),
+        Command::Reload { json } => approve::reload(cli.socket, json),
+        Command::Approve { call_id, json } => approve::resolve(cli.socket, &call_id, None, json),
+        Command::Deny {
+            call_id,
+            reason,
+            json,
+        } => approve::resolve(cli.socket, &call_id, Some(reason), json),
     }
 }

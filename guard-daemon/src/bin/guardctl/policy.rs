@@ -17,9 +17,17 @@ pub fn default_policy_path() -> PathBuf {
     }
 }
 
-/// Prints every error at once; exit 0 when valid, 1 when not.
-pub fn check_policy(path: &Path) -> ExitCode {
+/// Prints every error at once (as one JSON object with `as_json`); exit 0 when valid, 1 when
+/// not.
+pub fn check_policy(path: &Path, as_json: bool) -> ExitCode {
     match Policy::load(path) {
+        Ok(p) if as_json => {
+            let out = serde_json::json!({
+                "path": path, "valid": true, "tools": p.tools().count(), "rules": p.rule_count(),
+            });
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
         Ok(p) => {
             println!(
                 "{}: valid: {} tools, {} rules",
@@ -28,6 +36,12 @@ pub fn check_policy(path: &Path) -> ExitCode {
                 p.rule_count()
             );
             ExitCode::SUCCESS
+        }
+        Err(errors) if as_json => {
+            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            let out = serde_json::json!({ "path": path, "valid": false, "errors": list });
+            println!("{out}");
+            ExitCode::FAILURE
         }
         Err(errors) => {
             for e in errors.iter() {
@@ -39,7 +53,6 @@ pub fn check_policy(path: &Path) -> ExitCode {
     }
 }
 
-/// Decides one call; exit 0 whatever the decision, errors are the only failures.
 /// Decides one call and prints it; returns the decision, which sets the exit code.
 pub fn check_call(
     policy: &Path,
