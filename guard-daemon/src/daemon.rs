@@ -224,12 +224,9 @@ impl Daemon {
         let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
         let cgroup_path = format!("/{}", options.cgroup);
         // Locked before anything is created, adopted or removed: a second guardd on the same
-        // state stops here and leaves the first one's alone. The audit log locks itself.
-        let audit =
-            AuditLog::open(audit::Options::new(&options.audit)).map_err(|e| StartError::Audit {
-                path: options.audit.clone(),
-                reason: e.to_string(),
-            })?;
+        // state stops here and leaves the first one's alone. The audit log locks itself, below,
+        // once the call cgroups a dead guardd left are gone (with any child of it that still
+        // held its descriptors).
         let mut held = StateLock::default();
         held.lock_file("socket", &lock::lock_path(&options.socket))?;
         let dir = unified.join(&options.cgroup);
@@ -249,6 +246,11 @@ impl Daemon {
         if swept > 0 {
             tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
         }
+        let audit =
+            AuditLog::open(audit::Options::new(&options.audit)).map_err(|e| StartError::Audit {
+                path: options.audit.clone(),
+                reason: e.to_string(),
+            })?;
         layers.push(Layer {
             name: "cgroup v2".into(),
             state: "active",

@@ -8,7 +8,26 @@ use std::{
     io::{self, Read as _, Seek as _, Write as _},
     os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
+
+/// How long a lock held by another process is waited for before giving up: a guardd killed a
+/// moment ago may leave children between fork and exec that still hold its descriptors.
+pub const HOLD_WAIT: Duration = Duration::from_secs(2);
+
+/// `try_flock`, again until [`HOLD_WAIT`] has passed.
+fn flock_waiting(file: &File) -> io::Result<bool> {
+    let deadline = Instant::now() + HOLD_WAIT;
+    loop {
+        if try_flock(file)? {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// Why a piece of state could not be locked.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +76,7 @@ impl StateLock {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(path)
             .map_err(io_err)?;
-        if !try_flock(&file).map_err(io_err)? {
+        if !flock_waiting(&file).map_err(io_err)? {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
             return Err(LockError::Held {
@@ -82,7 +101,7 @@ impl StateLock {
             source,
         };
         let file = File::open(dir).map_err(io_err)?;
-        if !try_flock(&file).map_err(io_err)? {
+        if !flock_waiting(&file).map_err(io_err)? {
             return Err(LockError::Held {
                 what,
                 path: dir.to_owned(),

@@ -111,8 +111,22 @@ pub(super) fn open(base: &Path) -> Result<Start, AuditError> {
     })
 }
 
-/// Takes `<base>.lock` exclusively, or fails at once if another process holds it.
+/// Takes `<base>.lock` exclusively, or fails if another process still holds it after
+/// [`crate::lock::HOLD_WAIT`] (a guardd killed a moment ago may have children that have not
+/// reached exec yet, and hold its descriptors until they do).
 fn lock(base: &Path) -> Result<Flock<File>, AuditError> {
+    let deadline = std::time::Instant::now() + crate::lock::HOLD_WAIT;
+    loop {
+        match try_lock(base) {
+            Err(AuditError::Locked(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn try_lock(base: &Path) -> Result<Flock<File>, AuditError> {
     let mut name = base.as_os_str().to_owned();
     name.push(".lock");
     let path = PathBuf::from(name);
