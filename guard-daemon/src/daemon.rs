@@ -55,6 +55,8 @@ pub struct Options {
     /// Let a policy write on the audit log's file system (the operator's opt-in; the rows of
     /// running calls are still reserved, see `audit::reserve`).
     pub allow_writes_on_audit_fs: bool,
+    /// Size at which the audit log's active file is rotated.
+    pub audit_rotate_bytes: u64,
 }
 
 /// The gid of `--socket-group`; an unknown name is an error, never a silent "no group".
@@ -246,11 +248,14 @@ impl Daemon {
         if swept > 0 {
             tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
         }
-        let audit =
-            AuditLog::open(audit::Options::new(&options.audit)).map_err(|e| StartError::Audit {
-                path: options.audit.clone(),
-                reason: e.to_string(),
-            })?;
+        let audit = AuditLog::open(audit::Options {
+            rotate_bytes: options.audit_rotate_bytes,
+            ..audit::Options::new(&options.audit)
+        })
+        .map_err(|e| StartError::Audit {
+            path: options.audit.clone(),
+            reason: e.to_string(),
+        })?;
         layers.push(Layer {
             name: "cgroup v2".into(),
             state: "active",

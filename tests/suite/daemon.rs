@@ -724,3 +724,71 @@ fn guardd_tells_systemd_it_is_ready_only_once_its_socket_answers() {
     assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping}");
     assert!(guardd.wait().expect("wait").success());
 }
+
+#[test]
+fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
+    if !support::privileged("guardd_reads_its_settings_file_and_each_flag_overrides_its_key") {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let dir = TempDir::new("config");
+    std::fs::write(dir.join("policy.toml"), policy(&ws, "")).expect("policy");
+    let config = dir.join("guardd.toml");
+    let cgroup = support::unique("guard-e2e");
+    std::fs::write(
+        &config,
+        format!(
+            "policy = \"{}\"\nsocket = \"{}\"\naudit = \"{}\"\ncgroup = \"{cgroup}\"\n\
+             allow_writes_on_audit_fs = true\nmax_calls = 7\n",
+            dir.join("policy.toml").display(),
+            dir.join("from-file.sock").display(),
+            dir.join("audit.jsonl").display(),
+        ),
+    )
+    .expect("config");
+    // --check-config prints the settings in force, the flag's over the file's.
+    let mut check = Command::new(support::bin("guardd"));
+    check
+        .arg("--config")
+        .arg(&config)
+        .args(["--max-calls", "9", "--check-config"]);
+    let out = output(check);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("max_calls = 9"), "{stdout}");
+    assert!(stdout.contains("from-file.sock"), "{stdout}");
+    // A flag overrides the file's key: guardd listens where the flag says.
+    let flag_socket = dir.join("from-flag.sock");
+    let mut guardd = Command::new(support::bin("guardd"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(&flag_socket)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("guardd");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&flag_socket).is_err() {
+        assert!(
+            guardd.try_wait().expect("wait").is_none(),
+            "guardd exited at start"
+        );
+        assert!(Instant::now() < deadline, "guardd did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!dir.join("from-file.sock").exists());
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(guardd.id() as i32, libc::SIGTERM) };
+    assert!(guardd.wait().expect("wait").success());
+    // A key guardd does not know stops it, naming the file, line and key.
+    std::fs::write(&config, "socket = \"/run/x.sock\"\nmax_cals = 3\n").expect("config");
+    let mut bad = Command::new(support::bin("guardd"));
+    bad.arg("--config").arg(&config).arg("--check-config");
+    let out = output(bad);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("guardd.toml") && stderr.contains("line 2") && stderr.contains("max_cals"),
+        "{stderr}"
+    );
+}

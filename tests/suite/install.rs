@@ -92,7 +92,10 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
     // systemd's checks of the unit, with ExecStart pointed at the staged binary.
     let unit =
         std::fs::read_to_string(root.join("etc/systemd/system/guardd.service")).expect("unit");
-    assert!(unit.contains("ExecStart=/usr/local/bin/guardd "), "{unit}");
+    assert!(
+        unit.lines().any(|l| l == "ExecStart=/usr/local/bin/guardd"),
+        "{unit}"
+    );
     let check = TempDir::new("guard-unit");
     let staged = unit.replace(
         "/usr/local/bin/guardd",

@@ -18,7 +18,7 @@ use crate::{run, setup};
 
 /// The binaries, with the man section of each.
 const BINARIES: &[(&str, u8)] = &[("guardd", 8), ("guard-exec", 1), ("guardctl", 1)];
-/// The unit template: `{bin}` and `{policy}` are filled in.
+/// The unit template: `{bin}` is filled in.
 const UNIT: &str = include_str!("guardd.service");
 /// Where the unit and the policy go (under `--root`); the rest goes under `--prefix`.
 const UNIT_PATH: &str = "/etc/systemd/system/guardd.service";
@@ -202,9 +202,7 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
             w.file(&prefix.join(path), &generated(&binary, shell)?, 0o644)?;
         }
     }
-    let unit = UNIT
-        .replace("{bin}", &prefix.join("bin").display().to_string())
-        .replace("{policy}", POLICY_PATH);
+    let unit = UNIT.replace("{bin}", &prefix.join("bin").display().to_string());
     w.file(Path::new(UNIT_PATH), unit.as_bytes(), 0o644)?;
     // Never over an operator's policy: an edited one stays as it is.
     if under(&opts.root, Path::new(POLICY_PATH)).exists()

@@ -1,7 +1,9 @@
 //! guardd: the daemon through which every tool call of an agent must pass.
+mod config;
+
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, parser::ValueSource};
 use guard::{daemon, server};
 use tokio::signal::{self, unix::SignalKind};
 use tracing_subscriber::EnvFilter;
@@ -13,6 +15,12 @@ use tracing_subscriber::EnvFilter;
     about = "Decide, confine and watch AI agents' tool calls"
 )]
 struct Args {
+    /// Settings file; each flag given overrides its key [default: /etc/guard/guardd.toml, if present]
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Check the settings and the policy, print the settings in force, and exit (0 when fine).
+    #[arg(long)]
+    check_config: bool,
     /// Policy file or directory of *.toml files [default: /etc/guard/policy.toml, else /etc/guard/policies/]
     #[arg(long)]
     policy: Option<PathBuf>,
@@ -22,6 +30,9 @@ struct Args {
     /// Append-only audit log.
     #[arg(long, default_value = "/var/lib/guard/audit.jsonl")]
     audit: PathBuf,
+    /// The audit log's active file is rotated (FILE.1, FILE.2, ...) once it reaches this size.
+    #[arg(long, default_value_t = guard::audit::DEFAULT_ROTATE_BYTES)]
+    audit_rotate_bytes: u64,
     /// Group owning the socket (mode 0660); its members may submit calls unless the policy lists clients.
     #[arg(long, env = "GUARDD_SOCKET_GROUP")]
     socket_group: Option<String>,
@@ -57,6 +68,78 @@ struct Args {
     /// reserved either way.
     #[arg(long)]
     allow_writes_on_audit_fs: bool,
+}
+
+/// The flags, with the settings file's keys for those not given on the command line (or in
+/// the environment).
+fn settings() -> anyhow::Result<Args> {
+    let matches = Args::command().get_matches();
+    let mut args = Args::from_arg_matches(&matches)?;
+    let (path, explicit) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(config::DEFAULT_PATH), false),
+    };
+    let Some(file) = config::load(&path, explicit)? else {
+        return Ok(args);
+    };
+    let given = |id: &str| {
+        matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    // Each key the file sets, unless its flag was given.
+    macro_rules! from_file {
+        ($($key:ident $(=> $wrap:path)?),*) => {$(
+            if let Some(v) = file.$key && !given(stringify!($key)) {
+                args.$key = $($wrap)?(v);
+            }
+        )*};
+    }
+    from_file!(
+        policy => Some, socket, audit, audit_rotate_bytes, socket_group => Some, cgroup,
+        max_calls, max_queue, max_connections, drain_seconds, allow_unenforced, trace_syscalls,
+        approval_timeout, allow_writes_on_audit_fs
+    );
+    Ok(args)
+}
+
+/// `--check-config`: the settings in force and the policy's verdict, without starting.
+fn check_config(args: &Args) -> ExitCode {
+    let policy = args.policy.clone().unwrap_or_else(default_policy);
+    println!("policy = {:?}", policy.display().to_string());
+    println!("socket = {:?}", args.socket.display().to_string());
+    println!("audit = {:?}", args.audit.display().to_string());
+    println!("audit_rotate_bytes = {}", args.audit_rotate_bytes);
+    println!("cgroup = {:?}", args.cgroup);
+    if let Some(g) = &args.socket_group {
+        println!("socket_group = {g:?}");
+    }
+    println!(
+        "max_calls = {}\nmax_queue = {}\nmax_connections = {}",
+        args.max_calls, args.max_queue, args.max_connections
+    );
+    println!(
+        "drain_seconds = {}\napproval_timeout = {}",
+        args.drain_seconds, args.approval_timeout
+    );
+    println!(
+        "allow_unenforced = {}\ntrace_syscalls = {}\nallow_writes_on_audit_fs = {}",
+        args.allow_unenforced, args.trace_syscalls, args.allow_writes_on_audit_fs
+    );
+    match guard::policy::Policy::load(&policy) {
+        Ok(p) => {
+            eprintln!(
+                "guardd: settings and policy are valid ({} tools)",
+                p.tools().count()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("guardd: policy {}: invalid:\n{e}", policy.display());
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn default_policy() -> PathBuf {
@@ -96,7 +179,16 @@ async fn serve() -> ExitCode {
         // Colour for a person at a terminal; none in a file or the journal.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let args = Args::parse();
+    let args = match settings() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("guardd: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.check_config {
+        return check_config(&args);
+    }
     if args.trace_syscalls {
         tracing::warn!(
             "--trace-syscalls: while calls run, every syscall on this host takes the traced path"
@@ -121,6 +213,7 @@ async fn serve() -> ExitCode {
         allow_unenforced: args.allow_unenforced,
         trace_syscalls: args.trace_syscalls,
         allow_writes_on_audit_fs: args.allow_writes_on_audit_fs,
+        audit_rotate_bytes: args.audit_rotate_bytes,
     };
     let daemon = match daemon::Daemon::start(options) {
         Ok(d) => d,
