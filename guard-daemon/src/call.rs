@@ -224,7 +224,12 @@ async fn hold(
     message: &str,
     conn: &mut Conn,
 ) -> io::Result<Option<u32>> {
-    let (call_id, tool, decision) = (held.call_id.clone(), held.tool.clone(), held.decision);
+    let (call_id, tool, decision, uid) = (
+        held.call_id.clone(),
+        held.tool.clone(),
+        held.decision,
+        held.uid,
+    );
     let refusal = |message: String| {
         let reply = json!({ "call_id": call_id, "decision": decision, "message": message });
         protocol::frame("decision", reply)
@@ -243,7 +248,12 @@ async fn hold(
         daemon.approvals.withdraw(&call_id);
         return Err(e);
     }
-    let event = json!({ "decision": decision });
+    let event = json!({
+        "decision": decision,
+        "reason": message,
+        "uid": uid,
+        "timeout_s": daemon.approvals.timeout.as_secs(),
+    });
     daemon
         .bus
         .publish(BusEvent::new("held", Some(&call_id), Some(&tool), event));
@@ -415,7 +425,10 @@ async fn run(
                 started: crate::audit::ts::now(),
             },
         );
-        daemon.bus.publish(BusEvent::new("launch", Some(call_id), Some(&plan.tool), json!({ "pid": pid })));
+        // The program, not its arguments: those may carry what the audit row redacts.
+        let program = plan.argv.first().map(|p| p.to_string_lossy().into_owned());
+        let launched_event = json!({ "pid": pid, "program": program, "args": plan.argv.len().saturating_sub(1), "uid": peer.uid });
+        daemon.bus.publish(BusEvent::new("launch", Some(call_id), Some(&plan.tool), launched_event));
         let run = sandbox::run_to_end(launched, &cgroup, plan.confinement.timeout);
         tokio::pin!(run);
         let outcome = tokio::select! {

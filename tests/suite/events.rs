@@ -349,3 +349,38 @@ fn events_are_for_admins_only() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn events_are_compact_lines_of_what_ran_for_whom_and_how_it_ended_filtered_by_kind() {
+    if !support::privileged(
+        "events_are_compact_lines_of_what_ran_for_whom_and_how_it_ended_filtered_by_kind",
+    ) {
+        return;
+    }
+    let guardd = Guardd::start(POLICY);
+    let status = guardd
+        .exec("sh", &["script=exit 3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("guard-exec");
+    assert_eq!(status.code(), Some(3));
+    let id = guardd.last_decision_id();
+    let lines = |kind: &str| {
+        let out = super::support::output(guardd.ctl(&["events", "--kind", kind]));
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let exits = lines("exit");
+    assert_eq!(exits.lines().count(), 1, "{exits}");
+    assert!(
+        exits.contains(&id) && exits.contains("exit") && exits.contains("code 3 in "),
+        "{exits}"
+    );
+    let decisions = lines("decision");
+    assert!(
+        decisions.contains("allow uid 0") && !decisions.contains("code 3"),
+        "{decisions}"
+    );
+    assert!(lines("approval").is_empty());
+}

@@ -115,6 +115,8 @@ fn str_of(v: &Value) -> &str {
 
 /// Filters shared by live and historical events.
 pub struct Filter {
+    /// Only events of this kind (decision, held, approval, launch, divergence, kill, exit...).
+    pub kind: Option<String>,
     pub tool: Option<String>,
     pub decision: Option<String>,
     pub call: Option<String>,
@@ -123,6 +125,11 @@ pub struct Filter {
 
 impl Filter {
     fn keeps(&self, event: &Value) -> bool {
+        if let Some(kind) = &self.kind
+            && event["kind"].as_str() != Some(kind.as_str())
+        {
+            return false;
+        }
         if let Some(call) = &self.call
             && event["call_id"].as_str() != Some(call)
         {
@@ -156,24 +163,65 @@ fn human(event: &Value, color: bool) -> String {
         "decision" | "launch" => "32",
         _ => "0",
     };
+    // In the manner of `tetra getevents -o compact`: what ran, for whom, and how it ended.
     let detail = match kind {
         "decision" => format!(
-            "{} {}",
+            "{} uid {} {}",
             str_of(&event["decision"]),
+            event["uid"],
             str_of(&event["reason"])
+        ),
+        "held" => format!(
+            "{} uid {}: {} (guardctl approve {}; {} s)",
+            str_of(&event["decision"]),
+            event["uid"],
+            str_of(&event["reason"]),
+            str_of(&event["call_id"]),
+            event["timeout_s"]
+        ),
+        "approval" => match (event["approved"].as_bool(), event["reason"].as_str()) {
+            (Some(true), _) => format!("approved by uid {}", event["by"]),
+            (_, Some(reason)) => format!("denied by uid {}: {reason}", event["by"]),
+            _ => format!("denied by uid {}", event["by"]),
+        },
+        "launch" => format!(
+            "{} ({} args) uid {} pid {}",
+            str_of(&event["program"]),
+            event["args"],
+            event["uid"],
+            event["pid"]
         ),
         "divergence" => format!(
             "{} {} pid {} -> {}",
             str_of(&event["effect"]),
-            event["path"].as_str().map_or_else(
-                || format!("{}:{}", str_of(&event["addr"]), event["port"]),
-                str::to_owned
-            ),
+            event["path"]
+                .as_str()
+                .or_else(|| event["name"].as_str())
+                .or_else(|| event["syscall"].as_str())
+                .map_or_else(
+                    || format!("{}:{}", str_of(&event["addr"]), event["port"]),
+                    str::to_owned
+                ),
             event["pid"],
             str_of(&event["action"])
         ),
-        "exit" => format!("code {} diverged {}", event["code"], event["diverged"]),
-        "launch" => format!("pid {}", event["pid"]),
+        "exit" => format!(
+            "code {} in {} ms{}",
+            event["code"],
+            event["duration_ms"]
+                .as_f64()
+                .map_or("-".into(), |d| format!("{d:.1}")),
+            if event["diverged"] == true {
+                ", diverged"
+            } else {
+                ""
+            }
+        ),
+        "kill" | "refused" => str_of(&event["reason"]).to_owned(),
+        "reload" => match event["error"].as_str() {
+            Some(e) => format!("policy kept: {e}"),
+            None => format!("{} tools", event["tools"]),
+        },
         _ => String::new(),
     };
     let kind_col = format!("{kind:<10}");
@@ -273,10 +321,16 @@ fn history(audit: &Path, filter: &Filter, print: impl Fn(&Value)) -> ExitCode {
             Some("decision") => json!({
                 "ts": row["ts"], "kind": "decision", "call_id": row["call_id"], "tool": row["tool"],
                 "decision": row["decision"]["decision"], "reason": row["decision"]["reason"],
+                "uid": row["peer"]["uid"],
+            }),
+            Some("approval") => json!({
+                "ts": row["ts"], "kind": "approval", "call_id": row["call_id"], "tool": row["tool"],
+                "approved": row["approved"], "by": row["by"], "reason": row["reason"],
             }),
             Some("finished") => json!({
                 "ts": row["ts"], "kind": "exit", "call_id": row["call_id"], "tool": row["tool"],
                 "code": row["exit"]["exit_code"], "diverged": row["effects_observed"]["verdict"] == "diverged",
+                "duration_ms": row["duration_ms"],
             }),
             _ => continue,
         };

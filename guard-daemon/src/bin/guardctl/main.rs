@@ -58,6 +58,10 @@ enum Command {
         /// One JSON object per line, for jq.
         #[arg(long)]
         json: bool,
+        /// Only events of this kind: decision, held, approval, launch, divergence, kill, exit,
+        /// refused, reload.
+        #[arg(long)]
+        kind: Option<String>,
         /// Only tools matching this glob.
         #[arg(long)]
         tool: Option<String>,
@@ -191,6 +195,7 @@ fn main() -> ExitCode {
         Command::Events {
             follow,
             json,
+            kind,
             tool,
             decision,
             since,
@@ -198,6 +203,7 @@ fn main() -> ExitCode {
             audit,
         } => {
             let filter = live::Filter {
+                kind,
                 tool,
                 decision,
                 call,
