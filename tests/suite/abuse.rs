@@ -280,7 +280,8 @@ fn abuse_a_client_outside_clients_is_not_permitted_and_nothing_runs() {
         });
     }
     let out = output(cmd);
-    assert!(!out.status.success(), "{out:?}");
+    // The README's code for a refused caller.
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not permitted"),
         "{out:?}"

@@ -10,6 +10,7 @@ const EXIT_USAGE: u8 = 64;
 const EXIT_UNAVAILABLE: u8 = 69;
 const EXIT_SOFTWARE: u8 = 70;
 const EXIT_BLOCKED: u8 = 126;
+const EXIT_TEMPFAIL: u8 = 75;
 
 #[derive(Parser)]
 #[command(
@@ -18,7 +19,8 @@ const EXIT_BLOCKED: u8 = 126;
     about = "Run a tool through guardd, confined to what its policy approves",
     after_help = "ARGUMENTS:\n  NAME=VALUE    a string argument\n  NAME:=JSON    a typed argument (number, boolean, array, object)\n\n\
 EXIT STATUS:\n  the tool's own   when it ran (128+N when killed by signal N; 137 when guard stopped it)\n  \
-126              blocked by policy, or held for approval and not approved\n  \
+126              blocked by policy, held for approval and not approved, or a caller guardd does not serve\n  \
+75               guardd is busy, or admits no call until its audit log has room again: try later\n  \
 69               guardd is unreachable: the tool did not run\n  \
 70               guardd could not carry out an approved call\n  \
 64               bad usage or a request guardd rejected"
@@ -168,7 +170,17 @@ fn main() -> ExitCode {
                 return ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SOFTWARE));
             }
             Some("error") => {
-                return fail(EXIT_USAGE, reply["error"].as_str().unwrap_or("rejected"));
+                let error = reply["error"].as_str().unwrap_or("rejected");
+                // guardd's refusals of the caller itself, and its "not now"s, apart from a
+                // request it could not read.
+                let code = if error.starts_with("not permitted") {
+                    EXIT_BLOCKED
+                } else if error.starts_with("busy") || error.starts_with("not admitted") {
+                    EXIT_TEMPFAIL
+                } else {
+                    EXIT_USAGE
+                };
+                return fail(code, error);
             }
             _ => {
                 return fail(
