@@ -57,6 +57,8 @@ pub struct Options {
     pub allow_writes_on_audit_fs: bool,
     /// Size at which the audit log's active file is rotated.
     pub audit_rotate_bytes: u64,
+    /// Rotated audit files kept (`None`: all).
+    pub audit_keep_rotated: Option<u64>,
 }
 
 /// The gid of `--socket-group`; an unknown name is an error, never a silent "no group".

@@ -739,7 +739,7 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
         &config,
         format!(
             "policy = \"{}\"\nsocket = \"{}\"\naudit = \"{}\"\ncgroup = \"{cgroup}\"\n\
-             allow_writes_on_audit_fs = true\nmax_calls = 7\n",
+             allow_writes_on_audit_fs = true\nmax_calls = 7\naudit_keep_rotated = 3\n",
             dir.join("policy.toml").display(),
             dir.join("from-file.sock").display(),
             dir.join("audit.jsonl").display(),
@@ -756,6 +756,7 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("max_calls = 9"), "{stdout}");
+    assert!(stdout.contains("audit_keep_rotated = 3"), "{stdout}");
     assert!(stdout.contains("from-file.sock"), "{stdout}");
     // A flag overrides the file's key: guardd listens where the flag says.
     let flag_socket = dir.join("from-flag.sock");

@@ -70,6 +70,9 @@ pub struct Options {
     pub rotate_bytes: u64,
     /// Bytes kept free beside the log for the rows of running calls (`reserve`).
     pub reserve_bytes: u64,
+    /// Rotated files kept (at least 1); older ones are removed, and a chained `pruned` row
+    /// says which rows went. `None`: all are kept.
+    pub keep_rotated: Option<u64>,
 }
 
 impl Default for Options {
@@ -84,6 +87,7 @@ impl Options {
             path: path.into(),
             rotate_bytes: DEFAULT_ROTATE_BYTES,
             reserve_bytes: reserve::RESERVE_BYTES,
+            keep_rotated: None,
         }
     }
 }
@@ -140,6 +144,7 @@ impl AuditLog {
             last_hash: start.recovery.last_hash.clone(),
             next_rotation: start.next_rotation,
             rotate_bytes: options.rotate_bytes,
+            keep_rotated: options.keep_rotated.map(|k| k.max(1)),
             counters: counters.clone(),
             reserve: reserve.clone(),
         };

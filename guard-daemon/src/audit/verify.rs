@@ -1,5 +1,8 @@
 //! The full check of a log: every row's hash, every `prev` link (across files too), `seq`
-//! continuity from 0, naming the first row that breaks.
+//! continuity from 0, naming the first row that breaks. A log whose oldest rotated files were
+//! removed by retention starts later: that is accepted only when a `pruned` row in the chain
+//! names exactly the row before the first one left (its seq and hash), so removing files by
+//! hand is still a break.
 
 use std::{
     fmt,
@@ -71,6 +74,10 @@ pub fn verify(base: &Path) -> Result<VerifySummary, VerifyError> {
     let mut expected_seq = 0u64;
     let mut last_hash = ZERO_HASH.to_owned();
     let mut torn_bytes = 0;
+    // (seq, hash) of the row before the first one here, when the log does not start at 0,
+    // until a `pruned` row vouches for it; with where the first row is, for the report.
+    let mut unvouched: Option<(u64, String, PathBuf)> = None;
+    let mut first = true;
     let count = segments.len();
     for (i, segment) in segments.iter().enumerate() {
         let path = &segment.path;
@@ -94,8 +101,21 @@ pub fn verify(base: &Path) -> Result<VerifySummary, VerifyError> {
                 }
                 return Err(fail(path, line_no, None, Reason::Torn));
             };
-            let (link, _) =
+            let (link, row) =
                 chain::check_line(line).map_err(|r| fail(path, line_no, seq_of(line), r))?;
+            if std::mem::take(&mut first) && link.seq > 0 {
+                // Retention may have removed what came before; a `pruned` row must say so.
+                expected_seq = link.seq;
+                last_hash.clone_from(&link.prev);
+                unvouched = Some((link.seq - 1, link.prev.clone(), path.clone()));
+            }
+            if row.get("kind").and_then(serde_json::Value::as_str) == Some("pruned")
+                && let Some((seq, hash, _)) = &unvouched
+                && row.get("through_seq").and_then(serde_json::Value::as_u64) == Some(*seq)
+                && row.get("through_hash").and_then(serde_json::Value::as_str) == Some(hash)
+            {
+                unvouched = None;
+            }
             let broken = if link.seq != expected_seq {
                 Some(Reason::Seq {
                     expected: expected_seq,
@@ -115,6 +135,10 @@ pub fn verify(base: &Path) -> Result<VerifySummary, VerifyError> {
             expected_seq += 1;
             last_hash = link.hash;
         }
+    }
+    if let Some((seq, _, path)) = unvouched {
+        let missing = format!("rows 0 to {seq} are gone and no `pruned` row accounts for them");
+        return Err(fail(&path, 1, Some(seq + 1), Reason::Missing(missing)));
     }
     Ok(VerifySummary {
         rows: expected_seq,
@@ -183,6 +207,39 @@ mod tests {
         let err = verify(&path).expect_err("must break");
         assert_eq!((&err.file, err.line), (&files::rotated(&path, 3), 1));
         assert!(matches!(err.reason, Reason::Seq { .. }), "{err}");
+    }
+
+    #[test]
+    fn retention_is_vouched_for_by_a_pruned_row_and_removal_by_hand_is_not() {
+        let dir = TestDir::new("keep");
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(Options {
+            path: path.clone(),
+            rotate_bytes: 600,
+            keep_rotated: Some(2),
+            ..Options::new("")
+        })
+        .expect("open");
+        for i in 0..40 {
+            log.append_blocking(row(i)).expect("append");
+        }
+        drop(log);
+        let rotated: Vec<_> = files::segments(&path)
+            .expect("segments")
+            .into_iter()
+            .filter(|s| s.number.is_some())
+            .collect();
+        assert_eq!(rotated.len(), 2, "{rotated:?}");
+        assert!(!files::rotated(&path, 1).exists(), "the oldest was pruned");
+        let summary = verify(&path).expect("retention verifies");
+        assert!(
+            summary.rows > 40,
+            "the data rows and the pruned rows: {summary:?}"
+        );
+        // The oldest file kept, removed by hand: no pruned row accounts for it.
+        fs::remove_file(&rotated[0].path).expect("remove");
+        let err = verify(&path).expect_err("a gap nobody vouched for");
+        assert!(matches!(err.reason, Reason::Missing(_)), "{err}");
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub(super) struct Writer {
     pub last_hash: String,
     pub next_rotation: u64,
     pub rotate_bytes: u64,
+    /// Rotated files kept (at least 1), or all.
+    pub keep_rotated: Option<u64>,
     pub counters: Arc<Counters>,
     /// Room kept for running calls' rows: released to write a batch that did not fit.
     pub reserve: Arc<super::reserve::Reserve>,
@@ -216,5 +218,59 @@ impl Writer {
             tracing::warn!(path = %self.base.display(), error = %e, "audit log: new file after rotation not ready; will retry");
         }
         tracing::info!(rotated = %to.display(), "audit log rotated");
+        self.prune();
     }
+
+    /// Removes the oldest rotated files beyond `keep_rotated`. First a `pruned` row, chained
+    /// like any other, names the last row that goes (the row before the first one kept), so
+    /// that `verify` can tell retention from a file removed by hand; then the files go.
+    fn prune(&mut self) {
+        let Some(keep) = self.keep_rotated else {
+            return;
+        };
+        let Ok(segments) = files::segments(&self.base) else {
+            return;
+        };
+        let rotated: Vec<&files::Segment> =
+            segments.iter().filter(|s| s.number.is_some()).collect();
+        let Some(excess) = rotated.len().checked_sub(keep as usize).filter(|&n| n > 0) else {
+            return;
+        };
+        let Some((seq, hash)) = first_link(&rotated[excess].path) else {
+            tracing::warn!(path = %rotated[excess].path.display(), "audit log: cannot read the first row kept; pruning nothing");
+            return;
+        };
+        let gone: Vec<String> = rotated[..excess]
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect();
+        let mut row = serde_json::Map::new();
+        row.insert("kind".into(), "pruned".into());
+        row.insert("through_seq".into(), seq.saturating_sub(1).into());
+        row.insert("through_hash".into(), hash.into());
+        row.insert("files".into(), gone.clone().into());
+        let sealed = chain::seal(row, self.next_seq, ts::now(), &self.last_hash);
+        if let Err(reason) = self.write(&sealed.line) {
+            tracing::warn!(%reason, "audit log: the pruned row could not be written; pruning nothing");
+            return;
+        }
+        self.next_seq += 1;
+        self.last_hash = sealed.hash;
+        for path in gone {
+            if let Err(e) = fs::remove_file(&path) {
+                tracing::warn!(path, error = %e, "audit log: removing a pruned file");
+            }
+        }
+    }
+}
+
+/// (seq, prev) of the first row of `path`.
+fn first_link(path: &std::path::Path) -> Option<(u64, String)> {
+    use std::io::BufRead as _;
+    let mut line = Vec::new();
+    std::io::BufReader::new(File::open(path).ok()?)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    let (link, _) = chain::check_line(line.strip_suffix(b"\n")?).ok()?;
+    Some((link.seq, link.prev))
 }

@@ -18,6 +18,7 @@ pub struct FileConfig {
     pub socket: Option<PathBuf>,
     pub audit: Option<PathBuf>,
     pub audit_rotate_bytes: Option<u64>,
+    pub audit_keep_rotated: Option<u64>,
     pub socket_group: Option<String>,
     pub cgroup: Option<String>,
     pub max_calls: Option<usize>,

@@ -33,6 +33,10 @@ struct Args {
     /// The audit log's active file is rotated (FILE.1, FILE.2, ...) once it reaches this size.
     #[arg(long, default_value_t = guard::audit::DEFAULT_ROTATE_BYTES)]
     audit_rotate_bytes: u64,
+    /// Rotated audit files to keep; older ones are removed, and a row in the chain says which
+    /// rows went, so `guardctl audit verify` still holds [default: all]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    audit_keep_rotated: Option<u64>,
     /// Group owning the socket (mode 0660); its members may submit calls unless the policy lists clients.
     #[arg(long, env = "GUARDD_SOCKET_GROUP")]
     socket_group: Option<String>,
@@ -97,7 +101,8 @@ fn settings() -> anyhow::Result<Args> {
         )*};
     }
     from_file!(
-        policy => Some, socket, audit, audit_rotate_bytes, socket_group => Some, cgroup,
+        policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
+        socket_group => Some, cgroup,
         max_calls, max_queue, max_connections, drain_seconds, allow_unenforced, trace_syscalls,
         approval_timeout, allow_writes_on_audit_fs
     );
@@ -111,6 +116,9 @@ fn check_config(args: &Args) -> ExitCode {
     println!("socket = {:?}", args.socket.display().to_string());
     println!("audit = {:?}", args.audit.display().to_string());
     println!("audit_rotate_bytes = {}", args.audit_rotate_bytes);
+    if let Some(k) = args.audit_keep_rotated {
+        println!("audit_keep_rotated = {k}");
+    }
     println!("cgroup = {:?}", args.cgroup);
     if let Some(g) = &args.socket_group {
         println!("socket_group = {g:?}");
@@ -214,6 +222,7 @@ async fn serve() -> ExitCode {
         trace_syscalls: args.trace_syscalls,
         allow_writes_on_audit_fs: args.allow_writes_on_audit_fs,
         audit_rotate_bytes: args.audit_rotate_bytes,
+        audit_keep_rotated: args.audit_keep_rotated,
     };
     let daemon = match daemon::Daemon::start(options) {
         Ok(d) => d,
