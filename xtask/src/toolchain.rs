@@ -41,7 +41,7 @@ pub fn linker_llvm_major(crates2_json: Option<&str>, ldd: Option<&str>) -> Optio
     });
     from_cargo.or_else(|| {
         ldd?.lines().find_map(|l| {
-            let lib = l.trim().split_whitespace().next()?;
+            let lib = l.split_whitespace().next()?;
             // libLLVM.so.22.1, libLLVM-22.so, libLLVM.so.22
             let rest = lib.strip_prefix("libLLVM")?;
             let digits = rest.trim_start_matches(|c: char| !c.is_ascii_digit());
