@@ -10,16 +10,16 @@ use nix::unistd::{Group, User};
 use crate::policy::{Principal, Settings};
 
 /// The credentials of a connected peer, with its groups.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Peer {
     pub pid: i32,
     pub uid: u32,
     pub gid: u32,
     /// Supplementary groups, from /proc/PID/status at connect time.
-    #[serde(skip)]
+    #[serde(skip, default)]
     pub groups: Vec<u32>,
     /// The peer's cgroup v2 path (from /proc/PID/cgroup), e.g. `/guard/call-17`.
-    #[serde(skip)]
+    #[serde(skip, default)]
     pub cgroup: String,
 }
 

@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeMap, sync::Mutex, time::Duration};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -21,7 +21,7 @@ pub enum Resolution {
 }
 
 /// A held call, as admins see it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Held {
     pub call_id: String,
     pub tool: String,

@@ -3,36 +3,34 @@
 //! to its end, and record what it did.
 
 use std::{
-    collections::HashMap,
-    io,
-    net::IpAddr,
-    os::fd::OwnedFd,
-    path::PathBuf,
-    sync::{Arc, atomic::Ordering},
-    time::Instant,
+    collections::HashMap, io, net::IpAddr, os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Instant,
 };
-
-use guard_common::{
-    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET},
-    net::PROTO_TCP,
-};
-use serde_json::{Map, Value, json};
-use tokio::sync::SemaphorePermit;
 
 use crate::{
     access::Peer,
     approval::{Held, Resolution},
+    audit::{Finished, Row},
+    bus::{Event, What},
+    calls::{Admission, Running},
     cgroup::Cgroup,
     conn::Conn,
-    daemon::{Daemon, Running},
+    daemon::Daemon,
     decision::Decision,
-    events::{BusEvent, Receipt, Tracked},
+    dns::Responder,
     intent::Intent,
     monitor::{Destination, Watch},
     plan::{Endpoint, LaunchPlan, OnDivergence},
-    protocol::{self, ProtocolError},
+    protocol::{
+        self, ErrorReply, ExecReply,
+        reply::{CallDecision, Exit, Hold},
+    },
+    receipt::{Receipt, ReceiptFor, Verdict},
     sandbox,
     stages::Stages,
+};
+use guard_common::{
+    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET},
+    net::PROTO_TCP,
 };
 
 /// Why an allowed call could not be carried through.
@@ -50,13 +48,6 @@ pub enum CallError {
     Sandbox(#[from] sandbox::SandboxError),
 }
 
-pub(crate) fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
 /// Handles an `exec` request; the connection is the call's for its whole life.
 pub async fn exec(
     daemon: &Arc<Daemon>,
@@ -67,108 +58,160 @@ pub async fn exec(
     let mut stages = Stages::start();
     let fds = conn.take_fds();
     let Ok(stdio) = <[OwnedFd; 3]>::try_from(fds) else {
-        let e = ProtocolError {
-            message: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame"
-                .into(),
+        let e = ErrorReply {
+            error: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame".into(),
             field: Some("fds".into()),
         };
-        return conn.write(&protocol::error_frame(&e)).await;
+        return send(&mut conn, ExecReply::Error(e)).await;
     };
     if !daemon.audit.admits() {
         // Fail closed: the room left is for the rows of the calls already running.
         let message = "not admitted: the audit log's file system is full, and the room kept for \
                        running calls' rows is in use; guard admits calls again once it can \
                        reserve that room";
-        daemon.bus.publish(BusEvent::new(
-            "refused",
-            None,
-            Some(&intent.tool),
-            json!({ "reason": message }),
-        ));
-        let e = ProtocolError {
-            message: message.into(),
-            field: None,
+        let what = What::Refused {
+            reason: message.into(),
         };
-        return conn.write(&protocol::error_frame(&e)).await;
+        daemon
+            .bus
+            .publish(Event::of(None, Some(&intent.tool), what));
+        return send(&mut conn, ExecReply::Error(ErrorReply::new(message))).await;
     }
-    let Some(_slot) = slot(daemon).await else {
-        let e = ProtocolError {
-            message: "busy: too many calls queued; try again later".into(),
-            field: None,
-        };
-        return conn.write(&protocol::error_frame(&e)).await;
+    let Some(mut admission) = daemon.calls.admit().await else {
+        let busy = ErrorReply::new("busy: too many calls queued; try again later");
+        return send(&mut conn, ExecReply::Error(busy)).await;
     };
     stages.lap("slot");
+    let call_id = daemon.calls.new_id();
+    let Some((plan, approved_by)) =
+        decide(daemon, peer, &intent, &call_id, &mut conn, &mut stages).await?
+    else {
+        return Ok(());
+    };
+    let allowed = CallDecision {
+        call_id: call_id.clone(),
+        decision: Decision::Allow,
+        message: None,
+        approved_by,
+    };
+    send(&mut conn, ExecReply::Decision(allowed)).await?;
+    stages.lap("reply_decision");
 
-    let call_id = daemon.new_call_id();
+    let mut call = Call {
+        daemon,
+        id: &call_id,
+        peer,
+        plan: &plan,
+        conn: &mut conn,
+        stages: &mut stages,
+        admission: &mut admission,
+    };
+    let started = Instant::now();
+    let result = call.run(stdio).await;
+    let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    finish(
+        daemon,
+        &call_id,
+        &plan,
+        result,
+        duration_ms,
+        &mut conn,
+        stages,
+    )
+    .await;
+    Ok(())
+}
+
+/// Writes one reply to the caller.
+async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
+    conn.write(&protocol::frame(&reply)).await
+}
+
+/// Decides the call, records the decision durably, and holds it for an admin when the policy
+/// says so. Returns the plan to run (and who approved it), or `None` when the call does not
+/// run: the caller has been told why, or is gone.
+async fn decide(
+    daemon: &Daemon,
+    peer: &Peer,
+    intent: &Intent,
+    call_id: &str,
+    conn: &mut Conn,
+    stages: &mut Stages,
+) -> io::Result<Option<(LaunchPlan, Option<u32>)>> {
     let policy = daemon.policy();
-    let mut verdict = policy.decide(&intent);
-    verdict.row.set_audit_entry_id(call_id.clone());
-    let enforced = daemon.enforced();
-    let row = json!({
-        "kind": "decision",
-        "call_id": call_id,
-        "peer": peer,
-        "tool": intent.tool,
-        "args": verdict.redacted_args,
-        "decision": verdict.row,
-        "enforced": enforced,
-    });
+    let mut verdict = policy.decide(intent);
+    verdict.row.set_audit_entry_id(call_id.to_owned());
+    let decision = verdict.row.decision;
+    let row = Row::Decision {
+        call_id: call_id.to_owned(),
+        peer: peer.clone(),
+        tool: intent.tool.clone(),
+        args: verdict.redacted_args.clone(),
+        decision: verdict.row.clone(),
+        enforced: daemon.enforced(),
+    };
     stages.lap("decide");
-    if let Err(e) = daemon.audit.append(object(row)).await {
+    let refuse = |decision, message: String| {
+        ExecReply::Decision(CallDecision {
+            call_id: call_id.to_owned(),
+            decision,
+            message: Some(message),
+            approved_by: None,
+        })
+    };
+    if let Err(e) = daemon.audit.record(&row).await {
         // Fail closed: a call whose decision cannot be recorded does not run.
         tracing::error!(call = %call_id, "audit log unavailable, blocking: {e}");
-        let reply = json!({ "call_id": call_id, "decision": Decision::Block, "message": "blocked: the audit log is unavailable" });
-        return conn.write(&protocol::frame("decision", reply)).await;
+        let message = "blocked: the audit log is unavailable".to_owned();
+        return send(conn, refuse(Decision::Block, message))
+            .await
+            .map(|()| None);
     }
     stages.lap("audit_decision");
-    let decision = verdict.row.decision;
-    daemon.bus.publish(BusEvent::new(
-        "decision",
-        Some(&call_id),
-        Some(&intent.tool),
-        json!({ "decision": decision, "reason": verdict.row.reason, "uid": peer.uid }),
-    ));
+    let what = What::Decision {
+        decision,
+        reason: verdict.row.reason.clone(),
+        uid: peer.uid,
+    };
+    daemon.bus.call(call_id, &intent.tool, what);
     let message = policy.caller_message(&verdict);
-    let (plan, approved_by) = match (decision, verdict.plan) {
-        (Decision::Allow, Some(plan)) => (plan, None),
+    match (decision, verdict.plan) {
+        (Decision::Allow, Some(plan)) => Ok(Some((plan, None))),
         (Decision::Escalate | Decision::Quarantine, Some(plan)) => {
             let held = Held {
-                call_id: call_id.clone(),
+                call_id: call_id.to_owned(),
                 tool: intent.tool.clone(),
                 decision,
                 reason: verdict.row.reason.clone(),
                 uid: peer.uid,
-                args: verdict.redacted_args.clone(),
+                args: verdict.redacted_args,
                 since: crate::audit::ts::now(),
             };
-            let answer = hold(daemon, held, &message, &mut conn).await?;
+            let answer = hold(daemon, held, &message, conn).await?;
             stages.lap("approval");
-            match answer {
-                Some(by) => (plan, Some(by)),
-                None => return Ok(()),
-            }
+            Ok(answer.map(|by| (plan, Some(by))))
         }
-        _ => {
-            let reply = json!({ "call_id": call_id, "decision": decision, "message": message });
-            return conn.write(&protocol::frame("decision", reply)).await;
-        }
-    };
-    let mut reply = json!({ "call_id": call_id, "decision": Decision::Allow });
-    if let Some(by) = approved_by {
-        reply["approved_by"] = by.into();
+        _ => send(conn, refuse(decision, message)).await.map(|()| None),
     }
-    conn.write(&protocol::frame("decision", reply)).await?;
-    stages.lap("reply_decision");
+}
 
-    let started = Instant::now();
-    let result = run(daemon, &call_id, peer, &plan, stdio, &mut conn, &mut stages).await;
-    let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+/// Records how an approved call ended and tells its caller.
+async fn finish(
+    daemon: &Daemon,
+    call_id: &str,
+    plan: &LaunchPlan,
+    result: Result<Ran, (CallError, Option<Receipt>)>,
+    duration_ms: f64,
+    conn: &mut Conn,
+    mut stages: Stages,
+) {
     let (exit, sandbox_applied, receipt, error) = match result {
         Ok((outcome, applied, receipt)) => (Some(outcome), Some(applied), receipt, None),
         Err((e, receipt)) => (None, None, receipt, Some(e.to_string())),
     };
-    let diverged = receipt.as_ref().is_some_and(|r| r.verdict == "diverged");
+    let diverged = receipt
+        .as_ref()
+        .is_some_and(|r| r.verdict == Verdict::Diverged);
     let stopped = receipt.as_ref().is_some_and(|r| r.stopped);
     // A call guard stopped ends as SIGKILL for its caller, whichever signal reached its first
     // process first (seccomp's SIGSYS, or cgroup.kill's SIGKILL); the row keeps the real one.
@@ -179,40 +222,39 @@ pub async fn exec(
             o.exit_code
         }
     });
-    let row = json!({
-        "kind": "finished",
-        "call_id": call_id,
-        "tool": plan.tool,
-        "sandbox": sandbox_applied,
-        "effects_observed": receipt,
-        "exit": exit,
-        "error": error,
-        "duration_ms": duration_ms,
-        "timings_us": stages,
-        "enforced": enforced,
-    });
     stages.skip();
-    if let Err(e) = daemon.audit.append(object(row)).await {
+    let row = Row::Finished(Box::new(Finished {
+        call_id: call_id.to_owned(),
+        tool: plan.tool.clone(),
+        sandbox: sandbox_applied,
+        effects_observed: receipt,
+        exit,
+        error: error.clone(),
+        duration_ms,
+        timings_us: stages.clone(),
+        enforced: daemon.enforced(),
+    }));
+    if let Err(e) = daemon.audit.record(&row).await {
         tracing::error!(call = %call_id, "audit log unavailable for the finished row: {e}");
     }
     stages.lap("audit_finished");
     tracing::debug!(call = %call_id, total_us = stages.total().as_micros() as u64, "stages: {stages}");
-    daemon.bus.publish(BusEvent::new(
-        "exit",
-        Some(&call_id),
-        Some(&plan.tool),
-        json!({ "code": code, "diverged": diverged, "error": error, "duration_ms": duration_ms }),
-    ));
-    let reply = json!({
-        "call_id": call_id,
-        "code": code,
-        "diverged": diverged,
-        "stopped": stopped,
-        "error": error,
-    });
+    let what = What::Exit {
+        code,
+        diverged,
+        error: error.clone(),
+        duration_ms,
+    };
+    daemon.bus.call(call_id, &plan.tool, what);
+    let exit = Exit {
+        call_id: call_id.to_owned(),
+        code,
+        diverged,
+        stopped,
+        error,
+    };
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
-    let _ = conn.write(&protocol::frame("exit", reply)).await;
-    Ok(())
+    let _ = send(conn, ExecReply::Exit(exit)).await;
 }
 
 /// Holds a call for an admin's answer, telling its caller it waits, and records the answer
@@ -231,32 +273,35 @@ async fn hold(
         held.uid,
     );
     let refusal = |message: String| {
-        let reply = json!({ "call_id": call_id, "decision": decision, "message": message });
-        protocol::frame("decision", reply)
+        ExecReply::Decision(CallDecision {
+            call_id: call_id.clone(),
+            decision,
+            message: Some(message),
+            approved_by: None,
+        })
     };
     let rx = match daemon.approvals.hold(held) {
         Ok(rx) => rx,
-        Err(e) => return conn.write(&refusal(e.to_string())).await.map(|()| None),
+        Err(e) => return send(conn, refusal(e.to_string())).await.map(|()| None),
     };
-    let waiting = json!({
-        "call_id": call_id,
-        "decision": decision,
-        "message": message,
-        "timeout_s": daemon.approvals.timeout.as_secs(),
-    });
-    if let Err(e) = conn.write(&protocol::frame("pending", waiting)).await {
+    let timeout_s = daemon.approvals.timeout.as_secs();
+    let waiting = Hold {
+        call_id: call_id.clone(),
+        decision,
+        message: message.to_owned(),
+        timeout_s,
+    };
+    if let Err(e) = send(conn, ExecReply::Pending(waiting)).await {
         daemon.approvals.withdraw(&call_id);
         return Err(e);
     }
-    let event = json!({
-        "decision": decision,
-        "reason": message,
-        "uid": uid,
-        "timeout_s": daemon.approvals.timeout.as_secs(),
-    });
-    daemon
-        .bus
-        .publish(BusEvent::new("held", Some(&call_id), Some(&tool), event));
+    let what = What::Held {
+        decision,
+        reason: message.to_owned(),
+        uid,
+        timeout_s,
+    };
+    daemon.bus.call(&call_id, &tool, what);
 
     let answer = tokio::select! {
         answer = rx => answer.ok(),
@@ -278,21 +323,18 @@ async fn hold(
         ),
         None => (
             None,
-            Some(format!(
-                "no admin answered within {} s",
-                daemon.approvals.timeout.as_secs()
-            )),
+            Some(format!("no admin answered within {timeout_s} s")),
         ),
     };
     if !record_approval(daemon, &call_id, &tool, by, refused.as_deref()).await {
         let message = "not run: the audit log is unavailable".to_owned();
-        return conn.write(&refusal(message)).await.map(|()| None);
+        return send(conn, refusal(message)).await.map(|()| None);
     }
     match refused {
         None => Ok(by),
         Some(reason) => {
             let message = format!("not approved: {reason}");
-            conn.write(&refusal(message)).await.map(|()| None)
+            send(conn, refusal(message)).await.map(|()| None)
         }
     }
 }
@@ -307,19 +349,21 @@ async fn record_approval(
     reason: Option<&str>,
 ) -> bool {
     let approved = reason.is_none();
-    let row = json!({
-        "kind": "approval",
-        "call_id": call_id,
-        "tool": tool,
-        "approved": approved,
-        "by": by,
-        "reason": reason,
-    });
-    let event = json!({ "approved": approved, "by": by, "reason": reason });
-    daemon
-        .bus
-        .publish(BusEvent::new("approval", Some(call_id), Some(tool), event));
-    match daemon.audit.append(object(row)).await {
+    let reason = reason.map(str::to_owned);
+    let what = What::Approval {
+        approved,
+        by,
+        reason: reason.clone(),
+    };
+    daemon.bus.call(call_id, tool, what);
+    let row = Row::Approval {
+        call_id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        approved,
+        by,
+        reason,
+    };
+    match daemon.audit.record(&row).await {
         Ok(_) => true,
         Err(e) => {
             tracing::error!(call = %call_id, "audit log unavailable for the approval row: {e}");
@@ -328,169 +372,175 @@ async fn record_approval(
     }
 }
 
-/// A slot to run in, waiting in a bounded queue; `None` when the queue is full.
-async fn slot(daemon: &Daemon) -> Option<SemaphorePermit<'_>> {
-    if let Ok(permit) = daemon.slots.try_acquire() {
-        return Some(permit);
-    }
-    if daemon.queued.fetch_add(1, Ordering::SeqCst) >= daemon.options.max_queue as u64 {
-        daemon.queued.fetch_sub(1, Ordering::SeqCst);
-        return None;
-    }
-    let permit = daemon.slots.acquire().await.ok();
-    daemon.queued.fetch_sub(1, Ordering::SeqCst);
-    permit
-}
-
 type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
 
-/// Launches an allowed call and follows it to its end. The cgroup and the kernel's knowledge of
-/// the call are removed whatever happens.
-async fn run(
-    daemon: &Daemon,
-    call_id: &str,
-    peer: &Peer,
-    plan: &LaunchPlan,
-    stdio: [OwnedFd; 3],
-    conn: &mut Conn,
-    stages: &mut Stages,
-) -> Result<Ran, (CallError, Option<Receipt>)> {
-    let cgroup = Cgroup::create(daemon.root.path(), &format!("call-{call_id}"))
-        .map_err(|e| (e.into(), None))?;
-    let id = cgroup.id();
-    stages.lap("cgroup");
-    let (dests, names) = match resolve(&plan.effects.connect).await {
-        Ok(d) => d,
-        Err(e) => return Err((e, None)),
-    };
-    // A call that names hosts gets a resolver that answers those names only.
-    let responder = if names.is_empty() {
-        None
-    } else {
-        match crate::dns::Responder::start(names).await {
-            Ok(r) => Some(r),
-            Err(e) => return Err((CallError::Dns(e), None)),
-        }
-    };
-    let dns_port = responder.as_ref().map_or(0, |r| r.port());
-    stages.lap("resolve");
-    let kill = plan.effects.on_divergence == OnDivergence::Kill;
-    let mut flags = FLAG_ENFORCE_EXEC;
-    if kill {
-        flags |= FLAG_KILL_ON_DIVERGENCE;
-    }
-    if !plan.effects.connect.is_empty() {
-        // Only a call that connects may create inet sockets at all.
-        flags |= FLAG_NET;
-    }
-    let execs = plan
-        .argv
-        .first()
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(plan.effects.exec.iter().cloned())
-        .collect();
-    let watch = Watch {
-        config: CallConfig {
-            flags,
-            dns_port,
-            _pad: 0,
-        },
-        destinations: dests,
-        execs,
-        writes: plan.effects.write.clone(),
-    };
-    let tracked = Tracked {
-        call_id: call_id.to_owned(),
-        tool: plan.tool.clone(),
-        cgroup: cgroup.path().to_owned(),
-        kill_on_divergence: kill,
-        files: daemon.options.trace_syscalls,
-    };
-    daemon.tracker.track(id, tracked);
-    let result = async {
-        daemon.with_monitor(|m| m.watch(id, &watch)).transpose()?;
-        stages.lap("watch");
-        let launched = sandbox::spawn(plan, &cgroup, stdio, &daemon.launch)?;
-        stages.absorb(&launched.stages);
-        let applied = launched.applied.clone();
-        let pid = launched.pid.as_raw() as u32;
-        daemon.running.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            call_id.to_owned(),
-            Running {
-                call_id: call_id.to_owned(),
-                tool: plan.tool.clone(),
-                pid,
-                peer_uid: peer.uid,
-                started: crate::audit::ts::now(),
+/// An approved call on its way through the kernel: what it needs at every step.
+struct Call<'a, 'd> {
+    daemon: &'a Daemon,
+    id: &'a str,
+    peer: &'a Peer,
+    plan: &'a LaunchPlan,
+    conn: &'a mut Conn,
+    stages: &'a mut Stages,
+    admission: &'a mut Admission<'d>,
+}
+
+impl Call<'_, '_> {
+    /// Launches the call and follows it to its end. The cgroup and the kernel's knowledge of
+    /// the call are removed whatever happens.
+    async fn run(&mut self, stdio: [OwnedFd; 3]) -> Result<Ran, (CallError, Option<Receipt>)> {
+        let daemon = self.daemon;
+        let cgroup = Cgroup::create(daemon.root.path(), &format!("call-{}", self.id))
+            .map_err(|e| (e.into(), None))?;
+        let id = cgroup.id();
+        self.stages.lap("cgroup");
+        let (watch, responder) = self.watch().await.map_err(|e| (e, None))?;
+        daemon.receipts.begin(
+            id,
+            ReceiptFor {
+                call_id: self.id.to_owned(),
+                tool: self.plan.tool.clone(),
+                cgroup: cgroup.path().to_owned(),
+                kill_on_divergence: self.plan.effects.on_divergence == OnDivergence::Kill,
+                files: daemon.options.trace_syscalls,
             },
         );
-        // The program, not its arguments: those may carry what the audit row redacts.
-        let program = plan.argv.first().map(|p| p.to_string_lossy().into_owned());
-        let launched_event = json!({ "pid": pid, "program": program, "args": plan.argv.len().saturating_sub(1), "uid": peer.uid });
-        daemon.bus.publish(BusEvent::new("launch", Some(call_id), Some(&plan.tool), launched_event));
-        let run = sandbox::run_to_end(launched, &cgroup, plan.confinement.timeout);
+        let result = self.launch(&cgroup, &watch, stdio).await;
+        daemon.flush_events().await;
+        self.stages.lap("flush_events");
+        let receipt = self.receipt(id, responder);
+        self.stages.lap("receipt");
+        if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
+            tracing::warn!(call = %self.id, "forgetting the call in the kernel: {e}");
+        }
+        self.stages.lap("unwatch");
+        if let Err(e) = cgroup.remove() {
+            tracing::warn!(call = %self.id, "removing the call's cgroup: {e}");
+        }
+        self.stages.lap("cgroup_remove");
+        match result {
+            Ok((outcome, applied)) => Ok((outcome, applied, receipt)),
+            Err(e) => Err((e, receipt)),
+        }
+    }
+
+    /// What the kernel holds the call to, and the resolver that answers the host names it may
+    /// connect to (none when it names no host).
+    async fn watch(&mut self) -> Result<(Watch, Option<Responder>), CallError> {
+        let effects = &self.plan.effects;
+        let (destinations, names) = resolve(&effects.connect).await?;
+        let responder = if names.is_empty() {
+            None
+        } else {
+            Some(Responder::start(names).await.map_err(CallError::Dns)?)
+        };
+        self.stages.lap("resolve");
+        let mut flags = FLAG_ENFORCE_EXEC;
+        if effects.on_divergence == OnDivergence::Kill {
+            flags |= FLAG_KILL_ON_DIVERGENCE;
+        }
+        if !effects.connect.is_empty() {
+            // Only a call that connects may create inet sockets at all.
+            flags |= FLAG_NET;
+        }
+        let execs = self
+            .plan
+            .argv
+            .first()
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(effects.exec.iter().cloned())
+            .collect();
+        let watch = Watch {
+            config: CallConfig {
+                flags,
+                dns_port: responder.as_ref().map_or(0, Responder::port),
+                _pad: 0,
+            },
+            destinations,
+            execs,
+            writes: effects.write.clone(),
+        };
+        Ok((watch, responder))
+    }
+
+    /// Binds the kernel to the call, launches it confined and waits for its end (or its
+    /// caller's going away, which kills it).
+    async fn launch(
+        &mut self,
+        cgroup: &Cgroup,
+        watch: &Watch,
+        stdio: [OwnedFd; 3],
+    ) -> Result<(sandbox::Outcome, sandbox::Applied), CallError> {
+        let (daemon, plan) = (self.daemon, self.plan);
+        daemon
+            .with_monitor(|m| m.watch(cgroup.id(), watch))
+            .transpose()?;
+        self.stages.lap("watch");
+        let launched = sandbox::spawn(plan, cgroup, stdio, &daemon.launch)?;
+        self.stages.absorb(&launched.stages);
+        let applied = launched.applied.clone();
+        let pid = launched.pid.as_raw() as u32;
+        self.admission.running(Running {
+            call_id: self.id.to_owned(),
+            tool: plan.tool.clone(),
+            pid,
+            peer_uid: self.peer.uid,
+            started: crate::audit::ts::now(),
+        });
+        let what = What::Launch {
+            pid,
+            program: plan.argv.first().map(|p| p.to_string_lossy().into_owned()),
+            args: plan.argv.len().saturating_sub(1),
+            uid: self.peer.uid,
+        };
+        daemon.bus.call(self.id, &plan.tool, what);
+        let run = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout);
         tokio::pin!(run);
         let outcome = tokio::select! {
             outcome = &mut run => outcome?,
-            _ = conn.closed() => {
+            _ = self.conn.closed() => {
                 // The caller went away (guard-exec killed): the call goes with it.
-                tracing::info!(call = %call_id, "caller disconnected: killing the call");
+                tracing::info!(call = %self.id, "caller disconnected: killing the call");
                 let _ = cgroup.kill();
-                daemon.bus.publish(BusEvent::new("kill", Some(call_id), Some(&plan.tool), json!({ "reason": "caller disconnected" })));
+                let what = What::Kill { reason: "caller disconnected".into() };
+                daemon.bus.call(self.id, &plan.tool, what);
                 run.await?
             }
         };
-        stages.lap("run");
-        Ok::<_, CallError>((outcome, applied))
+        self.stages.lap("run");
+        Ok((outcome, applied))
     }
-    .await;
-    daemon
-        .running
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(call_id);
-    daemon.flush_events().await;
-    stages.lap("flush_events");
-    // The kernel's counts of the call, read before unwatch forgets them.
-    let trace = daemon.options.trace_syscalls;
-    let counts = daemon.with_monitor(|m| {
-        let syscalls = if trace { m.syscalls(id)? } else { Vec::new() };
-        Ok::<_, crate::monitor::MonitorError>((m.forks(id)?, syscalls, m.stats(id)?))
-    });
-    if let Some(Ok((_, _, stats))) = &counts {
-        daemon.tracker.counted(id, *stats, &daemon.bus);
-    }
-    if let Some(responder) = responder {
-        daemon.tracker.asked(id, responder.finish(), &daemon.bus);
-    }
-    let mut receipt = daemon.tracker.finish(id);
-    if let Some(r) = receipt.as_mut() {
+
+    /// The call's receipt, with what the kernel counted and the names it asked folded in; read
+    /// before unwatch forgets them.
+    fn receipt(&self, id: u64, responder: Option<Responder>) -> Option<Receipt> {
+        let daemon = self.daemon;
+        let trace = daemon.options.trace_syscalls;
+        let counts = daemon.with_monitor(|m| {
+            let syscalls = if trace { m.syscalls(id)? } else { Vec::new() };
+            Ok::<_, crate::monitor::MonitorError>((m.forks(id)?, syscalls, m.stats(id)?))
+        });
+        if let Some(Ok((_, _, stats))) = &counts {
+            daemon.receipts.counted(id, *stats, &daemon.bus);
+        }
+        if let Some(responder) = responder {
+            daemon.receipts.asked(id, responder.finish(), &daemon.bus);
+        }
+        let mut receipt = daemon.receipts.finish(id)?;
         match counts {
             Some(Ok((forks, syscalls, _))) => {
-                r.processes += forks;
-                r.syscalls = crate::events::syscall_names(&syscalls);
+                receipt.processes += forks;
+                receipt.syscalls = crate::receipt::syscall_names(&syscalls);
             }
             Some(Err(e)) => {
                 // What the kernel counted cannot be vouched for: fail closed.
-                tracing::warn!(call = %call_id, "reading the call's counts: {e}");
-                r.verdict = "diverged";
+                tracing::warn!(call = %self.id, "reading the call's counts: {e}");
+                receipt.verdict = Verdict::Diverged;
             }
             None => {}
         }
-    }
-    stages.lap("receipt");
-    if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
-        tracing::warn!(call = %call_id, "forgetting the call in the kernel: {e}");
-    }
-    stages.lap("unwatch");
-    if let Err(e) = cgroup.remove() {
-        tracing::warn!(call = %call_id, "removing the call's cgroup: {e}");
-    }
-    stages.lap("cgroup_remove");
-    match result {
-        Ok((outcome, applied)) => Ok((outcome, applied, receipt)),
-        Err(e) => Err((e, receipt)),
+        Some(receipt)
     }
 }
 

@@ -1,4 +1,5 @@
-//! The client side of the socket, shared by guard-exec and guardctl.
+//! The client side of the socket, shared by guard-exec and guardctl: typed requests out, typed
+//! replies in (see [`crate::protocol::reply`]).
 
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
@@ -6,9 +7,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 
-use crate::protocol;
+use crate::protocol::{self, Reply, Request};
 
 /// Where guardd listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/guard/guard.sock";
@@ -25,47 +26,58 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects to guardd's socket.
     pub fn connect(path: &Path) -> io::Result<Self> {
         let stream = UnixStream::connect(path)?;
         let reader = BufReader::new(stream.try_clone()?);
         Ok(Self { stream, reader })
     }
 
-    /// Sends one request frame, with `fds` attached if any.
-    pub fn send(&mut self, kind: &str, body: Value, fds: &[std::os::fd::RawFd]) -> io::Result<()> {
-        let frame = protocol::frame(kind, body);
+    /// Sends one request, with `fds` attached if any.
+    pub fn send(&mut self, request: &Request, fds: &[std::os::fd::RawFd]) -> io::Result<()> {
+        self.send_frame(&protocol::frame(request), fds)
+    }
+
+    /// Sends one frame as it is (newline included), with `fds` attached if any: for a frame
+    /// that is no valid request, as a test or a fuzzer sends.
+    pub fn send_frame(&mut self, frame: &[u8], fds: &[std::os::fd::RawFd]) -> io::Result<()> {
         if fds.is_empty() {
-            self.stream.write_all(&frame)
+            self.stream.write_all(frame)
         } else {
-            crate::conn::send_with_fds(&self.stream, &frame, fds)
+            crate::conn::send_with_fds(&self.stream, frame, fds)
         }
     }
 
-    /// Reads the next reply; `None` when guardd closed the connection.
-    pub fn recv(&mut self) -> io::Result<Option<Value>> {
+    /// Reads the next reply (an [`ExecReply`](protocol::ExecReply) after `exec`, a [`Reply`]
+    /// otherwise); `None` when guardd closed the connection.
+    pub fn recv<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
         let mut line = Vec::new();
         if self.reader.read_until(b'\n', &mut line)? == 0 {
             return Ok(None);
         }
-        serde_json::from_slice(&line).map(Some).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad reply from guardd: {e}"),
-            )
-        })
+        protocol::parse_reply(&line)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
     /// Sends a request and reads one reply; an `error` reply becomes an error.
-    pub fn request(&mut self, kind: &str, body: Value) -> io::Result<Value> {
-        self.send(kind, body, &[])?;
-        let reply = self.recv()?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::UnexpectedEof, "guardd closed the connection")
-        })?;
-        if reply["type"] == "error" {
-            return Err(io::Error::other(
-                reply["error"].as_str().unwrap_or("error").to_owned(),
-            ));
+    pub fn request(&mut self, request: &Request) -> io::Result<Reply> {
+        self.send(request, &[])?;
+        match self.recv()? {
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "guardd closed the connection",
+            )),
+            Some(Reply::Error(e)) => Err(io::Error::other(e.error)),
+            Some(reply) => Ok(reply),
         }
-        Ok(reply)
     }
+}
+
+/// The reply was not the one the request expects.
+pub fn unexpected(reply: &Reply) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("unexpected reply from guardd: {reply:?}"),
+    )
 }

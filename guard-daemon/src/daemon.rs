@@ -3,27 +3,25 @@
 //! out with `--allow-unenforced`, which every audit row then records.
 
 use std::{
-    collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex, OnceLock, RwLock,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    sync::{Arc, Mutex, OnceLock, RwLock},
+    time::{Duration, Instant},
 };
 
-use serde::Serialize;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     access::Access,
     approval::Approvals,
-    audit::{self, AuditLog},
+    audit::{self, AuditLog, Row},
+    bus::{Bus, Event, What},
+    calls::Calls,
     cgroup::{self, Cgroup},
-    events::{Bus, Tracker},
     lock::{self, LockError, StateLock},
     monitor::Monitor,
     policy::Policy,
+    receipt::Receipts,
     sandbox, selftest,
 };
 
@@ -149,22 +147,44 @@ pub enum StartError {
 }
 
 /// One enforcement layer and how it was proven at start.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Layer {
     pub name: String,
-    /// "active" | "off" | "unenforced"
-    pub state: &'static str,
+    pub state: LayerState,
     pub detail: String,
 }
 
-/// A call that is running now.
-#[derive(Clone, Debug, Serialize)]
-pub struct Running {
-    pub call_id: String,
-    pub tool: String,
-    pub pid: u32,
-    pub peer_uid: u32,
-    pub started: String,
+/// Whether a layer holds the calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerState {
+    /// Loaded and proven.
+    Active,
+    /// Not in use, by the operator's choice (an opt-in layer).
+    Off,
+    /// Missing, and guardd runs without it by the operator's choice (`--allow-unenforced`).
+    Unenforced,
+}
+
+impl LayerState {
+    /// The state's name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerState::Active => "active",
+            LayerState::Off => "off",
+            LayerState::Unenforced => "unenforced",
+        }
+    }
+}
+
+impl Layer {
+    fn new(name: impl Into<String>, state: LayerState, detail: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            state,
+            detail: detail.into(),
+        }
+    }
 }
 
 /// Everything the connection handlers share.
@@ -176,7 +196,8 @@ pub struct Daemon {
     pub monitor: Option<Mutex<Monitor>>,
     pub audit: AuditLog,
     pub bus: Bus,
-    pub tracker: Tracker,
+    /// The receipts of the running calls, written from kernel events.
+    pub receipts: Receipts,
     /// Calls waiting for an admin's approval.
     pub approvals: Approvals,
     /// The guard's cgroup; each call gets a child.
@@ -186,11 +207,8 @@ pub struct Daemon {
     pub layers: Vec<Layer>,
     /// How calls are launched on this host (limits mode, landlock opt-out).
     pub launch: sandbox::LaunchOptions,
-    pub running: Mutex<BTreeMap<String, Running>>,
-    pub slots: Semaphore,
-    pub queued: AtomicU64,
-    next_call: AtomicU64,
-    id_prefix: String,
+    /// Admission: slots, the queue, the running calls and their ids.
+    pub calls: Calls,
     pub started: Instant,
     /// Asks the event pump to read everything the kernel has written so far (see `flush_events`).
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
@@ -258,19 +276,19 @@ impl Daemon {
             path: options.audit.clone(),
             reason: e.to_string(),
         })?;
-        layers.push(Layer {
-            name: "cgroup v2".into(),
-            state: "active",
-            detail: root.path().display().to_string(),
-        });
+        layers.push(Layer::new(
+            "cgroup v2",
+            LayerState::Active,
+            root.path().display().to_string(),
+        ));
 
         let abi = sandbox::landlock::kernel_abi();
         if abi >= 4 {
-            layers.push(Layer {
-                name: "landlock".into(),
-                state: "active",
-                detail: format!("ABI {abi}"),
-            });
+            layers.push(Layer::new(
+                "landlock",
+                LayerState::Active,
+                format!("ABI {abi}"),
+            ));
         } else if enforced {
             let found = if abi < 0 {
                 "not enabled".to_owned()
@@ -279,17 +297,17 @@ impl Daemon {
             };
             return Err(layer_err("landlock", found));
         } else {
-            layers.push(Layer {
-                name: "landlock".into(),
-                state: "unenforced",
-                detail: format!("ABI {abi}"),
-            });
+            layers.push(Layer::new(
+                "landlock",
+                LayerState::Unenforced,
+                format!("ABI {abi}"),
+            ));
         }
-        layers.push(Layer {
-            name: "seccomp".into(),
-            state: "active",
-            detail: "deny-list, EPERM".into(),
-        });
+        layers.push(Layer::new(
+            "seccomp",
+            LayerState::Active,
+            "deny-list, EPERM",
+        ));
 
         let monitor = match Monitor::load(root.path(), options.trace_syscalls)
             .map_err(|e| e.to_string())
@@ -300,44 +318,32 @@ impl Daemon {
             }) {
             Ok(monitor) => {
                 for p in monitor.programs() {
-                    layers.push(Layer {
-                        name: format!("ebpf:{p}"),
-                        state: "active",
-                        detail: "attached".into(),
-                    });
+                    layers.push(Layer::new(
+                        format!("ebpf:{p}"),
+                        LayerState::Active,
+                        "attached",
+                    ));
                 }
                 for p in monitor.on_demand() {
-                    layers.push(Layer {
-                        name: format!("ebpf:{p}"),
-                        state: "active",
-                        detail: "attached while calls run (--trace-syscalls)".into(),
-                    });
+                    layers.push(Layer::new(
+                        format!("ebpf:{p}"),
+                        LayerState::Active,
+                        "attached while calls run (--trace-syscalls)",
+                    ));
                 }
                 if !options.trace_syscalls {
                     let detail = "off: no per-call syscall sets or opens (--trace-syscalls; \
                                   while calls run, costs every syscall on the host)";
-                    layers.push(Layer {
-                        name: "ebpf:syscalls".into(),
-                        state: "off",
-                        detail: detail.into(),
-                    });
+                    layers.push(Layer::new("ebpf:syscalls", LayerState::Off, detail));
                 }
                 let proof = "canary: connect denied (EPERM), unapproved exec killed";
-                layers.push(Layer {
-                    name: "ebpf self-test".into(),
-                    state: "active",
-                    detail: proof.into(),
-                });
+                layers.push(Layer::new("ebpf self-test", LayerState::Active, proof));
                 Some(Mutex::new(monitor))
             }
             Err(e) if enforced => return Err(layer_err("ebpf", e)),
             Err(e) => {
                 tracing::error!("RUNNING UNENFORCED: kernel programs not loaded: {e}");
-                layers.push(Layer {
-                    name: "ebpf".into(),
-                    state: "unenforced",
-                    detail: e,
-                });
+                layers.push(Layer::new("ebpf", LayerState::Unenforced, e));
                 None
             }
         };
@@ -357,27 +363,19 @@ impl Daemon {
             );
         }
 
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let slots = Semaphore::new(options.max_calls);
         Ok(Arc::new(Self {
             policy: RwLock::new(Arc::new(policy)),
             access: RwLock::new(access),
             monitor,
             audit,
             bus: Bus::default(),
-            tracker: Tracker::default(),
+            receipts: Receipts::default(),
             approvals: Approvals::new(options.max_queue, options.approval_timeout),
             root,
             cgroup_path,
             layers,
             launch,
-            running: Mutex::new(BTreeMap::new()),
-            slots,
-            queued: AtomicU64::new(0),
-            next_call: AtomicU64::new(1),
-            id_prefix: format!("{:x}", now.as_millis()),
+            calls: Calls::new(options.max_calls, options.max_queue),
             started: Instant::now(),
             flush: OnceLock::new(),
             options,
@@ -412,20 +410,18 @@ impl Daemon {
             });
         let tools = loaded.as_ref().map(|(p, _)| p.tools().count()).ok();
         let error = loaded.as_ref().err().cloned();
-        let row = serde_json::json!({
-            "kind": "reload",
-            "policy": path,
-            "by": by,
-            "tools": tools,
-            "error": error,
-        });
-        if let Err(e) = self.audit.append(crate::call::object(row)).await {
+        let row = Row::Reload {
+            policy: path.clone(),
+            by,
+            tools,
+            error: error.clone(),
+        };
+        if let Err(e) = self.audit.record(&row).await {
             // A policy change nobody can audit does not happen.
             return Err(format!("not reloaded: the audit log is unavailable: {e}"));
         }
-        let event = serde_json::json!({ "tools": tools, "error": error, "by": by });
-        self.bus
-            .publish(crate::events::BusEvent::new("reload", None, None, event));
+        let what = What::Reload { tools, error, by };
+        self.bus.publish(Event::of(None, None, what));
         let (policy, access) = loaded?;
         *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
         *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
@@ -438,15 +434,6 @@ impl Daemon {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-
-    /// A fresh call id, unique across restarts (start time) and within a run (counter).
-    pub fn new_call_id(&self) -> String {
-        format!(
-            "{}-{}",
-            self.id_prefix,
-            self.next_call.fetch_add(1, Ordering::Relaxed)
-        )
     }
 
     /// Applies `f` to the monitor, if the kernel layer is up.
@@ -494,7 +481,7 @@ impl Daemon {
                     }
                 };
                 for event in &batch {
-                    daemon.tracker.record(event, &daemon.bus);
+                    daemon.receipts.record(event, &daemon.bus);
                 }
                 if let Some(ack) = flushed {
                     let _ = ack.send(());

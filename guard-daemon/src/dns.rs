@@ -33,7 +33,7 @@ const TTL: u32 = 30;
 const LISTED: usize = 64;
 
 /// One question a call asked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Asked {
     /// Lowercase, without the trailing dot.
     pub name: String,

@@ -1,19 +1,22 @@
 //! guard: decide, confine and watch the tool calls of AI agents.
 //!
 //! The way of a call, top-down: [`server`] accepts it on the socket ([`conn`], [`protocol`]),
-//! [`access`] checks who sent it, [`policy`] decides the [`intent`] ([`decision`], [`detect`]),
-//! [`audit`] records the decision, [`approval`] holds a call for a human when the policy says so,
-//! and [`call`] carries an allowed call through: a [`cgroup`], a resolver of its own ([`dns`]),
-//! the kernel's allow-lists ([`monitor`], reading kernel structs at offsets from [`btf`]), the
-//! confined launch ([`sandbox`]) of its [`plan`], and the receipt of what it did ([`events`],
-//! [`opens`]). [`daemon`] holds the shared state and the start-up, proven by [`selftest`],
-//! guarded by [`lock`] and announced by [`notify`]. [`stages`] times a call's way through all of
-//! it; [`client`] and [`cli`] serve the binaries.
+//! [`access`] checks who sent it, [`calls`] admits it, [`policy`] decides the [`intent`]
+//! ([`decision`], [`detect`]), [`audit`] records the decision, [`approval`] holds a call for a
+//! human when the policy says so, and [`call`] carries an allowed call through: a [`cgroup`], a
+//! resolver of its own ([`dns`]), the kernel's allow-lists ([`monitor`], reading kernel structs
+//! at offsets from [`btf`]), the confined launch ([`sandbox`]) of its [`plan`], and the
+//! [`receipt`] of what it did ([`opens`]), published on the [`bus`]. [`daemon`] holds the shared
+//! state and the start-up, proven by [`selftest`], guarded by [`lock`] and announced by
+//! [`notify`]. [`stages`] times a call's way through all of it; [`client`] and [`cli`] serve the
+//! binaries.
 pub mod access;
 pub mod approval;
 pub mod audit;
 pub mod btf;
+pub mod bus;
 pub mod call;
+pub mod calls;
 pub mod cgroup;
 pub mod cli;
 pub mod client;
@@ -22,7 +25,6 @@ pub mod daemon;
 pub mod decision;
 pub mod detect;
 pub mod dns;
-pub mod events;
 pub mod intent;
 pub mod lock;
 pub mod monitor;
@@ -31,6 +33,7 @@ pub mod opens;
 pub mod plan;
 pub mod policy;
 pub mod protocol;
+pub mod receipt;
 pub mod sandbox;
 pub mod selftest;
 pub mod server;

@@ -12,19 +12,20 @@
 
 use std::{
     fs,
-    path::{Component, Path, PathBuf},
+    path::{Path, PathBuf},
 };
 
 use guard_common::event::{ACTION_KILLED, ACTION_OUTSIDE, Event as KernelEvent};
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+
+use crate::{bus::Effect, policy::normalize};
 
 /// Distinct opens kept per receipt; the count goes on.
 const LISTED: usize = 64;
 const AT_FDCWD: i32 = -100;
 /// Written by every program that discards output; landlock's base set grants it.
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct FilesSeen {
     /// Every open the call attempted.
     pub opened: u64,
@@ -37,20 +38,27 @@ pub struct FilesSeen {
 }
 
 /// One open of a call.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FileSeen {
     /// Absolute, `.` and `..` folded; as requested (with `?/` in front) when unresolvable.
     pub path: String,
-    /// "read" | "write"
-    pub access: &'static str,
+    pub access: FileAccess,
     /// "ok", or the errno's name (`EACCES`, `ENOENT`...).
     pub result: String,
 }
 
+/// Whether an open could change the file.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FileAccess {
+    Read,
+    Write,
+}
+
 impl FilesSeen {
-    /// Folds in one open; returns the divergence detail when the kernel found it a successful
-    /// write outside the call's effects.
-    pub fn record(&mut self, event: &KernelEvent) -> Option<Value> {
+    /// Folds in one open; returns the divergence when the kernel found it a successful write
+    /// outside the call's effects.
+    pub fn record(&mut self, event: &KernelEvent) -> Option<Effect> {
         self.opened += 1;
         if event.action == ACTION_OUTSIDE || event.action == ACTION_KILLED {
             self.diverged += 1;
@@ -63,7 +71,11 @@ impl FilesSeen {
                 Some(p) => p.display().to_string(),
                 None => format!("?/{requested}"),
             },
-            access: if writes { "write" } else { "read" },
+            access: if writes {
+                FileAccess::Write
+            } else {
+                FileAccess::Read
+            },
             result: if event.ret >= 0 {
                 "ok".into()
             } else {
@@ -72,11 +84,14 @@ impl FilesSeen {
         };
         // The kernel judged the file the open returned, by identity; the path is only shown.
         let diverged = event.action == ACTION_OUTSIDE || event.action == ACTION_KILLED;
-        let detail = diverged.then(|| json!({ "path": seen.path, "flags": event.open_flags }));
+        let effect = diverged.then(|| Effect::Open {
+            path: seen.path.clone(),
+            flags: event.open_flags,
+        });
         if self.paths.len() < LISTED && !self.paths.contains(&seen) {
             self.paths.push(seen);
         }
-        detail
+        effect
     }
 }
 
@@ -104,36 +119,12 @@ fn resolve(requested: &str, dirfd: i32, tid: u32) -> Option<PathBuf> {
     Some(normalize(&base.join(path)))
 }
 
-/// Folds `.` and `..` without touching the file system (the path as the call asked for it).
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
+/// The errno's name (`EACCES`), or its number when this build has no name for it.
 pub(crate) fn errno_name(errno: i32) -> String {
-    let name = match errno {
-        libc::EACCES => "EACCES",
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EEXIST => "EEXIST",
-        libc::ELOOP => "ELOOP",
-        libc::EROFS => "EROFS",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::EMFILE => "EMFILE",
-        _ => return format!("errno {errno}"),
-    };
-    name.into()
+    match nix::errno::Errno::from_raw(errno) {
+        nix::errno::Errno::UnknownErrno => format!("errno {errno}"),
+        known => format!("{known:?}"),
+    }
 }
 
 pub(crate) fn c_str(bytes: &[u8]) -> String {
@@ -182,15 +173,18 @@ mod tests {
             libc::O_RDONLY | libc::O_TRUNC,
             3,
         ));
-        let detail = files.record(&out).expect("divergence");
-        assert_eq!(detail["path"], "/srv/ws/other");
+        let effect = files.record(&out).expect("divergence");
+        let Effect::Open { path, .. } = effect else {
+            panic!("an open: {effect:?}")
+        };
+        assert_eq!(path, "/srv/ws/other");
         let mut killed = open("/etc/x", libc::O_WRONLY, 3);
         killed.action = ACTION_KILLED;
         assert!(files.record(&killed).is_some());
         assert_eq!(files.opened, 5);
         assert_eq!(files.paths[2].result, "EACCES");
-        assert_eq!(files.paths[0].access, "read");
-        assert_eq!(files.paths[1].access, "write");
+        assert_eq!(files.paths[0].access, FileAccess::Read);
+        assert_eq!(files.paths[1].access, FileAccess::Write);
     }
 
     #[test]

@@ -3,15 +3,15 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Everything needed to launch one approved call and hold it to what was approved.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LaunchPlan {
     /// The tool's name in the policy.
     pub tool: String,
     /// argv, `argv[0]` the absolute path of the program; no shell is involved.
-    #[serde(serialize_with = "ser_os_strings")]
+    #[serde(with = "os_strings")]
     pub argv: Vec<OsString>,
     /// What the call may do.
     pub effects: Effects,
@@ -20,7 +20,7 @@ pub struct LaunchPlan {
 }
 
 /// The effects an approved call may have; anything else is denied and reported.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Effects {
     /// Paths (files or directory trees) the call may read.
     pub read: Vec<PathBuf>,
@@ -44,7 +44,7 @@ pub struct Effects {
 }
 
 /// A network destination by name or address, and port.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Endpoint {
     /// A host name or an IP literal (IPv6 without brackets).
     pub host: String,
@@ -52,7 +52,7 @@ pub struct Endpoint {
 }
 
 /// The response to an effect the call did not declare.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnDivergence {
     /// Deny the operation and kill the call's whole process tree.
@@ -63,7 +63,7 @@ pub enum OnDivergence {
 }
 
 /// Who the call runs as and with what limits.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Confinement {
     /// User name to run as; `None` means the guard's dedicated unprivileged user.
     pub run_as: Option<String>,
@@ -99,13 +99,36 @@ impl Default for Confinement {
     }
 }
 
-fn ser_os_strings<S: serde::Serializer>(argv: &[OsString], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(argv.iter().map(|a| a.to_string_lossy()))
+/// argv as strings (lossy: a reader sees what the audit row shows).
+mod os_strings {
+    use std::ffi::OsString;
+
+    use serde::Deserialize as _;
+
+    pub fn serialize<S: serde::Serializer>(argv: &[OsString], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(argv.iter().map(|a| a.to_string_lossy()))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<OsString>, D::Error> {
+        Ok(Vec::<String>::deserialize(d)?
+            .into_iter()
+            .map(OsString::from)
+            .collect())
+    }
 }
 
-mod secs {
+/// A duration as fractional seconds.
+pub(crate) mod secs {
     use std::time::Duration;
+
+    use serde::Deserialize as _;
+
     pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
     }
 }

@@ -12,7 +12,6 @@ use std::{
     time::Duration,
 };
 
-use serde_json::json;
 use tokio::{
     net::{UnixListener, UnixStream},
     sync::{Semaphore, broadcast::error::RecvError},
@@ -22,11 +21,15 @@ use tokio::{
 use crate::{
     access::{Peer, Role},
     approval::Resolution,
+    bus::{Event, What},
     call,
     conn::{Conn, FrameError},
     daemon::Daemon,
     intent::Intent,
-    protocol::{self, ProtocolError, Request, SubscribeRequest},
+    protocol::{
+        self, ErrorReply, ProtocolError, Reply, Request, SubscribeRequest,
+        reply::{AuditStatus, Checked, PendingCalls, PolicyStatus, Reloaded, Resolved, Status},
+    },
 };
 
 /// A client that sends nothing for this long is disconnected (slow-loris).
@@ -115,7 +118,7 @@ async fn refuse_confined(daemon: &Daemon, peer: &Peer, mut conn: Conn) -> io::Re
         .trim_start_matches('/');
     let found = fs::metadata(daemon.root.path().join(call_cgroup)).is_ok_and(|m| {
         daemon
-            .tracker
+            .receipts
             .reached_guardd(m.ino(), peer.pid, &daemon.bus)
     });
     if !found {
@@ -126,19 +129,15 @@ async fn refuse_confined(daemon: &Daemon, peer: &Peer, mut conn: Conn) -> io::Re
 
 /// Waits for running calls up to the drain deadline, then kills them all.
 async fn drain(daemon: &Daemon) {
-    let max = u32::try_from(daemon.options.max_calls).unwrap_or(u32::MAX);
-    let running = daemon.running.lock().map(|r| r.len()).unwrap_or(0);
-    if running > 0 {
-        tracing::info!(running, "shutting down: draining running calls");
-    }
-    if timeout(daemon.options.drain, daemon.slots.acquire_many(max))
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain deadline passed: killing the remaining calls");
+    let kill = || {
         let _ = daemon.root.kill();
-        let _ = timeout(Duration::from_secs(5), daemon.slots.acquire_many(max)).await;
-    }
+    };
+    daemon.calls.drain(daemon.options.drain, kill).await;
+}
+
+/// Writes one reply.
+async fn send(conn: &mut Conn, reply: Reply) -> io::Result<()> {
+    conn.write(&protocol::frame(&reply)).await
 }
 
 async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
@@ -216,13 +215,15 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                     args: req.args,
                 };
                 let verdict = daemon.policy().decide(&intent);
-                let body = json!({ "decision": verdict.row, "plan": verdict.plan });
-                conn.write(&protocol::frame("decision", body)).await?;
+                let checked = Checked {
+                    decision: verdict.row,
+                    plan: verdict.plan,
+                };
+                send(&mut conn, Reply::Decision(checked)).await?;
             }
             Request::Status(_) => {
                 conn.take_fds();
-                conn.write(&protocol::frame("status", status(daemon)))
-                    .await?;
+                send(&mut conn, Reply::Status(Box::new(status(daemon)))).await?;
             }
             Request::Subscribe(req) => {
                 conn.take_fds();
@@ -231,8 +232,7 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
             Request::Pending(_) => {
                 conn.take_fds();
                 let calls = daemon.approvals.list();
-                conn.write(&protocol::frame("pending", json!({ "calls": calls })))
-                    .await?;
+                send(&mut conn, Reply::Pending(PendingCalls { calls })).await?;
             }
             Request::Approve(req) => {
                 conn.take_fds();
@@ -251,15 +251,11 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                 conn.take_fds();
                 match daemon.reload(Some(peer.uid)).await {
                     Ok(tools) => {
-                        let body = json!({ "policy": daemon.options.policy, "tools": tools });
-                        conn.write(&protocol::frame("reloaded", body)).await?;
+                        let policy = daemon.options.policy.clone();
+                        send(&mut conn, Reply::Reloaded(Reloaded { policy, tools })).await?;
                     }
                     Err(message) => {
-                        let e = ProtocolError {
-                            message,
-                            field: None,
-                        };
-                        conn.write(&protocol::error_frame(&e)).await?;
+                        send(&mut conn, Reply::Error(ErrorReply::new(message))).await?;
                     }
                 }
             }
@@ -278,8 +274,8 @@ async fn resolve(
     let allow_self = daemon.policy().settings().allow_self_approval;
     match daemon.approvals.resolve(call_id, resolution, allow_self) {
         Ok(()) => {
-            let body = json!({ "call_id": call_id, "approved": approved });
-            conn.write(&protocol::frame("resolved", body)).await
+            let call_id = call_id.to_owned();
+            send(conn, Reply::Resolved(Resolved { call_id, approved })).await
         }
         Err(e) => {
             let e = ProtocolError {
@@ -292,35 +288,31 @@ async fn resolve(
 }
 
 /// The daemon's state for `guardctl status`.
-pub fn status(daemon: &Daemon) -> serde_json::Value {
-    let running: Vec<_> = daemon
-        .running
-        .lock()
-        .map(|r| r.values().cloned().collect())
-        .unwrap_or_default();
+pub fn status(daemon: &Daemon) -> Status {
     let policy = daemon.policy();
-    json!({
-        "pid": std::process::id(),
-        "uptime_s": daemon.started.elapsed().as_secs(),
-        "enforced": daemon.enforced(),
-        "policy": { "path": daemon.options.policy, "tools": policy.tools().count() },
-        "audit": {
-            "path": daemon.options.audit,
-            // false: the reserve for running calls' rows is in use; no call is admitted.
-            "admitting": daemon.audit.admits(),
+    Status {
+        pid: std::process::id(),
+        uptime_s: daemon.started.elapsed().as_secs(),
+        enforced: daemon.enforced(),
+        policy: PolicyStatus {
+            path: daemon.options.policy.clone(),
+            tools: policy.tools().count(),
         },
-        "layers": daemon.layers,
-        "limits": daemon.launch.limits.to_string(),
-        "running": running,
-        "queued": daemon.queued.load(std::sync::atomic::Ordering::Relaxed),
-        "dropped_events": daemon.dropped_events(),
-    })
+        audit: AuditStatus {
+            path: daemon.options.audit.clone(),
+            admitting: daemon.audit.admits(),
+        },
+        layers: daemon.layers.clone(),
+        limits: daemon.launch.limits.to_string(),
+        running: daemon.calls.running(),
+        queued: daemon.calls.queued(),
+        dropped_events: daemon.dropped_events(),
+    }
 }
 
 async fn subscribe(daemon: &Daemon, mut conn: Conn, req: SubscribeRequest) -> io::Result<()> {
     let mut rx = daemon.bus.subscribe();
-    conn.write(&protocol::frame("subscribed", json!({})))
-        .await?;
+    send(&mut conn, Reply::Subscribed(Default::default())).await?;
 
     loop {
         let event = tokio::select! {
@@ -341,12 +333,12 @@ async fn subscribe(daemon: &Daemon, mut conn: Conn, req: SubscribeRequest) -> io
                 {
                     continue;
                 }
-                conn.write(&protocol::frame("event", &*event)).await?;
+                send(&mut conn, Reply::Event(Event::clone(&event))).await?;
             }
             Err(RecvError::Lagged(missed)) => {
                 // Dropped rather than allowed to slow the calls it watches.
-                let lagged = json!({ "kind": "lagged", "missed": missed });
-                let _ = conn.write(&protocol::frame("event", lagged)).await;
+                let lagged = Event::of(None, None, What::Lagged { missed });
+                let _ = send(&mut conn, Reply::Event(lagged)).await;
                 return Ok(());
             }
             Err(RecvError::Closed) => return Ok(()),

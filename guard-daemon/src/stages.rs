@@ -4,15 +4,20 @@
 //! A [`Stages`] keeps one mark; [`Stages::lap`] charges the time since the mark to a stage and
 //! moves the mark, so consecutive laps cover the whole path without gaps or overlaps.
 
-use std::time::{Duration, Instant};
+use std::{
+    borrow::Cow,
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
-use serde::{Serialize, Serializer, ser::SerializeMap as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer, ser::SerializeMap as _};
 
 /// Named stage durations, in the order they were recorded.
 #[derive(Clone, Debug)]
 pub struct Stages {
     mark: Instant,
-    laps: Vec<(&'static str, Duration)>,
+    /// Named as guardd named them, or as read back from an audit row.
+    laps: Vec<(Cow<'static, str>, Duration)>,
 }
 
 impl Default for Stages {
@@ -47,15 +52,18 @@ impl Stages {
     pub fn add(&mut self, name: &'static str, d: Duration) {
         match self.laps.iter_mut().find(|(n, _)| *n == name) {
             Some((_, total)) => *total += d,
-            None => self.laps.push((name, d)),
+            None => self.laps.push((Cow::Borrowed(name), d)),
         }
     }
 
     /// Appends the laps of `other` (a part of the path timed on its own, e.g. the launch) and
     /// moves the mark to now.
     pub fn absorb(&mut self, other: &Stages) {
-        for &(name, d) in &other.laps {
-            self.add(name, d);
+        for (name, d) in &other.laps {
+            match self.laps.iter_mut().find(|(n, _)| n == name) {
+                Some((_, total)) => *total += *d,
+                None => self.laps.push((name.clone(), *d)),
+            }
         }
         self.skip();
     }
@@ -71,8 +79,20 @@ impl Stages {
     }
 
     /// The laps, in order.
-    pub fn laps(&self) -> &[(&'static str, Duration)] {
-        &self.laps
+    pub fn laps(&self) -> impl Iterator<Item = (&str, Duration)> {
+        self.laps.iter().map(|(n, d)| (n.as_ref(), *d))
+    }
+}
+
+/// Equal when the same stages took the same microseconds (what an audit row keeps), in any order.
+impl PartialEq for Stages {
+    fn eq(&self, other: &Self) -> bool {
+        let micros = |s: &Self| {
+            s.laps()
+                .map(|(n, d)| (n.to_owned(), d.as_micros()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        micros(self) == micros(other)
     }
 }
 
@@ -84,6 +104,21 @@ impl Serialize for Stages {
             map.serialize_entry(name, &(d.as_micros() as u64))?;
         }
         map.end()
+    }
+}
+
+/// Read back from `{stage: µs}` (an audit row's `timings_us`); the order of the row's keys is
+/// lost, the stages come back sorted by name.
+impl<'de> Deserialize<'de> for Stages {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let micros = BTreeMap::<String, u64>::deserialize(d)?;
+        Ok(Self {
+            mark: Instant::now(),
+            laps: micros
+                .into_iter()
+                .map(|(n, us)| (Cow::Owned(n), Duration::from_micros(us)))
+                .collect(),
+        })
     }
 }
 
@@ -112,7 +147,7 @@ mod tests {
         s.lap("b");
         std::thread::sleep(Duration::from_millis(1));
         s.lap("a");
-        let names: Vec<_> = s.laps().iter().map(|(n, _)| *n).collect();
+        let names: Vec<_> = s.laps().map(|(n, _)| n).collect();
         assert_eq!(names, ["a", "b"]);
         assert!(s.get("a").expect("a") >= Duration::from_millis(3));
         assert_eq!(s.total(), s.get("a").expect("a") + s.get("b").expect("b"));

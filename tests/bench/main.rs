@@ -31,9 +31,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use daemon::{Guardd, RssSampler, TempDir, rss_kib};
-use guard::{intent::Intent, policy::Policy};
+use guard::{
+    intent::Intent,
+    policy::Policy,
+    protocol::{CheckRequest, ExecRequest, Request},
+};
 use report::{Goal, Report, Row, median, p50_p99};
-use serde_json::json;
 
 // The divan bench's workload, shared so both measure the same thing.
 #[path = "../../guard-daemon/benches/support/policy100.rs"]
@@ -310,7 +313,13 @@ fn check_over_socket(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()>
     let mut guardd = Guardd::start(&o.bin_dir, &policy100::policy_text(), &[])?;
     let frames: Vec<Vec<u8>> = policy100::calls()
         .into_iter()
-        .map(|(tool, args)| guard::protocol::frame("check", json!({ "tool": tool, "args": args })))
+        .map(|(tool, args)| {
+            let request = Request::Check(CheckRequest {
+                tool: tool.to_string(),
+                args,
+            });
+            guard::protocol::frame(&request)
+        })
         .collect();
     // Warm up, and keep each request's reply for the echo baseline.
     let mut replies = Vec::new();
@@ -787,7 +796,10 @@ fn in_flight(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> {
         .write(true)
         .open("/dev/null")?;
     let fd = null.as_raw_fd();
-    let frame = guard::protocol::frame("exec", json!({ "tool": "nap", "args": {} }));
+    let frame = guard::protocol::frame(&Request::Exec(ExecRequest {
+        tool: "nap".into(),
+        args: Default::default(),
+    }));
     let barrier = Arc::new(Barrier::new(n + 1));
     let mut threads = Vec::with_capacity(n);
     let t0 = Instant::now();

@@ -17,6 +17,16 @@ use super::{
     support::{self, Guardd, output},
 };
 
+/// A frame of `kind` with `body`'s fields, valid or not, as a client might send it.
+fn frame(kind: &str, body: Value) -> Vec<u8> {
+    let mut map = body.as_object().cloned().unwrap_or_default();
+    map.insert("v".into(), 1.into());
+    map.insert("type".into(), kind.into());
+    let mut out = serde_json::to_vec(&map).expect("JSON");
+    out.push(b'\n');
+    out
+}
+
 const POLICY: &str = r#"
 [settings]
 max_allowed_tier = "high"
@@ -216,22 +226,24 @@ fn abuse_descriptors_sent_with_other_requests_are_closed() {
             ("status", json!({})),
             ("check", json!({"tool": "exit_with", "args": {"code": 1}})),
         ] {
-            client.send(kind, body, &fds).expect("send with fds");
-            let reply = client.recv().expect("reply").expect("a reply");
+            client
+                .send_frame(&frame(kind, body), &fds)
+                .expect("send with fds");
+            let reply: Value = client.recv().expect("reply").expect("a reply");
             assert_ne!(reply["type"], "error", "{reply}");
         }
         // A malformed frame with descriptors.
         client
-            .send("nonsense", json!({}), &fds)
+            .send_frame(&frame("nonsense", json!({})), &fds)
             .expect("send with fds");
-        let reply = client.recv().expect("reply").expect("a reply");
+        let reply: Value = client.recv().expect("reply").expect("a reply");
         assert_eq!(reply["type"], "error", "{reply}");
         // A frame that is not permitted here (subscribe needs an admin; root is one, so use
         // a bad filter instead): still closed.
         client
-            .send("status", json!({"extra": 1}), &fds)
+            .send_frame(&frame("status", json!({"extra": 1})), &fds)
             .expect("send with fds");
-        let _ = client.recv();
+        let _ = client.recv::<Value>();
     }
     let after = fds_settle(pid, before);
     assert!(

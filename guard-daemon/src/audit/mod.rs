@@ -14,6 +14,7 @@ mod files;
 pub mod read;
 pub mod recover;
 pub mod reserve;
+pub mod row;
 #[cfg(test)]
 mod testdir;
 pub mod ts;
@@ -32,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use chain::{Reason, ZERO_HASH};
 pub use read::{Rows, read_rows};
 pub use recover::Recovery;
+pub use row::{Finished, Record, Row};
 pub use verify::{VerifyError, VerifySummary, verify};
 
 /// Where guardd keeps its audit log unless configured otherwise.
@@ -182,6 +184,14 @@ impl AuditLog {
             .await
             .map_err(|_| AuditError::Closed)?;
         done.await.map_err(|_| AuditError::Closed)?
+    }
+
+    /// Appends a typed row: see [`append`](Self::append).
+    pub async fn record(&self, row: &Row) -> Result<Appended, AuditError> {
+        let map = row
+            .to_map()
+            .map_err(|e| AuditError::Unavailable(format!("serialising the row: {e}")))?;
+        self.append(map).await
     }
 
     /// [`append`](Self::append) for threads outside an async runtime. Panics if called from

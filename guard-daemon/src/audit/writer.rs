@@ -244,11 +244,14 @@ impl Writer {
             .iter()
             .map(|s| s.path.display().to_string())
             .collect();
-        let mut row = serde_json::Map::new();
-        row.insert("kind".into(), "pruned".into());
-        row.insert("through_seq".into(), seq.saturating_sub(1).into());
-        row.insert("through_hash".into(), hash.into());
-        row.insert("files".into(), gone.clone().into());
+        let pruned = super::Row::Pruned {
+            through_seq: seq.saturating_sub(1),
+            through_hash: hash,
+            files: gone.clone(),
+        };
+        let Ok(row) = pruned.to_map() else {
+            return;
+        };
         let sealed = chain::seal(row, self.next_seq, ts::now(), &self.last_hash);
         if let Err(reason) = self.write(&sealed.line) {
             tracing::warn!(%reason, "audit log: the pruned row could not be written; pruning nothing");

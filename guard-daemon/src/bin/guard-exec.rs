@@ -3,8 +3,12 @@
 use std::{fs, io::Read as _, path::PathBuf, process::ExitCode};
 
 use clap::Parser;
-use guard::client::{self, Client};
-use serde_json::{Map, Value, json};
+use guard::{
+    client::{self, Client},
+    decision::Decision,
+    protocol::{ExecReply, ExecRequest, Request},
+};
+use serde_json::{Map, Value};
 
 const EXIT_USAGE: u8 = 64;
 const EXIT_UNAVAILABLE: u8 = 69;
@@ -101,27 +105,23 @@ fn main() -> ExitCode {
     let mut client = match Client::connect(&socket) {
         Ok(c) => c,
         Err(e) => {
-            return fail(
-                EXIT_UNAVAILABLE,
-                format!(
-                    "guardd unreachable at {}: {e}; the tool did not run",
-                    socket.display()
-                ),
+            let message = format!(
+                "guardd unreachable at {}: {e}; the tool did not run",
+                socket.display()
             );
+            return fail(EXIT_UNAVAILABLE, message);
         }
     };
-    if let Err(e) = client.send(
-        "exec",
-        json!({ "tool": cli.tool, "args": args }),
-        &[0, 1, 2],
-    ) {
-        return fail(
-            EXIT_UNAVAILABLE,
-            format!("sending to guardd: {e}; the tool did not run"),
-        );
+    let request = Request::Exec(ExecRequest {
+        tool: cli.tool,
+        args,
+    });
+    if let Err(e) = client.send(&request, &[0, 1, 2]) {
+        let message = format!("sending to guardd: {e}; the tool did not run");
+        return fail(EXIT_UNAVAILABLE, message);
     }
     loop {
-        let reply = match client.recv() {
+        let reply = match client.recv::<ExecReply>() {
             Ok(Some(r)) => r,
             Ok(None) => {
                 return fail(
@@ -131,63 +131,62 @@ fn main() -> ExitCode {
             }
             Err(e) => return fail(EXIT_UNAVAILABLE, e),
         };
-        match reply["type"].as_str() {
-            Some("decision") if reply["decision"] == "allow" => continue,
-            Some("pending") => {
-                // Held for a human: say so once, then keep waiting for the answer.
-                let id = reply["call_id"].as_str().unwrap_or("?");
+        if let Some(code) = answer(reply) {
+            return code;
+        }
+    }
+}
+
+/// What guard-exec does with one reply: `None` to read the next one, else its exit.
+fn answer(reply: ExecReply) -> Option<ExitCode> {
+    match reply {
+        ExecReply::Decision(d) if d.decision == Decision::Allow => None,
+        ExecReply::Pending(hold) => {
+            // Held for a human: say so once, then keep waiting for the answer.
+            let id = &hold.call_id;
+            eprintln!(
+                "guard-exec: call {id} needs approval ({}): waiting up to {} s for an admin \
+                 (guardctl approve {id})",
+                hold.decision, hold.timeout_s
+            );
+            None
+        }
+        ExecReply::Decision(d) => {
+            let message = d.message.as_deref().unwrap_or("blocked by policy");
+            // The id, even when the policy discloses no reason: an operator can look it up
+            // (`guardctl show ID`).
+            Some(fail(
+                EXIT_BLOCKED,
+                format!("{message} (call {})", d.call_id),
+            ))
+        }
+        ExecReply::Exit(exit) => {
+            if exit.stopped {
                 eprintln!(
-                    "guard-exec: call {id} needs approval ({}): waiting up to {} s for an admin \
-                     (guardctl approve {id})",
-                    reply["decision"].as_str().unwrap_or("escalate"),
-                    reply["timeout_s"]
+                    "guard-exec: the call did something it was not approved to do and was stopped"
                 );
-                continue;
-            }
-            Some("decision") => {
-                let message = reply["message"].as_str().unwrap_or("blocked by policy");
-                // The id, even when the policy discloses no reason: an operator can look it up
-                // (`guardctl show ID`).
-                return match reply["call_id"].as_str() {
-                    Some(id) => fail(EXIT_BLOCKED, format!("{message} (call {id})")),
-                    None => fail(EXIT_BLOCKED, message),
-                };
-            }
-            Some("exit") => {
-                if reply["stopped"] == true {
-                    eprintln!(
-                        "guard-exec: the call did something it was not approved to do and was stopped"
-                    );
-                } else if reply["diverged"] == true {
-                    eprintln!(
-                        "guard-exec: the call tried something it was not approved to do; it was denied"
-                    );
-                }
-                if let Some(error) = reply["error"].as_str() {
-                    return fail(EXIT_SOFTWARE, error);
-                }
-                let code = reply["code"].as_i64().unwrap_or(i64::from(EXIT_SOFTWARE));
-                return ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SOFTWARE));
-            }
-            Some("error") => {
-                let error = reply["error"].as_str().unwrap_or("rejected");
-                // guardd's refusals of the caller itself, and its "not now"s, apart from a
-                // request it could not read.
-                let code = if error.starts_with("not permitted") {
-                    EXIT_BLOCKED
-                } else if error.starts_with("busy") || error.starts_with("not admitted") {
-                    EXIT_TEMPFAIL
-                } else {
-                    EXIT_USAGE
-                };
-                return fail(code, error);
-            }
-            _ => {
-                return fail(
-                    EXIT_SOFTWARE,
-                    format!("unexpected reply from guardd: {reply}"),
+            } else if exit.diverged {
+                eprintln!(
+                    "guard-exec: the call tried something it was not approved to do; it was denied"
                 );
             }
+            if let Some(error) = exit.error {
+                return Some(fail(EXIT_SOFTWARE, error));
+            }
+            let code = exit.code.and_then(|c| u8::try_from(c).ok());
+            Some(ExitCode::from(code.unwrap_or(EXIT_SOFTWARE)))
+        }
+        ExecReply::Error(e) => {
+            // guardd's refusals of the caller itself, and its "not now"s, apart from a request
+            // it could not read.
+            let code = if e.error.starts_with("not permitted") {
+                EXIT_BLOCKED
+            } else if e.error.starts_with("busy") || e.error.starts_with("not admitted") {
+                EXIT_TEMPFAIL
+            } else {
+                EXIT_USAGE
+            };
+            Some(fail(code, e.error))
         }
     }
 }

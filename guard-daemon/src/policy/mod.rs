@@ -22,6 +22,7 @@ use std::{
 
 use serde_json::Value as Json;
 
+pub(crate) use self::args::normalize;
 use self::{
     args::{ArgSpec, ArgValue},
     rules::{Rule, Subject},

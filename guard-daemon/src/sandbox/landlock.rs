@@ -265,7 +265,7 @@ pub fn kernel_abi() -> i32 {
 }
 
 /// How landlock is applied to a call, for the audit row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LandlockStatus {
     /// File system, TCP connect/bind and scopes (abstract unix sockets, signals): ABI ≥ 6.

@@ -108,7 +108,7 @@ impl Default for LaunchOptions {
 }
 
 /// What confinement was applied, for the audit row.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Applied {
     /// The kernel's landlock ABI (negative errno when landlock is unavailable).
     pub landlock_abi: i32,
@@ -117,8 +117,7 @@ pub struct Applied {
     pub landlock_skipped: Vec<PathBuf>,
     /// Write targets that did not exist: (target, parent directory granted create+write).
     pub landlock_widened: Vec<(PathBuf, PathBuf)>,
-    /// "deny-list" or "strict".
-    pub seccomp: &'static str,
+    pub seccomp: seccomp::Mode,
     /// Syscalls with a deny rule.
     pub denied_count: usize,
     pub limits_mode: LimitsMode,
@@ -314,7 +313,7 @@ pub fn spawn(
         landlock_status: prepared.status,
         landlock_skipped: rules.skipped.clone(),
         landlock_widened: rules.widened.clone(),
-        seccomp: table.mode.as_str(),
+        seccomp: table.mode,
         denied_count: table.denied_count(),
         limits_mode: opts.limits,
         user: user.name.clone(),
@@ -595,18 +594,14 @@ pub async fn wait(pid: Pid) -> Result<ExitStatus, SandboxError> {
 }
 
 /// The end of a call.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Outcome {
     /// The exit code, or 128 + signal.
     pub exit_code: i32,
     pub signal: Option<i32>,
     pub timed_out: bool,
-    #[serde(serialize_with = "secs")]
+    #[serde(with = "crate::plan::secs")]
     pub duration: Duration,
-}
-
-fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
 }
 
 /// Waits for the call to end; when `timeout` runs out first, kills its whole cgroup. Either way,

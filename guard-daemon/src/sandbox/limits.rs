@@ -47,7 +47,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Lim
 }
 
 /// How memory and task limits are enforced on this host (shown by `guardctl status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LimitsMode {
     /// `memory.max` and `pids.max` in the call's own cgroup v2.

@@ -106,7 +106,7 @@ pub struct Rule {
 }
 
 /// Deny-list (default allow) or strict (default kill) mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     DenyList,

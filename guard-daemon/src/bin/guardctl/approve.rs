@@ -3,44 +3,47 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
-use guard::client::{self, Client};
-use serde_json::{Value, json};
+use guard::{
+    client::{self, Client},
+    protocol::{ApproveRequest, DenyRequest, PendingRequest, ReloadRequest, Reply, Request},
+};
 
-/// Sends one admin request and prints what comes back; exit 0 only for a success.
-fn ask(socket: Option<PathBuf>, kind: &str, body: Value) -> Result<Value, ExitCode> {
+use crate::print_json;
+
+/// Sends one admin request and returns what comes back; an error is printed, with its exit.
+fn ask(socket: Option<PathBuf>, request: &Request) -> Result<Reply, ExitCode> {
     let socket = client::socket_path(socket);
     let mut client = Client::connect(&socket).map_err(|e| {
         eprintln!("guardctl: guardd unreachable at {}: {e}", socket.display());
         ExitCode::from(69)
     })?;
-    client.request(kind, body).map_err(|e| {
+    client.request(request).map_err(|e| {
         eprintln!("guardctl: {e}");
         ExitCode::FAILURE
     })
 }
 
+/// A reply other than the one the request expects.
+fn unexpected(reply: &Reply) -> ExitCode {
+    eprintln!("guardctl: {}", client::unexpected(reply));
+    ExitCode::FAILURE
+}
+
 /// Lists the held calls.
 pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
-    let reply = match ask(socket, "pending", json!({})) {
-        Ok(r) => r,
+    let calls = match ask(socket, &Request::Pending(PendingRequest {})) {
+        Ok(Reply::Pending(p)) => p.calls,
+        Ok(other) => return unexpected(&other),
         Err(code) => return code,
     };
-    let calls = reply["calls"].as_array().cloned().unwrap_or_default();
     for call in &calls {
         if as_json {
-            println!("{call}");
+            print_json(call);
             continue;
         }
-        let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
         println!(
             "{:<16} {:<16} {:<10} uid {:<6} since {}\n  {}\n  args {}",
-            text(&call["call_id"]),
-            text(&call["tool"]),
-            text(&call["decision"]),
-            call["uid"],
-            text(&call["since"]),
-            text(&call["reason"]),
-            call["args"]
+            call.call_id, call.tool, call.decision, call.uid, call.since, call.reason, call.args
         );
     }
     if calls.is_empty() && !as_json {
@@ -49,56 +52,50 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Approves (`reason` is `None`) or denies a held call.
+/// Approves (`deny` is `None`) or denies a held call.
 pub fn resolve(
     socket: Option<PathBuf>,
     call_id: &str,
     deny: Option<Option<String>>,
     as_json: bool,
 ) -> ExitCode {
-    let (kind, body) = match deny {
-        None => ("approve", json!({ "call_id": call_id })),
-        Some(reason) => ("deny", json!({ "call_id": call_id, "reason": reason })),
+    let call_id = call_id.to_owned();
+    let request = match deny {
+        None => Request::Approve(ApproveRequest { call_id }),
+        Some(reason) => Request::Deny(DenyRequest { call_id, reason }),
     };
-    match ask(socket, kind, body) {
-        Ok(reply) if as_json => {
-            println!("{}", without_envelope(reply));
+    match ask(socket, &request) {
+        Ok(Reply::Resolved(resolved)) if as_json => {
+            print_json(&resolved);
             ExitCode::SUCCESS
         }
-        Ok(_) => {
-            let done = if kind == "approve" {
+        Ok(Reply::Resolved(resolved)) => {
+            let done = if resolved.approved {
                 "approved"
             } else {
                 "denied"
             };
-            println!("{call_id} {done}");
+            println!("{} {done}", resolved.call_id);
             ExitCode::SUCCESS
         }
+        Ok(other) => unexpected(&other),
         Err(code) => code,
     }
 }
 
 /// Asks guardd to load its policy file again.
 pub fn reload(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
-    match ask(socket, "reload", json!({})) {
-        Ok(reply) if as_json => {
-            println!("{}", without_envelope(reply));
+    match ask(socket, &Request::Reload(ReloadRequest {})) {
+        Ok(Reply::Reloaded(reloaded)) if as_json => {
+            print_json(&reloaded);
             ExitCode::SUCCESS
         }
-        Ok(reply) => {
-            let path = reply["policy"].as_str().unwrap_or("?");
-            println!("reloaded {path}: {} tools", reply["tools"]);
+        Ok(Reply::Reloaded(reloaded)) => {
+            let path = reloaded.policy.display();
+            println!("reloaded {path}: {} tools", reloaded.tools);
             ExitCode::SUCCESS
         }
+        Ok(other) => unexpected(&other),
         Err(code) => code,
     }
-}
-
-/// A reply frame as data: without the protocol's version and type.
-fn without_envelope(mut reply: Value) -> Value {
-    if let Some(map) = reply.as_object_mut() {
-        map.remove("v");
-        map.remove("type");
-    }
-    reply
 }

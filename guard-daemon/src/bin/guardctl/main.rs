@@ -1,6 +1,7 @@
 //! guardctl: the operator's command line for guard.
 mod approve;
 mod audit;
+mod history;
 mod live;
 mod policy;
 
@@ -165,6 +166,14 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
+/// Prints `value` as one JSON line.
+fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string(value) {
+        Ok(line) => println!("{line}"),
+        Err(e) => eprintln!("guardctl: {e}"),
+    }
+}
+
 fn main() -> ExitCode {
     guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
     let cli = Cli::parse();
@@ -218,10 +227,10 @@ fn main() -> ExitCode {
             audit,
         } => {
             let audit = live::audit_path(cli.socket.clone(), audit);
-            live::calls(cli.socket, &audit, running, json)
+            history::calls(cli.socket, &audit, running, json)
         }
         Command::Show { call_id, audit } => {
-            live::show(&live::audit_path(cli.socket, audit), &call_id)
+            history::show(&live::audit_path(cli.socket, audit), &call_id)
         }
         Command::Pending { json } => approve::pending(cli.socket, json),
         Command::Reload { json } => approve::reload(cli.socket, json),

@@ -232,7 +232,7 @@ async fn serve() -> ExitCode {
         }
     };
     for layer in &daemon.layers {
-        tracing::info!(layer = %layer.name, state = layer.state, "{}", layer.detail);
+        tracing::info!(layer = %layer.name, state = layer.state.as_str(), "{}", layer.detail);
     }
     tracing::info!(policy = %daemon.options.policy.display(), tools = daemon.policy().tools().count(), "policy loaded");
     let gid = daemon

@@ -1,93 +1,32 @@
-//! What guard observes, as it happens: kernel events become per-call receipts and bus events;
-//! the bus fans out to `subscribe` clients. Publishing never waits for a subscriber: a slow one
-//! falls behind, is told so with a final `lagged` event, and is dropped.
+//! A call's receipt: what the kernel saw it do, folded in from its events as they arrive, judged
+//! against what was approved, and handed back when the call ends. A divergence is published on
+//! the bus and, for a call that must not go on, kills its cgroup.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     net::{Ipv4Addr, Ipv6Addr},
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Mutex,
 };
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
     KIND_OPEN, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
 };
-use serde::Serialize;
-use serde_json::{Map, Value, json};
-use tokio::sync::broadcast;
+use serde::{Deserialize, Serialize};
 
-use crate::opens::{FilesSeen, c_str};
+use crate::{
+    bus::{Action, Bus, Divergence, Effect, Proto, What},
+    opens::{FilesSeen, c_str},
+};
 
-/// How many events a subscriber may fall behind before it is dropped.
-const BUS_CAPACITY: usize = 4096;
 /// Paths kept per receipt list; the count goes on.
 const RECEIPT_PATHS: usize = 64;
 
-/// One event on the bus, as subscribers receive it.
-#[derive(Clone, Debug, Serialize)]
-pub struct BusEvent {
-    /// RFC 3339, UTC.
-    pub ts: String,
-    /// decision | launch | denied | divergence | kill | exit | reload | lagged | missed
-    pub kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    /// Kind-specific fields (decision, pid, effect, action, exit code...).
-    #[serde(flatten)]
-    pub detail: Map<String, Value>,
-}
-
-impl BusEvent {
-    pub fn new(
-        kind: &'static str,
-        call_id: Option<&str>,
-        tool: Option<&str>,
-        detail: Value,
-    ) -> Self {
-        let detail = match detail {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
-        Self {
-            ts: crate::audit::ts::now(),
-            kind,
-            call_id: call_id.map(str::to_owned),
-            tool: tool.map(str::to_owned),
-            detail,
-        }
-    }
-}
-
-/// The fan-out of events to subscribers.
-#[derive(Clone)]
-pub struct Bus {
-    tx: broadcast::Sender<Arc<BusEvent>>,
-}
-
-impl Default for Bus {
-    fn default() -> Self {
-        Self {
-            tx: broadcast::channel(BUS_CAPACITY).0,
-        }
-    }
-}
-
-impl Bus {
-    /// Publishes to every subscriber; never blocks, and does nothing when nobody listens.
-    pub fn publish(&self, event: BusEvent) {
-        let _ = self.tx.send(Arc::new(event));
-    }
-
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<BusEvent>> {
-        self.tx.subscribe()
-    }
-}
-
 /// What a call was seen doing, for its audit row (`effects_observed`).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Receipt {
     pub execs: Vec<String>,
     pub connects: Vec<ConnectSeen>,
@@ -128,62 +67,84 @@ pub struct Receipt {
     /// effects is still counted above).
     #[serde(skip_serializing_if = "is_zero")]
     pub events_lost: u64,
-    /// "conformed" | "diverged"
-    pub verdict: &'static str,
+    pub verdict: Verdict,
     /// Whether guard killed the call for a divergence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
 }
 
+/// A receipt's judgement of the call against its approval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Everything the kernel saw was within the call's effects, and nothing went unseen.
+    #[default]
+    Conformed,
+    /// The call did, or tried, something outside its effects, or its receipt is incomplete.
+    Diverged,
+}
+
 /// A syscall another layer refused.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RefusedSeen {
     pub syscall: String,
     pub errno: String,
-    /// "landlock" (EACCES) or "seccomp" (EPERM).
-    pub stopped_by: &'static str,
+    pub stopped_by: StoppedBy,
+}
+
+/// The layer that refused a syscall, told apart by its errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoppedBy {
+    /// EACCES.
+    Landlock,
+    /// EPERM.
+    Seccomp,
 }
 
 /// How a receipt's claims were checked: by which layer, or that nothing saw them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Verified {
-    pub exec: &'static str,
-    pub connect: &'static str,
-    pub write: &'static str,
-    pub refusals: &'static str,
+    pub exec: Cow<'static, str>,
+    pub connect: Cow<'static, str>,
+    pub write: Cow<'static, str>,
+    pub refusals: Cow<'static, str>,
 }
 
 impl Verified {
     /// What the kernel programs check for every call, and what only `--trace-syscalls` sees.
     pub fn of(traced: bool) -> Self {
         Self {
-            exec: "kernel: every exec, by file identity (sched_process_exec)",
-            connect: "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create)",
+            exec: "kernel: every exec, by file identity (sched_process_exec)".into(),
+            connect: "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create)"
+                .into(),
             write: if traced {
                 "kernel: every write-open, by file identity (open observer); landlock enforces"
             } else {
                 "landlock enforces; not observed (the open observer needs --trace-syscalls)"
-            },
+            }
+            .into(),
             refusals: if traced {
                 "kernel: landlock's and seccomp's refusals of effect syscalls (sys_exit)"
             } else {
                 "not observed: landlock's and seccomp's refusals need --trace-syscalls"
-            },
+            }
+            .into(),
         }
     }
 }
 
 /// One connect attempt of a call.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ConnectSeen {
     pub addr: String,
     pub port: u16,
-    pub proto: &'static str,
+    pub proto: Proto,
     pub allowed: bool,
 }
 
 /// One socket the kernel refused a call.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SocketSeen {
     /// "unix", "inet", "inet6", "netlink", "packet", or the number.
     pub family: String,
@@ -218,9 +179,9 @@ impl SocketSeen {
     }
 }
 
-/// A call to track: who it is and what its receipt is judged against.
+/// The call a receipt is for: who it is and how a divergence is answered.
 #[derive(Clone, Debug)]
-pub struct Tracked {
+pub struct ReceiptFor {
     pub call_id: String,
     pub tool: String,
     /// The call's cgroup directory, killed on divergence.
@@ -230,110 +191,186 @@ pub struct Tracked {
     pub files: bool,
 }
 
-/// A call the kernel watches, as the event pump knows it.
-struct Watched {
-    call_id: String,
-    tool: String,
-    cgroup: PathBuf,
-    kill_on_divergence: bool,
+/// A receipt being written: the call it is for and what was seen so far.
+struct Draft {
+    call: ReceiptFor,
     receipt: Receipt,
 }
 
-impl Watched {
+impl Draft {
     /// Marks the call diverged, publishes the divergence and, unless the call only denies,
     /// kills it. `killed` says the kernel already killed the offending task.
-    fn diverge(&mut self, effect: &str, detail: Value, killed: bool, bus: &Bus) {
-        let action = if self.kill_on_divergence || killed {
-            "kill"
+    fn diverge(&mut self, effect: Effect, pid: Option<i32>, killed: bool, bus: &Bus) {
+        let action = if self.call.kill_on_divergence || killed {
+            Action::Kill
         } else {
-            "deny"
+            Action::Deny
         };
-        self.divergence(effect, detail, action, bus);
+        self.divergence(effect, pid, action, bus);
     }
 
     /// Marks the call diverged for what was learnt once it had ended (the kernel's counts, the
     /// names it asked): nothing is left to kill, and its exit code stays its own.
-    fn diverged_at_end(&mut self, effect: &str, detail: Value, bus: &Bus) {
-        self.divergence(effect, detail, "none: the call had ended", bus);
+    fn diverged_at_end(&mut self, effect: Effect, bus: &Bus) {
+        self.divergence(effect, None, Action::Ended, bus);
     }
 
-    fn divergence(&mut self, effect: &str, mut detail: Value, action: &str, bus: &Bus) {
+    fn divergence(&mut self, effect: Effect, pid: Option<i32>, action: Action, bus: &Bus) {
         self.receipt.denied += 1;
-        self.receipt.verdict = "diverged";
-        detail["effect"] = effect.into();
-        detail["action"] = action.into();
-        bus.publish(BusEvent::new(
-            "divergence",
-            Some(&self.call_id),
-            Some(&self.tool),
-            detail,
-        ));
-        if action == "kill" {
+        self.receipt.verdict = Verdict::Diverged;
+        let what = What::Divergence(Divergence {
+            effect,
+            action,
+            pid,
+        });
+        bus.call(&self.call.call_id, &self.call.tool, what);
+        if action == Action::Kill {
             self.receipt.stopped = true;
             // cgroup.kill takes the whole tree at once, descendants included.
-            if let Err(e) = std::fs::write(self.cgroup.join("cgroup.kill"), "1") {
-                tracing::error!(call = %self.call_id, "killing diverged call: {e}");
+            if let Err(e) = std::fs::write(self.call.cgroup.join("cgroup.kill"), "1") {
+                tracing::error!(call = %self.call.call_id, "killing diverged call: {e}");
             }
+        }
+    }
+
+    /// Folds one kernel event into the receipt; the effect, when the kernel did not allow it.
+    fn fold(&mut self, event: &KernelEvent) -> Option<Effect> {
+        let receipt = &mut self.receipt;
+        let effect = match event.kind {
+            KIND_EXEC => {
+                let path = c_str(&event.path);
+                keep(&mut receipt.execs, path.clone());
+                Effect::Exec { path }
+            }
+            KIND_CONNECT => {
+                let seen = ConnectSeen {
+                    addr: addr_of(event),
+                    port: event.port,
+                    proto: if event.proto == guard_common::net::PROTO_UDP {
+                        Proto::Udp
+                    } else {
+                        Proto::Tcp
+                    },
+                    allowed: event.action == ACTION_ALLOWED,
+                };
+                let effect = Effect::Connect {
+                    addr: seen.addr.clone(),
+                    port: seen.port,
+                    proto: seen.proto,
+                };
+                keep(&mut receipt.connects, seen);
+                effect
+            }
+            KIND_SOCKET => {
+                let seen = SocketSeen::of(event);
+                let effect = Effect::Socket {
+                    family: seen.family.clone(),
+                    ty: seen.ty.clone(),
+                    protocol: seen.protocol,
+                };
+                keep(&mut receipt.sockets, seen);
+                effect
+            }
+            KIND_REFUSED => {
+                let seen = RefusedSeen::of(event);
+                receipt.refused.push(seen.clone());
+                Effect::Refused(seen)
+            }
+            KIND_SECCOMP => {
+                receipt.seccomp_kills += 1;
+                Effect::Syscall {
+                    signal: "SIGSYS".into(),
+                }
+            }
+            // The open observer judges by file identity and says itself what diverged.
+            KIND_OPEN => return receipt.files.as_mut()?.record(event),
+            _ => return None,
+        };
+        (event.action == ACTION_DENIED || event.action == ACTION_KILLED).then_some(effect)
+    }
+}
+
+/// Pushes `item` unless the list is full: a receipt lists the first ones, the counts go on.
+fn keep<T>(list: &mut Vec<T>, item: T) {
+    if list.len() < RECEIPT_PATHS {
+        list.push(item);
+    }
+}
+
+impl RefusedSeen {
+    fn of(event: &KernelEvent) -> Self {
+        let errno = -event.ret;
+        Self {
+            syscall: syscall_names(&[event.sock_type]).pop().unwrap_or_default(),
+            errno: crate::opens::errno_name(errno),
+            stopped_by: if errno == libc::EACCES {
+                StoppedBy::Landlock
+            } else {
+                StoppedBy::Seccomp
+            },
         }
     }
 }
 
-/// Kernel events sorted by call.
+/// The receipts of the calls running now, by cgroup id, written by the event pump.
 #[derive(Default)]
-pub struct Tracker {
-    calls: Mutex<HashMap<u64, Watched>>,
+pub struct Receipts {
+    calls: Mutex<HashMap<u64, Draft>>,
 }
 
-impl Tracker {
-    /// Starts collecting the receipt of the call in cgroup `cgroup_id`.
-    pub fn track(&self, cgroup_id: u64, call: Tracked) {
-        let watched = Watched {
-            receipt: Receipt {
-                verdict: "conformed",
-                files: call.files.then(FilesSeen::default),
-                verified: Verified::of(call.files),
-                processes: 1,
-                ..Receipt::default()
-            },
-            call_id: call.call_id,
-            tool: call.tool,
-            cgroup: call.cgroup,
-            kill_on_divergence: call.kill_on_divergence,
+impl Receipts {
+    /// Starts the receipt of the call in cgroup `cgroup_id`.
+    pub fn begin(&self, cgroup_id: u64, call: ReceiptFor) {
+        let receipt = Receipt {
+            files: call.files.then(FilesSeen::default),
+            verified: Verified::of(call.files),
+            processes: 1,
+            ..Receipt::default()
         };
-        self.lock().insert(cgroup_id, watched);
+        self.lock().insert(cgroup_id, Draft { call, receipt });
     }
 
-    /// Stops tracking and hands back the call's receipt.
+    /// Stops following the call and hands back its receipt.
     pub fn finish(&self, cgroup_id: u64) -> Option<Receipt> {
-        self.lock().remove(&cgroup_id).map(|w| w.receipt)
+        self.lock().remove(&cgroup_id).map(|d| d.receipt)
     }
 
     /// Folds in what the kernel counted of the call (read at its end): writes outside its
     /// effects whose events were lost still make it diverged.
     pub fn counted(&self, cgroup_id: u64, stats: guard_common::call::CallStats, bus: &Bus) {
         let mut calls = self.lock();
-        let Some(watched) = calls.get_mut(&cgroup_id) else {
+        let Some(draft) = calls.get_mut(&cgroup_id) else {
             return;
         };
-        watched.receipt.writes_outside = stats.writes_outside;
-        watched.receipt.events_lost = stats.events_lost;
-        let seen = watched.receipt.files.as_ref().map_or(0, |f| f.diverged);
+        let events_lost = stats.events_lost;
+        draft.receipt.writes_outside = stats.writes_outside;
+        draft.receipt.events_lost = events_lost;
+        let seen = draft.receipt.files.as_ref().map_or(0, |f| f.diverged);
         if stats.writes_outside > seen {
-            let detail =
-                json!({ "writes": stats.writes_outside - seen, "events_lost": stats.events_lost });
-            watched.diverged_at_end("open", detail, bus);
+            let writes = stats.writes_outside - seen;
+            draft.diverged_at_end(
+                Effect::WritesOutside {
+                    writes,
+                    events_lost,
+                },
+                bus,
+            );
         }
         // Lost events leave the receipt's lists incomplete; what was counted above is whole,
         // but a receipt that could not see everything does not say `conformed`.
-        if stats.events_lost > 0 {
-            let detail = json!({ "events_lost": stats.events_lost });
-            watched.diverged_at_end("events", detail, bus);
+        if events_lost > 0 {
+            draft.diverged_at_end(Effect::EventsLost { events_lost }, bus);
         }
-        let seen = watched.receipt.refused.len() as u64;
+        let seen = draft.receipt.refused.len() as u64;
         if stats.refused > seen {
-            let detail =
-                json!({ "refused": stats.refused - seen, "events_lost": stats.events_lost });
-            watched.diverged_at_end("refused", detail, bus);
+            let refused = stats.refused - seen;
+            draft.diverged_at_end(
+                Effect::RefusedUnseen {
+                    refused,
+                    events_lost,
+                },
+                bus,
+            );
         }
     }
 
@@ -341,122 +378,51 @@ impl Tracker {
     /// its approved hosts is a divergence (it was refused; it never left the host).
     pub fn asked(&self, cgroup_id: u64, asked: Vec<crate::dns::Asked>, bus: &Bus) {
         let mut calls = self.lock();
-        let Some(watched) = calls.get_mut(&cgroup_id) else {
+        let Some(draft) = calls.get_mut(&cgroup_id) else {
             return;
         };
         for q in asked.iter().filter(|q| !q.approved) {
-            let detail = json!({ "name": q.name, "type": q.qtype });
-            watched.diverged_at_end("dns", detail, bus);
+            let effect = Effect::Dns {
+                name: q.name.clone(),
+                qtype: q.qtype.clone(),
+            };
+            draft.diverged_at_end(effect, bus);
         }
-        watched.receipt.dns = asked;
+        draft.receipt.dns = asked;
     }
 
     /// Whether the call has diverged so far.
     pub fn diverged(&self, cgroup_id: u64) -> bool {
         self.lock()
             .get(&cgroup_id)
-            .is_some_and(|w| w.receipt.verdict == "diverged")
+            .is_some_and(|d| d.receipt.verdict == Verdict::Diverged)
     }
 
     /// Folds one kernel event into its call's receipt and publishes what an operator must see.
     pub fn record(&self, event: &KernelEvent, bus: &Bus) {
         let mut calls = self.lock();
-        let Some(watched) = calls.get_mut(&event.cgroup_id) else {
-            // The call ended (or was never ours) before its last events were read.
-            return;
-        };
-        let receipt = &mut watched.receipt;
-        let (effect, detail) = match event.kind {
-            KIND_EXEC => {
-                let path = c_str(&event.path);
-                if receipt.execs.len() < RECEIPT_PATHS {
-                    receipt.execs.push(path.clone());
-                }
-                ("exec", json!({ "path": path }))
-            }
-            KIND_CONNECT => {
-                let seen = ConnectSeen {
-                    addr: addr_of(event),
-                    port: event.port,
-                    proto: if event.proto == guard_common::net::PROTO_UDP {
-                        "udp"
-                    } else {
-                        "tcp"
-                    },
-                    allowed: event.action == ACTION_ALLOWED,
-                };
-                let detail = json!({ "addr": seen.addr, "port": seen.port, "proto": seen.proto });
-                if receipt.connects.len() < RECEIPT_PATHS {
-                    receipt.connects.push(seen);
-                }
-                ("connect", detail)
-            }
-            KIND_SOCKET => {
-                let seen = SocketSeen::of(event);
-                let detail =
-                    json!({ "family": seen.family, "type": seen.ty, "protocol": seen.protocol });
-                if receipt.sockets.len() < RECEIPT_PATHS {
-                    receipt.sockets.push(seen);
-                }
-                ("socket", detail)
-            }
-            KIND_REFUSED => {
-                let nr = event.sock_type;
-                let errno = -event.ret;
-                let seen = RefusedSeen {
-                    syscall: syscall_names(&[nr]).pop().unwrap_or_default(),
-                    errno: crate::opens::errno_name(errno),
-                    stopped_by: if errno == libc::EACCES {
-                        "landlock"
-                    } else {
-                        "seccomp"
-                    },
-                };
-                let detail = json!({
-                    "syscall": seen.syscall,
-                    "errno": seen.errno,
-                    "stopped_by": seen.stopped_by,
-                });
-                receipt.refused.push(seen);
-                ("refused", detail)
-            }
-            KIND_SECCOMP => {
-                receipt.seccomp_kills += 1;
-                ("syscall", json!({ "signal": "SIGSYS" }))
-            }
-            KIND_OPEN => {
-                let Some(files) = receipt.files.as_mut() else {
-                    return;
-                };
-                if let Some(detail) = files.record(event) {
-                    let mut detail = detail;
-                    detail["pid"] = event.pid.into();
-                    watched.diverge("open", detail, event.action == ACTION_KILLED, bus);
-                }
-                return;
-            }
-            _ => return,
-        };
-        if event.action == ACTION_DENIED || event.action == ACTION_KILLED {
-            let mut detail = detail;
-            detail["pid"] = event.pid.into();
-            watched.diverge(effect, detail, event.action == ACTION_KILLED, bus);
+        // None: the call ended (or was never ours) before its last events were read.
+        if let Some(draft) = calls.get_mut(&event.cgroup_id)
+            && let Some(effect) = draft.fold(event)
+        {
+            let pid = i32::try_from(event.pid).ok();
+            draft.diverge(effect, pid, event.action == ACTION_KILLED, bus);
         }
     }
 
     /// Records that the call in `cgroup_id` reached guardd's own socket: a divergence seen by
-    /// guardd, not by a kernel program. Returns whether a watched call was found.
+    /// guardd, not by a kernel program. Returns whether a running call was found.
     pub fn reached_guardd(&self, cgroup_id: u64, pid: i32, bus: &Bus) -> bool {
         let mut calls = self.lock();
-        let Some(watched) = calls.get_mut(&cgroup_id) else {
+        let Some(draft) = calls.get_mut(&cgroup_id) else {
             return false;
         };
-        watched.receipt.guardd_connects += 1;
-        watched.diverge("guardd", json!({ "pid": pid }), false, bus);
+        draft.receipt.guardd_connects += 1;
+        draft.diverge(Effect::Guardd {}, Some(pid), false, bus);
         true
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watched>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Draft>> {
         // A panic while holding this lock cannot leave the map inconsistent: recover it.
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -489,8 +455,8 @@ fn addr_of(event: &KernelEvent) -> String {
 mod tests {
     use super::*;
 
-    fn tracked() -> Tracked {
-        Tracked {
+    fn call() -> ReceiptFor {
+        ReceiptFor {
             call_id: "c1".into(),
             tool: "fetch".into(),
             cgroup: "/nonexistent".into(),
@@ -514,30 +480,36 @@ mod tests {
 
     #[test]
     fn a_denied_effect_makes_the_receipt_diverge_and_is_published() {
-        let (tracker, bus) = (Tracker::default(), Bus::default());
+        let (tracker, bus) = (Receipts::default(), Bus::default());
         let mut rx = bus.subscribe();
-        tracker.track(5, tracked());
+        tracker.begin(5, call());
         tracker.record(&connect_event(5, ACTION_ALLOWED), &bus);
         assert!(!tracker.diverged(5));
         tracker.record(&connect_event(5, ACTION_DENIED), &bus);
         tracker.record(&connect_event(6, ACTION_DENIED), &bus); // not ours: ignored
         let ev = rx.try_recv().expect("divergence published");
-        assert_eq!((ev.kind, ev.call_id.as_deref()), ("divergence", Some("c1")));
-        assert_eq!(ev.detail["action"], "deny");
+        assert_eq!(
+            (ev.kind(), ev.call_id.as_deref()),
+            ("divergence", Some("c1"))
+        );
+        let What::Divergence(d) = &ev.what else {
+            panic!("a divergence: {ev:?}")
+        };
+        assert_eq!(d.action, Action::Deny);
         assert!(rx.try_recv().is_err(), "only one event expected");
         let receipt = tracker.finish(5).expect("receipt");
         assert_eq!(
             (receipt.verdict, receipt.denied, receipt.connects.len()),
-            ("diverged", 1, 2)
+            (Verdict::Diverged, 1, 2)
         );
         assert_eq!(receipt.connects[1].addr, "127.0.0.1");
     }
 
     #[test]
     fn a_refused_socket_is_a_divergence_named_by_family_and_type() {
-        let (tracker, bus) = (Tracker::default(), Bus::default());
+        let (tracker, bus) = (Receipts::default(), Bus::default());
         let mut rx = bus.subscribe();
-        tracker.track(5, tracked());
+        tracker.begin(5, call());
         // SAFETY: Event is plain old data; all-zero is a valid value.
         let mut e: KernelEvent = unsafe { std::mem::zeroed() };
         e.kind = KIND_SOCKET;
@@ -548,11 +520,15 @@ mod tests {
         e.sock_protocol = 0x0300;
         tracker.record(&e, &bus);
         let ev = rx.try_recv().expect("divergence published");
-        assert_eq!(ev.detail["effect"], "socket");
-        assert_eq!(ev.detail["family"], "packet");
-        assert_eq!(ev.detail["type"], "raw");
+        let What::Divergence(d) = &ev.what else {
+            panic!("a divergence: {ev:?}")
+        };
+        let Effect::Socket { family, ty, .. } = &d.effect else {
+            panic!("a socket: {d:?}")
+        };
+        assert_eq!((family.as_str(), ty.as_str()), ("packet", "raw"));
         let receipt = tracker.finish(5).expect("receipt");
-        assert_eq!((receipt.verdict, receipt.denied), ("diverged", 1));
+        assert_eq!((receipt.verdict, receipt.denied), (Verdict::Diverged, 1));
         assert_eq!(receipt.sockets[0].protocol, 0x0300);
     }
 }

@@ -1,7 +1,9 @@
 //! The wire protocol between guardd and its clients: newline-delimited JSON, one object per
 //! line, versioned by `"v": 1`. Requests are parsed in two steps, the envelope (`v`, `type`)
 //! and then the request's own struct, so that an error names the field at fault. See
-//! `docs/protocol.md`.
+//! `docs/protocol.md`. The replies are in [`reply`].
+
+pub mod reply;
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
@@ -11,8 +13,11 @@ pub const VERSION: u64 = 1;
 /// Largest frame accepted, newline included.
 pub const MAX_FRAME: usize = 1 << 20;
 
-/// A request, after validation.
-#[derive(Debug, Clone, PartialEq)]
+pub use reply::{ErrorReply, ExecReply, Reply, frame, parse_reply};
+
+/// A request, after validation (and, for a client, before sending: see [`frame`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
 pub enum Request {
     Exec(ExecRequest),
     Check(CheckRequest),
@@ -25,24 +30,24 @@ pub enum Request {
 }
 
 /// Load the policy file again (admins).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReloadRequest {}
 
 /// The calls waiting for approval (admins).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PendingRequest {}
 
 /// Let a held call run (admins).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveRequest {
     pub call_id: String,
 }
 
 /// Refuse a held call (admins).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DenyRequest {
     pub call_id: String,
@@ -52,7 +57,7 @@ pub struct DenyRequest {
 }
 
 /// Run a tool. The frame carries the caller's stdin, stdout and stderr as SCM_RIGHTS.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub tool: String,
@@ -61,7 +66,7 @@ pub struct ExecRequest {
 }
 
 /// Decide a call without running it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckRequest {
     pub tool: String,
@@ -70,12 +75,12 @@ pub struct CheckRequest {
 }
 
 /// The daemon's state: policy, layers, running calls.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusRequest {}
 
 /// Stream events as they happen.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SubscribeRequest {
     /// Only events of tools matching this glob.
@@ -243,39 +248,9 @@ fn field_in(message: &str) -> Option<String> {
     Some(message[start..start + len].to_owned())
 }
 
-/// Serialises a reply as one frame: `{"v":1,"type":KIND, ...fields}` and a newline.
-pub fn frame(kind: &str, body: impl Serialize) -> Vec<u8> {
-    let mut map = match serde_json::to_value(body) {
-        Ok(Value::Object(map)) => map,
-        Ok(Value::Null) => Map::new(),
-        Ok(other) => Map::from_iter([("value".to_owned(), other)]),
-        Err(e) => Map::from_iter([(
-            "error".to_owned(),
-            Value::String(format!("serialising reply: {e}")),
-        )]),
-    };
-    map.insert("v".into(), VERSION.into());
-    map.insert("type".into(), kind.into());
-    let mut out = serde_json::to_vec(&map).unwrap_or_default();
-    out.push(b'\n');
-    out
-}
-
 /// An error reply frame.
 pub fn error_frame(error: &ProtocolError) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        error: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        field: Option<&'a str>,
-    }
-    frame(
-        "error",
-        Body {
-            error: &error.message,
-            field: error.field.as_deref(),
-        },
-    )
+    frame(&Reply::Error(error.into()))
 }
 
 #[cfg(test)]
@@ -343,13 +318,12 @@ mod tests {
     }
 
     #[test]
-    fn frames_carry_version_and_type() {
-        let f = frame("decision", serde_json::json!({"decision": "block"}));
-        let v: Value = serde_json::from_slice(&f).unwrap();
-        assert_eq!(
-            (v["v"].as_u64(), v["type"].as_str(), v["decision"].as_str()),
-            (Some(1), Some("decision"), Some("block"))
-        );
-        assert_eq!(f.last(), Some(&b'\n'));
+    fn requests_a_client_frames_parse_back() {
+        let request = Request::Subscribe(SubscribeRequest {
+            tool: Some("x*".into()),
+            call: None,
+        });
+        let f = frame(&request);
+        assert_eq!(parse_request(&f[..f.len() - 1]), Ok(request));
     }
 }

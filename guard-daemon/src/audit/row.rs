@@ -1,0 +1,144 @@
+//! The rows guardd writes, typed once for guardd to write and for guardctl (and any reader of the
+//! log) to read. The log adds `seq`, `ts`, `prev` and `hash` to each (see [`super::chain`]);
+//! [`Record`] is a row read back with those.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{
+    access::Peer,
+    decision::DecisionRow,
+    receipt::Receipt,
+    sandbox::{Applied, Outcome},
+    stages::Stages,
+};
+
+/// One audit row, tagged by `kind`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Row {
+    /// The policy's decision on a call, written before anything else happens to it.
+    Decision {
+        call_id: String,
+        peer: Peer,
+        tool: String,
+        /// Redacted as the policy's detectors say.
+        args: Value,
+        decision: DecisionRow,
+        /// Whether the kernel layers held the call (false only with `--allow-unenforced`).
+        enforced: bool,
+    },
+    /// An admin's answer to a held call (`by` none: nobody answered in time, or the caller left).
+    Approval {
+        call_id: String,
+        tool: String,
+        approved: bool,
+        by: Option<u32>,
+        reason: Option<String>,
+    },
+    /// What an approved call did, once it ended.
+    Finished(Box<Finished>),
+    /// An attempt to put the policy file in force (`error`: the one in force stayed).
+    Reload {
+        policy: PathBuf,
+        by: Option<u32>,
+        tools: Option<usize>,
+        error: Option<String>,
+    },
+    /// Rotated files removed under `audit_keep_rotated`, vouching for the rows they held.
+    Pruned {
+        through_seq: u64,
+        through_hash: String,
+        files: Vec<String>,
+    },
+    /// A kind this build does not know (a reader of a newer log).
+    #[serde(other)]
+    Other,
+}
+
+/// The `finished` row of a call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finished {
+    pub call_id: String,
+    pub tool: String,
+    /// The confinement applied; none when the launch failed before it.
+    pub sandbox: Option<Applied>,
+    /// The receipt: what the kernel saw the call do.
+    pub effects_observed: Option<Receipt>,
+    pub exit: Option<Outcome>,
+    /// Why an approved call could not be carried through.
+    pub error: Option<String>,
+    pub duration_ms: f64,
+    /// Microseconds per stage of the call's way through guardd.
+    pub timings_us: Stages,
+    pub enforced: bool,
+}
+
+/// A row as read back from the log, with what the log added to it.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct Record {
+    pub seq: u64,
+    /// RFC 3339, UTC.
+    pub ts: String,
+    #[serde(flatten)]
+    pub row: Row,
+}
+
+impl Row {
+    /// The call the row is about, if any.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Row::Decision { call_id, .. } | Row::Approval { call_id, .. } => Some(call_id),
+            Row::Finished(f) => Some(&f.call_id),
+            Row::Reload { .. } | Row::Pruned { .. } | Row::Other => None,
+        }
+    }
+
+    /// The row as the JSON object the log seals.
+    pub(crate) fn to_map(&self) -> Result<Map<String, Value>, serde_json::Error> {
+        match serde_json::to_value(self)? {
+            Value::Object(map) => Ok(map),
+            other => Err(serde::ser::Error::custom(format!(
+                "an audit row must be a JSON object, not {other}"
+            ))),
+        }
+    }
+}
+
+impl Record {
+    /// Reads a row of the log (as [`super::read_rows`] yields it).
+    pub fn from_map(map: Map<String, Value>) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(Value::Object(map))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_read_back_as_written_and_unknown_kinds_are_other() {
+        let row = Row::Approval {
+            call_id: "c1".into(),
+            tool: "deploy".into(),
+            approved: false,
+            by: None,
+            reason: Some("no admin answered".into()),
+        };
+        let mut map = row.to_map().unwrap();
+        assert_eq!(map["kind"], "approval");
+        map.insert("seq".into(), 7.into());
+        map.insert("ts".into(), "T".into());
+        map.insert("hash".into(), "h".into());
+        let record = Record::from_map(map).unwrap();
+        assert_eq!((record.seq, record.row.call_id()), (7, Some("c1")));
+        assert_eq!(record.row, row);
+        let future = serde_json::json!({"kind": "judged", "seq": 8, "ts": "T", "score": 1});
+        let Value::Object(future) = future else {
+            unreachable!()
+        };
+        assert_eq!(Record::from_map(future).unwrap().row, Row::Other);
+    }
+}

@@ -1,0 +1,289 @@
+//! The event bus: what guard does and observes, as it happens, fanned out to `subscribe` clients.
+//! Publishing never waits for a subscriber: a slow one falls behind, is told so with a final
+//! `lagged` event, and is dropped. The events are typed here once, for guardd to publish and for
+//! guardctl (and any client) to read.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::{decision::Decision, receipt::RefusedSeen};
+
+/// How many events a subscriber may fall behind before it is dropped.
+const BUS_CAPACITY: usize = 4096;
+
+/// One event, as subscribers receive it (`{"ts":..,"kind":..,"call_id":..,"tool":.., ...}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// RFC 3339, UTC.
+    pub ts: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// What happened, tagged by `kind`.
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// What an event reports, by `kind`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum What {
+    /// The policy decided a call.
+    Decision {
+        decision: Decision,
+        reason: String,
+        uid: u32,
+    },
+    /// A call waits for an admin.
+    Held {
+        decision: Decision,
+        reason: String,
+        uid: u32,
+        timeout_s: u64,
+    },
+    /// An admin (or the clock, `by` none) answered a held call.
+    Approval {
+        approved: bool,
+        by: Option<u32>,
+        reason: Option<String>,
+    },
+    /// An approved call started: its program, not its arguments (those may carry what the
+    /// audit row redacts).
+    Launch {
+        pid: u32,
+        program: Option<String>,
+        args: usize,
+        uid: u32,
+    },
+    /// A call did what it was not approved to do.
+    Divergence(Divergence),
+    /// guardd killed a call for a reason other than a divergence.
+    Kill { reason: String },
+    /// A call ended.
+    Exit {
+        code: Option<i32>,
+        diverged: bool,
+        error: Option<String>,
+        duration_ms: f64,
+    },
+    /// The policy was reloaded (`error`: it was not, and the one in force stays).
+    Reload {
+        tools: Option<usize>,
+        error: Option<String>,
+        by: Option<u32>,
+    },
+    /// A call was not admitted.
+    Refused { reason: String },
+    /// This subscriber fell behind by `missed` events and is dropped.
+    Lagged { missed: u64 },
+}
+
+/// A divergence: the effect, what guard did about it, and the process (when known).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    #[serde(flatten)]
+    pub effect: Effect,
+    pub action: Action,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+}
+
+/// The effect a call had or attempted outside its approval, with that effect's fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "effect", rename_all = "snake_case")]
+pub enum Effect {
+    /// An exec of a program outside its exec effects.
+    Exec { path: String },
+    /// A connect or send outside its connect effects.
+    Connect {
+        addr: String,
+        port: u16,
+        proto: Proto,
+    },
+    /// A socket the call may not create.
+    Socket {
+        family: String,
+        #[serde(rename = "type")]
+        ty: String,
+        protocol: u32,
+    },
+    /// A successful write-open outside its write effects (`--trace-syscalls`).
+    Open { path: String, flags: u32 },
+    /// Write-opens outside its effects the kernel counted but whose events were lost.
+    WritesOutside { writes: u64, events_lost: u64 },
+    /// Kernel events of the call the ring buffer had no room for: its receipt is incomplete.
+    EventsLost { events_lost: u64 },
+    /// A syscall landlock or seccomp refused (`--trace-syscalls`).
+    Refused(RefusedSeen),
+    /// Refusals the kernel counted but whose events were lost.
+    RefusedUnseen { refused: u64, events_lost: u64 },
+    /// seccomp killed a process of the call.
+    Syscall { signal: String },
+    /// The call connected to guardd's own socket.
+    Guardd {},
+    /// The call asked its resolver for a name outside its approved hosts.
+    Dns {
+        name: String,
+        #[serde(rename = "type")]
+        qtype: String,
+    },
+}
+
+/// A transport protocol of a connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+/// What guard did about a divergence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// The operation was refused; the call goes on.
+    Deny,
+    /// The call's whole process tree was killed.
+    Kill,
+    /// Learnt once the call had ended: nothing was left to stop.
+    Ended,
+}
+
+impl Effect {
+    /// The effect's name, as on the wire (`effect`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Effect::Exec { .. } => "exec",
+            Effect::Connect { .. } => "connect",
+            Effect::Socket { .. } => "socket",
+            Effect::Open { .. } => "open",
+            Effect::WritesOutside { .. } => "writes_outside",
+            Effect::EventsLost { .. } => "events_lost",
+            Effect::Refused(_) => "refused",
+            Effect::RefusedUnseen { .. } => "refused_unseen",
+            Effect::Syscall { .. } => "syscall",
+            Effect::Guardd {} => "guardd",
+            Effect::Dns { .. } => "dns",
+        }
+    }
+}
+
+impl Action {
+    /// The action's name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Deny => "deny",
+            Action::Kill => "kill",
+            Action::Ended => "ended",
+        }
+    }
+}
+
+impl Event {
+    /// An event of `call_id` (of `tool`), now.
+    pub fn of(call_id: Option<&str>, tool: Option<&str>, what: What) -> Self {
+        Self {
+            ts: crate::audit::ts::now(),
+            call_id: call_id.map(str::to_owned),
+            tool: tool.map(str::to_owned),
+            what,
+        }
+    }
+
+    /// The event's `kind`, as on the wire.
+    pub fn kind(&self) -> &'static str {
+        match &self.what {
+            What::Decision { .. } => "decision",
+            What::Held { .. } => "held",
+            What::Approval { .. } => "approval",
+            What::Launch { .. } => "launch",
+            What::Divergence(_) => "divergence",
+            What::Kill { .. } => "kill",
+            What::Exit { .. } => "exit",
+            What::Reload { .. } => "reload",
+            What::Refused { .. } => "refused",
+            What::Lagged { .. } => "lagged",
+        }
+    }
+}
+
+/// The fan-out of events to subscribers.
+#[derive(Clone)]
+pub struct Bus {
+    tx: broadcast::Sender<Arc<Event>>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self {
+            tx: broadcast::channel(BUS_CAPACITY).0,
+        }
+    }
+}
+
+impl Bus {
+    /// Publishes to every subscriber; never blocks, and does nothing when nobody listens.
+    pub fn publish(&self, event: Event) {
+        let _ = self.tx.send(Arc::new(event));
+    }
+
+    /// Publishes `what` of a call, now.
+    pub fn call(&self, call_id: &str, tool: &str, what: What) {
+        self.publish(Event::of(Some(call_id), Some(tool), what));
+    }
+
+    /// A new subscriber, receiving what is published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_read_back_as_written_with_their_fields_flat() {
+        let divergence = What::Divergence(Divergence {
+            effect: Effect::Connect {
+                addr: "10.1.2.3".into(),
+                port: 443,
+                proto: Proto::Tcp,
+            },
+            action: Action::Kill,
+            pid: Some(5150),
+        });
+        let event = Event::of(Some("c1"), Some("fetch_url"), divergence);
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            (
+                &json["kind"],
+                &json["effect"],
+                &json["port"],
+                &json["action"]
+            ),
+            (
+                &"divergence".into(),
+                &"connect".into(),
+                &443.into(),
+                &"kill".into()
+            )
+        );
+        assert_eq!(serde_json::from_value::<Event>(json).unwrap(), event);
+        let exit = Event::of(
+            None,
+            None,
+            What::Exit {
+                code: Some(0),
+                diverged: false,
+                error: None,
+                duration_ms: 3.5,
+            },
+        );
+        let text = serde_json::to_string(&exit).unwrap();
+        assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), exit);
+    }
+}

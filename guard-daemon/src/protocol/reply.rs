@@ -1,0 +1,255 @@
+//! guardd's replies, typed once: guardd writes them, and guard-exec, guardctl and any client read
+//! them with the same types. Each is one frame, `{"v":1,"type":..., ...}` (see [`frame`]).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use super::{ProtocolError, VERSION};
+use crate::{
+    approval::Held,
+    bus::Event,
+    calls::Running,
+    daemon::Layer,
+    decision::{Decision, DecisionRow},
+    plan::LaunchPlan,
+};
+
+/// What guardd answers to `exec`, in order: the decision (after a hold, when the policy holds
+/// the call for an admin), then, for a call that ran, its exit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecReply {
+    /// Decided: an `allow` runs, anything else is the last reply.
+    Decision(CallDecision),
+    /// Held for an admin; a decision follows once one answered (or the wait ran out).
+    Pending(Hold),
+    /// The call ended.
+    Exit(Exit),
+    /// The request was refused before any decision.
+    Error(ErrorReply),
+}
+
+/// What guardd answers to every request but `exec`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// `check`: the decision and the plan an allowed call would run with.
+    Decision(Checked),
+    /// `status`.
+    Status(Box<Status>),
+    /// `pending`: the calls held for an admin.
+    Pending(PendingCalls),
+    /// `approve`, `deny`: the answer reached the held call.
+    Resolved(Resolved),
+    /// `reload`: the policy file is in force.
+    Reloaded(Reloaded),
+    /// `subscribe`: events follow.
+    Subscribed(Subscribed),
+    /// `subscribe`: one event.
+    Event(Event),
+    /// The request was refused; `field` names the field at fault, when there is one.
+    Error(ErrorReply),
+}
+
+/// The decision on an `exec`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallDecision {
+    pub call_id: String,
+    pub decision: Decision,
+    /// Why not, as much as the policy discloses (absent for `allow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The admin who approved a held call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<u32>,
+}
+
+/// An `exec` held for an admin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hold {
+    pub call_id: String,
+    pub decision: Decision,
+    pub message: String,
+    /// How long the call waits for an answer before it is denied.
+    pub timeout_s: u64,
+}
+
+/// The end of a call that ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Exit {
+    pub call_id: String,
+    /// The tool's exit code, 128+N when killed by signal N, 137 when guard stopped it; none when
+    /// the call could not be carried through (`error`).
+    pub code: Option<i32>,
+    /// The call did or tried something it was not approved to do.
+    pub diverged: bool,
+    /// guard killed the call for it.
+    pub stopped: bool,
+    /// Why an approved call could not be carried through.
+    pub error: Option<String>,
+}
+
+/// The answer to `check`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checked {
+    pub decision: DecisionRow,
+    pub plan: Option<LaunchPlan>,
+}
+
+/// The answer to `status`: what guardd is and does now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub pid: u32,
+    pub uptime_s: u64,
+    /// Whether the kernel layers hold the calls (false only with `--allow-unenforced`).
+    pub enforced: bool,
+    pub policy: PolicyStatus,
+    pub audit: AuditStatus,
+    pub layers: Vec<Layer>,
+    /// How memory and task limits are enforced on this host.
+    pub limits: String,
+    pub running: Vec<Running>,
+    pub queued: u64,
+    /// Kernel events the ring buffer had no room for, since guardd started.
+    pub dropped_events: u64,
+}
+
+/// The policy in force.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyStatus {
+    pub path: PathBuf,
+    pub tools: usize,
+}
+
+/// The audit log guardd writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditStatus {
+    pub path: PathBuf,
+    /// False: the reserve for running calls' rows is in use, and no call is admitted.
+    pub admitting: bool,
+}
+
+/// The answer to `pending`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingCalls {
+    pub calls: Vec<Held>,
+}
+
+/// The answer to `approve` and `deny`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resolved {
+    pub call_id: String,
+    pub approved: bool,
+}
+
+/// The answer to `reload`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reloaded {
+    pub policy: PathBuf,
+    pub tools: usize,
+}
+
+/// The answer to `subscribe`, before the events.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Subscribed {}
+
+/// A refusal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl From<&ProtocolError> for ErrorReply {
+    fn from(e: &ProtocolError) -> Self {
+        Self {
+            error: e.message.clone(),
+            field: e.field.clone(),
+        }
+    }
+}
+
+impl ErrorReply {
+    /// A refusal that names no field.
+    pub fn new(error: impl Into<String>) -> Self {
+        Self {
+            error: error.into(),
+            field: None,
+        }
+    }
+}
+
+/// A reply or request on the wire: the version beside the message's own fields.
+#[derive(Serialize, Deserialize)]
+struct Framed<T> {
+    v: u64,
+    #[serde(flatten)]
+    message: T,
+}
+
+/// Serialises a message (a reply, or a client's request) as one frame and its newline.
+pub fn frame<T: Serialize>(message: &T) -> Vec<u8> {
+    let framed = Framed {
+        v: VERSION,
+        message,
+    };
+    let mut out = match serde_json::to_vec(&framed) {
+        Ok(out) => out,
+        // Only a map with non-string keys fails, and no reply holds one; say so rather than
+        // send nothing.
+        Err(e) => {
+            let error = ErrorReply::new(format!("serialising the reply: {e}"));
+            serde_json::to_vec(&Framed {
+                v: VERSION,
+                message: &Reply::Error(error),
+            })
+            .unwrap_or_default()
+        }
+    };
+    out.push(b'\n');
+    out
+}
+
+/// Reads one reply frame (without its newline) of the version this build speaks.
+pub fn parse_reply<T: DeserializeOwned>(line: &[u8]) -> Result<T, String> {
+    let framed: Framed<T> =
+        serde_json::from_slice(line).map_err(|e| format!("bad reply from guardd: {e}"))?;
+    if framed.v != VERSION {
+        return Err(format!(
+            "guardd speaks protocol v{}, this client v{VERSION}",
+            framed.v
+        ));
+    }
+    Ok(framed.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::What;
+
+    #[test]
+    fn replies_read_back_as_written_with_version_and_type() {
+        let reply = ExecReply::Decision(CallDecision {
+            call_id: "c1".into(),
+            decision: Decision::Block,
+            message: Some("blocked by policy".into()),
+            approved_by: None,
+        });
+        let f = frame(&reply);
+        assert_eq!(f.last(), Some(&b'\n'));
+        let v: serde_json::Value = serde_json::from_slice(&f).unwrap();
+        assert_eq!(
+            (v["v"].as_u64(), v["type"].as_str(), v["decision"].as_str()),
+            (Some(1), Some("decision"), Some("block"))
+        );
+        assert_eq!(parse_reply::<ExecReply>(&f[..f.len() - 1]), Ok(reply));
+        let event = Reply::Event(Event::of(Some("c1"), Some("t"), What::Lagged { missed: 3 }));
+        let f = frame(&event);
+        assert_eq!(parse_reply::<Reply>(&f), Ok(event));
+        let newer = br#"{"v":2,"type":"subscribed"}"#;
+        assert!(parse_reply::<Reply>(newer).unwrap_err().contains("v2"));
+    }
+}
