@@ -35,3 +35,4 @@ pub mod sandbox;
 pub mod selftest;
 pub mod server;
 pub mod stages;
+pub mod sysname;

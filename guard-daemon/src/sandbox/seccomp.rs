@@ -15,11 +15,7 @@ use seccompiler::{
 };
 use serde::Serialize;
 
-use crate::plan::LaunchPlan;
-
-#[cfg(target_arch = "x86_64")]
-#[path = "syscalls_x86_64.rs"]
-mod names;
+use crate::{plan::LaunchPlan, sysname};
 
 /// Errors of building or compiling the filter.
 #[derive(Debug, thiserror::Error)]
@@ -220,36 +216,6 @@ const STRICT_BASE: &[&str] = &[
     "futex",
 ];
 
-/// The name of syscall `nr` on this architecture, if guard knows it.
-pub fn syscall_name(nr: i64) -> Option<&'static str> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        names::SYSCALLS
-            .iter()
-            .find(|&&(_, n)| n == nr)
-            .map(|&(name, _)| name)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        DENY.iter().find(|&&(_, n)| n == nr).map(|&(name, _)| name)
-    }
-}
-
-/// The syscall number of `name` on this architecture.
-pub fn syscall_nr(name: &str) -> Option<i64> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        names::SYSCALLS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|&(_, nr)| nr)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        DENY.iter().find(|(n, _)| *n == name).map(|&(_, nr)| nr)
-    }
-}
-
 fn arch() -> TargetArch {
     #[cfg(target_arch = "aarch64")]
     {
@@ -302,7 +268,7 @@ const EPERM: Action = Action::Errno(libc::EPERM as u32);
 pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, SeccompError> {
     let c = &plan.confinement;
     for name in &c.allow_syscalls {
-        syscall_nr(name).ok_or_else(|| SeccompError::UnknownSyscall {
+        sysname::number(name).ok_or_else(|| SeccompError::UnknownSyscall {
             name: name.clone(),
             field: "allow_syscalls",
         })?;
@@ -351,16 +317,16 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
         (Mode::DenyList, Action::Allow)
     } else {
         for name in &c.syscalls {
-            let nr = syscall_nr(name).ok_or_else(|| SeccompError::UnknownSyscall {
+            let nr = sysname::number(name).ok_or_else(|| SeccompError::UnknownSyscall {
                 name: name.clone(),
                 field: "syscalls",
             })?;
             // The names are the plan's; the table keeps &'static str, so look the static one up.
-            let name = static_name(name).unwrap_or("?");
+            let name = sysname::name(nr).unwrap_or("?");
             rules.push(always(name, nr, Action::Allow));
         }
         for &name in STRICT_BASE {
-            if let Some(nr) = syscall_nr(name) {
+            if let Some(nr) = sysname::number(name) {
                 rules.push(always(name, nr, Action::Allow));
             }
         }
@@ -371,20 +337,6 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
         default,
         rules,
     })
-}
-
-fn static_name(name: &str) -> Option<&'static str> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        names::SYSCALLS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|&(n, _)| n)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        DENY.iter().find(|(n, _)| *n == name).map(|&(n, _)| n)
-    }
 }
 
 /// socket(2): AF_UNIX only with the `unix` effect, AF_INET/AF_INET6 only with connect effects
@@ -586,15 +538,6 @@ mod tests {
 
     use super::*;
     use crate::plan::{Confinement, Effects, Endpoint};
-
-    #[test]
-    fn syscall_names_and_numbers_agree() {
-        for name in ["read", "openat", "execve", "socket", "io_uring_setup"] {
-            let nr = syscall_nr(name).expect(name);
-            assert_eq!(syscall_name(nr), Some(name));
-        }
-        assert_eq!(syscall_name(-1), None);
-    }
 
     fn plan() -> LaunchPlan {
         LaunchPlan {
@@ -833,15 +776,18 @@ mod tests {
 
     #[test]
     fn name_table_matches_libc() {
-        assert_eq!(syscall_nr("ptrace"), Some(libc::SYS_ptrace));
-        assert_eq!(syscall_nr("io_uring_setup"), Some(libc::SYS_io_uring_setup));
-        assert_eq!(syscall_nr("clone3"), Some(libc::SYS_clone3));
+        assert_eq!(sysname::number("ptrace"), Some(libc::SYS_ptrace));
         assert_eq!(
-            syscall_nr("landlock_restrict_self"),
+            sysname::number("io_uring_setup"),
+            Some(libc::SYS_io_uring_setup)
+        );
+        assert_eq!(sysname::number("clone3"), Some(libc::SYS_clone3));
+        assert_eq!(
+            sysname::number("landlock_restrict_self"),
             Some(libc::SYS_landlock_restrict_self)
         );
         for &(name, nr) in DENY {
-            assert_eq!(syscall_nr(name), Some(nr), "{name}");
+            assert_eq!(sysname::number(name), Some(nr), "{name}");
         }
     }
 }
