@@ -204,6 +204,7 @@ struct Command {
 }
 
 impl Command {
+    /// Checks argv[0] is an absolute path and that no string holds a NUL.
     fn new(plan: &LaunchPlan) -> Result<Self, SandboxError> {
         let program_path = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
         if !Path::new(program_path).is_absolute() {

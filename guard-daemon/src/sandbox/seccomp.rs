@@ -105,6 +105,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The name the audit row shows (`Applied::seccomp`).
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::DenyList => "deny-list",

@@ -98,6 +98,7 @@ fn always(name: &'static str, nr: i64, action: Action) -> Rule {
     }
 }
 
+/// Argument `arg`, as a C `int`, equals `value`.
 pub(super) fn int_eq(arg: u8, value: i32) -> Cond {
     Cond {
         arg,
@@ -107,6 +108,7 @@ pub(super) fn int_eq(arg: u8, value: i32) -> Cond {
     }
 }
 
+/// Argument `arg`, as a C `int`, differs from `value`.
 pub(super) fn int_ne(arg: u8, value: i32) -> Cond {
     Cond {
         arg,
@@ -116,6 +118,7 @@ pub(super) fn int_ne(arg: u8, value: i32) -> Cond {
     }
 }
 
+/// The answer of the deny rules: the call fails as if the kernel forbade it.
 pub(super) const EPERM: Action = Action::Errno(libc::EPERM as u32);
 
 /// The filter for `plan`: the deny list less `allow_syscalls`, clone/clone3 rules, socket rules
