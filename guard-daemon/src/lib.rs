@@ -38,3 +38,4 @@ pub mod sandbox;
 pub mod selftest;
 pub mod server;
 pub mod stages;
+pub mod sysname;

@@ -437,8 +437,7 @@ pub fn syscall_names(numbers: &[u32]) -> Vec<String> {
     numbers
         .iter()
         .map(|&nr| {
-            crate::sandbox::seccomp::syscall_name(i64::from(nr))
-                .map_or_else(|| nr.to_string(), str::to_owned)
+            crate::sysname::name(i64::from(nr)).map_or_else(|| nr.to_string(), str::to_owned)
         })
         .collect()
 }

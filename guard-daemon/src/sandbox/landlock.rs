@@ -20,6 +20,7 @@ use ::landlock::{
     ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, NetPort,
     PathBeneath, PathFd, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
 };
+use nix::errno::Errno;
 use serde::Serialize;
 
 use crate::plan::LaunchPlan;
@@ -388,7 +389,7 @@ impl Prepared {
             )
         };
         if dir < 0 {
-            return Err(errno());
+            return Err(Errno::last_raw());
         }
         let attr = PathBeneathAttr {
             allowed_access: PROC_SELF.bits(),
@@ -404,7 +405,7 @@ impl Prepared {
                 0u32,
             )
         };
-        let add_errno = if rc < 0 { errno() } else { 0 };
+        let add_errno = if rc < 0 { Errno::last_raw() } else { 0 };
         // SAFETY: dir is the fd opened above, owned here.
         unsafe { libc::close(dir) };
         if add_errno != 0 {
@@ -412,16 +413,10 @@ impl Prepared {
         }
         // SAFETY: fd is a landlock ruleset fd; flags 0.
         if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
-            return Err(errno());
+            return Err(Errno::last_raw());
         }
         Ok(())
     }
-}
-
-fn errno() -> i32 {
-    // SAFETY: __errno_location returns the calling thread's errno slot; reading it is safe and
-    // async-signal-safe (io::Error::last_os_error is too, but this keeps the child free of std).
-    unsafe { *libc::__errno_location() }
 }
 
 #[cfg(test)]

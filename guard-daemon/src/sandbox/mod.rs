@@ -2,10 +2,11 @@
 //!
 //! The security tables are data built by pure functions: [`landlock::rules`] (which paths and
 //! ports) and [`seccomp::table`] (which syscalls). [`limits`] picks how memory and task limits are
-//! enforced on this host. [`launch::spawn`] builds everything before fork and applies it in the
-//! child, in a fixed order, before `execve`; [`launch::run_to_end`] waits for the call and kills
-//! its whole cgroup when the timeout runs out.
+//! enforced on this host. [`launch::spawn`] builds everything before fork, and the child's side
+//! (`child`) applies it in a fixed order before `execve`; [`launch::run_to_end`] waits for the
+//! call and kills its whole cgroup when the timeout runs out.
 
+mod child;
 pub mod landlock;
 pub mod launch;
 pub mod limits;

@@ -1,0 +1,321 @@
+//! The forked child's side of a launch: what runs between fork and `execve`.
+//!
+//! The daemon is multithreaded, so the child may only make async-signal-safe calls: no
+//! allocation, no locks, no panics. Every input is prepared by `launch::spawn` before fork and
+//! reaches the child as a [`ChildCtx`] of fds, integers and pointers into the parent's copy of
+//! memory. Each step is its own function, in the order [`run`] calls them; a failing step
+//! reports `(stage, errno)` through the close-on-exec report pipe and exits 127.
+
+use std::{ffi::CStr, os::fd::RawFd};
+
+use nix::errno::Errno;
+
+use super::{landlock, limits::Rlimits};
+
+/// The names of the child's steps, indexed by [`Stage`]: the parent turns a report into one.
+pub(super) const STAGES: &[&str] = &[
+    "cgroup",
+    "limits-cgroup",
+    "setsid",
+    "stdio",
+    "close-fds",
+    "signals",
+    "rlimit",
+    "setgroups",
+    "setgid",
+    "setuid",
+    "no-new-privs",
+    "pdeathsig",
+    "cwd",
+    "landlock",
+    "seccomp",
+    "exec",
+];
+
+/// The steps of the child, in order; a failure is reported by index into [`STAGES`].
+#[derive(Clone, Copy)]
+#[repr(u32)]
+pub(super) enum Stage {
+    Cgroup,
+    LimitsCgroup,
+    Setsid,
+    Stdio,
+    CloseFds,
+    Signals,
+    Rlimit,
+    Setgroups,
+    Setgid,
+    Setuid,
+    NoNewPrivs,
+    Pdeathsig,
+    Cwd,
+    Landlock,
+    Seccomp,
+    Exec,
+}
+
+/// Everything the child needs, prepared before fork. Raw pointers into `CString`s and programs
+/// owned by `spawn`'s frame, which the child's copy of memory keeps alive.
+pub(super) struct ChildCtx<'a> {
+    pub parent: libc::pid_t,
+    pub report: RawFd,
+    pub cgroup_procs: RawFd,
+    pub limit_procs: Vec<RawFd>,
+    pub stdio: [RawFd; 3],
+    pub rlimits: Rlimits,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+    pub cwd: &'a CStr,
+    pub program: &'a CStr,
+    pub argv: &'a [*const libc::c_char],
+    pub envp: &'a [*const libc::c_char],
+    pub landlock: &'a landlock::Prepared,
+    pub proc_self: &'a CStr,
+    pub filters: &'a [libc::sock_fprog],
+}
+
+/// A failed step: what the child reports before it exits.
+#[derive(Clone, Copy)]
+struct Failed {
+    stage: Stage,
+    errno: i32,
+}
+
+/// `Err` with the current errno when a libc call returned a negative value. Reading errno is a
+/// load from a thread-local slot, so this is async-signal-safe.
+fn check(rc: libc::c_long, stage: Stage) -> Result<(), Failed> {
+    if rc < 0 {
+        Err(Failed {
+            stage,
+            errno: Errno::last_raw(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs in the forked child: joins the cgroups, confines itself, and execs the tool; never
+/// returns. Only async-signal-safe calls, no allocation, no panics.
+pub(super) fn run(ctx: &ChildCtx) -> ! {
+    if let Err(f) = confine(ctx) {
+        fail(ctx.report, f);
+    }
+    exec(ctx)
+}
+
+/// The steps before `execve`, in their fixed order: each one relies on those before it.
+fn confine(ctx: &ChildCtx) -> Result<(), Failed> {
+    join_cgroups(ctx)?;
+    new_session()?;
+    stdio(ctx.stdio)?;
+    close_fds_at_exec()?;
+    reset_signals()?;
+    set_rlimits(ctx)?;
+    drop_identity(ctx)?;
+    no_new_privs()?;
+    die_with_parent(ctx.parent)?;
+    chdir(ctx.cwd)?;
+    ctx.landlock
+        .restrict_self(ctx.proc_self)
+        .map_err(|errno| Failed {
+            stage: Stage::Landlock,
+            errno,
+        })?;
+    // Seccomp last: nothing after it but execve (and write/_exit on failure).
+    install_seccomp(ctx.filters)
+}
+
+/// Into the call's cgroup first, so every later fork is counted and killable, then into the v1
+/// limit cgroups.
+fn join_cgroups(ctx: &ChildCtx) -> Result<(), Failed> {
+    // SAFETY: write on an fd the parent opened, from a static one-byte buffer.
+    let rc = unsafe { libc::write(ctx.cgroup_procs, b"0".as_ptr().cast(), 1) };
+    check(rc as _, Stage::Cgroup)?;
+    for &fd in &ctx.limit_procs {
+        // SAFETY: as above; iterating a Vec built before fork does not allocate.
+        let rc = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        check(rc as _, Stage::LimitsCgroup)?;
+    }
+    Ok(())
+}
+
+/// A session of its own: no controlling terminal, and its own process group.
+fn new_session() -> Result<(), Failed> {
+    // SAFETY: setsid takes no arguments and is async-signal-safe.
+    check(unsafe { libc::setsid() } as _, Stage::Setsid)
+}
+
+/// stdio: first to fds >= 10 (so dup2 cannot clobber a source that is itself 0..2, and a source
+/// already at its target still loses close-on-exec), then onto 0, 1, 2.
+fn stdio(fds: [RawFd; 3]) -> Result<(), Failed> {
+    let mut high = [0; 3];
+    for (i, &fd) in fds.iter().enumerate() {
+        // SAFETY: fcntl on an fd the parent opened; F_DUPFD_CLOEXEC only creates a new fd.
+        high[i] = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        check(high[i] as _, Stage::Stdio)?;
+    }
+    for (i, &fd) in high.iter().enumerate() {
+        // SAFETY: dup2 from an fd made just above onto 0..2, whose old files nothing here uses.
+        let rc = unsafe { libc::dup2(fd, i as libc::c_int) };
+        check(rc as _, Stage::Stdio)?;
+    }
+    Ok(())
+}
+
+/// Every fd above stdio is closed at exec; the report pipe must stay open until then.
+fn close_fds_at_exec() -> Result<(), Failed> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on fds; integer arguments.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    check(rc, Stage::CloseFds)
+}
+
+/// Empty signal mask and default dispositions: the Rust runtime ignores SIGPIPE, and an ignored
+/// signal stays ignored across exec.
+fn reset_signals() -> Result<(), Failed> {
+    // SAFETY: sigset_t is a plain bit array, valid when zeroed; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a valid sigset_t on this stack.
+    unsafe { libc::sigemptyset(&mut set) };
+    // SAFETY: pthread_sigmask reads `set` and writes nothing (null old set); async-signal-safe.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+    check(rc as _, Stage::Signals)?;
+    // SAFETY: sigaction is a plain C struct, valid when zeroed (no flags, empty mask).
+    let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    dfl.sa_sigaction = libc::SIG_DFL;
+    for sig in 1..=64 {
+        // SIGKILL, SIGSTOP and libc's internal signals refuse; nothing to reset there.
+        // SAFETY: sigaction reads `dfl` from this stack and writes nothing (null old action).
+        unsafe { libc::sigaction(sig, &dfl, std::ptr::null_mut()) };
+    }
+    Ok(())
+}
+
+/// Rlimits (rlimit mode only), while still privileged to raise the hard limit.
+fn set_rlimits(ctx: &ChildCtx) -> Result<(), Failed> {
+    for (res, value) in [
+        (libc::RLIMIT_AS, ctx.rlimits.address_space),
+        (libc::RLIMIT_NPROC, ctx.rlimits.nproc),
+    ] {
+        if let Some(v) = value {
+            let lim = libc::rlimit {
+                rlim_cur: v,
+                rlim_max: v,
+            };
+            // SAFETY: setrlimit reads `lim` from this stack.
+            check(unsafe { libc::setrlimit(res, &lim) } as _, Stage::Rlimit)?;
+        }
+    }
+    Ok(())
+}
+
+/// No supplementary groups, then gid, then uid: setuid goes last because it drops the right to
+/// change the others.
+fn drop_identity(ctx: &ChildCtx) -> Result<(), Failed> {
+    // SAFETY: setgroups with a count of 0 reads no list.
+    let rc = unsafe { libc::setgroups(0, std::ptr::null()) };
+    check(rc as _, Stage::Setgroups)?;
+    // SAFETY: integer arguments; after fork this is the only thread, so glibc's set-id broadcast
+    // to the other threads of the process has none to signal.
+    let rc = unsafe { libc::setresgid(ctx.gid, ctx.gid, ctx.gid) };
+    check(rc as _, Stage::Setgid)?;
+    // SAFETY: as for setresgid.
+    let rc = unsafe { libc::setresuid(ctx.uid, ctx.uid, ctx.uid) };
+    check(rc as _, Stage::Setuid)
+}
+
+/// No privilege gain through exec (setuid binaries, file capabilities); required for
+/// unprivileged landlock and seccomp.
+fn no_new_privs() -> Result<(), Failed> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    check(rc as _, Stage::NoNewPrivs)
+}
+
+/// Die with the guard. After setuid, which clears it; then check that the parent did not exit
+/// before it was set (the child would have been reparented, and the signal never comes).
+fn die_with_parent(parent: libc::pid_t) -> Result<(), Failed> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    check(rc as _, Stage::Pdeathsig)?;
+    // SAFETY: getppid has no preconditions and cannot fail.
+    if unsafe { libc::getppid() } != parent {
+        return Err(Failed {
+            stage: Stage::Pdeathsig,
+            errno: libc::ESRCH,
+        });
+    }
+    Ok(())
+}
+
+/// The working directory, entered as the tool's user so its permissions are the tool's.
+fn chdir(cwd: &CStr) -> Result<(), Failed> {
+    // SAFETY: cwd is NUL-terminated and was built before fork.
+    check(unsafe { libc::chdir(cwd.as_ptr()) } as _, Stage::Cwd)
+}
+
+/// Installs the compiled filters, in order (the strict allow-set last, as it would kill a later
+/// seccomp(2)).
+fn install_seccomp(filters: &[libc::sock_fprog]) -> Result<(), Failed> {
+    for prog in filters {
+        // SAFETY: prog points at a sock_fprog whose program was compiled before fork and is
+        // still owned by the parent's frame, copied into this address space.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0u32,
+                prog as *const libc::sock_fprog,
+            )
+        };
+        check(rc, Stage::Seccomp)?;
+    }
+    Ok(())
+}
+
+/// Replaces the child with the tool; reports `exec` if that fails.
+fn exec(ctx: &ChildCtx) -> ! {
+    // SAFETY: program is NUL-terminated; argv and envp are NULL-terminated arrays of pointers
+    // into CStrings that spawn's frame owns, all built before fork.
+    unsafe { libc::execve(ctx.program.as_ptr(), ctx.argv.as_ptr(), ctx.envp.as_ptr()) };
+    fail(
+        ctx.report,
+        Failed {
+            stage: Stage::Exec,
+            errno: Errno::last_raw(),
+        },
+    )
+}
+
+/// Reports `(stage, errno)` to the parent and exits. Async-signal-safe.
+fn fail(report: RawFd, f: Failed) -> ! {
+    let mut msg = [0u8; 8];
+    msg[..4].copy_from_slice(&(f.stage as u32).to_ne_bytes());
+    msg[4..].copy_from_slice(&f.errno.to_ne_bytes());
+    // SAFETY: write and _exit are async-signal-safe; msg outlives the call. A short or failed
+    // write leaves the parent seeing EOF-before-8-bytes as a report anyway (got > 0) or, at
+    // worst, a child that exited 127 at once.
+    unsafe {
+        libc::write(report, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_match_the_enum() {
+        assert_eq!(STAGES.len(), Stage::Exec as usize + 1);
+        assert_eq!(STAGES[Stage::Landlock as usize], "landlock");
+        assert_eq!(STAGES[Stage::Seccomp as usize], "seccomp");
+        assert_eq!(STAGES[Stage::Cgroup as usize], "cgroup");
+    }
+}

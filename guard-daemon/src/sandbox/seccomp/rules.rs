@@ -1,0 +1,215 @@
+//! The table of a plan: the deny list less what the plan allows, the clone rules, the socket
+//! rules and, in strict mode, the allow-set.
+
+use super::{Action, Cond, Mode, Op, Rule, SeccompError, SeccompTable, socket::socket_rules};
+use crate::{plan::LaunchPlan, sysname};
+
+/// Syscalls no confined tool needs, each a known way out of a sandbox or into the kernel's
+/// attack surface: async I/O that bypasses seccomp (io_uring), other processes' memory, kernel
+/// programs and modules, mounts and namespaces, the kernel keyring, userfaultfd (a race
+/// amplifier), handle-based opens that bypass path checks, and host administration.
+pub(super) const DENY: &[(&str, i64)] = &[
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("io_uring_enter", libc::SYS_io_uring_enter),
+    ("io_uring_register", libc::SYS_io_uring_register),
+    ("ptrace", libc::SYS_ptrace),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("unshare", libc::SYS_unshare),
+    ("setns", libc::SYS_setns),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    // glibc does not call personality(2) on its own (checked: /bin/true and the test tool run);
+    // it can turn off ASLR (ADDR_NO_RANDOMIZE) for a later exec.
+    ("personality", libc::SYS_personality),
+    ("reboot", libc::SYS_reboot),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("syslog", libc::SYS_syslog),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+];
+
+/// Namespace flags that clone(2) must not carry. CLONE_NEWTIME is absent: for clone(2) its bit
+/// (0x80) is part of the exit signal, and only clone3/unshare accept it (both denied anyway).
+const CLONE_NS_FLAGS: &[u64] = &[
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+];
+
+/// What strict mode always allows: what the child does between installing the filter and
+/// `execve` (execve itself; write and exit_group to report a failed exec), and what the dynamic
+/// loader and libc start-up need before `main`.
+const STRICT_BASE: &[&str] = &[
+    "execve",
+    "write",
+    "exit",
+    "exit_group",
+    "brk",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "arch_prctl",
+    "set_tid_address",
+    "set_robust_list",
+    "rseq",
+    "prlimit64",
+    "openat",
+    "read",
+    "pread64",
+    "close",
+    "newfstatat",
+    "fstat",
+    "access",
+    "getrandom",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "sigaltstack",
+    "poll",
+    "futex",
+];
+
+fn always(name: &'static str, nr: i64, action: Action) -> Rule {
+    Rule {
+        name,
+        nr,
+        action,
+        when: Vec::new(),
+    }
+}
+
+/// Argument `arg`, as a C `int`, equals `value`.
+pub(super) fn int_eq(arg: u8, value: i32) -> Cond {
+    Cond {
+        arg,
+        dword: true,
+        op: Op::Eq,
+        value: value as u64,
+    }
+}
+
+/// Argument `arg`, as a C `int`, differs from `value`.
+pub(super) fn int_ne(arg: u8, value: i32) -> Cond {
+    Cond {
+        arg,
+        dword: true,
+        op: Op::Ne,
+        value: value as u64,
+    }
+}
+
+/// The answer of the deny rules: the call fails as if the kernel forbade it.
+pub(super) const EPERM: Action = Action::Errno(libc::EPERM as u32);
+
+/// The filter for `plan`: the deny list less `allow_syscalls`, clone/clone3 rules, socket rules
+/// that depend on whether the plan may connect, and in strict mode the allow-set.
+/// `inet_by_ebpf`: the kernel programs watch the call, and their `sock_create` refuses, and
+/// reports, the inet sockets of a call without connect effects; seccomp then lets those through
+/// to it (stream and datagram only), because seccomp's refusal is one nobody sees.
+pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, SeccompError> {
+    let c = &plan.confinement;
+    for name in &c.allow_syscalls {
+        sysname::number(name).ok_or_else(|| SeccompError::UnknownSyscall {
+            name: name.clone(),
+            field: "allow_syscalls",
+        })?;
+    }
+    let allowed = |name: &str| c.allow_syscalls.iter().any(|a| a == name);
+
+    let mut rules: Vec<Rule> = DENY
+        .iter()
+        .filter(|(name, _)| !allowed(name))
+        .map(|&(name, nr)| always(name, nr, EPERM))
+        .collect();
+
+    rules.extend(clone_rules(allowed));
+
+    let effects = &plan.effects;
+    rules.extend(
+        socket_rules(!effects.connect.is_empty() || inet_by_ebpf, effects.unix)
+            .into_iter()
+            .filter(|r| !allowed(r.name)),
+    );
+
+    let (mode, default) = if c.syscalls.is_empty() {
+        (Mode::DenyList, Action::Allow)
+    } else {
+        rules.extend(strict_allows(&c.syscalls)?);
+        (Mode::Strict, Action::KillProcess)
+    };
+    Ok(SeccompTable {
+        mode,
+        default,
+        rules,
+    })
+}
+
+/// clone3 passes its flags in a struct seccomp cannot read: answer ENOSYS so libc falls back to
+/// clone(2), whose flags the filter can check against [`CLONE_NS_FLAGS`].
+fn clone_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
+    let mut rules = Vec::new();
+    if !allowed("clone3") {
+        rules.push(always(
+            "clone3",
+            libc::SYS_clone3,
+            Action::Errno(libc::ENOSYS as u32),
+        ));
+    }
+    if !allowed("clone") {
+        for &flag in CLONE_NS_FLAGS {
+            rules.push(Rule {
+                name: "clone",
+                nr: libc::SYS_clone,
+                action: EPERM,
+                when: vec![Cond {
+                    arg: 0,
+                    dword: false,
+                    op: Op::MaskedEq(flag),
+                    value: flag,
+                }],
+            });
+        }
+    }
+    rules
+}
+
+/// Strict mode's allow-set: the plan's `syscalls`, then [`STRICT_BASE`] (those this
+/// architecture has).
+fn strict_allows(syscalls: &[String]) -> Result<Vec<Rule>, SeccompError> {
+    let mut rules = Vec::new();
+    for name in syscalls {
+        let nr = sysname::number(name).ok_or_else(|| SeccompError::UnknownSyscall {
+            name: name.clone(),
+            field: "syscalls",
+        })?;
+        // The names are the plan's; the table keeps &'static str, so look the static one up.
+        let name = sysname::name(nr).unwrap_or("?");
+        rules.push(always(name, nr, Action::Allow));
+    }
+    for &name in STRICT_BASE {
+        if let Some(nr) = sysname::number(name) {
+            rules.push(always(name, nr, Action::Allow));
+        }
+    }
+    Ok(rules)
+}
