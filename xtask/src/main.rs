@@ -1,7 +1,8 @@
 //! `cargo xtask`: what cargo alone cannot do for guard: prepare the host, run the daemon,
-//! run the privileged tests and the benchmarks, install.
+//! run the privileged tests, the lints and the benchmarks, install.
 mod fuzz;
 mod install;
+mod lint;
 mod run;
 mod setup;
 mod toolchain;
@@ -26,6 +27,8 @@ enum Command {
     Run(run::RunOptions),
     /// Set up, build, and run every test, unit and privileged.
     Test(run::TestOptions),
+    /// Check formatting, clippy (warnings are errors) and the length of product files.
+    Lint,
     /// Set up (with the peers to compare against), build in release, run the benchmarks.
     Bench(run::BenchOptions),
     /// Run each cargo-fuzz target for a while (installs cargo-fuzz if missing).
@@ -43,6 +46,7 @@ fn main() -> Result<()> {
         Command::Build(opts) => run::build(&opts),
         Command::Run(opts) => run::run(&opts),
         Command::Test(opts) => run::test(&opts),
+        Command::Lint => lint::lint(),
         Command::Bench(opts) => run::bench(&opts),
         Command::Install(opts) => install::install(&opts),
         Command::Uninstall(opts) => install::uninstall(&opts),

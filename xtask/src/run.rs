@@ -50,13 +50,13 @@ pub fn root() -> PathBuf {
         .to_owned()
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root());
     cmd
 }
 
-fn check(cmd: &mut Command) -> Result<()> {
+pub(crate) fn check(cmd: &mut Command) -> Result<()> {
     let shown = format!("{cmd:?}");
     let status = cmd.status().with_context(|| format!("running {shown}"))?;
     if !status.success() {

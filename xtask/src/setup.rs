@@ -98,9 +98,10 @@ const CHECKS: &[Check] = &[
 ];
 
 pub fn run(opts: &Options) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
     let ctx = Ctx {
-        root: unsafe { libc::geteuid() } == 0,
+        root: euid == 0,
         bench: opts.bench,
     };
     let (mut changed, mut missing) = (0, 0);
