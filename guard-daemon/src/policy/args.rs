@@ -8,7 +8,7 @@ use std::{
 use regex::Regex;
 use serde_json::Value as Json;
 
-use super::parse::ArgType;
+use super::raw::ArgType;
 
 /// One declared argument, compiled.
 #[derive(Debug)]

@@ -10,9 +10,11 @@ mod args;
 mod decide;
 mod overlap;
 mod parse;
+mod raw;
 mod redact;
 mod rules;
 mod source;
+mod table;
 mod template;
 mod validate;
 
@@ -30,7 +32,7 @@ use self::{
     template::Elem,
 };
 pub use self::{
-    parse::{ArgType, Principal},
+    raw::{ArgType, Principal},
     rules::glob_match,
     source::{PolicyError, PolicyErrors},
 };

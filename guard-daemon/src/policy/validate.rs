@@ -13,7 +13,7 @@ use super::{
     Policy, Settings, Tool,
     args::{ArgSpec, normalize},
     overlap::Reach,
-    parse::{ArgType, RawDoc, RawTool},
+    raw::{ArgType, RawDoc, RawTool},
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
     template::{Elem, placeholder},
@@ -499,7 +499,7 @@ fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
     }
 }
 
-fn arg(d: &mut Diag, tk: &str, a: &super::parse::RawArg) -> ArgSpec {
+fn arg(d: &mut Diag, tk: &str, a: &super::raw::RawArg) -> ArgSpec {
     let ak = format!("{tk}.args.{}", a.name.v);
     let ty = a.ty.v;
     let only = |d: &mut Diag, present: bool, at: Option<&Loc>, k: &str, types: &[ArgType]| {
