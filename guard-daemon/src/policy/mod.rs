@@ -1,12 +1,14 @@
 //! The policy engine: loads a TOML policy, decides each tool call, and for allowed calls
 //! produces the [`LaunchPlan`] that the sandbox runs.
 //!
-//! Loading is two steps, as in youki's `check_seccomp`: [`parse`] reads syntax and types with
-//! locations; [`validate`] checks meaning (placeholders, rule targets, regexes) and compiles
-//! regexes, globs and templates once. Deciding then runs a fixed pipeline, first decisive stage
-//! wins: registry, ceiling, arguments, rules (strictest match), escalation, allow.
+//! Loading is two steps, as in youki's `check_seccomp`: `parse` reads syntax and types with
+//! locations (one `table` at a time, into `raw` items); `validate` checks meaning
+//! (placeholders, rule targets, regexes) and compiles regexes, globs and templates once.
+//! Deciding (`decide`) then runs a fixed pipeline, first decisive stage wins: registry,
+//! ceiling, arguments, rules (strictest match), escalation, allow.
 
-mod args;
+// Crate-visible for `args::normalize`, which `opens` is to share rather than keep a copy of.
+pub(crate) mod args;
 mod decide;
 mod overlap;
 mod parse;
@@ -46,16 +48,27 @@ use crate::{
 /// Global settings of a policy (`[settings]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
+    /// The ceiling: a tool of a higher tier is blocked.
     pub max_allowed_tier: RiskTier,
+    /// Whether CRITICAL tools may run at all, even under a critical ceiling.
     pub allow_critical: bool,
+    /// An irreversible tool of this tier or above is held for a human.
     pub escalation_threshold: RiskTier,
+    /// Whether a tool the policy does not name is decided by the rules alone (it never runs).
     pub allow_unregistered: bool,
+    /// Whether the caller is told the reason of a decision (see [`Policy::caller_message`]).
     pub disclose_reasons: bool,
+    /// Users who may submit calls.
     pub clients: Vec<Principal>,
+    /// Users who may administer the daemon (and submit calls).
     pub admins: Vec<Principal>,
+    /// Groups whose members may submit calls.
     pub client_groups: Vec<Principal>,
+    /// Groups whose members are admins.
     pub admin_groups: Vec<Principal>,
+    /// The socket's group when `guardd --socket-group` does not name one.
     pub socket_group: Option<String>,
+    /// The user calls run as, unless a tool names its own.
     pub run_as: Option<String>,
     /// `[approvals] allow_self`: whether an admin may approve a call of their own uid.
     pub allow_self_approval: bool,
@@ -85,10 +98,13 @@ impl Default for Settings {
 /// Registry facts about a tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToolInfo<'a> {
+    /// Its risk tier.
     pub tier: RiskTier,
+    /// Whether its effects cannot be undone (what escalation looks at).
     pub irreversible: bool,
     /// Informational, as in signet: the tool can be simulated before commit.
     pub dryrun_supported: bool,
+    /// What the policy says it does, for people reading listings.
     pub description: Option<&'a str>,
     /// Whether it has a command (without one it can be decided but never run).
     pub runnable: bool,
@@ -132,6 +148,7 @@ pub struct Policy {
 /// The outcome of [`Policy::decide`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
+    /// The decision and why, as the audit log records it.
     pub row: DecisionRow,
     /// The call to run: for an allowed call, and for one held for approval (escalate,
     /// quarantine) whose arguments passed; only for a registered tool that has a command.
@@ -229,6 +246,7 @@ impl Policy {
         }
     }
 
+    /// The policy's `[settings]` and `[approvals]`, defaults filled in.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -276,6 +294,7 @@ impl Policy {
         })
     }
 
+    /// How many `[[rules]]` the policy has, for `guardctl policy` to report.
     pub fn rule_count(&self) -> usize {
         self.rules.len()
     }

@@ -78,6 +78,7 @@ pub(super) struct Table<'a, 'i> {
     file: usize,
     /// The dotted key path of this table, the prefix of every key it reports.
     pub path: String,
+    /// Where the table is written, for errors about the table as a whole (a missing key).
     pub at: Loc,
     entries: Vec<(Entry<'a, 'i>, bool)>,
 }
