@@ -8,7 +8,7 @@ use std::{
 use regex::Regex;
 use serde_json::Value as Json;
 
-use super::parse::ArgType;
+use super::raw::ArgType;
 
 /// One declared argument, compiled.
 #[derive(Debug)]
@@ -45,6 +45,7 @@ pub(crate) enum ArgValue {
 }
 
 impl ArgValue {
+    /// The value as text, as rules match it and templates insert it.
     pub fn text(&self) -> Cow<'_, str> {
         match self {
             ArgValue::Str(s) | ArgValue::Url { raw: s, .. } => Cow::Borrowed(s),
@@ -256,6 +257,7 @@ pub(crate) fn resolve(p: &Path) -> PathBuf {
     }
 }
 
+/// What [`parse_url`] takes from a url: all a check or a connect effect needs.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Url {
     pub scheme: String,

@@ -1,21 +1,26 @@
 //! The policy engine: loads a TOML policy, decides each tool call, and for allowed calls
 //! produces the [`LaunchPlan`] that the sandbox runs.
 //!
-//! Loading is two steps, as in youki's `check_seccomp`: [`parse`] reads syntax and types with
-//! locations; [`validate`] checks meaning (placeholders, rule targets, regexes) and compiles
-//! regexes, globs and templates once. Deciding then runs a fixed pipeline, first decisive stage
-//! wins: registry, ceiling, arguments, rules (strictest match), escalation, allow.
+//! Loading is two steps, as in youki's `check_seccomp`: `parse` reads syntax and types with
+//! locations (one `table` at a time, into `raw` items); `validate` checks meaning
+//! (placeholders, rule targets, regexes) and compiles regexes, globs and templates once.
+//! Deciding (`decide`) then runs a fixed pipeline, first decisive stage wins: registry,
+//! ceiling, arguments, rules (strictest match), escalation, allow.
 
-mod args;
+// Crate-visible for `args::normalize`, which `opens` is to share rather than keep a copy of.
+pub(crate) mod args;
+mod decide;
 mod overlap;
 mod parse;
+mod raw;
+mod redact;
 mod rules;
 mod source;
+mod table;
 mod template;
 mod validate;
 
 use std::{
-    borrow::Cow,
     collections::HashMap,
     path::{Path, PathBuf},
 };
@@ -24,36 +29,47 @@ use serde_json::Value as Json;
 
 pub(crate) use self::args::normalize;
 use self::{
-    args::{ArgSpec, ArgValue},
-    rules::{Rule, Subject},
+    args::ArgSpec,
+    rules::Rule,
     source::{Diag, Sources},
     template::Elem,
 };
 pub use self::{
-    parse::{ArgType, Principal},
+    raw::{ArgType, Principal},
     rules::glob_match,
     source::{PolicyError, PolicyErrors},
 };
 use crate::{
-    decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
-    detect::{Detector, DetectorSet, Hit},
+    decision::{DecisionRow, RiskTier},
+    detect::{Detector, DetectorSet},
     intent::Intent,
-    plan::{Confinement, Effects, Endpoint, LaunchPlan, OnDivergence},
+    plan::{Confinement, Endpoint, LaunchPlan, OnDivergence},
 };
 
 /// Global settings of a policy (`[settings]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
+    /// The ceiling: a tool of a higher tier is blocked.
     pub max_allowed_tier: RiskTier,
+    /// Whether CRITICAL tools may run at all, even under a critical ceiling.
     pub allow_critical: bool,
+    /// An irreversible tool of this tier or above is held for a human.
     pub escalation_threshold: RiskTier,
+    /// Whether a tool the policy does not name is decided by the rules alone (it never runs).
     pub allow_unregistered: bool,
+    /// Whether the caller is told the reason of a decision (see [`Policy::caller_message`]).
     pub disclose_reasons: bool,
+    /// Users who may submit calls.
     pub clients: Vec<Principal>,
+    /// Users who may administer the daemon (and submit calls).
     pub admins: Vec<Principal>,
+    /// Groups whose members may submit calls.
     pub client_groups: Vec<Principal>,
+    /// Groups whose members are admins.
     pub admin_groups: Vec<Principal>,
+    /// The socket's group when `guardd --socket-group` does not name one.
     pub socket_group: Option<String>,
+    /// The user calls run as, unless a tool names its own.
     pub run_as: Option<String>,
     /// `[approvals] allow_self`: whether an admin may approve a call of their own uid.
     pub allow_self_approval: bool,
@@ -83,10 +99,13 @@ impl Default for Settings {
 /// Registry facts about a tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToolInfo<'a> {
+    /// Its risk tier.
     pub tier: RiskTier,
+    /// Whether its effects cannot be undone (what escalation looks at).
     pub irreversible: bool,
     /// Informational, as in signet: the tool can be simulated before commit.
     pub dryrun_supported: bool,
+    /// What the policy says it does, for people reading listings.
     pub description: Option<&'a str>,
     /// Whether it has a command (without one it can be decided but never run).
     pub runnable: bool,
@@ -130,6 +149,7 @@ pub struct Policy {
 /// The outcome of [`Policy::decide`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
+    /// The decision and why, as the audit log records it.
     pub row: DecisionRow,
     /// The call to run: for an allowed call, and for one held for approval (escalate,
     /// quarantine) whose arguments passed; only for a registered tool that has a command.
@@ -227,6 +247,7 @@ impl Policy {
         }
     }
 
+    /// The policy's `[settings]` and `[approvals]`, defaults filled in.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -274,352 +295,10 @@ impl Policy {
         })
     }
 
+    /// How many `[[rules]]` the policy has, for `guardctl policy` to report.
     pub fn rule_count(&self) -> usize {
         self.rules.len()
     }
-
-    /// What the caller (the agent) is told. Generic unless `disclose_reasons`: explaining a
-    /// block teaches a model how to massage the call past it, and a reason can carry injected
-    /// text back into the model (the MCP quarantine issue).
-    pub fn caller_message(&self, v: &Verdict) -> String {
-        if self.settings.disclose_reasons {
-            return v.row.reason.clone();
-        }
-        match v.row.decision {
-            Decision::Allow => "allowed",
-            Decision::Escalate => "requires approval",
-            Decision::Quarantine => "quarantined for review",
-            Decision::Block => "blocked by policy",
-        }
-        .to_string()
-    }
-
-    /// Decides one call. Pure except for reading the file system to resolve path arguments.
-    pub fn decide(&self, intent: &Intent) -> Verdict {
-        let name = intent.tool.as_str();
-        let Some(&ti) = self.by_name.get(name) else {
-            return self.decide_unregistered(intent);
-        };
-        let tool = &self.tools[ti];
-        let redacted_args = redact(&intent.args, tool.redact);
-        let meta = |stage| RowMetadata {
-            tool: Some(name.to_string()),
-            tier: Some(tool.tier),
-            stage: Some(stage),
-            ..Default::default()
-        };
-        let verdict = |row: DecisionRow| Verdict {
-            row,
-            plan: None,
-            redacted_args: redacted_args.clone(),
-        };
-
-        // 2. ceiling
-        let s = &self.settings;
-        if tool.tier > s.max_allowed_tier {
-            return verdict(row(
-                "tool_call_inspector",
-                Decision::Block,
-                format!(
-                    "tool '{name}' tier {} exceeds max_allowed_tier {}",
-                    tool.tier, s.max_allowed_tier
-                ),
-                meta(Stage::Ceiling),
-            ));
-        }
-        if tool.tier == RiskTier::Critical && !s.allow_critical {
-            return verdict(row(
-                "tool_call_inspector",
-                Decision::Block,
-                format!("tool '{name}' tier CRITICAL requires allow_critical"),
-                meta(Stage::Ceiling),
-            ));
-        }
-
-        // 3. arguments
-        let vals = match args::check(&tool.args, &intent.args) {
-            Ok(v) => v,
-            Err(e) => {
-                let mut m = meta(Stage::Arguments);
-                m.arg = Some(e.arg);
-                return verdict(row(
-                    "argument_validator",
-                    Decision::Block,
-                    format!("tool '{name}': {}", e.reason),
-                    m,
-                ));
-            }
-        };
-
-        // A call held for a human carries the plan it will run if approved, so the approver
-        // sees exactly that, and nothing is decided again after the wait.
-        let held = |row: DecisionRow| Verdict {
-            plan: matches!(row.decision, Decision::Escalate | Decision::Quarantine)
-                .then(|| tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals)))
-                .flatten(),
-            row,
-            redacted_args: redacted_args.clone(),
-        };
-
-        // 4. rules, over the checked values (a path as resolved, not as written)
-        if !tool.rules.is_empty() {
-            let subjects: Vec<Subject> = tool
-                .args
-                .iter()
-                .zip(&vals)
-                .filter_map(|(spec, v)| {
-                    v.as_ref().map(|v| Subject {
-                        arg: &spec.name,
-                        text: v.text(),
-                    })
-                })
-                .collect();
-            if let Some(v) =
-                self.apply_rules(tool.rules.iter().copied(), &subjects, || meta(Stage::Rules))
-            {
-                return held(v);
-            }
-        }
-
-        // 5. escalation
-        if tool.irreversible && tool.tier >= s.escalation_threshold {
-            return held(row(
-                "tool_call_inspector",
-                Decision::Escalate,
-                format!(
-                    "tool '{name}' is irreversible ({}); requires human approval",
-                    tool.tier
-                ),
-                meta(Stage::Escalation),
-            ));
-        }
-
-        // 6. allow
-        let plan = tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals));
-        Verdict {
-            row: row(
-                "tool_call_inspector",
-                Decision::Allow,
-                format!("tool '{name}' allowed ({})", tool.tier),
-                meta(Stage::Allow),
-            ),
-            plan,
-            redacted_args,
-        }
-    }
-
-    fn decide_unregistered(&self, intent: &Intent) -> Verdict {
-        let name = intent.tool.as_str();
-        let applying: Vec<usize> = (0..self.rules.len())
-            .filter(|&i| self.rules[i].applies_to(name))
-            .collect();
-        let set = applying.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
-            acc.union(self.rules[i].detect)
-        });
-        let redacted_args = redact(&intent.args, set);
-        let meta = |stage| RowMetadata {
-            tool: Some(name.to_string()),
-            stage: Some(stage),
-            ..Default::default()
-        };
-        let verdict = |row| Verdict {
-            row,
-            plan: None,
-            redacted_args: redacted_args.clone(),
-        };
-        if !self.settings.allow_unregistered {
-            return verdict(row(
-                "tool_call_inspector",
-                Decision::Block,
-                format!("tool '{name}' not in registry"),
-                meta(Stage::Registry),
-            ));
-        }
-        if let Some((k, _)) = intent
-            .args
-            .iter()
-            .find(|(k, v)| k.contains('\0') || args::has_nul(v))
-        {
-            let mut m = meta(Stage::Arguments);
-            m.arg = Some(k.clone());
-            return verdict(row(
-                "argument_validator",
-                Decision::Block,
-                format!("tool '{name}': argument contains a NUL byte"),
-                m,
-            ));
-        }
-        let mut subjects = Vec::new();
-        for (k, v) in &intent.args {
-            strings(v, &mut |s| {
-                subjects.push(Subject {
-                    arg: k,
-                    text: Cow::Borrowed(s),
-                })
-            });
-        }
-        if let Some(v) = self.apply_rules(applying.into_iter(), &subjects, || meta(Stage::Rules)) {
-            return verdict(v);
-        }
-        // Allowed to be asked about, but it has no command: nothing can run it.
-        verdict(row(
-            "tool_call_inspector",
-            Decision::Allow,
-            format!("tool '{name}' not in registry; allowed by allow_unregistered, without a plan"),
-            meta(Stage::Allow),
-        ))
-    }
-
-    /// The strictest matching rule (the first in file order among equals), as a row.
-    fn apply_rules(
-        &self,
-        rules: impl Iterator<Item = usize>,
-        subjects: &[Subject],
-        meta: impl Fn() -> RowMetadata,
-    ) -> Option<DecisionRow> {
-        let mut best: Option<(&Rule, Option<&str>)> = None;
-        for i in rules {
-            let r = &self.rules[i];
-            if best.is_some_and(|(b, _)| b.action >= r.action) {
-                continue;
-            }
-            if let Some(arg) = r.matches(subjects) {
-                best = Some((r, arg));
-                if r.action == Decision::Block {
-                    break;
-                }
-            }
-        }
-        let (r, arg) = best?;
-        let mut m = meta();
-        m.rule = Some(r.id.clone());
-        m.arg = arg.map(str::to_string);
-        Some(row(
-            &format!("rule:{}", r.id),
-            r.action,
-            r.message.clone(),
-            m,
-        ))
-    }
-}
-
-fn row(check: &str, decision: Decision, reason: String, metadata: RowMetadata) -> DecisionRow {
-    DecisionRow {
-        check_name: check.to_string(),
-        decision,
-        reason,
-        metadata,
-    }
-}
-
-fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchPlan {
-    let paths = |list: &[Elem<PathBuf>]| {
-        list.iter()
-            .filter_map(|e| template::path(e, vals))
-            .collect()
-    };
-    let mut confinement = tool.confinement.clone();
-    confinement.cwd = tool.cwd.as_ref().and_then(|c| template::path(c, vals));
-    confinement.env = tool
-        .env
-        .iter()
-        .filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v)))
-        .collect();
-    LaunchPlan {
-        tool: tool.name.clone(),
-        argv: template::argv(cmd, vals),
-        effects: Effects {
-            read: paths(&tool.read),
-            write: paths(&tool.write),
-            exec: paths(&tool.exec),
-            connect: tool
-                .connect
-                .iter()
-                .filter_map(|e| template::endpoint(e, vals))
-                .collect(),
-            unix: tool.unix,
-            on_divergence: tool.on_divergence,
-            beneath: beneath(tool, vals),
-        },
-        confinement,
-    }
-}
-
-/// The `within` root of each effect path that comes from a path argument (see
-/// `Effects::beneath`).
-fn beneath(tool: &Tool, vals: &[Option<ArgValue>]) -> Vec<(PathBuf, PathBuf)> {
-    let mut out = Vec::new();
-    for e in tool.read.iter().chain(&tool.write).chain(&tool.exec) {
-        let Elem::Arg(i) = e else { continue };
-        let (Some(spec), Some(Some(ArgValue::Path(p)))) = (tool.args.get(*i), vals.get(*i)) else {
-            continue;
-        };
-        if let Some(root) = spec.within.iter().find(|r| p.starts_with(r)) {
-            out.push((p.clone(), root.clone()));
-        }
-    }
-    out
-}
-
-/// Every string inside a JSON value, keys excluded.
-fn strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {
-    match v {
-        Json::String(s) => f(s),
-        Json::Array(a) => a.iter().for_each(|x| strings(x, f)),
-        Json::Object(m) => m.values().for_each(|x| strings(x, f)),
-        _ => {}
-    }
-}
-
-/// A copy of `args` with the finds of `set` replaced by `[REDACTED:<detector>]`.
-fn redact(args: &serde_json::Map<String, Json>, set: DetectorSet) -> Json {
-    fn walk(v: &Json, set: DetectorSet, hits: &mut Vec<Hit>) -> Json {
-        match v {
-            Json::String(s) => Json::String(redact_str(s, set, hits)),
-            Json::Array(a) => Json::Array(a.iter().map(|x| walk(x, set, hits)).collect()),
-            Json::Object(m) => Json::Object(
-                m.iter()
-                    .map(|(k, x)| (redact_str(k, set, hits), walk(x, set, hits)))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
-    }
-    let mut hits = Vec::new();
-    Json::Object(
-        args.iter()
-            .map(|(k, v)| (redact_str(k, set, &mut hits), walk(v, set, &mut hits)))
-            .collect(),
-    )
-}
-
-fn redact_str(s: &str, set: DetectorSet, hits: &mut Vec<Hit>) -> String {
-    hits.clear();
-    for d in set.iter() {
-        d.find(s, hits);
-    }
-    if hits.is_empty() {
-        return s.to_string();
-    }
-    // Overlapping finds merge into one redaction named by the earliest.
-    hits.sort_by_key(|h| (h.range.start, std::cmp::Reverse(h.range.end)));
-    let mut out = String::with_capacity(s.len());
-    let mut pos = 0;
-    for h in hits.iter() {
-        if h.range.end <= pos {
-            continue;
-        }
-        let start = h.range.start.max(pos);
-        out.push_str(&s[pos..start]);
-        if start == h.range.start {
-            out.push_str("[REDACTED:");
-            out.push_str(h.detector.name());
-            out.push(']');
-        }
-        pos = h.range.end;
-    }
-    out.push_str(&s[pos..]);
-    out
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub(crate) struct Subject<'a> {
 }
 
 impl Rule {
+    /// Whether one of the rule's globs names `tool`.
     pub fn applies_to(&self, tool: &str) -> bool {
         self.tools.iter().any(|g| glob_match(g, tool))
     }
@@ -76,6 +77,7 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// Whether `s` holds glob characters, so an error can say "glob" or "tool" as the author meant.
 pub(crate) fn is_glob(s: &str) -> bool {
     s.contains(['*', '?'])
 }

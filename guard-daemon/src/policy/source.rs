@@ -23,6 +23,7 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
+    /// Adds a file; its index is the `file` of every [`Loc`] in it.
     pub fn add(&mut self, path: PathBuf, text: String) -> usize {
         self.files.push((path, text));
         self.files.len() - 1
@@ -71,6 +72,7 @@ pub struct PolicyError {
 }
 
 impl PolicyError {
+    /// An error about a whole file, such as one that cannot be read.
     pub(crate) fn file(file: PathBuf, message: impl fmt::Display) -> Self {
         Self {
             file,
@@ -118,12 +120,15 @@ impl fmt::Display for PolicyErrors {
 }
 
 impl PolicyErrors {
+    /// The errors, in the order they were found.
     pub fn iter(&self) -> impl Iterator<Item = &PolicyError> {
         self.0.iter()
     }
+    /// How many errors there are.
     pub fn len(&self) -> usize {
         self.0.len()
     }
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -136,12 +141,14 @@ pub(crate) struct Diag<'s> {
 }
 
 impl<'s> Diag<'s> {
+    /// No errors yet, for the files of `src`.
     pub fn new(src: &'s Sources) -> Self {
         Self {
             src,
             errors: Vec::new(),
         }
     }
+    /// Records an error and goes on, so one load reports every problem, not just the first.
     pub fn err(&mut self, at: &Loc, key: &str, message: impl fmt::Display) {
         let e = self.src.error(at, key, message);
         self.errors.push(e);

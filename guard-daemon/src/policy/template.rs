@@ -43,6 +43,7 @@ pub(crate) fn argv(elems: &[Elem<String>], vals: &[Option<ArgValue>]) -> Vec<OsS
         .collect()
 }
 
+/// The path `e` names for this call; `None` for an optional argument not given.
 pub(crate) fn path(e: &Elem<PathBuf>, vals: &[Option<ArgValue>]) -> Option<PathBuf> {
     match e {
         Elem::Lit(p) => Some(p.clone()),
@@ -53,6 +54,7 @@ pub(crate) fn path(e: &Elem<PathBuf>, vals: &[Option<ArgValue>]) -> Option<PathB
     }
 }
 
+/// The endpoint `e` names for this call: a url argument's host and port.
 pub(crate) fn endpoint(e: &Elem<Endpoint>, vals: &[Option<ArgValue>]) -> Option<Endpoint> {
     match e {
         Elem::Lit(ep) => Some(ep.clone()),
@@ -66,6 +68,7 @@ pub(crate) fn endpoint(e: &Elem<Endpoint>, vals: &[Option<ArgValue>]) -> Option<
     }
 }
 
+/// The text `e` stands for in this call (an env value); `None` for an argument not given.
 pub(crate) fn text(e: &Elem<String>, vals: &[Option<ArgValue>]) -> Option<String> {
     match e {
         Elem::Lit(s) => Some(s.clone()),

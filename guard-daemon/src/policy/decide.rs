@@ -1,0 +1,315 @@
+//! Deciding one call: the fixed pipeline of stages, first decisive stage wins, and for a call
+//! that may run, the [`LaunchPlan`] built from the tool's templates.
+
+use std::{borrow::Cow, path::PathBuf};
+
+use super::{
+    Policy, Tool, Verdict,
+    args::{self, ArgValue},
+    redact::{redact, strings},
+    rules::{Rule, Subject},
+    template::{self, Elem},
+};
+use crate::{
+    decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
+    detect::DetectorSet,
+    intent::Intent,
+    plan::{Effects, LaunchPlan},
+};
+
+impl Policy {
+    /// What the caller (the agent) is told. Generic unless `disclose_reasons`: explaining a
+    /// block teaches a model how to massage the call past it, and a reason can carry injected
+    /// text back into the model (the MCP quarantine issue).
+    pub fn caller_message(&self, v: &Verdict) -> String {
+        if self.settings.disclose_reasons {
+            return v.row.reason.clone();
+        }
+        match v.row.decision {
+            Decision::Allow => "allowed",
+            Decision::Escalate => "requires approval",
+            Decision::Quarantine => "quarantined for review",
+            Decision::Block => "blocked by policy",
+        }
+        .to_string()
+    }
+
+    /// Decides one call. Pure except for reading the file system to resolve path arguments.
+    pub fn decide(&self, intent: &Intent) -> Verdict {
+        let name = intent.tool.as_str();
+        // 1. registry
+        let Some(&ti) = self.by_name.get(name) else {
+            return self.decide_unregistered(intent);
+        };
+        let tool = &self.tools[ti];
+        let redacted_args = redact(&intent.args, tool.redact);
+        let meta = |stage| RowMetadata {
+            tool: Some(name.to_string()),
+            tier: Some(tool.tier),
+            stage: Some(stage),
+            ..Default::default()
+        };
+        let verdict = |row: DecisionRow| Verdict {
+            row,
+            plan: None,
+            redacted_args: redacted_args.clone(),
+        };
+
+        // 2. ceiling
+        if let Some(reason) = self.above_ceiling(tool) {
+            let block = row(
+                "tool_call_inspector",
+                Decision::Block,
+                reason,
+                meta(Stage::Ceiling),
+            );
+            return verdict(block);
+        }
+
+        // 3. arguments
+        let vals = match args::check(&tool.args, &intent.args) {
+            Ok(v) => v,
+            Err(e) => {
+                let mut m = meta(Stage::Arguments);
+                m.arg = Some(e.arg);
+                let reason = format!("tool '{name}': {}", e.reason);
+                return verdict(row("argument_validator", Decision::Block, reason, m));
+            }
+        };
+
+        // A call held for a human carries the plan it will run if approved, so the approver
+        // sees exactly that, and nothing is decided again after the wait.
+        let held = |row: DecisionRow| Verdict {
+            plan: matches!(row.decision, Decision::Escalate | Decision::Quarantine)
+                .then(|| tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals)))
+                .flatten(),
+            row,
+            redacted_args: redacted_args.clone(),
+        };
+
+        // 4. rules
+        if let Some(v) = self.tool_rules(tool, &vals, || meta(Stage::Rules)) {
+            return held(v);
+        }
+
+        // 5. escalation
+        if tool.irreversible && tool.tier >= self.settings.escalation_threshold {
+            return held(row(
+                "tool_call_inspector",
+                Decision::Escalate,
+                format!(
+                    "tool '{name}' is irreversible ({}); requires human approval",
+                    tool.tier
+                ),
+                meta(Stage::Escalation),
+            ));
+        }
+
+        // 6. allow
+        let plan = tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals));
+        Verdict {
+            row: row(
+                "tool_call_inspector",
+                Decision::Allow,
+                format!("tool '{name}' allowed ({})", tool.tier),
+                meta(Stage::Allow),
+            ),
+            plan,
+            redacted_args,
+        }
+    }
+
+    /// Stage 2: why `tool`'s tier is above what the settings allow, if it is.
+    fn above_ceiling(&self, tool: &Tool) -> Option<String> {
+        let (s, name) = (&self.settings, &tool.name);
+        if tool.tier > s.max_allowed_tier {
+            return Some(format!(
+                "tool '{name}' tier {} exceeds max_allowed_tier {}",
+                tool.tier, s.max_allowed_tier
+            ));
+        }
+        if tool.tier == RiskTier::Critical && !s.allow_critical {
+            return Some(format!(
+                "tool '{name}' tier CRITICAL requires allow_critical"
+            ));
+        }
+        None
+    }
+
+    /// Stage 4 for a registered tool: its rules, over the checked values (a path as resolved,
+    /// not as written, so a rule cannot be dodged by spelling the path another way).
+    fn tool_rules(
+        &self,
+        tool: &Tool,
+        vals: &[Option<ArgValue>],
+        meta: impl Fn() -> RowMetadata,
+    ) -> Option<DecisionRow> {
+        if tool.rules.is_empty() {
+            return None;
+        }
+        let subjects: Vec<Subject> = tool
+            .args
+            .iter()
+            .zip(vals)
+            .filter_map(|(spec, v)| {
+                v.as_ref().map(|v| Subject {
+                    arg: &spec.name,
+                    text: v.text(),
+                })
+            })
+            .collect();
+        self.apply_rules(tool.rules.iter().copied(), &subjects, meta)
+    }
+
+    fn decide_unregistered(&self, intent: &Intent) -> Verdict {
+        let name = intent.tool.as_str();
+        let applying: Vec<usize> = (0..self.rules.len())
+            .filter(|&i| self.rules[i].applies_to(name))
+            .collect();
+        let set = applying.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
+            acc.union(self.rules[i].detect)
+        });
+        let redacted_args = redact(&intent.args, set);
+        let meta = |stage| RowMetadata {
+            tool: Some(name.to_string()),
+            stage: Some(stage),
+            ..Default::default()
+        };
+        let verdict = |row| Verdict {
+            row,
+            plan: None,
+            redacted_args: redacted_args.clone(),
+        };
+        if !self.settings.allow_unregistered {
+            return verdict(row(
+                "tool_call_inspector",
+                Decision::Block,
+                format!("tool '{name}' not in registry"),
+                meta(Stage::Registry),
+            ));
+        }
+        if let Some((k, _)) = intent
+            .args
+            .iter()
+            .find(|(k, v)| k.contains('\0') || args::has_nul(v))
+        {
+            let mut m = meta(Stage::Arguments);
+            m.arg = Some(k.clone());
+            return verdict(row(
+                "argument_validator",
+                Decision::Block,
+                format!("tool '{name}': argument contains a NUL byte"),
+                m,
+            ));
+        }
+        let mut subjects = Vec::new();
+        for (k, v) in &intent.args {
+            strings(v, &mut |s| {
+                subjects.push(Subject {
+                    arg: k,
+                    text: Cow::Borrowed(s),
+                })
+            });
+        }
+        if let Some(v) = self.apply_rules(applying.into_iter(), &subjects, || meta(Stage::Rules)) {
+            return verdict(v);
+        }
+        // Allowed to be asked about, but it has no command: nothing can run it.
+        verdict(row(
+            "tool_call_inspector",
+            Decision::Allow,
+            format!("tool '{name}' not in registry; allowed by allow_unregistered, without a plan"),
+            meta(Stage::Allow),
+        ))
+    }
+
+    /// The strictest matching rule (the first in file order among equals), as a row.
+    fn apply_rules(
+        &self,
+        rules: impl Iterator<Item = usize>,
+        subjects: &[Subject],
+        meta: impl Fn() -> RowMetadata,
+    ) -> Option<DecisionRow> {
+        let mut best: Option<(&Rule, Option<&str>)> = None;
+        for i in rules {
+            let r = &self.rules[i];
+            if best.is_some_and(|(b, _)| b.action >= r.action) {
+                continue;
+            }
+            if let Some(arg) = r.matches(subjects) {
+                best = Some((r, arg));
+                if r.action == Decision::Block {
+                    break;
+                }
+            }
+        }
+        let (r, arg) = best?;
+        let mut m = meta();
+        m.rule = Some(r.id.clone());
+        m.arg = arg.map(str::to_string);
+        Some(row(
+            &format!("rule:{}", r.id),
+            r.action,
+            r.message.clone(),
+            m,
+        ))
+    }
+}
+
+fn row(check: &str, decision: Decision, reason: String, metadata: RowMetadata) -> DecisionRow {
+    DecisionRow {
+        check_name: check.to_string(),
+        decision,
+        reason,
+        metadata,
+    }
+}
+
+fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchPlan {
+    let paths = |list: &[Elem<PathBuf>]| {
+        list.iter()
+            .filter_map(|e| template::path(e, vals))
+            .collect()
+    };
+    let mut confinement = tool.confinement.clone();
+    confinement.cwd = tool.cwd.as_ref().and_then(|c| template::path(c, vals));
+    confinement.env = tool
+        .env
+        .iter()
+        .filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v)))
+        .collect();
+    LaunchPlan {
+        tool: tool.name.clone(),
+        argv: template::argv(cmd, vals),
+        effects: Effects {
+            read: paths(&tool.read),
+            write: paths(&tool.write),
+            exec: paths(&tool.exec),
+            connect: tool
+                .connect
+                .iter()
+                .filter_map(|e| template::endpoint(e, vals))
+                .collect(),
+            unix: tool.unix,
+            on_divergence: tool.on_divergence,
+            beneath: beneath(tool, vals),
+        },
+        confinement,
+    }
+}
+
+/// The `within` root of each effect path that comes from a path argument (see
+/// `Effects::beneath`).
+fn beneath(tool: &Tool, vals: &[Option<ArgValue>]) -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    for e in tool.read.iter().chain(&tool.write).chain(&tool.exec) {
+        let Elem::Arg(i) = e else { continue };
+        let (Some(spec), Some(Some(ArgValue::Path(p)))) = (tool.args.get(*i), vals.get(*i)) else {
+            continue;
+        };
+        if let Some(root) = spec.within.iter().find(|r| p.starts_with(r)) {
+            out.push((p.clone(), root.clone()));
+        }
+    }
+    out
+}

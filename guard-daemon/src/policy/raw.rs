@@ -1,0 +1,162 @@
+//! The raw document: what one policy file says, typed and located but not yet checked for
+//! meaning, so that `validate` can report every problem of every file against its source.
+
+use serde_json::Value as Json;
+
+use super::source::{Loc, S};
+use crate::{
+    decision::{Decision, RiskTier},
+    detect::Detector,
+    plan::OnDivergence,
+};
+
+/// A user or group by numeric id or by name.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Principal {
+    Id(u32),
+    Name(String),
+}
+
+/// The argument types a tool may declare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    String,
+    Path,
+    Url,
+    Integer,
+    Boolean,
+    Enum,
+}
+
+impl ArgType {
+    /// The type a policy names, as written in `type = "..."`.
+    pub(super) fn from_name(s: &str) -> Option<Self> {
+        Some(match s {
+            "string" => ArgType::String,
+            "path" => ArgType::Path,
+            "url" => ArgType::Url,
+            "integer" => ArgType::Integer,
+            "boolean" => ArgType::Boolean,
+            "enum" => ArgType::Enum,
+            _ => return None,
+        })
+    }
+    /// The name a policy writes for this type, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArgType::String => "string",
+            ArgType::Path => "path",
+            ArgType::Url => "url",
+            ArgType::Integer => "integer",
+            ArgType::Boolean => "boolean",
+            ArgType::Enum => "enum",
+        }
+    }
+}
+
+/// `[settings]` as written; merged across files by `validate`.
+#[derive(Debug, Default)]
+pub(crate) struct RawSettings {
+    pub at: Loc,
+    pub max_allowed_tier: Option<S<RiskTier>>,
+    pub allow_critical: Option<S<bool>>,
+    pub escalation_threshold: Option<S<RiskTier>>,
+    pub allow_unregistered: Option<bool>,
+    pub disclose_reasons: Option<bool>,
+    pub clients: Vec<Principal>,
+    pub admins: Vec<Principal>,
+    pub client_groups: Vec<Principal>,
+    pub admin_groups: Vec<Principal>,
+    pub socket_group: Option<String>,
+    pub run_as: Option<String>,
+}
+
+/// `[tools.<name>.args.<arg>]` as written.
+#[derive(Debug)]
+pub(crate) struct RawArg {
+    pub name: S<String>,
+    pub ty: S<ArgType>,
+    pub required: bool,
+    pub within: Vec<S<String>>,
+    pub base: Option<S<String>>,
+    pub pattern: Option<S<String>>,
+    pub values: Vec<S<String>>,
+    pub max_len: Option<S<i64>>,
+    pub hosts: Vec<S<String>>,
+    pub schemes: Vec<S<String>>,
+    pub min: Option<S<i64>>,
+    pub max: Option<S<i64>>,
+}
+
+/// `[tools.<name>.effects]` as written: templates, not yet checked against the tool's args.
+#[derive(Debug, Default)]
+pub(crate) struct RawEffects {
+    pub read: Vec<S<String>>,
+    pub write: Vec<S<String>>,
+    pub exec: Vec<S<String>>,
+    pub connect: Vec<S<String>>,
+    pub unix: bool,
+    pub on_divergence: OnDivergence,
+}
+
+/// One `[[tools.<name>.examples]]`: a call and the decision the policy must reach for it.
+#[derive(Debug)]
+pub(crate) struct RawExample {
+    pub at: Loc,
+    pub index: usize,
+    pub args: serde_json::Map<String, Json>,
+    pub expect: S<Decision>,
+}
+
+/// `[tools.<name>]` as written.
+#[derive(Debug)]
+pub(crate) struct RawTool {
+    pub name: S<String>,
+    pub tier: S<RiskTier>,
+    pub irreversible: bool,
+    pub dryrun_supported: bool,
+    pub description: Option<String>,
+    pub command: Option<Vec<S<String>>>,
+    pub args: Vec<RawArg>,
+    pub effects: RawEffects,
+    pub run_as: Option<S<String>>,
+    pub timeout: Option<S<i64>>,
+    pub memory: Option<u64>,
+    pub pids: Option<S<i64>>,
+    pub syscalls: Vec<S<String>>,
+    pub allow_syscalls: Vec<S<String>>,
+    pub env: Vec<(S<String>, S<String>)>,
+    pub cwd: Option<S<String>>,
+    pub examples: Vec<RawExample>,
+}
+
+/// One `[[rules]]` as written; `index` is its place in the file, for key paths in errors.
+#[derive(Debug)]
+pub(crate) struct RawRule {
+    pub index: usize,
+    pub id: S<String>,
+    pub tools: Vec<S<String>>,
+    pub arg: Option<S<String>>,
+    pub regex: Option<S<String>>,
+    pub equals: Option<S<String>>,
+    pub detect: Vec<S<Detector>>,
+    pub action: S<Decision>,
+    pub message: Option<String>,
+}
+
+/// `[approvals]`: how held calls may be answered.
+#[derive(Debug)]
+pub(crate) struct RawApprovals {
+    pub at: Loc,
+    pub allow_self: Option<S<bool>>,
+}
+
+/// Everything one policy file says, before the files are merged.
+#[derive(Debug, Default)]
+pub(crate) struct RawDoc {
+    pub settings: Option<RawSettings>,
+    pub approvals: Option<RawApprovals>,
+    pub tools: Vec<RawTool>,
+    pub rules: Vec<RawRule>,
+}

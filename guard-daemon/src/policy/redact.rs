@@ -1,0 +1,66 @@
+//! What of a call the audit log may keep: its arguments with every find of a detector replaced.
+
+use serde_json::Value as Json;
+
+use crate::detect::{DetectorSet, Hit};
+
+/// Every string inside a JSON value, keys excluded.
+pub(super) fn strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {
+    match v {
+        Json::String(s) => f(s),
+        Json::Array(a) => a.iter().for_each(|x| strings(x, f)),
+        Json::Object(m) => m.values().for_each(|x| strings(x, f)),
+        _ => {}
+    }
+}
+
+/// A copy of `args` with the finds of `set` replaced by `[REDACTED:<detector>]`.
+pub(super) fn redact(args: &serde_json::Map<String, Json>, set: DetectorSet) -> Json {
+    fn walk(v: &Json, set: DetectorSet, hits: &mut Vec<Hit>) -> Json {
+        match v {
+            Json::String(s) => Json::String(redact_str(s, set, hits)),
+            Json::Array(a) => Json::Array(a.iter().map(|x| walk(x, set, hits)).collect()),
+            Json::Object(m) => Json::Object(
+                m.iter()
+                    .map(|(k, x)| (redact_str(k, set, hits), walk(x, set, hits)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let mut hits = Vec::new();
+    Json::Object(
+        args.iter()
+            .map(|(k, v)| (redact_str(k, set, &mut hits), walk(v, set, &mut hits)))
+            .collect(),
+    )
+}
+
+fn redact_str(s: &str, set: DetectorSet, hits: &mut Vec<Hit>) -> String {
+    hits.clear();
+    for d in set.iter() {
+        d.find(s, hits);
+    }
+    if hits.is_empty() {
+        return s.to_string();
+    }
+    // Overlapping finds merge into one redaction named by the earliest.
+    hits.sort_by_key(|h| (h.range.start, std::cmp::Reverse(h.range.end)));
+    let mut out = String::with_capacity(s.len());
+    let mut pos = 0;
+    for h in hits.iter() {
+        if h.range.end <= pos {
+            continue;
+        }
+        let start = h.range.start.max(pos);
+        out.push_str(&s[pos..start]);
+        if start == h.range.start {
+            out.push_str("[REDACTED:");
+            out.push_str(h.detector.name());
+            out.push(']');
+        }
+        pos = h.range.end;
+    }
+    out.push_str(&s[pos..]);
+    out
+}

@@ -1,0 +1,375 @@
+//! Checks of one tool: its templates (command, effects, cwd, env) against its arguments, and
+//! its confinement (user, limits, syscalls).
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use super::arg::arg;
+use crate::{
+    detect::DetectorSet,
+    plan::{Confinement, Endpoint},
+    policy::{
+        Tool,
+        args::{ArgSpec, normalize},
+        overlap::Reach,
+        parse::valid_account_name,
+        raw::{ArgType, RawTool},
+        source::{Diag, S},
+        template::{Elem, placeholder},
+    },
+};
+
+/// Environment names a policy may not set: each would let the call load code that its exec
+/// effects never declared.
+const FORBIDDEN_ENV_PREFIXES: &[&str] = &["LD_", "GCONV_PATH", "MALLOC_"];
+
+/// Compiles tool `t`; its rules are linked later, once every rule is known.
+pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
+    let tk = format!("tools.{}", t.name.v);
+    if t.name.v.is_empty()
+        || !t
+            .name
+            .v
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+    {
+        d.err(
+            &t.name.at,
+            &tk,
+            "tool names are letters, digits and _ - . :",
+        );
+    }
+    let args: Vec<ArgSpec> = t.args.iter().map(|a| arg(d, &tk, a)).collect();
+    let tpl = Templates {
+        tk: &tk,
+        args: &args,
+    };
+    let command = t.command.as_ref().map(|c| tpl.command(d, c));
+    let read = tpl.paths(d, &t.effects.read, "read");
+    let write = tpl.paths(d, &t.effects.write, "write");
+    let exec = tpl.paths(d, &t.effects.exec, "exec");
+    exec_not_writable(d, &tk, t, &args);
+    let cwd = t
+        .cwd
+        .as_ref()
+        .and_then(|c| tpl.paths(d, std::slice::from_ref(c), "cwd").pop());
+    let connect = tpl.connect(d, &t.effects.connect);
+    let env = tpl.env(d, &t.env);
+    let confinement = confinement(d, &tk, t);
+    needs_command(d, &tk, t);
+    Tool {
+        name: t.name.v.clone(),
+        tier: t.tier.v,
+        irreversible: t.irreversible,
+        dryrun_supported: t.dryrun_supported,
+        description: t.description.clone(),
+        command,
+        args,
+        read,
+        write,
+        exec,
+        connect,
+        unix: t.effects.unix,
+        on_divergence: t.effects.on_divergence,
+        cwd,
+        env,
+        confinement,
+        rules: Vec::new(),
+        redact: DetectorSet::SECRET_CLASS,
+    }
+}
+
+/// What one template string stands for.
+enum Slot {
+    /// Itself.
+    Lit,
+    /// The value of the tool's argument at this index.
+    Arg(usize),
+}
+
+/// A tool's templates, read against its arguments.
+struct Templates<'a> {
+    tk: &'a str,
+    args: &'a [ArgSpec],
+}
+
+impl Templates<'_> {
+    /// What `s` stands for; `None` after reporting a malformed placeholder or one that names
+    /// no argument.
+    fn slot(&self, d: &mut Diag, s: &S<String>, key: &str) -> Option<Slot> {
+        match placeholder(&s.v) {
+            Err(why) => {
+                d.err(&s.at, key, why);
+                None
+            }
+            Ok(None) => Some(Slot::Lit),
+            Ok(Some(name)) => match self.args.iter().position(|a| a.name == name) {
+                Some(i) => Some(Slot::Arg(i)),
+                None => {
+                    d.err(
+                        &s.at,
+                        key,
+                        format!("placeholder {{{name}}} names no argument of this tool"),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    /// `command`: the program is a literal absolute path, so what runs is fixed by the policy
+    /// and never looked up in a PATH or chosen by the caller.
+    fn command(&self, d: &mut Diag, c: &[S<String>]) -> Vec<Elem<String>> {
+        let key = format!("{}.command", self.tk);
+        let mut out = Vec::new();
+        for (i, s) in c.iter().enumerate() {
+            match self.slot(d, s, &key) {
+                Some(Slot::Arg(_)) if i == 0 => d.err(
+                    &s.at,
+                    &key,
+                    "command[0] must be a literal absolute path, not a placeholder",
+                ),
+                Some(Slot::Arg(ix)) => out.push(Elem::Arg(ix)),
+                Some(Slot::Lit) if i == 0 && !s.v.starts_with('/') => d.err(
+                    &s.at,
+                    &key,
+                    "command[0] must be an absolute path (no PATH lookup)",
+                ),
+                Some(Slot::Lit) => out.push(Elem::Lit(s.v.clone())),
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// Path templates of `effects.<what>` (and of `cwd`): absolute literals, normalised, or
+    /// placeholders of path arguments, whose values are checked and resolved per call.
+    fn paths(&self, d: &mut Diag, list: &[S<String>], what: &str) -> Vec<Elem<PathBuf>> {
+        let key = format!("{}.effects.{what}", self.tk);
+        let mut out = Vec::new();
+        for s in list {
+            match self.slot(d, s, &key) {
+                Some(Slot::Arg(i)) if self.args[i].ty == ArgType::Path => out.push(Elem::Arg(i)),
+                Some(Slot::Arg(i)) => d.err(
+                    &s.at,
+                    &key,
+                    format!("argument '{}' is not a path", self.args[i].name),
+                ),
+                Some(Slot::Lit) if s.v.starts_with('/') => {
+                    out.push(Elem::Lit(normalize(Path::new(&s.v))));
+                }
+                Some(Slot::Lit) => d.err(
+                    &s.at,
+                    &key,
+                    "must be an absolute path or a {path} placeholder",
+                ),
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// `effects.connect`: literal `host:port` endpoints, or placeholders of url arguments.
+    fn connect(&self, d: &mut Diag, list: &[S<String>]) -> Vec<Elem<Endpoint>> {
+        let key = format!("{}.effects.connect", self.tk);
+        let mut out = Vec::new();
+        for s in list {
+            match self.slot(d, s, &key) {
+                Some(Slot::Arg(i)) if self.args[i].ty == ArgType::Url => out.push(Elem::Arg(i)),
+                Some(Slot::Arg(i)) => d.err(
+                    &s.at,
+                    &key,
+                    format!("argument '{}' is not a url", self.args[i].name),
+                ),
+                Some(Slot::Lit) => match endpoint(&s.v) {
+                    Some(e) => out.push(Elem::Lit(e)),
+                    None => d.err(&s.at, &key, "expected \"host:port\" or a {url} placeholder"),
+                },
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// `env`: each name must be one a shell could export, and none may change how programs
+    /// load code; each value is a literal or a placeholder.
+    fn env(&self, d: &mut Diag, env: &[(S<String>, S<String>)]) -> Vec<(String, Elem<String>)> {
+        let mut out = Vec::new();
+        for (k, v) in env {
+            let key = format!("{}.env.{}", self.tk, k.v);
+            let valid = !k.v.is_empty()
+                && !k.v.starts_with(|c: char| c.is_ascii_digit())
+                && k.v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                d.err(&k.at, &key, "not a valid environment variable name");
+            } else if FORBIDDEN_ENV_PREFIXES.iter().any(|p| k.v.starts_with(p)) {
+                d.err(
+                    &k.at,
+                    &key,
+                    "this variable changes how programs load code; it may not be set",
+                );
+            }
+            match self.slot(d, v, &key) {
+                Some(Slot::Arg(i)) => out.push((k.v.clone(), Elem::Arg(i))),
+                Some(Slot::Lit) => out.push((k.v.clone(), Elem::Lit(v.v.clone()))),
+                None => {}
+            }
+        }
+        out
+    }
+}
+
+/// A literal `host:port` (`[v6]:port` too), the host lowercased as urls are compared.
+fn endpoint(s: &str) -> Option<Endpoint> {
+    let (h, p) = s.rsplit_once(':')?;
+    let h = h.trim_start_matches('[').trim_end_matches(']');
+    match p.parse::<u16>() {
+        Ok(port) if !h.is_empty() && port != 0 => Some(Endpoint {
+            host: h.to_ascii_lowercase(),
+            port,
+        }),
+        _ => None,
+    }
+}
+
+/// The static part of the tool's confinement: user, limits and syscall lists.
+fn confinement(d: &mut Diag, tk: &str, t: &RawTool) -> Confinement {
+    let mut conf = Confinement::default();
+    if let Some(r) = &t.run_as {
+        if valid_account_name(&r.v) {
+            conf.run_as = Some(r.v.clone());
+        } else {
+            d.err(
+                &r.at,
+                &format!("{tk}.run_as"),
+                format!("'{}' is not a valid user name", r.v),
+            );
+        }
+    }
+    if let Some(s) = &t.timeout {
+        if (1..=86_400).contains(&s.v) {
+            conf.timeout = Duration::from_secs(s.v as u64);
+        } else {
+            d.err(
+                &s.at,
+                &format!("{tk}.timeout"),
+                "timeout is 1 to 86400 seconds",
+            );
+        }
+    }
+    conf.memory_max = t.memory;
+    if let Some(p) = &t.pids {
+        if p.v > 0 {
+            conf.pids_max = Some(p.v as u64);
+        } else {
+            d.err(&p.at, &format!("{tk}.limits.pids"), "must be positive");
+        }
+    }
+    syscall_names(d, tk, &t.syscalls, "syscalls");
+    syscall_names(d, tk, &t.allow_syscalls, "allow_syscalls");
+    conf.syscalls = t.syscalls.iter().map(|s| s.v.clone()).collect();
+    conf.allow_syscalls = t.allow_syscalls.iter().map(|s| s.v.clone()).collect();
+    conf
+}
+
+/// Syscall names as the kernel's tables spell them; anything else cannot name a syscall.
+fn syscall_names(d: &mut Diag, tk: &str, list: &[S<String>], name: &str) {
+    for s in list {
+        if s.v.is_empty()
+            || !s
+                .v
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            d.err(
+                &s.at,
+                &format!("{tk}.{name}"),
+                format!("'{}' is not a syscall name", s.v),
+            );
+        }
+    }
+}
+
+/// Effects, cwd and env only shape a call that runs: on a tool without a command they would
+/// promise a confinement that nothing applies.
+fn needs_command(d: &mut Diag, tk: &str, t: &RawTool) {
+    let e = &t.effects;
+    let effects = !e.read.is_empty()
+        || !e.write.is_empty()
+        || !e.exec.is_empty()
+        || !e.connect.is_empty()
+        || e.unix;
+    if t.command.is_none() && (effects || t.cwd.is_some() || !t.env.is_empty()) {
+        d.err(
+            &t.name.at,
+            tk,
+            "effects, cwd or env given but no command to apply them to",
+        );
+    }
+}
+
+/// Refuses a program the call may run (`command[0]`, `effects.exec`) that one of its write
+/// effects can also name: the call could rewrite the program, and the kernel's exec allow-list,
+/// which approves the file and not its contents, would run it. Templates are compared by what
+/// they can name at load time ([`Reach`]); malformed ones are skipped, they have their own error.
+fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
+    let reach = |s: &S<String>| -> Option<(Reach, String)> {
+        match placeholder(&s.v) {
+            Ok(None) if s.v.starts_with('/') => Some((
+                Reach::literal(&normalize(Path::new(&s.v))),
+                format!("\"{}\"", s.v),
+            )),
+            Ok(Some(name)) => {
+                let spec = args
+                    .iter()
+                    .find(|a| a.name == name && a.ty == ArgType::Path)?;
+                let reach = Reach::arg(spec);
+                let what = match reach {
+                    Reach::Anywhere => format!("\"{}\" (any path: '{name}' has no within)", s.v),
+                    Reach::Beneath(_) => format!("\"{}\"", s.v),
+                };
+                Some((reach, what))
+            }
+            _ => None,
+        }
+    };
+    let writes: Vec<(&S<String>, Reach, String)> = t
+        .effects
+        .write
+        .iter()
+        .filter_map(|s| reach(s).map(|(r, what)| (s, r, what)))
+        .collect();
+    if writes.is_empty() {
+        return;
+    }
+    // command[0] is a literal absolute path, or already an error.
+    let program = t.command.iter().filter_map(|c| c.first());
+    let programs = program
+        .filter(|s| s.v.starts_with('/'))
+        .map(|s| (s, "command"))
+        .chain(t.effects.exec.iter().map(|s| (s, "effects.exec")));
+    for (s, key) in programs {
+        let Some((runs, what)) = reach(s) else {
+            continue;
+        };
+        let Some((w, shared, wwhat)) = writes
+            .iter()
+            .find_map(|(w, wr, wwhat)| runs.meet(wr).map(|shared| (w, shared, wwhat)))
+        else {
+            continue;
+        };
+        let line = d.src.error(&w.at, "", "").position.map_or(0, |p| p.0);
+        let shared = shared.map_or("any path".to_string(), |p| p.display().to_string());
+        d.err(
+            &s.at,
+            &format!("{tk}.{key}"),
+            format!(
+                "program {what} and write effect {wwhat} (line {line}) both reach {shared}: \
+                 the call could replace a program it may run, and the kernel's exec allow-list, \
+                 which approves the file and not its contents, would run the rewritten program"
+            ),
+        );
+    }
+}
