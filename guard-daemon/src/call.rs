@@ -147,7 +147,7 @@ async fn decide(
         peer: peer.clone(),
         tool: intent.tool.clone(),
         args: verdict.redacted_args.clone(),
-        decision: verdict.row.clone(),
+        decision: Box::new(verdict.row.clone()),
         enforced: daemon.enforced(),
     };
     stages.lap("decide");

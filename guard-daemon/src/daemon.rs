@@ -241,33 +241,9 @@ impl Daemon {
 
         let enforced = !options.allow_unenforced;
         let mut layers = Vec::new();
-        let layer_err = |layer, reason: String| StartError::Layer { layer, reason };
 
-        let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+        let (held, root) = claim(&options)?;
         let cgroup_path = format!("/{}", options.cgroup);
-        // Locked before anything is created, adopted or removed: a second guardd on the same
-        // state stops here and leaves the first one's alone. The audit log locks itself, below,
-        // once the call cgroups a dead guardd left are gone (with any child of it that still
-        // held its descriptors).
-        let mut held = StateLock::default();
-        held.lock_file("socket", &lock::lock_path(&options.socket))?;
-        let dir = unified.join(&options.cgroup);
-        if let Err(e) = std::fs::create_dir(&dir)
-            && e.kind() != std::io::ErrorKind::AlreadyExists
-        {
-            return Err(layer_err(
-                "cgroup v2",
-                format!("create {}: {e}", dir.display()),
-            ));
-        }
-        held.lock_dir("cgroup", &dir)?;
-        let root = Cgroup::create(&unified, &options.cgroup)
-            .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
-        let swept = root.sweep_children();
-        sandbox::limits::sweep_v1(&options.cgroup, false);
-        if swept > 0 {
-            tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
-        }
         let audit = AuditLog::open(audit::Options {
             rotate_bytes: options.audit_rotate_bytes,
             ..audit::Options::new(&options.audit)
@@ -282,71 +258,14 @@ impl Daemon {
             root.path().display().to_string(),
         ));
 
-        let abi = sandbox::landlock::kernel_abi();
-        if abi >= 4 {
-            layers.push(Layer::new(
-                "landlock",
-                LayerState::Active,
-                format!("ABI {abi}"),
-            ));
-        } else if enforced {
-            let found = if abi < 0 {
-                "not enabled".to_owned()
-            } else {
-                format!("ABI {abi} < 4")
-            };
-            return Err(layer_err("landlock", found));
-        } else {
-            layers.push(Layer::new(
-                "landlock",
-                LayerState::Unenforced,
-                format!("ABI {abi}"),
-            ));
-        }
+        layers.push(landlock_layer(enforced)?);
         layers.push(Layer::new(
             "seccomp",
             LayerState::Active,
             "deny-list, EPERM",
         ));
 
-        let monitor = match Monitor::load(root.path(), options.trace_syscalls)
-            .map_err(|e| e.to_string())
-            .and_then(|mut monitor| {
-                selftest::run(&mut monitor, &root)
-                    .map(|()| monitor)
-                    .map_err(|e| format!("self-test failed: {e}"))
-            }) {
-            Ok(monitor) => {
-                for p in monitor.programs() {
-                    layers.push(Layer::new(
-                        format!("ebpf:{p}"),
-                        LayerState::Active,
-                        "attached",
-                    ));
-                }
-                for p in monitor.on_demand() {
-                    layers.push(Layer::new(
-                        format!("ebpf:{p}"),
-                        LayerState::Active,
-                        "attached while calls run (--trace-syscalls)",
-                    ));
-                }
-                if !options.trace_syscalls {
-                    let detail = "off: no per-call syscall sets or opens (--trace-syscalls; \
-                                  while calls run, costs every syscall on the host)";
-                    layers.push(Layer::new("ebpf:syscalls", LayerState::Off, detail));
-                }
-                let proof = "canary: connect denied (EPERM), unapproved exec killed";
-                layers.push(Layer::new("ebpf self-test", LayerState::Active, proof));
-                Some(Mutex::new(monitor))
-            }
-            Err(e) if enforced => return Err(layer_err("ebpf", e)),
-            Err(e) => {
-                tracing::error!("RUNNING UNENFORCED: kernel programs not loaded: {e}");
-                layers.push(Layer::new("ebpf", LayerState::Unenforced, e));
-                None
-            }
-        };
+        let monitor = kernel_programs(&root, &options, &mut layers)?;
         let launch = sandbox::LaunchOptions {
             limits: sandbox::detect_limits(root.path()),
             allow_without_landlock: options.allow_unenforced,
@@ -507,6 +426,109 @@ impl Daemon {
     pub fn dropped_events(&self) -> u64 {
         self.with_monitor(|m| m.dropped().unwrap_or(0)).unwrap_or(0)
     }
+}
+
+/// A missing layer, as a reason not to start.
+fn layer_err(layer: &'static str, reason: String) -> StartError {
+    StartError::Layer { layer, reason }
+}
+
+/// Locks guardd's state and adopts its cgroup, removing the call cgroups a guardd that died
+/// here left. Locked before anything is created, adopted or removed: a second guardd on the
+/// same state stops here and leaves the first one's alone. The audit log locks itself, later,
+/// once those cgroups are gone (with any child of the dead guardd that still held its
+/// descriptors).
+fn claim(options: &Options) -> Result<(StateLock, Cgroup), StartError> {
+    let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+    let mut held = StateLock::default();
+    held.lock_file("socket", &lock::lock_path(&options.socket))?;
+    let dir = unified.join(&options.cgroup);
+    if let Err(e) = std::fs::create_dir(&dir)
+        && e.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        return Err(layer_err(
+            "cgroup v2",
+            format!("create {}: {e}", dir.display()),
+        ));
+    }
+    held.lock_dir("cgroup", &dir)?;
+    let root = Cgroup::create(&unified, &options.cgroup)
+        .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+    let swept = root.sweep_children();
+    sandbox::limits::sweep_v1(&options.cgroup, false);
+    if swept > 0 {
+        tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
+    }
+    Ok((held, root))
+}
+
+/// landlock, ABI 4 at least (TCP rules), or unenforced by the operator's choice.
+fn landlock_layer(enforced: bool) -> Result<Layer, StartError> {
+    let abi = sandbox::landlock::kernel_abi();
+    if abi >= 4 {
+        return Ok(Layer::new(
+            "landlock",
+            LayerState::Active,
+            format!("ABI {abi}"),
+        ));
+    }
+    if enforced {
+        let found = if abi < 0 {
+            "not enabled".to_owned()
+        } else {
+            format!("ABI {abi} < 4")
+        };
+        return Err(layer_err("landlock", found));
+    }
+    Ok(Layer::new(
+        "landlock",
+        LayerState::Unenforced,
+        format!("ABI {abi}"),
+    ))
+}
+
+/// The kernel programs, loaded and proven by the self-test; `None` only when running
+/// unenforced by the operator's choice.
+fn kernel_programs(
+    root: &Cgroup,
+    options: &Options,
+    layers: &mut Vec<Layer>,
+) -> Result<Option<Mutex<Monitor>>, StartError> {
+    let loaded = Monitor::load(root.path(), options.trace_syscalls)
+        .map_err(|e| e.to_string())
+        .and_then(|mut monitor| {
+            selftest::run(&mut monitor, root)
+                .map(|()| monitor)
+                .map_err(|e| format!("self-test failed: {e}"))
+        });
+    let monitor = match loaded {
+        Ok(monitor) => monitor,
+        Err(e) if !options.allow_unenforced => return Err(layer_err("ebpf", e)),
+        Err(e) => {
+            tracing::error!("RUNNING UNENFORCED: kernel programs not loaded: {e}");
+            layers.push(Layer::new("ebpf", LayerState::Unenforced, e));
+            return Ok(None);
+        }
+    };
+    for p in monitor.programs() {
+        layers.push(Layer::new(
+            format!("ebpf:{p}"),
+            LayerState::Active,
+            "attached",
+        ));
+    }
+    for p in monitor.on_demand() {
+        let detail = "attached while calls run (--trace-syscalls)";
+        layers.push(Layer::new(format!("ebpf:{p}"), LayerState::Active, detail));
+    }
+    if !options.trace_syscalls {
+        let detail = "off: no per-call syscall sets or opens (--trace-syscalls; while calls \
+                      run, costs every syscall on the host)";
+        layers.push(Layer::new("ebpf:syscalls", LayerState::Off, detail));
+    }
+    let proof = "canary: connect denied (EPERM), unapproved exec killed";
+    layers.push(Layer::new("ebpf self-test", LayerState::Active, proof));
+    Ok(Some(Mutex::new(monitor)))
 }
 
 #[cfg(test)]

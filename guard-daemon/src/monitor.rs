@@ -314,6 +314,10 @@ impl Monitor {
     /// Loads the programs and attaches the cgroup programs to `root`, the guard's cgroup. The
     /// syscall tracepoints (per-call syscall sets, opens, the socket-family kill) are loaded
     /// only with `trace_syscalls`, and attached by `watch` while calls run.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "each program is loaded and attached in the order the kernel needs, read top-down"
+    )]
     pub fn load(root: &Path, trace_syscalls: bool) -> Result<Self, MonitorError> {
         if PROGRAMS.is_empty() {
             return Err(MonitorError::NotBuilt);

@@ -169,33 +169,8 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                 continue;
             }
         };
-        let role = match request {
-            Request::Subscribe(_)
-            | Request::Pending(_)
-            | Request::Approve(_)
-            | Request::Deny(_)
-            | Request::Reload(_) => Role::Admin,
-            Request::Exec(_) | Request::Check(_) | Request::Status(_) => Role::Client,
-        };
-        if !daemon
-            .access
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .permits(&peer, role)
-        {
+        if let Err(e) = permitted(daemon, &peer, &request) {
             conn.take_fds();
-            let who = if role == Role::Admin {
-                "an admin"
-            } else {
-                "a client"
-            };
-            let e = ProtocolError {
-                message: format!(
-                    "not permitted: uid {} is not {who} of this guardd",
-                    peer.uid
-                ),
-                field: None,
-            };
             conn.write(&protocol::error_frame(&e)).await?;
             continue;
         }
@@ -208,59 +183,89 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                 // An exec owns its connection until the call ends.
                 return call::exec(daemon, &peer, intent, conn).await;
             }
-            Request::Check(req) => {
-                conn.take_fds();
-                let intent = Intent {
-                    tool: req.tool,
-                    args: req.args,
-                };
-                let verdict = daemon.policy().decide(&intent);
-                let checked = Checked {
-                    decision: verdict.row,
-                    plan: verdict.plan,
-                };
-                send(&mut conn, Reply::Decision(checked)).await?;
-            }
-            Request::Status(_) => {
-                conn.take_fds();
-                send(&mut conn, Reply::Status(Box::new(status(daemon)))).await?;
-            }
             Request::Subscribe(req) => {
                 conn.take_fds();
                 return subscribe(daemon, conn, req).await;
             }
-            Request::Pending(_) => {
+            other => {
+                // Only an exec takes descriptors: any others sent are closed here.
                 conn.take_fds();
-                let calls = daemon.approvals.list();
-                send(&mut conn, Reply::Pending(PendingCalls { calls })).await?;
-            }
-            Request::Approve(req) => {
-                conn.take_fds();
-                let resolution = Resolution::Approved { by: peer.uid };
-                resolve(daemon, &mut conn, &req.call_id, resolution).await?;
-            }
-            Request::Deny(req) => {
-                conn.take_fds();
-                let resolution = Resolution::Denied {
-                    by: peer.uid,
-                    reason: req.reason,
-                };
-                resolve(daemon, &mut conn, &req.call_id, resolution).await?;
-            }
-            Request::Reload(_) => {
-                conn.take_fds();
-                match daemon.reload(Some(peer.uid)).await {
-                    Ok(tools) => {
-                        let policy = daemon.options.policy.clone();
-                        send(&mut conn, Reply::Reloaded(Reloaded { policy, tools })).await?;
-                    }
-                    Err(message) => {
-                        send(&mut conn, Reply::Error(ErrorReply::new(message))).await?;
-                    }
-                }
+                answer(daemon, &peer, other, &mut conn).await?;
             }
         }
     }
+}
+
+/// Whether the peer may make this request: exec, check and status need a client, the rest an
+/// admin.
+fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), ProtocolError> {
+    let role = match request {
+        Request::Subscribe(_)
+        | Request::Pending(_)
+        | Request::Approve(_)
+        | Request::Deny(_)
+        | Request::Reload(_) => Role::Admin,
+        Request::Exec(_) | Request::Check(_) | Request::Status(_) => Role::Client,
+    };
+    let access = daemon.access.read().unwrap_or_else(|p| p.into_inner());
+    if access.permits(peer, role) {
+        return Ok(());
+    }
+    let who = if role == Role::Admin {
+        "an admin"
+    } else {
+        "a client"
+    };
+    Err(ProtocolError {
+        message: format!(
+            "not permitted: uid {} is not {who} of this guardd",
+            peer.uid
+        ),
+        field: None,
+    })
+}
+
+/// Answers a request that gets one reply and leaves the connection open for the next.
+async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn) -> io::Result<()> {
+    let reply = match request {
+        Request::Check(req) => {
+            let verdict = daemon.policy().decide(&Intent {
+                tool: req.tool,
+                args: req.args,
+            });
+            Reply::Decision(Box::new(Checked {
+                decision: verdict.row,
+                plan: verdict.plan,
+            }))
+        }
+        Request::Status(_) => Reply::Status(Box::new(status(daemon))),
+        Request::Pending(_) => Reply::Pending(PendingCalls {
+            calls: daemon.approvals.list(),
+        }),
+        Request::Approve(req) => {
+            let resolution = Resolution::Approved { by: peer.uid };
+            return resolve(daemon, conn, &req.call_id, resolution).await;
+        }
+        Request::Deny(req) => {
+            let resolution = Resolution::Denied {
+                by: peer.uid,
+                reason: req.reason,
+            };
+            return resolve(daemon, conn, &req.call_id, resolution).await;
+        }
+        Request::Reload(_) => match daemon.reload(Some(peer.uid)).await {
+            Ok(tools) => Reply::Reloaded(Reloaded {
+                policy: daemon.options.policy.clone(),
+                tools,
+            }),
+            Err(message) => Reply::Error(ErrorReply::new(message)),
+        },
+        // Each keeps the connection: see `handle`.
+        Request::Exec(_) | Request::Subscribe(_) => {
+            Reply::Error(ErrorReply::new("exec and subscribe take the connection"))
+        }
+    };
+    send(conn, reply).await
 }
 
 /// Hands an admin's answer to a held call; the call itself records it and runs or not.

@@ -9,6 +9,10 @@
 //!    bare, 6. many calls in flight at once.
 //!
 //! Every loop is bounded by a count or a deadline; only loopback traffic.
+#![allow(
+    clippy::too_many_lines,
+    reason = "each benchmark reads as its protocol, baseline beside guard"
+)]
 
 mod daemon;
 mod report;

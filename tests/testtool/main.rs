@@ -3,6 +3,10 @@
 //! first failing action prints `ERR <errno-name> <errno>` on stderr and the tool exits 1.
 //!
 //! std + libc only: the tool must run confined, with nothing but its own binary and libc.
+#![allow(
+    clippy::too_many_lines,
+    reason = "one action per arm, as the tests name them"
+)]
 
 use std::{
     ffi::CString,
@@ -181,6 +185,7 @@ fn run(action: &[String]) -> Res {
             // SAFETY: the child makes one raw syscall and _exits; no locks are taken after fork.
             match unsafe { libc::fork() } {
                 -1 => return Err(last_errno()),
+                // SAFETY: in the child: one raw syscall, then _exit.
                 0 => unsafe {
                     libc::syscall(nr);
                     libc::_exit(0)
@@ -589,6 +594,7 @@ fn run(action: &[String]) -> Res {
             // SAFETY: the children only call async-signal-safe functions before _exit.
             match unsafe { libc::fork() } {
                 -1 => return Err(last_errno()),
+                // SAFETY: in the child: async-signal-safe calls only, then _exit.
                 0 => unsafe {
                     libc::setsid();
                     match libc::fork() {
@@ -603,8 +609,8 @@ fn run(action: &[String]) -> Res {
                     }
                 },
                 child => {
-                    // SAFETY: reaps our own child; reads 4 bytes into a 4-byte integer.
                     let mut pid: libc::pid_t = 0;
+                    // SAFETY: reaps our own child; reads 4 bytes into a 4-byte integer.
                     unsafe {
                         libc::close(fds[1]);
                         libc::waitpid(child, std::ptr::null_mut(), 0);

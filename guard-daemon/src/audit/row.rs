@@ -26,7 +26,7 @@ pub enum Row {
         tool: String,
         /// Redacted as the policy's detectors say.
         args: Value,
-        decision: DecisionRow,
+        decision: Box<DecisionRow>,
         /// Whether the kernel layers held the call (false only with `--allow-unenforced`).
         enforced: bool,
     },

@@ -35,7 +35,7 @@ pub enum ExecReply {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Reply {
     /// `check`: the decision and the plan an allowed call would run with.
-    Decision(Checked),
+    Decision(Box<Checked>),
     /// `status`.
     Status(Box<Status>),
     /// `pending`: the calls held for an admin.

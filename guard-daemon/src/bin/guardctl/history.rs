@@ -134,7 +134,7 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                     tool,
                     peer,
                     args,
-                    decision,
+                    decision: *decision,
                     enforced,
                     finished: None,
                 });

@@ -178,6 +178,10 @@ fn main() -> ExitCode {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "guardd's life read top-down: logging, settings, layers, socket, signals, drain"
+)]
 async fn serve() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
