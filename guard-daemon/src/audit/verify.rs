@@ -17,7 +17,7 @@ use super::{
 };
 
 /// A log that checked out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct VerifySummary {
     pub rows: u64,
     pub files: usize,

@@ -30,20 +30,36 @@ pub fn run(command: AuditCommand) -> ExitCode {
 fn verify(file: &std::path::Path, as_json: bool) -> ExitCode {
     let result = audit::verify(file);
     if as_json {
+        /// `guardctl audit verify --json`: one line either way.
+        #[derive(serde::Serialize)]
+        #[serde(untagged)]
+        enum Verified<'a> {
+            Ok {
+                ok: bool,
+                #[serde(flatten)]
+                summary: &'a audit::VerifySummary,
+            },
+            Broken {
+                ok: bool,
+                io: bool,
+                error: String,
+            },
+        }
         let (out, code) = match &result {
-            Ok(s) => (
-                serde_json::json!({
-                    "ok": true, "rows": s.rows, "files": s.files,
-                    "last_hash": s.last_hash, "torn_bytes": s.torn_bytes,
-                }),
-                0,
-            ),
-            Err(e) => (
-                serde_json::json!({ "ok": false, "io": e.is_io(), "error": e.to_string() }),
-                if e.is_io() { 2 } else { 1 },
-            ),
+            Ok(summary) => (Verified::Ok { ok: true, summary }, 0),
+            Err(e) => {
+                let (io, error) = (e.is_io(), e.to_string());
+                (
+                    Verified::Broken {
+                        ok: false,
+                        io,
+                        error,
+                    },
+                    if io { 2 } else { 1 },
+                )
+            }
         };
-        println!("{out}");
+        crate::print_json(&out);
         return ExitCode::from(code);
     }
     match result {

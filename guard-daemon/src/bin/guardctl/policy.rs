@@ -17,15 +17,32 @@ pub fn default_policy_path() -> PathBuf {
     }
 }
 
+/// `guardctl policy check --json`: what was loaded, or every error.
+#[derive(serde::Serialize)]
+struct Checked<'a> {
+    path: &'a Path,
+    valid: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rules: Option<usize>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<String>,
+}
+
 /// Prints every error at once (as one JSON object with `as_json`); exit 0 when valid, 1 when
 /// not.
 pub fn check_policy(path: &Path, as_json: bool) -> ExitCode {
     match Policy::load(path) {
         Ok(p) if as_json => {
-            let out = serde_json::json!({
-                "path": path, "valid": true, "tools": p.tools().count(), "rules": p.rule_count(),
-            });
-            println!("{out}");
+            let out = Checked {
+                path,
+                valid: true,
+                tools: Some(p.tools().count()),
+                rules: Some(p.rule_count()),
+                errors: Vec::new(),
+            };
+            crate::print_json(&out);
             ExitCode::SUCCESS
         }
         Ok(p) => {
@@ -38,9 +55,14 @@ pub fn check_policy(path: &Path, as_json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(errors) if as_json => {
-            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            let out = serde_json::json!({ "path": path, "valid": false, "errors": list });
-            println!("{out}");
+            let out = Checked {
+                path,
+                valid: false,
+                tools: None,
+                rules: None,
+                errors: errors.iter().map(ToString::to_string).collect(),
+            };
+            crate::print_json(&out);
             ExitCode::FAILURE
         }
         Err(errors) => {
