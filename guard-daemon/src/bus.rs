@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::{decision::Decision, receipt::RefusedSeen};
+use crate::decision::Decision;
 
 /// How many events a subscriber may fall behind before it is dropped.
 const BUS_CAPACITY: usize = 4096;
@@ -130,6 +130,24 @@ pub enum Effect {
         #[serde(rename = "type")]
         qtype: String,
     },
+}
+
+/// A syscall another layer refused.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RefusedSeen {
+    pub syscall: String,
+    pub errno: String,
+    pub stopped_by: StoppedBy,
+}
+
+/// The layer that refused a syscall, told apart by its errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoppedBy {
+    /// EACCES.
+    Landlock,
+    /// EPERM.
+    Seccomp,
 }
 
 /// A transport protocol of a connect.

@@ -17,7 +17,7 @@ use guard_common::event::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    bus::{Action, Bus, Divergence, Effect, Proto, What},
+    bus::{Action, Bus, Divergence, Effect, Proto, RefusedSeen, StoppedBy, What},
     opens::{FilesSeen, c_str},
 };
 
@@ -82,24 +82,6 @@ pub enum Verdict {
     Conformed,
     /// The call did, or tried, something outside its effects, or its receipt is incomplete.
     Diverged,
-}
-
-/// A syscall another layer refused.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct RefusedSeen {
-    pub syscall: String,
-    pub errno: String,
-    pub stopped_by: StoppedBy,
-}
-
-/// The layer that refused a syscall, told apart by its errno.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StoppedBy {
-    /// EACCES.
-    Landlock,
-    /// EPERM.
-    Seccomp,
 }
 
 /// How a receipt's claims were checked: by which layer, or that nothing saw them.
