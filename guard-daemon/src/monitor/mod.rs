@@ -33,6 +33,16 @@ use guard_common::{
 use tokio::io::unix::AsyncFd;
 
 /// The kernel programs, as built by `build.rs`.
+mod keys;
+mod stream;
+mod tracefs;
+
+use keys::*;
+pub use keys::{Destination, Watch};
+pub use stream::EventStream;
+pub use tracefs::ensure_tracefs;
+use tracefs::*;
+
 static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
 
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -153,128 +163,6 @@ fn detach_syscall_tracing(
         result = result.and(detached);
     }
     result
-}
-
-/// One destination a guarded call may connect to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Destination {
-    pub addr: IpAddr,
-    pub port: u16,
-    /// `guard_common::net::PROTO_TCP` or `PROTO_UDP`.
-    pub proto: u8,
-}
-
-#[derive(Clone, Copy)]
-enum DestKey {
-    V4(Dest4),
-    V6(Dest6),
-}
-
-/// What the kernel holds one guarded call to.
-#[derive(Clone, Debug, Default)]
-pub struct Watch {
-    pub config: CallConfig,
-    /// Where it may connect or send.
-    pub destinations: Vec<Destination>,
-    /// The programs it may execute (enforced with `FLAG_ENFORCE_EXEC`).
-    pub execs: Vec<PathBuf>,
-    /// What it may write, judged by the open observer (`--trace-syscalls`); `/dev/null` always.
-    pub writes: Vec<PathBuf>,
-}
-
-/// The keys installed for one call, so that `unwatch` removes exactly them.
-#[derive(Default)]
-struct Installed {
-    dests: Vec<DestKey>,
-    execs: Vec<(FileKey, u8)>,
-    writes: Vec<(FileKey, u8)>,
-    /// Counted in `SyscallTracing::calls`.
-    traced: bool,
-}
-
-/// The identity of the file or directory `path` names now (symlinks followed), as the kernel
-/// sees it: device in the kernel's encoding, inode, and whether it is a directory.
-fn identity(path: &Path) -> Option<(u32, u64, bool)> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = fs::metadata(path).ok()?;
-    let dev = meta.dev();
-    Some((
-        kernel_dev(libc::major(dev), libc::minor(dev)),
-        meta.ino(),
-        meta.is_dir(),
-    ))
-}
-
-/// The allow-list key of `path` for the call: a file approves itself, a directory what lies
-/// beneath it. A path that does not exist approves nothing, unless `names`: then its name in
-/// its (existing) directory is approved, for a write target the call may create.
-fn file_key(cgroup_id: u64, path: &Path, names: bool) -> Option<(FileKey, u8)> {
-    let key = |(dev, ino, _): (u32, u64, bool), name| FileKey {
-        cgroup_id,
-        ino,
-        dev,
-        _pad: 0,
-        name,
-    };
-    if let Some(id) = identity(path) {
-        return Some((key(id, 0), if id.2 { FILE_DIR } else { FILE_SELF }));
-    }
-    if !names {
-        return None;
-    }
-    let dir = identity(path.parent()?).filter(|id| id.2)?;
-    let name = path.file_name()?.as_encoded_bytes();
-    Some((key(dir, name_hash(name)), FILE_CHILD))
-}
-
-/// The offsets the exec program reads kernel structs at, from the running kernel's BTF.
-fn exec_layout() -> Result<Layout, MonitorError> {
-    let btf = crate::btf::KernelBtf::load().map_err(|e| MonitorError::Btf(e.to_string()))?;
-    let at = |s: &str, m: &str| {
-        btf.offset(s, m)
-            .map_err(|e| MonitorError::Btf(e.to_string()))
-    };
-    Ok(Layout {
-        bprm_file: at("linux_binprm", "file")?,
-        bprm_filename: at("linux_binprm", "filename")?,
-        file_inode: at("file", "f_inode")?,
-        file_dentry: at("file", "f_path")? + at("path", "dentry")?,
-        inode_ino: at("inode", "i_ino")?,
-        inode_sb: at("inode", "i_sb")?,
-        sb_dev: at("super_block", "s_dev")?,
-        dentry_parent: at("dentry", "d_parent")?,
-        dentry_inode: at("dentry", "d_inode")?,
-        dentry_name: at("dentry", "d_name")? + at("qstr", "name")?,
-        task_files: at("task_struct", "files")?,
-        files_fdt: at("files_struct", "fdt")?,
-        fdt_fd: at("fdtable", "fd")?,
-        fdt_max_fds: at("fdtable", "max_fds")?,
-    })
-}
-
-impl Destination {
-    fn key(&self, cgroup_id: u64) -> DestKey {
-        match self.addr {
-            IpAddr::V4(v4) => DestKey::V4(Dest4 {
-                cgroup_id,
-                addr: u32::from_ne_bytes(v4.octets()),
-                port: self.port,
-                proto: self.proto,
-                _pad: 0,
-            }),
-            IpAddr::V6(v6) => {
-                let o = v6.octets();
-                let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-                DestKey::V6(Dest6 {
-                    cgroup_id,
-                    addr: [word(0), word(4), word(8), word(12)],
-                    port: self.port,
-                    proto: self.proto,
-                    _pad: [0; 5],
-                })
-            }
-        }
-    }
 }
 
 /// The syscall tracepoints' state: loaded at start, attached while watched calls run.
@@ -628,77 +516,6 @@ impl Monitor {
                 .map_err(|e| MonitorError::Events(e.into())),
         )
     }
-}
-
-/// Events from the kernel, read as the ring buffer signals data.
-pub struct EventStream {
-    fd: AsyncFd<RingBuf<MapData>>,
-}
-
-impl EventStream {
-    /// Waits for events and appends every available one to `out`.
-    pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
-        loop {
-            let mut guard = self.fd.readable_mut().await?;
-            drain(guard.get_inner_mut(), out);
-            guard.clear_ready();
-            if !out.is_empty() {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Appends every event already in the ring buffer to `out`, without waiting.
-    pub fn drain_now(&mut self, out: &mut Vec<Event>) {
-        drain(self.fd.get_mut(), out);
-    }
-}
-
-fn drain(ring: &mut RingBuf<MapData>, out: &mut Vec<Event>) {
-    while let Some(item) = ring.next() {
-        if item.len() >= size_of::<Event>() {
-            // SAFETY: the kernel wrote a whole `Event` (repr(C), Pod) at this address;
-            // read_unaligned because ring buffer records are only 8-byte aligned.
-            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<Event>()) });
-        }
-    }
-}
-
-/// Mounts tracefs at its usual place if it is not there yet.
-pub fn ensure_tracefs() -> Result<(), MonitorError> {
-    if Path::new(TRACEFS).join("events").exists() {
-        return Ok(());
-    }
-    nix::mount::mount(
-        Some("tracefs"),
-        TRACEFS,
-        Some("tracefs"),
-        nix::mount::MsFlags::empty(),
-        None::<&str>,
-    )
-    .map_err(|e| MonitorError::Tracefs(format!("mount tracefs at {TRACEFS}: {e}")))
-}
-
-/// The offset of `field` in a tracepoint's record, from its tracefs format file.
-fn field_offset(format_file: &str, field: &str) -> Result<u32, MonitorError> {
-    let format = fs::read_to_string(format_file)
-        .map_err(|e| MonitorError::Tracefs(format!("read {format_file}: {e}")))?;
-    parse_field_offset(&format, field)
-        .ok_or_else(|| MonitorError::Tracefs(format!("{format_file} has no field `{field}`")))
-}
-
-/// Finds `offset:N;` on the line declaring `field` in a tracefs format file.
-fn parse_field_offset(format: &str, field: &str) -> Option<u32> {
-    format.lines().find_map(|line| {
-        let decl = line.trim().strip_prefix("field:")?.split(';').next()?;
-        if decl.split_whitespace().last()? != field {
-            return None;
-        }
-        let offset = line
-            .split(';')
-            .find_map(|part| part.trim().strip_prefix("offset:"))?;
-        offset.trim().parse().ok()
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,125 @@
+//! The keys of the kernel's per-call maps: destinations, and files by identity.
+
+use super::*;
+
+/// One destination a guarded call may connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Destination {
+    pub addr: IpAddr,
+    pub port: u16,
+    /// `guard_common::net::PROTO_TCP` or `PROTO_UDP`.
+    pub proto: u8,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum DestKey {
+    V4(Dest4),
+    V6(Dest6),
+}
+
+/// What the kernel holds one guarded call to.
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    pub config: CallConfig,
+    /// Where it may connect or send.
+    pub destinations: Vec<Destination>,
+    /// The programs it may execute (enforced with `FLAG_ENFORCE_EXEC`).
+    pub execs: Vec<PathBuf>,
+    /// What it may write, judged by the open observer (`--trace-syscalls`); `/dev/null` always.
+    pub writes: Vec<PathBuf>,
+}
+
+/// The keys installed for one call, so that `unwatch` removes exactly them.
+#[derive(Default)]
+pub(super) struct Installed {
+    pub(super) dests: Vec<DestKey>,
+    pub(super) execs: Vec<(FileKey, u8)>,
+    pub(super) writes: Vec<(FileKey, u8)>,
+    /// Counted in `SyscallTracing::calls`.
+    pub(super) traced: bool,
+}
+
+/// The identity of the file or directory `path` names now (symlinks followed), as the kernel
+/// sees it: device in the kernel's encoding, inode, and whether it is a directory.
+pub(super) fn identity(path: &Path) -> Option<(u32, u64, bool)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = fs::metadata(path).ok()?;
+    let dev = meta.dev();
+    Some((
+        kernel_dev(libc::major(dev), libc::minor(dev)),
+        meta.ino(),
+        meta.is_dir(),
+    ))
+}
+
+/// The allow-list key of `path` for the call: a file approves itself, a directory what lies
+/// beneath it. A path that does not exist approves nothing, unless `names`: then its name in
+/// its (existing) directory is approved, for a write target the call may create.
+pub(super) fn file_key(cgroup_id: u64, path: &Path, names: bool) -> Option<(FileKey, u8)> {
+    let key = |(dev, ino, _): (u32, u64, bool), name| FileKey {
+        cgroup_id,
+        ino,
+        dev,
+        _pad: 0,
+        name,
+    };
+    if let Some(id) = identity(path) {
+        return Some((key(id, 0), if id.2 { FILE_DIR } else { FILE_SELF }));
+    }
+    if !names {
+        return None;
+    }
+    let dir = identity(path.parent()?).filter(|id| id.2)?;
+    let name = path.file_name()?.as_encoded_bytes();
+    Some((key(dir, name_hash(name)), FILE_CHILD))
+}
+
+/// The offsets the exec program reads kernel structs at, from the running kernel's BTF.
+pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
+    let btf = crate::btf::KernelBtf::load().map_err(|e| MonitorError::Btf(e.to_string()))?;
+    let at = |s: &str, m: &str| {
+        btf.offset(s, m)
+            .map_err(|e| MonitorError::Btf(e.to_string()))
+    };
+    Ok(Layout {
+        bprm_file: at("linux_binprm", "file")?,
+        bprm_filename: at("linux_binprm", "filename")?,
+        file_inode: at("file", "f_inode")?,
+        file_dentry: at("file", "f_path")? + at("path", "dentry")?,
+        inode_ino: at("inode", "i_ino")?,
+        inode_sb: at("inode", "i_sb")?,
+        sb_dev: at("super_block", "s_dev")?,
+        dentry_parent: at("dentry", "d_parent")?,
+        dentry_inode: at("dentry", "d_inode")?,
+        dentry_name: at("dentry", "d_name")? + at("qstr", "name")?,
+        task_files: at("task_struct", "files")?,
+        files_fdt: at("files_struct", "fdt")?,
+        fdt_fd: at("fdtable", "fd")?,
+        fdt_max_fds: at("fdtable", "max_fds")?,
+    })
+}
+
+impl Destination {
+    pub(super) fn key(&self, cgroup_id: u64) -> DestKey {
+        match self.addr {
+            IpAddr::V4(v4) => DestKey::V4(Dest4 {
+                cgroup_id,
+                addr: u32::from_ne_bytes(v4.octets()),
+                port: self.port,
+                proto: self.proto,
+                _pad: 0,
+            }),
+            IpAddr::V6(v6) => {
+                let o = v6.octets();
+                let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+                DestKey::V6(Dest6 {
+                    cgroup_id,
+                    addr: [word(0), word(4), word(8), word(12)],
+                    port: self.port,
+                    proto: self.proto,
+                    _pad: [0; 5],
+                })
+            }
+        }
+    }
+}
