@@ -1086,8 +1086,17 @@ fn escape_the_open_observer_cannot_be_blinded_by_how_a_path_is_written() {
         ),
     ];
     for (what, actions) in attacks {
-        let out = call(&guardd, &actions);
-        let row = last_receipt(&guardd);
+        // The flood must overflow the ring buffer to prove anything; a pump that kept up with
+        // it (an idle host) gets another flood, up to three.
+        let mut tries = if what == "after a flood" { 3 } else { 1 };
+        let (out, row) = loop {
+            let out = call(&guardd, &actions);
+            let row = last_receipt(&guardd);
+            tries -= 1;
+            if tries == 0 || row["effects_observed"]["events_lost"].as_u64() > Some(0) {
+                break (out, row);
+            }
+        };
         let seen = &row["effects_observed"];
         assert_eq!(seen["verdict"], "diverged", "{what}: {out:?} {row:#}");
         assert!(
