@@ -48,6 +48,9 @@ pub struct Options {
     /// Attach the syscall tracepoints: per-call syscall sets in receipts and the kernel's
     /// socket-family kill behind seccomp, at a cost to every syscall on the host.
     pub trace_syscalls: bool,
+    /// Bytes of the kernel's event ring buffer (a power of two of pages): what the kernel can
+    /// report before guardd drains it. Events beyond it are lost, counted, and a divergence.
+    pub event_ring_bytes: u32,
     /// How long a call held for approval waits for an admin before it is denied.
     pub approval_timeout: Duration,
     /// Let a policy write on the audit log's file system (the operator's opt-in; the rows of
@@ -494,13 +497,17 @@ fn kernel_programs(
     options: &Options,
     layers: &mut Vec<Layer>,
 ) -> Result<Option<Mutex<Monitor>>, StartError> {
-    let loaded = Monitor::load(root.path(), options.trace_syscalls)
-        .map_err(|e| e.to_string())
-        .and_then(|mut monitor| {
-            selftest::run(&mut monitor, root)
-                .map(|()| monitor)
-                .map_err(|e| format!("self-test failed: {e}"))
-        });
+    let loaded = Monitor::load(
+        root.path(),
+        options.trace_syscalls,
+        options.event_ring_bytes,
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|mut monitor| {
+        selftest::run(&mut monitor, root)
+            .map(|()| monitor)
+            .map_err(|e| format!("self-test failed: {e}"))
+    });
     let monitor = match loaded {
         Ok(monitor) => monitor,
         Err(e) if !options.allow_unenforced => return Err(layer_err("ebpf", e)),

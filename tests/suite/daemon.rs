@@ -792,4 +792,20 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
         stderr.contains("guardd.toml") && stderr.contains("line 2") && stderr.contains("max_cals"),
         "{stderr}"
     );
+    // A ring buffer size the kernel cannot take is refused, from the file and from the flag.
+    std::fs::write(&config, "event_ring_bytes = 5000\n").expect("config");
+    let mut bad = Command::new(support::bin("guardd"));
+    bad.arg("--config").arg(&config).arg("--check-config");
+    let out = output(bad);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("event_ring_bytes = 5000"), "{stderr}");
+    let mut bad = Command::new(support::bin("guardd"));
+    bad.args(["--event-ring-bytes", "3", "--check-config"]);
+    let out = output(bad);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("power of two"),
+        "{out:?}"
+    );
 }

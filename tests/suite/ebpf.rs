@@ -48,8 +48,8 @@ impl Kernel {
         let call = Cgroup::create(root.path(), "call").expect("call cgroup");
         let (monitor, events) = {
             let _enter = rt.enter();
-            let mut monitor =
-                Monitor::load(root.path(), true).expect("load and attach kernel programs");
+            let mut monitor = Monitor::load(root.path(), true, guard::monitor::DEFAULT_RING_BYTES)
+                .expect("load and attach kernel programs");
             let events = monitor
                 .take_events()
                 .expect("events")

@@ -198,6 +198,20 @@ pub struct Monitor {
     programs: Vec<&'static str>,
 }
 
+/// The event ring buffer's default size: about 3,400 events before the pump must drain it.
+pub const DEFAULT_RING_BYTES: u32 = 1 << 20;
+
+/// Checks a size for the event ring buffer: the kernel takes a power of two of whole pages.
+pub fn ring_bytes(size: u64) -> Result<u32, String> {
+    let page = 4096;
+    match u32::try_from(size) {
+        Ok(n) if n >= page && n.is_power_of_two() => Ok(n),
+        _ => Err(format!(
+            "{size}: the event ring buffer's size must be a power of two from {page} to 2^31 bytes"
+        )),
+    }
+}
+
 impl Monitor {
     /// Loads the programs and attaches the cgroup programs to `root`, the guard's cgroup. The
     /// syscall tracepoints (per-call syscall sets, opens, the socket-family kill) are loaded
@@ -206,7 +220,7 @@ impl Monitor {
         clippy::too_many_lines,
         reason = "each program is loaded and attached in the order the kernel needs, read top-down"
     )]
-    pub fn load(root: &Path, trace_syscalls: bool) -> Result<Self, MonitorError> {
+    pub fn load(root: &Path, trace_syscalls: bool, ring_bytes: u32) -> Result<Self, MonitorError> {
         if PROGRAMS.is_empty() {
             return Err(MonitorError::NotBuilt);
         }
@@ -222,6 +236,7 @@ impl Monitor {
             .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
             .override_global("SIGNAL_SIG_OFFSET", &sig_offset, true)
             .override_global("SIGNAL_CODE_OFFSET", &code_offset, true)
+            .map_max_entries("EVENTS", ring_bytes)
             .load(PROGRAMS)?;
 
         let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {

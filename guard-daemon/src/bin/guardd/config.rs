@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub drain_seconds: Option<u64>,
     pub allow_unenforced: Option<bool>,
     pub trace_syscalls: Option<bool>,
+    pub event_ring_bytes: Option<u32>,
     pub approval_timeout: Option<u64>,
     pub allow_writes_on_audit_fs: Option<bool>,
 }

@@ -63,6 +63,11 @@ struct Args {
     /// on the host takes the slow (traced) path; with no call running, nothing is attached.
     #[arg(long)]
     trace_syscalls: bool,
+    /// Bytes of the kernel's event ring buffer, a power of two of pages. Events the kernel
+    /// cannot queue are lost, counted, and make the call's receipt `diverged`; raise it on a
+    /// busy host whose receipts report `events_lost`.
+    #[arg(long, default_value_t = guard::monitor::DEFAULT_RING_BYTES, value_parser = event_ring_bytes)]
+    event_ring_bytes: u32,
     /// How long a call held for approval (escalate, quarantine) waits for an admin's
     /// `guardctl approve` before it is denied.
     #[arg(long, default_value_t = 300)]
@@ -72,6 +77,11 @@ struct Args {
     /// reserved either way.
     #[arg(long)]
     allow_writes_on_audit_fs: bool,
+}
+
+fn event_ring_bytes(s: &str) -> Result<u32, String> {
+    let n = s.parse::<u64>().map_err(|e| format!("{s}: {e}"))?;
+    guard::monitor::ring_bytes(n)
 }
 
 /// The flags, with the settings file's keys for those not given on the command line (or in
@@ -104,8 +114,11 @@ fn settings() -> anyhow::Result<Args> {
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
         socket_group => Some, cgroup,
         max_calls, max_queue, max_connections, drain_seconds, allow_unenforced, trace_syscalls,
-        approval_timeout, allow_writes_on_audit_fs
+        event_ring_bytes, approval_timeout, allow_writes_on_audit_fs
     );
+    // The file's value did not pass the flag's parser.
+    guard::monitor::ring_bytes(u64::from(args.event_ring_bytes))
+        .map_err(|e| anyhow::anyhow!("config {}: event_ring_bytes = {e}", path.display()))?;
     Ok(args)
 }
 
@@ -135,6 +148,7 @@ fn check_config(args: &Args) -> ExitCode {
         "allow_unenforced = {}\ntrace_syscalls = {}\nallow_writes_on_audit_fs = {}",
         args.allow_unenforced, args.trace_syscalls, args.allow_writes_on_audit_fs
     );
+    println!("event_ring_bytes = {}", args.event_ring_bytes);
     match guard::policy::Policy::load(&policy) {
         Ok(p) => {
             eprintln!(
@@ -224,6 +238,7 @@ async fn serve() -> ExitCode {
         approval_timeout: Duration::from_secs(args.approval_timeout),
         allow_unenforced: args.allow_unenforced,
         trace_syscalls: args.trace_syscalls,
+        event_ring_bytes: args.event_ring_bytes,
         allow_writes_on_audit_fs: args.allow_writes_on_audit_fs,
         audit_rotate_bytes: args.audit_rotate_bytes,
         audit_keep_rotated: args.audit_keep_rotated,
