@@ -10,7 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer, ser::SerializeMap as _};
+use serde::{
+    Deserialize, Deserializer, Serialize, Serializer,
+    de::{MapAccess, Visitor},
+    ser::SerializeMap as _,
+};
 
 /// Named stage durations, in the order they were recorded.
 #[derive(Clone, Debug)]
@@ -107,18 +111,26 @@ impl Serialize for Stages {
     }
 }
 
-/// Read back from `{stage: µs}` (an audit row's `timings_us`); the order of the row's keys is
-/// lost, the stages come back sorted by name.
+/// Read back from `{stage: µs}` (an audit row's `timings_us`), in the row's order.
 impl<'de> Deserialize<'de> for Stages {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let micros = BTreeMap::<String, u64>::deserialize(d)?;
-        Ok(Self {
-            mark: Instant::now(),
-            laps: micros
-                .into_iter()
-                .map(|(n, us)| (Cow::Owned(n), Duration::from_micros(us)))
-                .collect(),
-        })
+        struct Laps;
+        impl<'de> Visitor<'de> for Laps {
+            type Value = Stages;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of stage names to microseconds")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Stages, A::Error> {
+                let mut stages = Stages::start();
+                while let Some((name, us)) = map.next_entry::<String, u64>()? {
+                    stages
+                        .laps
+                        .push((Cow::Owned(name), Duration::from_micros(us)));
+                }
+                Ok(stages)
+            }
+        }
+        d.deserialize_map(Laps)
     }
 }
 
@@ -164,5 +176,8 @@ mod tests {
         let json = serde_json::to_value(&outer).expect("json");
         assert_eq!(json, serde_json::json!({ "cgroup": 30, "fork": 125 }));
         assert_eq!(outer.to_string(), "cgroup=30 fork=125");
+        // Read back from a row's text, in the row's order (not sorted).
+        let back: Stages = serde_json::from_str(r#"{"slot":3,"cgroup":30}"#).expect("read");
+        assert_eq!(back.to_string(), "slot=3 cgroup=30");
     }
 }

@@ -122,6 +122,25 @@ impl Guardd {
         }
         Ok(n)
     }
+
+    /// The stage timings of `tool`'s finished rows, each in the order guardd recorded them.
+    pub fn stage_timings(&self, tool: &str) -> Result<Vec<guard::stages::Stages>> {
+        #[derive(serde::Deserialize)]
+        struct Finished {
+            kind: String,
+            tool: Option<String>,
+            timings_us: Option<guard::stages::Stages>,
+        }
+        let text = std::fs::read_to_string(&self.audit)?;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let row: Finished = serde_json::from_str(line).context("audit row")?;
+            if row.kind == "finished" && row.tool.as_deref() == Some(tool) {
+                out.extend(row.timings_us);
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl Drop for Guardd {

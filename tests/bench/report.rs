@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 /// What a metric must reach.
 #[derive(Clone, Copy, Debug)]
 pub enum Goal {
-    /// Reported, no goal.
-    None,
+    /// Reported to explain other rows (a stage's time, a peer's), not counted among the goals.
+    Info,
     /// guard ≤ this.
     AtMost(f64),
     /// guard ≥ this.
@@ -37,7 +37,7 @@ impl Row {
             unit,
             guard,
             baseline: None,
-            goal: Goal::None,
+            goal: Goal::Info,
             note: String::new(),
         }
     }
@@ -67,7 +67,7 @@ impl Row {
 
     pub fn met(&self) -> Option<bool> {
         match self.goal {
-            Goal::None => None,
+            Goal::Info => None,
             Goal::AtMost(x) => Some(self.guard <= x),
             Goal::AtLeast(x) => Some(self.guard >= x),
             Goal::Exactly(x) => Some(self.guard == x),
@@ -77,7 +77,7 @@ impl Row {
 
     fn goal_text(&self) -> String {
         match self.goal {
-            Goal::None => "-".into(),
+            Goal::Info => "info".into(),
             Goal::AtMost(x) => format!("<= {}", num(x, self.unit)),
             Goal::AtLeast(x) => format!(">= {}", num(x, self.unit)),
             Goal::Exactly(x) => format!("= {}", num(x, self.unit)),
@@ -109,6 +109,16 @@ pub struct Report {
 }
 
 impl Report {
+    /// (goals met, goals): informational rows are not counted; a goal without its baseline
+    /// (a peer that could not run) counts as missed.
+    pub fn score(&self) -> (usize, usize) {
+        let goals = self.rows.iter().filter(|r| !matches!(r.goal, Goal::Info));
+        let (met, all) = goals.fold((0, 0), |(m, n), r| {
+            (m + usize::from(r.met() == Some(true)), n + 1)
+        });
+        (met, all)
+    }
+
     pub fn table(&self) -> String {
         let header = ["metric", "guard", "baseline", "ratio", "goal", "met?"];
         let cells: Vec<[String; 6]> = self
@@ -124,7 +134,8 @@ impl Report {
                     r.ratio().map_or("-".into(), |x| format!("{x:.2}x")),
                     r.goal_text(),
                     match r.met() {
-                        None => "-".into(),
+                        None if matches!(r.goal, Goal::Info) => "-".into(),
+                        None => "NO (no baseline)".into(),
                         Some(true) => "yes".into(),
                         Some(false) => "NO".into(),
                     },
@@ -162,6 +173,11 @@ impl Report {
         for s in &self.skipped {
             let _ = writeln!(out, "skipped: {s}");
         }
+        let (met, goals) = self.score();
+        let _ = writeln!(
+            out,
+            "goals met: {met} of {goals} (informational rows not counted)"
+        );
         out
     }
 
@@ -179,6 +195,7 @@ impl Report {
                     "ratio": r.ratio(),
                     "goal": r.goal_text(),
                     "met": r.met(),
+                    "informational": matches!(r.goal, Goal::Info),
                     "note": r.note,
                 })
             })
@@ -190,6 +207,7 @@ impl Report {
                 "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
                     .unwrap_or_default().trim(),
             },
+            "goals": {"met": self.score().0, "of": self.score().1},
             "rows": rows,
             "skipped": self.skipped,
         })
