@@ -1,10 +1,16 @@
-//! The forked child's side of a launch: what runs between fork and `execve`.
+//! The child's side of a launch: what runs between the clone and `execve`.
 //!
-//! The daemon is multithreaded, so the child may only make async-signal-safe calls: no
-//! allocation, no locks, no panics. Every input is prepared by `launch::spawn` before fork and
-//! reaches the child as a [`ChildCtx`] of fds, integers and pointers into the parent's copy of
-//! memory. Each step is its own function, in the order [`run`] calls them; a failing step
-//! reports `(stage, errno)` through the close-on-exec report pipe and exits 127.
+//! The child is cloned as `posix_spawn` does it, with `CLONE_VM | CLONE_VFORK`: it runs on its
+//! own small stack in the daemon's memory while the launching thread waits for its `execve` (or
+//! exit), so no page table is copied and no copy-on-write fault follows in the daemon. The
+//! daemon is multithreaded and its memory is shared, so the child may only make
+//! async-signal-safe calls (no allocation, no locks, no panics), with every signal blocked until
+//! it has reset their handlers, and changes its identity with raw syscalls: glibc's `setresuid`
+//! would signal every thread of the daemon to change theirs too. Every input is prepared by
+//! `launch::spawn` before the clone and reaches the child as a [`ChildCtx`] of fds, integers and
+//! pointers into the daemon's memory. Each step is its own function, in the order [`run`] calls
+//! them; a failing step reports `(stage, errno)` through the close-on-exec report pipe and exits
+//! 127.
 
 use std::{ffi::CStr, os::fd::RawFd};
 
@@ -94,7 +100,94 @@ fn check(rc: libc::c_long, stage: Stage) -> Result<(), Failed> {
     }
 }
 
-/// Runs in the forked child: joins the cgroups, confines itself, and execs the tool; never
+/// The child's stack: the bottom page is a guard, so an overflow faults instead of writing over
+/// the daemon's memory.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+/// The child's stack size: its deepest path (landlock's rule, seccomp) uses a few KiB.
+const STACK_BYTES: usize = 256 * 1024;
+
+impl Stack {
+    fn new() -> Result<Self, Errno> {
+        let page = 4096;
+        let len = STACK_BYTES + page;
+        // SAFETY: an anonymous private mapping at an address the kernel picks; checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        let stack = Self { base, len };
+        // SAFETY: the first page of the mapping made above.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(Errno::last());
+        }
+        Ok(stack)
+    }
+
+    /// The highest address: the stack grows down from it.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is where a downward stack starts.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; the child that used it has exec'd or exited (the
+        // clone waited for that), so nothing runs on it.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Clones the child, which runs [`run`] on `ctx`, and returns once it has exec'd the tool or
+/// exited (`CLONE_VFORK`). Every signal is blocked across the clone, so that none runs one of
+/// the daemon's handlers on the child's stack before the child has reset them.
+pub(super) fn spawn(ctx: &ChildCtx) -> Result<libc::pid_t, Errno> {
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `&ChildCtx` passed to clone below, alive in the daemon's memory
+        // (shared with the child) until the clone returns, which is after the child's execve.
+        let ctx = unsafe { &*arg.cast::<ChildCtx>() };
+        run(ctx)
+    }
+    let stack = Stack::new()?;
+    // SAFETY: sigset_t is a plain bit array, valid when zeroed; sigfillset initialises it.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a valid sigset_t on this stack.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: reads `all`, writes `old`, both on this stack.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
+    // SAFETY: the child runs `entry` on its own stack (`stack`, alive until after the clone
+    // returns), shares the daemon's memory but not its fd table or signal handlers, and only
+    // makes async-signal-safe calls on `ctx` before execve or _exit; CLONE_VFORK suspends this
+    // thread until then, so `ctx` and `stack` outlive its use of them.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(ctx).cast_mut().cast(),
+        )
+    };
+    let errno = Errno::last();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 { Err(errno) } else { Ok(pid) }
+}
+
+/// Runs in the cloned child: joins the cgroups, confines itself, and execs the tool; never
 /// returns. Only async-signal-safe calls, no allocation, no panics.
 pub(super) fn run(ctx: &ChildCtx) -> ! {
     if let Err(f) = confine(ctx) {
@@ -176,16 +269,10 @@ fn close_fds_at_exec() -> Result<(), Failed> {
     check(rc, Stage::CloseFds)
 }
 
-/// Empty signal mask and default dispositions: the Rust runtime ignores SIGPIPE, and an ignored
-/// signal stays ignored across exec.
+/// Default dispositions, then an empty signal mask: the Rust runtime ignores SIGPIPE (and an
+/// ignored signal stays ignored across exec), and the daemon's handlers must not run here, on
+/// the child's stack, once the signals blocked across the clone are let through.
 fn reset_signals() -> Result<(), Failed> {
-    // SAFETY: sigset_t is a plain bit array, valid when zeroed; sigemptyset initialises it.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: set is a valid sigset_t on this stack.
-    unsafe { libc::sigemptyset(&mut set) };
-    // SAFETY: pthread_sigmask reads `set` and writes nothing (null old set); async-signal-safe.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
-    check(rc as _, Stage::Signals)?;
     // SAFETY: sigaction is a plain C struct, valid when zeroed (no flags, empty mask).
     let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
     dfl.sa_sigaction = libc::SIG_DFL;
@@ -194,7 +281,13 @@ fn reset_signals() -> Result<(), Failed> {
         // SAFETY: sigaction reads `dfl` from this stack and writes nothing (null old action).
         unsafe { libc::sigaction(sig, &dfl, std::ptr::null_mut()) };
     }
-    Ok(())
+    // SAFETY: sigset_t is a plain bit array, valid when zeroed; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a valid sigset_t on this stack.
+    unsafe { libc::sigemptyset(&mut set) };
+    // SAFETY: pthread_sigmask reads `set` and writes nothing (null old set); async-signal-safe.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+    check(rc as _, Stage::Signals)
 }
 
 /// Rlimits (rlimit mode only), while still privileged to raise the hard limit.
@@ -216,18 +309,19 @@ fn set_rlimits(ctx: &ChildCtx) -> Result<(), Failed> {
 }
 
 /// No supplementary groups, then gid, then uid: setuid goes last because it drops the right to
-/// change the others.
+/// change the others. Raw syscalls: they change this task only, which is the whole child, where
+/// glibc's wrappers would also signal the daemon's threads (whose memory the child shares) to
+/// change theirs.
 fn drop_identity(ctx: &ChildCtx) -> Result<(), Failed> {
     // SAFETY: setgroups with a count of 0 reads no list.
-    let rc = unsafe { libc::setgroups(0, std::ptr::null()) };
-    check(rc as _, Stage::Setgroups)?;
-    // SAFETY: integer arguments; after fork this is the only thread, so glibc's set-id broadcast
-    // to the other threads of the process has none to signal.
-    let rc = unsafe { libc::setresgid(ctx.gid, ctx.gid, ctx.gid) };
-    check(rc as _, Stage::Setgid)?;
-    // SAFETY: as for setresgid.
-    let rc = unsafe { libc::setresuid(ctx.uid, ctx.uid, ctx.uid) };
-    check(rc as _, Stage::Setuid)
+    let rc = unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) };
+    check(rc, Stage::Setgroups)?;
+    // SAFETY: integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_setresgid, ctx.gid, ctx.gid, ctx.gid) };
+    check(rc, Stage::Setgid)?;
+    // SAFETY: integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_setresuid, ctx.uid, ctx.uid, ctx.uid) };
+    check(rc, Stage::Setuid)
 }
 
 /// No privilege gain through exec (setuid binaries, file capabilities); required for

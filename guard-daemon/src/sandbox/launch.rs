@@ -1,9 +1,9 @@
-//! Fork, confine, exec; then wait, with a timeout that kills the call's whole cgroup.
+//! Clone, confine, exec; then wait, with a timeout that kills the call's whole cgroup.
 //!
-//! The daemon is multithreaded (tokio), so between fork and exec the child may only make
+//! The daemon is multithreaded (tokio), so between the clone and exec the child may only make
 //! async-signal-safe calls: everything that allocates or takes a lock (CStrings, the environment,
 //! the user lookup, the BPF programs, the landlock ruleset, the limit cgroups) is done in
-//! [`spawn`] before fork, and the child (`child::run`) makes raw libc calls on that prepared
+//! [`spawn`] before the clone, and the child (`child::run`) makes raw libc calls on that prepared
 //! data. A failing step is reported through a close-on-exec pipe as (stage, errno); EOF on the
 //! pipe means `execve` succeeded.
 
@@ -17,7 +17,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use nix::unistd::{ForkResult, Pid, User};
+use nix::{
+    sys::wait::{WaitPidFlag, WaitStatus, waitpid},
+    unistd::{Pid, User},
+};
 use seccompiler::BpfProgram;
 use serde::Serialize;
 
@@ -44,7 +47,7 @@ const BASE_ENV: &[(&str, &str)] = &[
     ("HOME", "/nonexistent"),
 ];
 
-/// Errors of a launch. `Child` names the step that failed in the forked child.
+/// Errors of a launch. `Child` names the step that failed in the child.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error("argv is empty")]
@@ -78,6 +81,10 @@ pub enum SandboxError {
 
 fn sys(op: &'static str) -> impl FnOnce(nix::Error) -> SandboxError {
     move |source| SandboxError::Sys { op, source }
+}
+
+fn io_sys(op: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |e| sys(op)(nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
 /// Host-wide settings of launches, decided at startup.
@@ -137,7 +144,7 @@ pub struct Launched {
     pub pidfd: Option<OwnedFd>,
     pub applied: Applied,
     pub started: Instant,
-    /// Where the launch's time went: preparing, landlock, seccomp, limits, fork, exec.
+    /// Where the launch's time went: preparing, landlock, seccomp, limits, the clone until exec.
     pub stages: Stages,
     /// Keeps the v1 limit cgroups until the call is over.
     limits: CallLimits,
@@ -263,7 +270,7 @@ pub fn spawn(
     opts: &LaunchOptions,
 ) -> Result<Launched, SandboxError> {
     let mut stages = Stages::start();
-    // Everything that allocates happens here, before fork.
+    // Everything that allocates happens here, before the clone.
     let command = Command::new(plan)?;
     let user = resolve_user(plan, opts)?;
     stages.lap("prepare");
@@ -315,18 +322,13 @@ pub fn spawn(
         filters: &filters,
     };
 
-    // SAFETY: the child only runs `child::run`, which makes async-signal-safe libc calls on
-    // data prepared above and never returns (execve or _exit).
-    let pid = match unsafe { nix::unistd::fork() }.map_err(sys("fork"))? {
-        ForkResult::Child => child::run(&ctx),
-        ForkResult::Parent { child } => child,
-    };
-    stages.lap("fork");
+    let pid = Pid::from_raw(child::spawn(&ctx).map_err(sys("clone"))?);
+    // The clone returned after the child's execve or exit: its start is this moment.
+    let started = Instant::now();
+    stages.lap("clone_exec");
     drop(report_w);
     drop(stdio);
-    let started = Instant::now();
     await_exec(&report_r, pid)?;
-    stages.lap("exec");
 
     Ok(Launched {
         pid,
@@ -397,39 +399,60 @@ impl ExitStatus {
     }
 }
 
-/// Waits for `pid` to end, without blocking the tokio runtime.
-pub async fn wait(pid: Pid) -> Result<ExitStatus, SandboxError> {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    let joined = tokio::task::spawn_blocking(move || {
-        loop {
-            match waitpid(pid, None) {
-                Ok(WaitStatus::Exited(_, code)) => {
-                    return Ok(ExitStatus {
-                        code: Some(code),
-                        signal: None,
-                    });
-                }
-                Ok(WaitStatus::Signaled(_, sig, _)) => {
-                    return Ok(ExitStatus {
-                        code: None,
-                        signal: Some(sig as i32),
-                    });
-                }
-                Ok(_) | Err(nix::Error::EINTR) => continue,
-                Err(e) => {
-                    return Err(SandboxError::Sys {
-                        op: "waitpid",
-                        source: e,
-                    });
-                }
-            }
+/// Waits for `pid` to end, without blocking the tokio runtime: on the readiness of its pidfd
+/// (readable once the process has exited), or, on a kernel without pidfds, on a blocking thread.
+pub async fn wait(pid: Pid, pidfd: Option<OwnedFd>) -> Result<ExitStatus, SandboxError> {
+    let Some(pidfd) = pidfd else {
+        return tokio::task::spawn_blocking(move || reap(pid, WaitPidFlag::empty()))
+            .await
+            .unwrap_or(Err(SandboxError::Sys {
+                op: "waitpid task",
+                source: nix::Error::EIO,
+            }))
+            .and_then(|status| {
+                status.ok_or(SandboxError::Sys {
+                    op: "waitpid",
+                    source: nix::Error::ECHILD,
+                })
+            });
+    };
+    // SAFETY: the OwnedFd keeps the pidfd open, unchanged, until it is dropped with the AsyncFd
+    // that owns it.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| io_sys("register pidfd")(e.into()))?;
+    loop {
+        let mut ready = fd.readable().await.map_err(io_sys("pidfd readiness"))?;
+        match reap(pid, WaitPidFlag::WNOHANG)? {
+            Some(status) => return Ok(status),
+            // Readable before the exit was reapable (a stopped child): wait again.
+            None => ready.clear_ready(),
         }
-    })
-    .await;
-    joined.unwrap_or(Err(SandboxError::Sys {
-        op: "waitpid task",
-        source: nix::Error::EIO,
-    }))
+    }
+}
+
+/// One `waitpid` on `pid`: its exit status once it has ended (`None` while it runs, with
+/// `WNOHANG`).
+fn reap(pid: Pid, flags: WaitPidFlag) -> Result<Option<ExitStatus>, SandboxError> {
+    loop {
+        return match waitpid(pid, Some(flags)) {
+            Ok(WaitStatus::Exited(_, code)) => Ok(Some(ExitStatus {
+                code: Some(code),
+                signal: None,
+            })),
+            Ok(WaitStatus::Signaled(_, sig, _)) => Ok(Some(ExitStatus {
+                code: None,
+                signal: Some(sig as i32),
+            })),
+            Ok(WaitStatus::StillAlive) => Ok(None),
+            Ok(_) | Err(nix::Error::EINTR) => continue,
+            Err(e) => Err(SandboxError::Sys {
+                op: "waitpid",
+                source: e,
+            }),
+        };
+    }
 }
 
 /// The end of a call.
@@ -451,7 +474,8 @@ pub async fn run_to_end(
     cgroup: &Cgroup,
     timeout: Duration,
 ) -> Result<Outcome, SandboxError> {
-    let waiting = wait(launched.pid);
+    let pidfd = launched.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
+    let waiting = wait(launched.pid, pidfd);
     tokio::pin!(waiting);
     let (status, timed_out) = match tokio::time::timeout(timeout, &mut waiting).await {
         Ok(status) => (status?, false),
