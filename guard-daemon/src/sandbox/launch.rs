@@ -280,7 +280,7 @@ pub fn spawn(
     stages.lap("landlock");
 
     let table = seccomp::table(plan, opts.kernel_watches)?;
-    let programs = table.compile()?;
+    let programs = seccomp::compiled(&table)?;
     let filters = sock_fprogs(&programs);
     stages.lap("seccomp");
 

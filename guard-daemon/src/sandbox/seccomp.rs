@@ -4,8 +4,8 @@
 //! denied (and with which errno), under which argument conditions, and in strict mode which are
 //! allowed at all. Unit tests check the table through [`SeccompTable::verdict`], which mirrors what
 //! the kernel will do with the compiled filters, without installing anything. [`SeccompTable::
-//! compile`] turns it into BPF programs; `launch` compiles them before fork and the child installs
-//! them as its very last step before `execve`.
+//! compile`] turns it into BPF programs ([`compiled`] keeps them per distinct table); `launch`
+//! gets them before the clone and the child installs them as its very last step before `execve`.
 //!
 //! The parts: `rules` builds the table from a plan (the deny list, clone and the strict
 //! allow-set), `socket` the rules on socket(2) and socketpair(2), and `bpf` compiles it.
@@ -20,6 +20,7 @@ mod tests;
 
 use serde::Serialize;
 
+pub use bpf::compiled;
 pub use rules::table;
 
 /// Errors of building or compiling the filter.
@@ -35,7 +36,7 @@ pub enum SeccompError {
 }
 
 /// What the filter does with a syscall.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Action {
     Allow,
     /// Fail the syscall with this errno.
@@ -55,7 +56,7 @@ impl Action {
 }
 
 /// A comparison of one syscall argument.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     Eq,
     Ne,
@@ -64,7 +65,7 @@ pub enum Op {
 }
 
 /// One condition on a syscall argument; `dword` compares only the low 32 bits (C `int`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cond {
     pub arg: u8,
     pub dword: bool,
@@ -88,7 +89,7 @@ impl Cond {
 
 /// One entry of the table: `action` applies to syscall `nr` when every condition in `when` holds
 /// (always when `when` is empty). Several entries for one syscall are alternatives.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub name: &'static str,
     pub nr: i64,
@@ -97,7 +98,7 @@ pub struct Rule {
 }
 
 /// Deny-list (default allow) or strict (default kill) mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     DenyList,
@@ -115,7 +116,7 @@ impl Mode {
 }
 
 /// The whole filter as data.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SeccompTable {
     pub mode: Mode,
     /// What happens to a syscall no `Allow` rule matches (and no deny rule).

@@ -1,6 +1,9 @@
 //! Compilation of the table to the BPF programs the child installs.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -32,6 +35,34 @@ fn arch() -> TargetArch {
     {
         TargetArch::x86_64
     }
+}
+
+/// Distinct tables kept compiled; past this, the cache starts over (a host's policies give a
+/// handful).
+const CACHED_TABLES: usize = 256;
+
+/// The programs of `table`, compiled once per distinct table: a table is a pure function of a
+/// few fields of the plan, so a host's calls share a few, and compiling costs every launch tens
+/// of microseconds. Keyed by the whole table, so a hit is exactly what compiling would give.
+pub fn compiled(table: &SeccompTable) -> Result<Arc<Vec<BpfProgram>>, SeccompError> {
+    static CACHE: Mutex<Option<HashMap<SeccompTable, Arc<Vec<BpfProgram>>>>> = Mutex::new(None);
+    let lock = || {
+        CACHE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(programs) = lock().get_or_insert_default().get(table) {
+        return Ok(programs.clone());
+    }
+    // Compiled outside the lock: launches of other tables do not wait for this one.
+    let programs = Arc::new(table.compile()?);
+    let mut cache = lock();
+    let cache = cache.get_or_insert_default();
+    if cache.len() >= CACHED_TABLES {
+        cache.clear();
+    }
+    cache.insert(table.clone(), programs.clone());
+    Ok(programs)
 }
 
 impl SeccompTable {

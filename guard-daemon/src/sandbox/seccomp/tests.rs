@@ -244,6 +244,26 @@ fn tables_compile_to_bpf() {
 }
 
 #[test]
+fn compiled_filters_are_kept_per_distinct_table() {
+    let plain = table(&plan(), false).expect("table");
+    let first = super::compiled(&plain).expect("compile");
+    assert_eq!(*first, plain.compile().expect("compile"));
+    let again = super::compiled(&table(&plan(), false).expect("table")).expect("compile");
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &again),
+        "an equal table is not compiled again"
+    );
+    let strict = {
+        let mut p = plan();
+        p.confinement.syscalls = vec!["getpid".into()];
+        table(&p, false).expect("table")
+    };
+    let other = super::compiled(&strict).expect("compile");
+    assert_eq!(*other, strict.compile().expect("compile"));
+    assert_ne!(*first, *other, "another table gets its own programs");
+}
+
+#[test]
 fn name_table_matches_libc() {
     assert_eq!(sysname::number("ptrace"), Some(libc::SYS_ptrace));
     assert_eq!(
