@@ -263,3 +263,27 @@ pub fn dead(pid: u32, within: std::time::Duration) -> bool {
         }
     }
 }
+
+/// The workspace's root (tests/ is one of its members).
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_owned()
+}
+
+/// The Python of the virtual environment `cargo xtask setup` makes under target/ (with the MCP
+/// SDK and the Python client installed), or `None` after saying why the test skips. Under
+/// `CI=true` a missing environment fails: setup must have made it.
+pub fn python(test: &str) -> Option<PathBuf> {
+    let python = workspace().join("target/venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let why = format!("{} is missing; run `cargo xtask setup`", python.display());
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}, and tests may not skip under CI=true");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}

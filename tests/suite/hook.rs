@@ -1,0 +1,1 @@
+//! The Claude Code hook (`guard-exec hook claude-code`).

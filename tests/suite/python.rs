@@ -1,0 +1,1 @@
+//! The Python client (clients/python) against a real guardd.
