@@ -1,6 +1,8 @@
 """Drives guard-mcp with the official MCP Python SDK (`mcp` from PyPI), as an agent would.
 
-Usage: mcp_session.py GUARD_MCP SOCKET PLAN_JSON
+Usage: mcp_session.py SERVER_JSON PLAN_JSON
+
+SERVER_JSON is the server as an MCP client's configuration names it: {"command", "args", "env"}.
 
 PLAN_JSON is a list of steps; each step's outcome is printed as one JSON line on stdout, for the
 Rust test (tests/suite/mcp.rs) to assert on:
@@ -26,8 +28,9 @@ def out(obj):
     print(json.dumps(obj), flush=True)
 
 
-async def main(guard_mcp, socket, plan):
-    params = StdioServerParameters(command=guard_mcp, args=["--socket", socket])
+async def main(server, plan):
+    params = StdioServerParameters(
+        command=server["command"], args=server.get("args", []), env=server.get("env"))
     list_changed = anyio.Event()
     changed = {"event": list_changed}
 
@@ -90,4 +93,4 @@ async def main(guard_mcp, socket, plan):
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+    anyio.run(main, json.loads(sys.argv[1]), json.loads(sys.argv[2]))

@@ -192,3 +192,74 @@ fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
     );
     serde_json::from_slice(&out.stdout).expect("the hook answers JSON")
 }
+
+/// The hook of docs/integrations.md's `.claude/settings.json`, as written but for the socket and
+/// with the binaries on PATH, on guardd with the default policy.
+#[test]
+fn integrations_md_hook_recipe_works_as_written() {
+    if !support::privileged("integrations_md_hook_recipe_works_as_written") {
+        return;
+    }
+    let settings: Value = serde_json::from_str(&support::doc_block(
+        "docs/integrations.md",
+        "claude-code-hook",
+    ))
+    .expect("settings JSON");
+    let entry = &settings["hooks"]["PreToolUse"][0];
+    assert_eq!(entry["matcher"], "*");
+    let written = entry["hooks"][0]["command"].as_str().expect("command");
+    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    let default = support::workspace().join("policies/default.toml");
+    let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
+    let command = written.replace(
+        "/run/guard/guard.sock",
+        &guardd.socket.display().to_string(),
+    );
+    let bin_dir = support::bin("guard-exec")
+        .parent()
+        .expect("bin dir")
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let recipe = |input: &Value| {
+        let mut sh = Command::new("/bin/sh");
+        sh.args(["-c", &command]).env("PATH", &path);
+        run_with_stdin(sh, input)
+    };
+    let workspace = Path::new("/srv/agent/workspace");
+    let answer = recipe(&bash_input(workspace, "echo from the recipe"));
+    let out = &answer["hookSpecificOutput"];
+    assert_eq!(out["permissionDecision"], "allow", "{answer}");
+    let rewritten = out["updatedInput"]["command"].as_str().expect("command");
+    let mut bash = Command::new("/bin/bash");
+    bash.args(["-c", rewritten]);
+    let ran = output(bash);
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "from the recipe\n",
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let rows = guardd.audit_rows();
+    assert!(
+        rows.iter()
+            .any(|r| r["kind"] == "finished" && r["tool"] == "shell"),
+        "{rows:?}"
+    );
+    let mut read = bash_input(workspace, "");
+    read["tool_name"] = json!("Read");
+    read["tool_input"] = json!({"file_path": "/srv/agent/workspace/README.md"});
+    assert_eq!(
+        recipe(&read)["hookSpecificOutput"]["permissionDecision"],
+        "allow"
+    );
+    let mut edit = read.clone();
+    edit["tool_name"] = json!("Edit");
+    assert_eq!(
+        recipe(&edit)["hookSpecificOutput"]["permissionDecision"],
+        "deny"
+    );
+}

@@ -52,12 +52,18 @@ command = ["/bin/true"]
     )
 }
 
-/// Runs the session script with `plan`; returns one JSON value per step.
+/// Runs the session script with `plan` on guard-mcp at `socket`.
 fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> {
+    let server = json!({"command": support::bin("guard-mcp"), "args": ["--socket", socket]});
+    session_with(python, &server, plan)
+}
+
+/// Runs the session script with `plan` on `server` (`{command, args, env}`); returns one JSON
+/// value per step.
+fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
     let mut cmd = std::process::Command::new(python);
     cmd.arg(support::workspace().join("tests/python/mcp_session.py"))
-        .arg(support::bin("guard-mcp"))
-        .arg(socket)
+        .arg(server.to_string())
         .arg(plan.to_string());
     let out = output(cmd);
     assert!(
@@ -250,4 +256,62 @@ fn mcp_without_guardd_lists_nothing_and_every_call_is_an_error() {
         text.contains("guardd unreachable") && text.contains("did not run"),
         "{text}"
     );
+}
+
+/// The server named `guard` in each MCP recipe of docs/integrations.md, as written but for the
+/// binary's directory and the socket.
+#[test]
+fn integrations_md_mcp_recipes_work_as_written() {
+    if !support::privileged("integrations_md_mcp_recipes_work_as_written") {
+        return;
+    }
+    let Some(python) = support::python("integrations_md_mcp_recipes_work_as_written") else {
+        return;
+    };
+    let default = support::workspace().join("policies/default.toml");
+    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
+    for recipe in [
+        "claude-code-mcp",
+        "codex",
+        "claude-desktop",
+        "cursor",
+        "vscode",
+    ] {
+        let text = support::doc_block("docs/integrations.md", recipe);
+        let server = if recipe == "codex" {
+            let config: toml::Table = toml::from_str(&text).expect("codex TOML");
+            serde_json::to_value(&config["mcp_servers"]["guard"]).expect("as JSON")
+        } else {
+            let config: Value = serde_json::from_str(&text).expect("recipe JSON");
+            let servers = config.get("mcpServers").or(config.get("servers"));
+            servers.expect("servers")["guard"].clone()
+        };
+        let server = as_tested(server, &guardd.socket);
+        let plan = json!([{"list": true}, {"call": "list_dir", "arguments": {"dir": "."}}]);
+        let steps = session_with(&python, &server, &plan);
+        let names: Vec<&str> = steps[0]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&"shell") && names.contains(&"read_file"),
+            "{recipe}: {names:?}"
+        );
+        assert_eq!(steps[1]["isError"], false, "{recipe}: {}", steps[1]);
+        assert_eq!(steps[1]["structured"]["exit_code"], 0, "{recipe}");
+    }
+}
+
+/// A recipe's server with the test's binary and socket in place of the installed ones.
+fn as_tested(mut server: Value, socket: &Path) -> Value {
+    let command = server["command"].as_str().expect("command").to_owned();
+    assert!(command.ends_with("guard-mcp"), "{command}");
+    server["command"] = json!(support::bin("guard-mcp"));
+    let env = server["env"].as_object_mut().expect("env");
+    assert_eq!(env["GUARD_SOCKET"], "/run/guard/guard.sock");
+    env.insert("GUARD_SOCKET".into(), json!(socket));
+    server
 }

@@ -106,3 +106,43 @@ fn python_client_is_installed_in_the_venv_by_pip() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// docs/integrations.md's Python recipe, as written, on guardd with the default policy.
+#[test]
+fn integrations_md_python_recipe_works_as_written() {
+    if !support::privileged("integrations_md_python_recipe_works_as_written") {
+        return;
+    }
+    let Some(python) = support::python("integrations_md_python_recipe_works_as_written") else {
+        return;
+    };
+    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    let default = support::workspace().join("policies/default.toml");
+    let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
+    let recipe = support::doc_block("docs/integrations.md", "python-client");
+    let mut cmd = std::process::Command::new(python);
+    cmd.args(["-c", &recipe])
+        .env(
+            "PYTHONPATH",
+            support::workspace().join("clients/python/src"),
+        )
+        .env("GUARD_SOCKET", &guardd.socket)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let out = output(cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("allow"), "{stdout}");
+    assert!(
+        lines.next().is_some_and(|l| l.starts_with("0 ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("['/bin/ls']") || stdout.contains("['/usr/bin/ls']"),
+        "{stdout}"
+    );
+}

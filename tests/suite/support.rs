@@ -287,3 +287,21 @@ pub fn python(test: &str) -> Option<PathBuf> {
     eprintln!("skipping {test}: {why}");
     None
 }
+
+/// The code block of `doc` (a path from the workspace's root) whose info string is
+/// `LANG NAME`, e.g. ```` ```json vscode ````: the docs' recipes, tested as written.
+pub fn doc_block(doc: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(workspace().join(doc)).expect("read the doc");
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let info = line.trim_start_matches("```");
+        if line.starts_with("```") && info.split_whitespace().nth(1) == Some(name) {
+            let block: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
+            return block.join("\n") + "\n";
+        }
+    }
+    panic!("{doc} has no block named {name}");
+}
