@@ -295,6 +295,16 @@ mod tests {
             parse_request(br#"{"v":1,"type":"subscribe","tool":"x*"}"#),
             Ok(Request::Subscribe(_))
         ));
+        assert_eq!(
+            parse_request(br#"{"v":1,"type":"tools","follow":true}"#),
+            Ok(Request::Tools(ToolsRequest { follow: true }))
+        );
+        assert_eq!(
+            parse_request(br#"{"v":1,"type":"tools"}"#),
+            Ok(Request::Tools(ToolsRequest::default()))
+        );
+        let e = err(r#"{"v":1,"type":"tools","watch":true}"#);
+        assert_eq!(e.field.as_deref(), Some("watch"), "{e}");
     }
 
     #[test]
