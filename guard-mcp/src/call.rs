@@ -108,7 +108,7 @@ pub async fn run(
     loop {
         let line = tokio::select! {
             () = &mut cancel => {
-                return result(Vec::new(), Outcome::failed("cancelled: the call was withdrawn"), None);
+                return result(Vec::new(), Outcome::failed("cancelled: guardd withdrew the call, or stopped it"), None);
             }
             _ = tick.tick(), if hold.is_some() => {
                 waited += PROGRESS_EVERY.as_secs_f64();

@@ -260,6 +260,13 @@ fn integrations_md_hook_recipe_works_as_written() {
     edit["tool_name"] = json!("Edit");
     assert_eq!(
         recipe(&edit)["hookSpecificOutput"]["permissionDecision"],
+        "ask"
+    );
+    let mut fetch = read.clone();
+    fetch["tool_name"] = json!("WebFetch");
+    fetch["tool_input"] = json!({"url": "https://example.com", "prompt": "x"});
+    assert_eq!(
+        recipe(&fetch)["hookSpecificOutput"]["permissionDecision"],
         "deny"
     );
 }
