@@ -10,6 +10,8 @@ Rust test (tests/suite/mcp.rs) to assert on:
   {"call": NAME, "arguments": {...}}        -> {"isError", "texts", "structured"}
   {"call": NAME, ..., "cancel_after_progress": true}
                                             -> {"progress": [...], "cancelled": true}
+  {"call": NAME, ..., "cancel_after": SECONDS}
+                                            -> {"cancelled": true}
   {"run": [argv...]}                        -> {"code", "stdout", "stderr"}: a command the test needs run mid-session
   {"await_list_changed": SECONDS}           -> {"list_changed": bool}
 """
@@ -73,6 +75,14 @@ async def main(server, plan):
                             await got.wait()
                         tg.cancel_scope.cancel()
                     out({"progress": progress, "cancelled": True})
+                elif "call" in step and "cancel_after" in step:
+                    async with anyio.create_task_group() as tg:
+                        async def call():
+                            await session.call_tool(step["call"], step.get("arguments", {}))
+                        tg.start_soon(call)
+                        await anyio.sleep(step["cancel_after"])
+                        tg.cancel_scope.cancel()
+                    out({"cancelled": True})
                 elif "call" in step:
                     r = await session.call_tool(step["call"], step.get("arguments", {}))
                     out({

@@ -1,7 +1,8 @@
 //! guard-mcp driven by the official MCP Python SDK (`mcp` from PyPI, in setup's venv), over
 //! stdio, against a real guardd: the tools and their schemas come from the policy, an allowed
 //! call returns its output, a blocked one and a diverging one are error results, a reload is a
-//! `tools/list_changed`, a held call reports progress and is withdrawn when cancelled, and
+//! `tools/list_changed`, a held call reports progress and is withdrawn when cancelled, a running
+//! one is killed when cancelled, and
 //! without guardd nothing runs.
 
 use std::path::Path;
@@ -44,6 +45,10 @@ type = "string"
 type = "enum"
 values = ["plain", "html"]
 required = false
+
+[tools.slow]
+tier = "low"
+command = ["{tool}", "sleep", "60"]
 
 [tools.forbidden]
 tier = "critical"
@@ -102,7 +107,7 @@ fn mcp_sdk_lists_schemas_runs_an_allowed_call_and_reports_block_and_kill() {
     // The list: the policy's runnable tools within the ceiling, with schemas and annotations.
     let listed = steps[0]["tools"].as_array().expect("tools");
     let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["echo", "mail", "net"], "{listed:?}");
+    assert_eq!(names, ["echo", "mail", "net", "slow"], "{listed:?}");
     let echo = &listed[0];
     assert_eq!(echo["inputSchema"]["required"], json!(["words"]));
     assert_eq!(echo["inputSchema"]["additionalProperties"], false);
@@ -181,18 +186,13 @@ fn mcp_reload_is_a_list_changed_and_a_held_call_is_withdrawn_on_cancel() {
         support::bin("guardctl").display(),
         guardd.socket.display()
     );
-    let pending = format!(
-        "{} --socket {} pending --json",
-        support::bin("guardctl").display(),
-        guardd.socket.display()
-    );
     let plan = json!([
         {"list": true},
         {"run": ["sh", "-c", reload]},
         {"await_list_changed": 20},
         {"list": true},
         {"call": "mail", "arguments": {"to": "x"}, "cancel_after_progress": true},
-        {"run": ["sh", "-c", format!("sleep 1; {pending}")]},
+        {"call": "slow", "arguments": {}, "cancel_after": 2},
     ]);
     let steps = session(&python, &guardd.socket, &plan);
     assert_eq!(steps[1]["code"], 0, "{steps:?}");
@@ -222,19 +222,46 @@ fn mcp_reload_is_a_list_changed_and_a_held_call_is_withdrawn_on_cancel() {
             .all(|r| r["call_id"] == held["call_id"] && r["approved"] != true),
         "{approvals:?}"
     );
-    let still = guardd.ctl(&["pending", "--json"]);
-    let out = output(still);
+    let id = held["call_id"].as_str().expect("id").to_owned();
+    eventually("the cancelled held call is withdrawn", || {
+        let out = output(guardd.ctl(&["pending", "--json"]));
+        out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&id)
+    });
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains(held["call_id"].as_str().expect("id")),
-        "the cancelled call still waits: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        !rows
+        !guardd
+            .audit_rows()
             .iter()
             .any(|r| r["kind"] == "finished" && r["call_id"] == held["call_id"]),
         "the cancelled call ran"
     );
+
+    // Running: cancelled two seconds into its minute of sleep, it is killed rather than left to
+    // finish: its finished row, written once guardd has killed it, says how it ended.
+    let finished = |rows: Vec<Value>| {
+        rows.into_iter()
+            .find(|r| r["kind"] == "finished" && r["tool"] == "slow")
+    };
+    eventually("the cancelled running call is stopped", || {
+        finished(guardd.audit_rows()).is_some()
+    });
+    let slow = finished(guardd.audit_rows()).expect("finished row");
+    assert_eq!(
+        (&slow["exit"]["signal"], &slow["exit"]["timed_out"]),
+        (&json!(9), &json!(false)),
+        "{slow}"
+    );
+}
+
+/// Waits (up to 20 s) until `done`; fails naming `what` otherwise.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 #[test]
