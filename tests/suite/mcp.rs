@@ -2,8 +2,7 @@
 //! stdio, against a real guardd: the tools and their schemas come from the policy, an allowed
 //! call returns its output, a blocked one and a diverging one are error results, a reload is a
 //! `tools/list_changed`, a held call reports progress and is withdrawn when cancelled, a running
-//! one is killed when cancelled, and
-//! without guardd nothing runs.
+//! one is killed when cancelled, and without guardd nothing runs.
 
 use std::path::Path;
 
