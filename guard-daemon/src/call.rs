@@ -227,7 +227,7 @@ async fn finish(
         call_id: call_id.to_owned(),
         tool: plan.tool.clone(),
         sandbox: sandbox_applied,
-        effects_observed: receipt,
+        effects_observed: receipt.clone(),
         exit,
         error: error.clone(),
         duration_ms,
@@ -252,6 +252,7 @@ async fn finish(
         diverged,
         stopped,
         error,
+        receipt: receipt.map(Box::new),
     };
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
     let _ = send(conn, ExecReply::Exit(exit)).await;

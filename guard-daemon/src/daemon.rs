@@ -343,11 +343,13 @@ impl Daemon {
             return Err(format!("not reloaded: the audit log is unavailable: {e}"));
         }
         let what = What::Reload { tools, error, by };
+        // Published once the new policy is in force: a `tools --follow` client lists it then.
+        let in_force = loaded.map(|(policy, access)| {
+            *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
+            *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        });
         self.bus.publish(Event::of(None, None, what));
-        let (policy, access) = loaded?;
-        *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
-        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
-        Ok(tools.unwrap_or(0))
+        in_force.map(|()| tools.unwrap_or(0))
     }
 
     /// The policy in force.

@@ -25,6 +25,7 @@ pub mod daemon;
 pub mod decision;
 pub mod detect;
 pub mod dns;
+pub mod hook;
 pub mod intent;
 pub mod lock;
 pub mod monitor;

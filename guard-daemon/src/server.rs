@@ -28,7 +28,9 @@ use crate::{
     intent::Intent,
     protocol::{
         self, ErrorReply, ProtocolError, Reply, Request, SubscribeRequest,
-        reply::{AuditStatus, Checked, PendingCalls, PolicyStatus, Reloaded, Resolved, Status},
+        reply::{
+            AuditStatus, Checked, PendingCalls, PolicyStatus, Reloaded, Resolved, Status, ToolList,
+        },
     },
 };
 
@@ -187,6 +189,10 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                 conn.take_fds();
                 return subscribe(daemon, conn, req).await;
             }
+            Request::Tools(req) if req.follow => {
+                conn.take_fds();
+                return follow_tools(daemon, conn).await;
+            }
             other => {
                 // Only an exec takes descriptors: any others sent are closed here.
                 conn.take_fds();
@@ -205,7 +211,9 @@ fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), Prot
         | Request::Approve(_)
         | Request::Deny(_)
         | Request::Reload(_) => Role::Admin,
-        Request::Exec(_) | Request::Check(_) | Request::Status(_) => Role::Client,
+        Request::Exec(_) | Request::Check(_) | Request::Status(_) | Request::Tools(_) => {
+            Role::Client
+        }
     };
     let access = daemon.access.read().unwrap_or_else(|p| p.into_inner());
     if access.permits(peer, role) {
@@ -239,6 +247,7 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             }))
         }
         Request::Status(_) => Reply::Status(Box::new(status(daemon))),
+        Request::Tools(_) => tools(daemon),
         Request::Pending(_) => Reply::Pending(PendingCalls {
             calls: daemon.approvals.list(),
         }),
@@ -288,6 +297,35 @@ async fn resolve(
                 field: Some("call_id".into()),
             };
             conn.write(&protocol::error_frame(&e)).await
+        }
+    }
+}
+
+/// The tools a client may call under the policy in force.
+fn tools(daemon: &Daemon) -> Reply {
+    Reply::Tools(ToolList {
+        tools: daemon.policy().listing(),
+    })
+}
+
+/// `tools` with `follow`: the list now, and again after each reload that put a policy in force,
+/// until the client goes away. A client that falls behind gets the list in force when it
+/// catches up: only the latest list matters.
+async fn follow_tools(daemon: &Daemon, mut conn: Conn) -> io::Result<()> {
+    let mut rx = daemon.bus.subscribe();
+    send(&mut conn, tools(daemon)).await?;
+    loop {
+        let event = tokio::select! {
+            _ = conn.closed() => return Ok(()),
+            event = rx.recv() => event,
+        };
+        match event {
+            Ok(event) if matches!(event.what, What::Reload { error: None, .. }) => {
+                send(&mut conn, tools(daemon)).await?;
+            }
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => send(&mut conn, tools(daemon)).await?,
+            Err(RecvError::Closed) => return Ok(()),
         }
     }
 }

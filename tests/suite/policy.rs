@@ -165,6 +165,19 @@ fn default_policy() {
         "escalate"
     );
     assert_eq!(decision(p, "rm_rf", "{}"), "block");
+    // The shell Claude Code's Bash runs as: the workspace writable, system programs, no network,
+    // killed on divergence.
+    let row = check(p, "shell", r#"{"command": "ls -la"}"#);
+    assert_eq!(
+        row["plan"]["argv"],
+        serde_json::json!(["/bin/sh", "-c", "ls -la"])
+    );
+    assert_eq!(row["plan"]["effects"]["on_divergence"], "kill");
+    assert_eq!(row["plan"]["effects"]["connect"], serde_json::json!([]));
+    assert_eq!(
+        row["plan"]["effects"]["write"],
+        serde_json::json!(["/srv/agent/workspace", "/dev/null"])
+    );
 }
 
 #[test]

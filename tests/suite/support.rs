@@ -263,3 +263,45 @@ pub fn dead(pid: u32, within: std::time::Duration) -> bool {
         }
     }
 }
+
+/// The workspace's root (tests/ is one of its members).
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_owned()
+}
+
+/// The Python of the virtual environment `cargo xtask setup` makes under target/ (with the MCP
+/// SDK and the Python client installed), or `None` after saying why the test skips. Under
+/// `CI=true` a missing environment fails: setup must have made it.
+pub fn python(test: &str) -> Option<PathBuf> {
+    let python = workspace().join("target/venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let why = format!("{} is missing; run `cargo xtask setup`", python.display());
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}, and tests may not skip under CI=true");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
+
+/// The code block of `doc` (a path from the workspace's root) whose info string is
+/// `LANG NAME`, e.g. ```` ```json vscode ````: the docs' recipes, tested as written.
+pub fn doc_block(doc: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(workspace().join(doc)).expect("read the doc");
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let info = line.trim_start_matches("```");
+        if line.starts_with("```") && info.split_whitespace().nth(1) == Some(name) {
+            let block: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
+            return block.join("\n") + "\n";
+        }
+    }
+    panic!("{doc} has no block named {name}");
+}

@@ -17,7 +17,12 @@ use sha2::{Digest as _, Sha256};
 use crate::{run, setup};
 
 /// The binaries, with the man section of each.
-const BINARIES: &[(&str, u8)] = &[("guardd", 8), ("guard-exec", 1), ("guardctl", 1)];
+const BINARIES: &[(&str, u8)] = &[
+    ("guardd", 8),
+    ("guard-exec", 1),
+    ("guardctl", 1),
+    ("guard-mcp", 1),
+];
 /// The unit template: `{bin}` is filled in.
 const UNIT: &str = include_str!("guardd.service");
 /// Where the unit and the policy go (under `--root`); the rest goes under `--prefix`.

@@ -6,6 +6,7 @@ mod lint;
 mod run;
 mod setup;
 mod toolchain;
+mod venv;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

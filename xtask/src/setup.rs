@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::toolchain::{self, EBPF_TOOLCHAIN};
+use crate::{
+    toolchain::{self, EBPF_TOOLCHAIN},
+    venv,
+};
 
 /// Debian packages of the peers `cargo xtask bench` compares guard with.
 const BENCH_PACKAGES: &[&str] = &["bubblewrap", "firejail", "hyperfine"];
@@ -94,6 +97,10 @@ const CHECKS: &[Check] = &[
     Check {
         name: "tool user",
         run: tool_user,
+    },
+    Check {
+        name: "python venv",
+        run: python_venv,
     },
 ];
 
@@ -396,5 +403,14 @@ fn tool_user(ctx: &Ctx) -> Result<Outcome> {
         ))
     } else {
         Outcome::Missing(format!("`useradd --system {TOOL_USER}` failed"))
+    })
+}
+
+/// The tests' Python environment (the MCP SDK, the Python client); no root needed.
+fn python_venv(_: &Ctx) -> Result<Outcome> {
+    Ok(match venv::ensure() {
+        Ok(None) => Outcome::Present,
+        Ok(Some(what)) => Outcome::Fixed(what),
+        Err(why) => Outcome::Missing(why),
     })
 }

@@ -1,5 +1,6 @@
 //! guard-exec: run a tool through guardd. The tool runs confined, on the caller's own stdin,
-//! stdout and stderr, and guard-exec exits with the tool's exit code.
+//! stdout and stderr, and guard-exec exits with the tool's exit code. `guard-exec hook AGENT`
+//! answers an agent's tool hook instead (see `hook`).
 use std::{fs, io::Read as _, path::PathBuf, process::ExitCode};
 
 use clap::Parser;
@@ -9,6 +10,9 @@ use guard::{
     protocol::{ExecReply, ExecRequest, Request},
 };
 use serde_json::{Map, Value};
+
+#[path = "guard-exec/hook.rs"]
+mod hook;
 
 const EXIT_USAGE: u8 = 64;
 const EXIT_UNAVAILABLE: u8 = 69;
@@ -88,6 +92,11 @@ fn arguments(cli: &Cli) -> Result<Map<String, Value>, String> {
 }
 
 fn main() -> ExitCode {
+    // `guard-exec hook ...` is the hook mode; anything else runs a tool as it always did.
+    let mut argv = std::env::args_os().skip(1).peekable();
+    if argv.peek().is_some_and(|a| a == "hook") {
+        return hook::main(argv.skip(1));
+    }
     guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

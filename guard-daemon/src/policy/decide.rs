@@ -120,7 +120,7 @@ impl Policy {
     }
 
     /// Stage 2: why `tool`'s tier is above what the settings allow, if it is.
-    fn above_ceiling(&self, tool: &Tool) -> Option<String> {
+    pub(super) fn above_ceiling(&self, tool: &Tool) -> Option<String> {
         let (s, name) = (&self.settings, &tool.name);
         if tool.tier > s.max_allowed_tier {
             return Some(format!(

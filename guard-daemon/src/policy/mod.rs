@@ -10,6 +10,7 @@
 // Crate-visible for `args::normalize`, which `opens` is to share rather than keep a copy of.
 pub(crate) mod args;
 mod decide;
+mod listing;
 mod overlap;
 mod parse;
 mod raw;
@@ -35,6 +36,7 @@ use self::{
     template::Elem,
 };
 pub use self::{
+    listing::{ArgDoc, ArgKind, ToolSpec},
     raw::{ArgType, Principal},
     rules::glob_match,
     source::{PolicyError, PolicyErrors},

@@ -27,6 +27,16 @@ pub enum Request {
     Approve(ApproveRequest),
     Deny(DenyRequest),
     Reload(ReloadRequest),
+    Tools(ToolsRequest),
+}
+
+/// The tools the caller may call, with their arguments' specs (clients).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsRequest {
+    /// Keep the connection and send the list again after each policy reload.
+    #[serde(default)]
+    pub follow: bool,
 }
 
 /// Load the policy file again (admins).
@@ -155,11 +165,12 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         "approve" => Request::Approve(body_of(body)?),
         "deny" => Request::Deny(body_of(body)?),
         "reload" => Request::Reload(body_of(body)?),
+        "tools" => Request::Tools(body_of(body)?),
         other => {
             return Err(ProtocolError::new(
                 format!(
-                    "unknown request type `{other}`; expected exec, check, status, subscribe, \
-                     pending, approve, deny or reload"
+                    "unknown request type `{other}`; expected exec, check, status, tools, \
+                     subscribe, pending, approve, deny or reload"
                 ),
                 Some("type"),
             ));
@@ -284,6 +295,16 @@ mod tests {
             parse_request(br#"{"v":1,"type":"subscribe","tool":"x*"}"#),
             Ok(Request::Subscribe(_))
         ));
+        assert_eq!(
+            parse_request(br#"{"v":1,"type":"tools","follow":true}"#),
+            Ok(Request::Tools(ToolsRequest { follow: true }))
+        );
+        assert_eq!(
+            parse_request(br#"{"v":1,"type":"tools"}"#),
+            Ok(Request::Tools(ToolsRequest::default()))
+        );
+        let e = err(r#"{"v":1,"type":"tools","watch":true}"#);
+        assert_eq!(e.field.as_deref(), Some("watch"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,8 @@ use crate::{
     daemon::Layer,
     decision::{Decision, DecisionRow},
     plan::LaunchPlan,
+    policy::ToolSpec,
+    receipt::Receipt,
 };
 
 /// What guardd answers to `exec`, in order: the decision (after a hold, when the policy holds
@@ -44,6 +46,8 @@ pub enum Reply {
     Resolved(Resolved),
     /// `reload`: the policy file is in force.
     Reloaded(Reloaded),
+    /// `tools`: the tools the caller may call (again after each reload, with `follow`).
+    Tools(ToolList),
     /// `subscribe`: events follow.
     Subscribed(Subscribed),
     /// `subscribe`: one event.
@@ -88,6 +92,9 @@ pub struct Exit {
     pub stopped: bool,
     /// Why an approved call could not be carried through.
     pub error: Option<String>,
+    /// What the call was seen doing, as its audit row records it (absent when it never ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<Box<Receipt>>,
 }
 
 /// The answer to `check`.
@@ -148,6 +155,12 @@ pub struct Resolved {
 pub struct Reloaded {
     pub policy: PathBuf,
     pub tools: usize,
+}
+
+/// The answer to `tools`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolList {
+    pub tools: Vec<ToolSpec>,
 }
 
 /// The answer to `subscribe`, before the events.

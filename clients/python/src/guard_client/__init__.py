@@ -1,0 +1,354 @@
+"""guard's Python client: guardd's socket protocol (docs/protocol.md), standard library only.
+
+A tool call goes to guardd like any other: guardd decides it, records it in its audit log, and
+runs it confined. `run()` passes the tool's stdin, stdout and stderr as descriptors
+(SCM_RIGHTS), as guard-exec does, so the tool writes to pipes this client reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket as _socket
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+__all__ = [
+    "Client",
+    "Decision",
+    "Result",
+    "Hold",
+    "GuardError",
+    "Unreachable",
+    "NotPermitted",
+    "Busy",
+    "Blocked",
+    "RequestError",
+    "CallFailed",
+    "DEFAULT_SOCKET",
+    "VERSION",
+]
+
+#: The protocol version this client speaks.
+VERSION = 1
+#: Where guardd listens unless told otherwise (GUARD_SOCKET overrides it).
+DEFAULT_SOCKET = "/run/guard/guard.sock"
+#: The most of stdout and of stderr `run()` keeps; the rest is read and counted.
+MAX_OUTPUT = 16 << 20
+
+
+class GuardError(Exception):
+    """Anything guardd refused or could not do; the tool did not run unless said otherwise."""
+
+
+class Unreachable(GuardError):
+    """guardd is not there (or went away): nothing ran (fail closed)."""
+
+
+class NotPermitted(GuardError):
+    """guardd does not serve this caller for this request (`not permitted: ...`)."""
+
+
+class Busy(GuardError):
+    """guardd admits no call now (`busy`, or `not admitted` while its audit log has no room)."""
+
+
+class RequestError(GuardError):
+    """guardd rejected the request itself; `field` names the field at fault, when known."""
+
+    def __init__(self, message: str, field: Optional[str] = None):
+        super().__init__(message)
+        self.field = field
+
+
+class Blocked(GuardError):
+    """The policy refused the call, or it was held for a human and not approved."""
+
+    def __init__(self, message: str, call_id: str, decision: str):
+        super().__init__(f"{message} (call {call_id})")
+        self.message = message
+        self.call_id = call_id
+        self.decision = decision
+
+
+class CallFailed(GuardError):
+    """guardd approved the call but could not carry it out (`exit` with an `error`)."""
+
+    def __init__(self, message: str, call_id: str):
+        super().__init__(f"{message} (call {call_id})")
+        self.call_id = call_id
+
+
+@dataclass
+class Decision:
+    """The answer to `check`: the decision row and the plan an allowed call would run with."""
+
+    decision: str
+    reason: str
+    check_name: str
+    metadata: Dict[str, Any]
+    plan: Optional[Dict[str, Any]]
+
+
+@dataclass
+class Hold:
+    """A call held for a human (escalate, quarantine); the decision follows an admin's answer."""
+
+    call_id: str
+    decision: str
+    message: str
+    timeout_s: int
+
+
+@dataclass
+class Result:
+    """A call that ran: how it ended, its output, and what guard saw it do."""
+
+    call_id: str
+    exit_code: Optional[int]
+    stdout: bytes
+    stderr: bytes
+    diverged: bool
+    stopped: bool
+    receipt: Dict[str, Any] = field(default_factory=dict)
+    approved_by: Optional[int] = None
+
+
+def _raise_error(reply: Dict[str, Any]) -> None:
+    message = reply.get("error", "guardd refused the request")
+    if message.startswith("not permitted"):
+        raise NotPermitted(message)
+    if message.startswith("busy") or message.startswith("not admitted"):
+        raise Busy(message)
+    raise RequestError(message, reply.get("field"))
+
+
+class _Conn:
+    """One connection: frames out, frames in."""
+
+    def __init__(self, path: str, timeout: Optional[float]):
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError as e:
+            self.sock.close()
+            raise Unreachable(f"guardd unreachable at {path}: {e}; nothing ran") from e
+        self.buf = b""
+
+    def send(self, request: Dict[str, Any], fds: Optional[List[int]] = None) -> None:
+        frame = json.dumps({"v": VERSION, **request}).encode() + b"\n"
+        try:
+            if fds:
+                sent = _socket.send_fds(self.sock, [frame], fds)
+                if sent < len(frame):
+                    self.sock.sendall(frame[sent:])
+            else:
+                self.sock.sendall(frame)
+        except OSError as e:
+            raise Unreachable(f"sending to guardd: {e}; nothing ran") from e
+
+    def feed(self, data: bytes) -> List[Dict[str, Any]]:
+        """Frames completed by `data`; b"" means guardd closed the connection."""
+        if not data:
+            raise Unreachable("guardd closed the connection; the call, if it ran, was stopped")
+        self.buf += data
+        frames = []
+        while b"\n" in self.buf:
+            frames.append(self._pop())
+        return frames
+
+    def recv(self) -> Dict[str, Any]:
+        while True:
+            if b"\n" in self.buf:
+                return self._pop()
+            try:
+                data = self.sock.recv(65536)
+            except OSError as e:
+                raise Unreachable(f"guardd: {e}") from e
+            if not data:
+                raise Unreachable("guardd closed the connection")
+            self.buf += data
+
+    def _pop(self) -> Dict[str, Any]:
+        line, self.buf = self.buf.split(b"\n", 1)
+        reply = json.loads(line)
+        if reply.get("v") != VERSION:
+            raise GuardError(f"guardd speaks protocol v{reply.get('v')}, this client v{VERSION}")
+        return reply
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Client:
+    """guardd at `socket` (else GUARD_SOCKET, else /run/guard/guard.sock)."""
+
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None):
+        self.socket = socket or os.environ.get("GUARD_SOCKET") or DEFAULT_SOCKET
+        self.timeout = timeout
+
+    def _request(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        conn = _Conn(self.socket, self.timeout)
+        try:
+            conn.send(request)
+            reply = conn.recv()
+        finally:
+            conn.close()
+        if reply.get("type") == "error":
+            _raise_error(reply)
+        return reply
+
+    def check(self, tool: str, args: Optional[Dict[str, Any]] = None) -> Decision:
+        """The policy's decision on a call, without running it."""
+        reply = self._request({"type": "check", "tool": tool, "args": args or {}})
+        row = reply["decision"]
+        return Decision(
+            decision=row["decision"],
+            reason=row.get("reason", ""),
+            check_name=row.get("check_name", ""),
+            metadata=row.get("metadata", {}),
+            plan=reply.get("plan"),
+        )
+
+    def tools(self) -> List[Dict[str, Any]]:
+        """The tools this caller may call, with their arguments' specs."""
+        return self._request({"type": "tools"})["tools"]
+
+    def status(self) -> Dict[str, Any]:
+        """guardd's state: policy, layers, running calls."""
+        return self._request({"type": "status"})
+
+    def run(
+        self,
+        tool: str,
+        args: Optional[Dict[str, Any]] = None,
+        input: Optional[bytes] = None,
+        on_hold: Optional[Callable[[Hold], None]] = None,
+    ) -> Result:
+        """Runs a tool through guardd and returns how it ended, with its output.
+
+        The tool's stdin is `input` (else empty), its stdout and stderr pipes read here. A call
+        held for a human waits for the answer (`on_hold` is told once); a refusal raises
+        `Blocked`, and guardd's other refusals their own `GuardError`.
+        """
+        conn = _Conn(self.socket, None)
+        pipes = [os.pipe() for _ in range(3)]
+        (in_r, in_w), (out_r, out_w), (err_r, err_w) = pipes
+        try:
+            conn.send({"type": "exec", "tool": tool, "args": args or {}}, [in_r, out_w, err_w])
+        except GuardError:
+            for r, w in pipes:
+                os.close(r)
+                os.close(w)
+            conn.close()
+            raise
+        # Ours closed: the pipes end when the tool's copies do.
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        try:
+            return self._follow(conn, in_w, input or b"", out_r, err_r, on_hold)
+        finally:
+            conn.close()
+            for fd in (in_w, out_r, err_r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _follow(self, conn, in_w, data, out_r, err_r, on_hold) -> Result:
+        sel = selectors.DefaultSelector()
+        sel.register(conn.sock, selectors.EVENT_READ, "guardd")
+        sel.register(out_r, selectors.EVENT_READ, "stdout")
+        sel.register(err_r, selectors.EVENT_READ, "stderr")
+        if data:
+            os.set_blocking(in_w, False)
+            sel.register(in_w, selectors.EVENT_WRITE, "stdin")
+        else:
+            os.close(in_w)
+        output = {"stdout": bytearray(), "stderr": bytearray()}
+        open_pipes = {"stdout", "stderr"}
+        exit_reply = None
+        approved_by = None
+        while exit_reply is None or open_pipes:
+            ready = sel.select(timeout=None if exit_reply is None else 5)
+            if not ready:
+                break  # ended, and something the tool left still holds a pipe: stop reading
+            for key, _ in ready:
+                name = key.data
+                if name == "stdin":
+                    try:
+                        n = os.write(in_w, data)
+                    except BrokenPipeError:
+                        n = len(data)
+                    data = data[n:]
+                    if not data:
+                        sel.unregister(in_w)
+                        os.close(in_w)
+                elif name == "guardd":
+                    chunk = conn.sock.recv(65536)
+                    for reply in conn.feed(chunk):
+                        kind = reply.get("type")
+                        if kind == "error":
+                            _raise_error(reply)
+                        elif kind == "pending":
+                            if on_hold:
+                                on_hold(Hold(reply["call_id"], reply["decision"],
+                                             reply.get("message", ""), reply.get("timeout_s", 0)))
+                        elif kind == "decision" and reply["decision"] != "allow":
+                            raise Blocked(reply.get("message", "blocked by policy"),
+                                          reply["call_id"], reply["decision"])
+                        elif kind == "decision":
+                            approved_by = reply.get("approved_by")
+                        elif kind == "exit":
+                            exit_reply = reply
+                            sel.unregister(conn.sock)
+                else:
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        open_pipes.discard(name)
+                    elif len(output[name]) < MAX_OUTPUT:
+                        output[name] += chunk[: MAX_OUTPUT - len(output[name])]
+        sel.close()
+        if exit_reply.get("error"):
+            raise CallFailed(exit_reply["error"], exit_reply["call_id"])
+        return Result(
+            call_id=exit_reply["call_id"],
+            exit_code=exit_reply.get("code"),
+            stdout=bytes(output["stdout"]),
+            stderr=bytes(output["stderr"]),
+            diverged=exit_reply.get("diverged", False),
+            stopped=exit_reply.get("stopped", False),
+            receipt=exit_reply.get("receipt") or {},
+            approved_by=approved_by,
+        )
+
+    def events(self, tool: Optional[str] = None, call: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+        """guardd's events as they happen (admins): decisions, launches, divergences, exits.
+
+        Ends when guardd goes away (`Unreachable`) or drops a subscriber that fell behind (a
+        final event of kind `lagged`).
+        """
+        conn = _Conn(self.socket, None)
+        try:
+            request: Dict[str, Any] = {"type": "subscribe"}
+            if tool is not None:
+                request["tool"] = tool
+            if call is not None:
+                request["call"] = call
+            conn.send(request)
+            first = conn.recv()
+            if first.get("type") == "error":
+                _raise_error(first)
+            while True:
+                reply = conn.recv()
+                if reply.get("type") == "error":
+                    _raise_error(reply)
+                event = {k: v for k, v in reply.items() if k not in ("v", "type")}
+                yield event
+                if event.get("kind") == "lagged":
+                    return
+        finally:
+            conn.close()

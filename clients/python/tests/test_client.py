@@ -1,0 +1,132 @@
+"""guard_client against a real guardd (started by tests/suite/python.rs, which sets the
+environment: GUARD_SOCKET, GUARD_CTL for guardctl). The policy it runs:
+
+  echo  /bin/echo {words}, words a lowercase string
+  cat   /bin/cat, copies its stdin
+  net   guard-testtool sendto {addr}, may send to 127.0.0.1:9 only (anything else: killed)
+  mail  high and irreversible: held for an admin ([approvals] allow_self, so root may approve)
+"""
+
+import os
+import subprocess
+import threading
+import unittest
+
+import guard_client
+from guard_client import Blocked, Client, RequestError, Unreachable
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.guard = Client()  # GUARD_SOCKET
+
+    def test_tools_lists_the_policy_tools_with_their_args(self):
+        tools = {t["name"]: t for t in self.guard.tools()}
+        self.assertEqual(sorted(tools), ["cat", "echo", "mail", "net"])
+        words = tools["echo"]["args"][0]
+        self.assertEqual((words["name"], words["type"], words["required"]), ("words", "string", True))
+        self.assertTrue(tools["mail"]["held"])
+
+    def test_check_decides_without_running(self):
+        self.assertEqual(self.guard.check("echo", {"words": "hi"}).decision, "allow")
+        blocked = self.guard.check("echo", {"words": "Hi!"})
+        self.assertEqual(blocked.decision, "block")
+        self.assertIsNone(blocked.plan)
+        self.assertEqual(self.guard.check("mail", {"to": "a"}).decision, "escalate")
+
+    def test_run_returns_exit_code_output_and_receipt(self):
+        result = self.guard.run("echo", {"words": "hello there"})
+        self.assertEqual(result.exit_code, 0)
+        self.assertEqual(result.stdout, b"hello there\n")
+        self.assertEqual(result.receipt["execs"], ["/bin/echo"])
+        self.assertEqual(result.receipt["verdict"], "conformed")
+        self.assertFalse(result.diverged)
+        self.assertTrue(result.call_id)
+
+    def test_run_passes_stdin(self):
+        result = self.guard.run("cat", input=b"through guard\n")
+        self.assertEqual((result.exit_code, result.stdout), (0, b"through guard\n"))
+
+    def test_a_blocked_call_raises_blocked_and_runs_nothing(self):
+        with self.assertRaises(Blocked) as caught:
+            self.guard.run("echo", {"words": "Not Allowed!"})
+        self.assertEqual(caught.exception.decision, "block")
+        self.assertTrue(caught.exception.call_id)
+        self.assertIn("blocked by policy", str(caught.exception))
+
+    def test_a_diverging_call_is_stopped_and_says_so(self):
+        result = self.guard.run("net", {"addr": "127.0.0.1:10"})
+        self.assertTrue(result.stopped)
+        self.assertTrue(result.diverged)
+        self.assertEqual(result.exit_code, 137)
+        self.assertEqual(result.receipt["verdict"], "diverged")
+
+    def test_a_held_call_waits_for_its_approval(self):
+        holds = []
+
+        def approve(hold):
+            holds.append(hold)
+            subprocess.run([os.environ["GUARD_CTL"], "approve", hold.call_id], check=True,
+                           capture_output=True)
+
+        result = self.guard.run("mail", {"to": "alice"}, on_hold=approve)
+        self.assertEqual(len(holds), 1)
+        self.assertEqual(holds[0].decision, "escalate")
+        self.assertEqual((result.exit_code, result.stdout), (0, b"alice\n"))
+        self.assertEqual(result.approved_by, 0)
+
+    def test_a_bad_request_names_its_field(self):
+        with self.assertRaises(RequestError) as caught:
+            self.guard._request({"type": "check", "tool": "echo", "argz": {}})
+        self.assertEqual(caught.exception.field, "argz")
+
+    def test_no_guardd_is_unreachable_and_nothing_runs(self):
+        gone = Client("/nonexistent/guard.sock")
+        with self.assertRaises(Unreachable):
+            gone.run("echo", {"words": "hi"})
+        with self.assertRaises(guard_client.GuardError):
+            gone.check("echo", {"words": "hi"})
+
+    def test_events_follow_a_call(self):
+        seen = []
+
+        def follow():
+            for event in self.guard.events(tool="echo"):
+                seen.append(event)
+                if event["kind"] == "exit":
+                    return
+
+        # A call made before guardd registered the subscription is not seen: call until one is.
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        ids = []
+        for _ in range(50):
+            ids.append(self.guard.run("echo", {"words": "watched"}).call_id)
+            thread.join(timeout=0.2)
+            if not thread.is_alive():
+                break
+        self.assertFalse(thread.is_alive(), "no exit event arrived")
+        self.assertEqual(seen[-1]["kind"], "exit")
+        self.assertIn(seen[-1]["call_id"], ids)
+        self.assertTrue(all(e.get("tool") == "echo" for e in seen), seen)
+
+
+class ExampleTest(unittest.TestCase):
+    """examples/langchain_tools.py, less LangChain itself: the schema and the call it wraps."""
+
+    def test_the_example_wraps_a_guard_tool(self):
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(__file__), "..", "examples", "langchain_tools.py")
+        spec = importlib.util.spec_from_file_location("langchain_tools", path)
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        client = Client()
+        echo = next(t for t in client.tools() if t["name"] == "echo")
+        self.assertEqual(example.schema(echo)["required"], ["words"])
+        self.assertEqual(example.call(client, "echo", {"words": "wrapped"}), "wrapped\n")
+        self.assertIn("refused by guard", example.call(client, "echo", {"words": "NO"}))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,261 @@
+//! Claude Code's `PreToolUse` hook (`guard-exec hook claude-code`): Claude Code hands the hook
+//! each tool call it is about to make, as JSON on stdin, and takes its answer on stdout. A Bash
+//! call is not merely gated: it is allowed with `updatedInput` whose command runs the original
+//! one through guard-exec as the policy's shell tool, so the command itself runs confined, and
+//! a subagent or an obfuscated command meets the same kernel checks. Other tools are decided by
+//! the policy when it names them, passed to guard-mcp when they are guard's own MCP tools, and
+//! allowed or asked only where the hook's flags say so; anything else is denied.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{decision::Decision, policy::glob_match};
+
+/// What Claude Code sends (the fields guard reads; the others are ignored, so that a newer
+/// Claude Code with more fields still gets an answer).
+#[derive(Clone, Debug, Deserialize)]
+pub struct PreToolUse {
+    pub hook_event_name: String,
+    pub tool_name: String,
+    #[serde(default)]
+    pub tool_input: Map<String, Value>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+/// The hook's answer: `{"hookSpecificOutput": {...}}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Answer {
+    #[serde(rename = "hookSpecificOutput")]
+    pub output: HookOutput,
+}
+
+/// The `PreToolUse` part of the answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookOutput {
+    /// Always `PreToolUse`.
+    pub hook_event_name: &'static str,
+    pub permission_decision: Permission,
+    pub permission_decision_reason: String,
+    /// The tool input Claude Code runs instead of its own (Bash: the command through guard).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_input: Option<Map<String, Value>>,
+}
+
+/// Claude Code's permission decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    Allow,
+    Deny,
+    Ask,
+}
+
+impl Answer {
+    fn new(permission: Permission, reason: impl Into<String>) -> Self {
+        Self {
+            output: HookOutput {
+                hook_event_name: "PreToolUse",
+                permission_decision: permission,
+                permission_decision_reason: reason.into(),
+                updated_input: None,
+            },
+        }
+    }
+
+    /// Refuses the call; Claude sees `reason`.
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Self::new(Permission::Deny, reason)
+    }
+}
+
+/// How the hook maps Claude Code's tools.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The policy tool Bash commands run as (`shell`).
+    pub shell_tool: String,
+    /// The MCP server name guard-mcp is configured under: `mcp__<it>__*` are guard's tools.
+    pub mcp_server: String,
+    /// Claude Code tools allowed without guard (globs), e.g. `Read`, `Grep`.
+    pub allow: Vec<String>,
+    /// Claude Code tools the user is asked about (globs).
+    pub ask: Vec<String>,
+    /// The command line that runs a tool through guardd, as shell words already quoted
+    /// (`/usr/local/bin/guard-exec --socket /run/guard/guard.sock`).
+    pub guard_exec: String,
+}
+
+/// What the hook needs of guardd.
+pub trait Guardd {
+    /// The names of the tools the caller may call.
+    fn tools(&mut self) -> Result<Vec<String>, String>;
+    /// The policy's decision on a call.
+    fn check(&mut self, tool: &str, args: &Map<String, Value>) -> Result<Decision, String>;
+}
+
+/// The answer to one hook call. Every failure (no guardd, an input not understood) is a
+/// denial that says why: a hook that errs must not let the call through.
+pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> Answer {
+    if input.hook_event_name != "PreToolUse" {
+        return Answer::deny(format!(
+            "guard: this hook answers PreToolUse, not {}",
+            input.hook_event_name
+        ));
+    }
+    let name = input.tool_name.as_str();
+    if name == "Bash" {
+        return bash(input, opts, guardd);
+    }
+    if let Some(tool) = name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.strip_prefix(opts.mcp_server.as_str()))
+        .and_then(|rest| rest.strip_prefix("__"))
+    {
+        // guard-mcp sends the call to guardd, which decides, records and confines it.
+        return Answer::new(
+            Permission::Allow,
+            format!("guard: {tool} runs through guard-mcp, decided by guardd"),
+        );
+    }
+    let tools = match guardd.tools() {
+        Ok(t) => t,
+        Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
+    };
+    if tools.iter().any(|t| t == name) {
+        return match guardd.check(name, &input.tool_input) {
+            Ok(Decision::Allow) => Answer::new(Permission::Allow, "guard: allowed by policy"),
+            Ok(Decision::Escalate | Decision::Quarantine) => {
+                Answer::new(Permission::Ask, "guard: the policy wants a human to decide")
+            }
+            Ok(Decision::Block) => Answer::deny("guard: blocked by policy"),
+            Err(e) => Answer::deny(format!("guard: {e}")),
+        };
+    }
+    if opts.allow.iter().any(|g| glob_match(g, name)) {
+        return Answer::new(Permission::Allow, "guard: allowed by the hook's --allow");
+    }
+    if opts.ask.iter().any(|g| glob_match(g, name)) {
+        return Answer::new(Permission::Ask, "guard: the hook's --ask wants a human");
+    }
+    Answer::deny(format!(
+        "guard: {name} is not a tool guard's policy lets this agent use"
+    ))
+}
+
+/// Bash: the command, as the policy's shell tool, through guard-exec.
+fn bash(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> Answer {
+    let Some(command) = input.tool_input.get("command").and_then(Value::as_str) else {
+        return Answer::deny("guard: a Bash call without a `command` string");
+    };
+    let mut args = Map::new();
+    args.insert("command".into(), Value::String(command.to_owned()));
+    match guardd.check(&opts.shell_tool, &args) {
+        // A held call is held by guardd when it runs: guard-exec waits for the admin.
+        Ok(Decision::Allow | Decision::Escalate | Decision::Quarantine) => {}
+        Ok(Decision::Block) => return Answer::deny("guard: blocked by policy"),
+        Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
+    }
+    let json = Value::Object(args).to_string();
+    let mut updated = input.tool_input.clone();
+    updated.insert(
+        "command".into(),
+        Value::String(format!(
+            "{} --args {} {}",
+            opts.guard_exec,
+            quote(&json),
+            quote(&opts.shell_tool)
+        )),
+    );
+    let mut answer = Answer::new(
+        Permission::Allow,
+        format!(
+            "guard: runs confined as the policy's `{}` tool",
+            opts.shell_tool
+        ),
+    );
+    answer.output.updated_input = Some(updated);
+    answer
+}
+
+/// `s` as one word of a POSIX shell: single-quoted, each `'` as `'\''`.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fake(Result<Decision, String>);
+
+    impl Guardd for Fake {
+        fn tools(&mut self) -> Result<Vec<String>, String> {
+            self.0.clone().map(|_| vec!["read_file".to_owned()])
+        }
+        fn check(&mut self, _: &str, _: &Map<String, Value>) -> Result<Decision, String> {
+            self.0.clone()
+        }
+    }
+
+    fn input(tool: &str, tool_input: Value) -> PreToolUse {
+        serde_json::from_value(serde_json::json!({
+            "session_id": "s", "transcript_path": "/t", "cwd": "/w", "permission_mode": "default",
+            "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input,
+            "tool_use_id": "toolu_1"
+        }))
+        .unwrap()
+    }
+
+    fn opts() -> Options {
+        Options {
+            shell_tool: "shell".into(),
+            mcp_server: "guard".into(),
+            allow: vec!["Gr*".into()],
+            ask: vec!["Web*".into()],
+            guard_exec: "/g/guard-exec".into(),
+        }
+    }
+
+    #[test]
+    fn bash_runs_through_guard_exec_and_the_rest_is_mapped_or_denied() {
+        let cmd = serde_json::json!({"command": "echo 'it''s' > x", "description": "d"});
+        let a = answer(&input("Bash", cmd), &opts(), &mut Fake(Ok(Decision::Allow)));
+        assert_eq!(a.output.permission_decision, Permission::Allow);
+        let updated = a.output.updated_input.unwrap();
+        assert_eq!(updated["description"], "d");
+        let line = updated["command"].as_str().unwrap();
+        assert!(line.starts_with("/g/guard-exec --args '"), "{line}");
+        assert!(line.ends_with(" 'shell'"), "{line}");
+        let blocked = Fake(Ok(Decision::Block));
+        let a = answer(&input("Bash", cmd_of("rm")), &opts(), &mut { blocked });
+        assert_eq!(a.output.permission_decision, Permission::Deny);
+        let gone = Fake(Err("guardd unreachable".into()));
+        let a = answer(&input("Bash", cmd_of("ls")), &opts(), &mut { gone });
+        assert_eq!(a.output.permission_decision, Permission::Deny);
+
+        let mut ok = Fake(Ok(Decision::Allow));
+        let decide = |tool: &str, ok: &mut Fake| {
+            answer(&input(tool, serde_json::json!({})), &opts(), ok)
+                .output
+                .permission_decision
+        };
+        assert_eq!(decide("mcp__guard__read_file", &mut ok), Permission::Allow);
+        assert_eq!(decide("read_file", &mut ok), Permission::Allow);
+        assert_eq!(decide("Grep", &mut ok), Permission::Allow);
+        assert_eq!(decide("WebFetch", &mut ok), Permission::Ask);
+        assert_eq!(decide("Write", &mut ok), Permission::Deny);
+        assert_eq!(decide("mcp__other__x", &mut ok), Permission::Deny);
+        let mut held = Fake(Ok(Decision::Escalate));
+        assert_eq!(decide("read_file", &mut held), Permission::Ask);
+    }
+
+    fn cmd_of(c: &str) -> Value {
+        serde_json::json!({ "command": c })
+    }
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(quote("a'b"), r"'a'\''b'");
+    }
+}

@@ -1,0 +1,173 @@
+//! The tools a client may call, as guardd lists them (`tools`): each with what the registry says
+//! of it and its arguments' specs, so that a client (guard-mcp) can describe them to an agent
+//! without reading the policy file. Read-only over the compiled policy.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ArgType, Policy, Tool, args::ArgSpec};
+use crate::{decision::RiskTier, plan::OnDivergence};
+
+/// One tool a client may call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub tier: RiskTier,
+    /// Its effects cannot be undone.
+    pub irreversible: bool,
+    /// Every call that passes the rules is held for a human (irreversible at or above the
+    /// escalation threshold).
+    pub held: bool,
+    /// It declares no write effect and is not irreversible: it does not change its world.
+    pub read_only: bool,
+    /// It may connect to the network.
+    pub network: bool,
+    /// What guard does when a call does what it was not approved to do.
+    pub on_divergence: OnDivergence,
+    /// Its arguments; any other argument blocks the call.
+    pub args: Vec<ArgDoc>,
+}
+
+/// One argument of a listed tool: what the policy checks it against.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArgDoc {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: ArgKind,
+    pub required: bool,
+    /// Anchored regular expression (`^(?:...)$`) the value must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// The allowed values (`enum`, or a string with `values`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    /// Longest value, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<i64>,
+    /// A path must lie beneath one of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub within: Vec<String>,
+    /// A relative path is taken from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// A URL's allowed hosts (`*.example.com` for any subdomain).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// A URL's allowed schemes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schemes: Vec<String>,
+}
+
+/// An argument's type, as a policy writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArgKind {
+    String,
+    Path,
+    Url,
+    Integer,
+    Boolean,
+    Enum,
+}
+
+impl From<ArgType> for ArgKind {
+    fn from(t: ArgType) -> Self {
+        match t {
+            ArgType::String => ArgKind::String,
+            ArgType::Path => ArgKind::Path,
+            ArgType::Url => ArgKind::Url,
+            ArgType::Integer => ArgKind::Integer,
+            ArgType::Boolean => ArgKind::Boolean,
+            ArgType::Enum => ArgKind::Enum,
+        }
+    }
+}
+
+impl Policy {
+    /// The tools a client may call, in name order: registered, with a command, and within the
+    /// ceiling (a tool the ceiling blocks would only ever be refused, so it is not offered).
+    pub fn listing(&self) -> Vec<ToolSpec> {
+        let mut out: Vec<ToolSpec> = self
+            .tools
+            .iter()
+            .filter(|t| t.command.is_some() && self.above_ceiling(t).is_none())
+            .map(|t| self.spec(t))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    fn spec(&self, t: &Tool) -> ToolSpec {
+        ToolSpec {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            tier: t.tier,
+            irreversible: t.irreversible,
+            held: t.irreversible && t.tier >= self.settings.escalation_threshold,
+            read_only: t.write.is_empty() && !t.irreversible,
+            network: !t.connect.is_empty(),
+            on_divergence: t.on_divergence,
+            args: t.args.iter().map(doc).collect(),
+        }
+    }
+}
+
+fn doc(a: &ArgSpec) -> ArgDoc {
+    let paths =
+        |v: &[std::path::PathBuf]| v.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    ArgDoc {
+        name: a.name.clone(),
+        ty: a.ty.into(),
+        required: a.required,
+        pattern: a.pattern.as_ref().map(|r| r.as_str().to_owned()),
+        values: a.values.clone(),
+        max_len: a.max_len,
+        min: a.min,
+        max: a.max,
+        within: paths(&a.within),
+        base: a.base.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        hosts: a.hosts.clone(),
+        schemes: a.schemes.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn lists_runnable_tools_within_the_ceiling_with_their_args() {
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            r#"
+[settings]
+max_allowed_tier = "medium"
+[tools.a]
+tier = "low"
+command = ["/bin/echo", "{mode}"]
+[tools.a.args.mode]
+type = "enum"
+values = ["x", "y"]
+[tools.b]
+tier = "high"
+command = ["/bin/true"]
+[tools.c]
+tier = "low"
+"#,
+        )
+        .unwrap();
+        let list = policy.listing();
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!(list[0].name, "a");
+        assert!(list[0].read_only && !list[0].network && !list[0].held);
+        assert_eq!(list[0].args[0].ty, ArgKind::Enum);
+        assert_eq!(list[0].args[0].values, ["x", "y"]);
+    }
+}

@@ -1,0 +1,324 @@
+//! One `tools/call`, carried to guardd as an `exec` like any other call: guardd decides it,
+//! records it, and runs it confined with its stdout and stderr on pipes of ours, which become
+//! the result's content. Whatever does not end in an exit of the tool is an error result, and
+//! nothing runs without guardd (fail closed).
+
+use std::{
+    fs::File,
+    io::Read as _,
+    os::{fd::AsRawFd as _, fd::OwnedFd, unix::net::UnixStream as StdStream},
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use guard::{
+    decision::Decision,
+    protocol::{
+        self, ExecReply, ExecRequest, Request,
+        reply::{CallDecision, Exit, Hold},
+    },
+    receipt::Receipt,
+};
+use rmcp::{
+    Peer, RoleServer,
+    model::{CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, ProgressToken},
+};
+use serde::Serialize;
+use tokio::{
+    io::{AsyncBufReadExt as _, BufReader},
+    net::UnixStream,
+};
+
+/// The most of each of stdout and stderr a result carries; the rest is counted, not kept.
+const MAX_OUTPUT: usize = 1 << 20;
+/// How often a held call tells the client it still waits.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+/// How long the output of an ended call may take to drain (a child the tool left behind may
+/// hold the pipe; guardd kills the call's cgroup, so this is a bound, not a wait).
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// What a call's `structuredContent` says.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    /// The call's id in guardd's audit log (`guardctl show ID`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// `allow`, or why it did not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// The tool's exit code (128+N for signal N, 137 when guard stopped it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// It did or tried something it was not approved to do.
+    pub diverged: bool,
+    /// guard killed it for that.
+    pub stopped: bool,
+    /// What went wrong outside the tool (guardd unreachable, a refused request...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What the call was seen doing, as the audit log records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<Box<Receipt>>,
+}
+
+impl Outcome {
+    fn failed(error: impl Into<String>) -> Self {
+        Self {
+            call_id: None,
+            decision: None,
+            exit_code: None,
+            diverged: false,
+            stopped: false,
+            error: Some(error.into()),
+            receipt: None,
+        }
+    }
+}
+
+/// How the client follows a call: its progress token, and the peer to notify.
+pub struct Progress {
+    pub peer: Peer<RoleServer>,
+    pub token: Option<ProgressToken>,
+}
+
+/// Runs `tool` with `args` through guardd at `socket`; returns when it ended, or when `cancel`
+/// fired (the connection is closed, which makes guardd kill the call or withdraw a held one).
+pub async fn run(
+    socket: &Path,
+    tool: String,
+    args: JsonObject,
+    progress: Progress,
+    cancel: impl std::future::Future<Output = ()>,
+) -> CallToolResult {
+    tokio::pin!(cancel);
+    let started = match start(socket, tool, args) {
+        Ok(s) => s,
+        Err(e) => return result(Vec::new(), Outcome::failed(e), None),
+    };
+    let Started {
+        stream,
+        stdout,
+        stderr,
+    } = started;
+    let mut lines = BufReader::new(stream).lines();
+    let mut hold: Option<Hold> = None;
+    let mut waited = 0.0;
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    loop {
+        let line = tokio::select! {
+            () = &mut cancel => {
+                return result(Vec::new(), Outcome::failed("cancelled: guardd withdrew the call, or stopped it"), None);
+            }
+            _ = tick.tick(), if hold.is_some() => {
+                waited += PROGRESS_EVERY.as_secs_f64();
+                if let Some(h) = &hold {
+                    notify(&progress, h, waited).await;
+                }
+                continue;
+            }
+            line = lines.next_line() => line,
+        };
+        let line = match line {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                let e = "guardd closed the connection; the call, if it ran, was stopped";
+                return result(Vec::new(), Outcome::failed(e), None);
+            }
+            Err(e) => return result(Vec::new(), Outcome::failed(format!("guardd: {e}")), None),
+        };
+        let reply = match protocol::parse_reply::<ExecReply>(line.as_bytes()) {
+            Ok(r) => r,
+            Err(e) => return result(Vec::new(), Outcome::failed(e), None),
+        };
+        match reply {
+            ExecReply::Decision(d) if d.decision == Decision::Allow => {}
+            ExecReply::Decision(d) => return refused(d),
+            ExecReply::Pending(h) => {
+                notify(&progress, &h, waited).await;
+                hold = Some(h);
+                tick.reset();
+            }
+            ExecReply::Error(e) => return result(Vec::new(), Outcome::failed(e.error), None),
+            ExecReply::Exit(exit) => {
+                let out = stdout.finish().await;
+                let err = stderr.finish().await;
+                return ended(exit, out, err);
+            }
+        }
+    }
+}
+
+/// A call on its way: the connection that carries its replies and the output being read.
+struct Started {
+    stream: UnixStream,
+    stdout: Capture,
+    stderr: Capture,
+}
+
+/// Connects, and sends the exec with /dev/null as stdin and our pipes as stdout and stderr.
+fn start(socket: &Path, tool: String, args: JsonObject) -> Result<Started, String> {
+    let unreachable = |e: std::io::Error| {
+        format!(
+            "guardd unreachable at {}: {e}; the tool did not run",
+            socket.display()
+        )
+    };
+    let stream = StdStream::connect(socket).map_err(unreachable)?;
+    let stdin = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let request = Request::Exec(ExecRequest { tool, args });
+    let fds = [stdin.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+    guard::conn::send_with_fds(&stream, &protocol::frame(&request), &fds).map_err(unreachable)?;
+    // Ours closed now, so the pipes end when the tool's copies do.
+    drop((stdin, out_w, err_w));
+    stream
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(stream))
+        .map(|stream| Started {
+            stream,
+            stdout: Capture::start(out_r),
+            stderr: Capture::start(err_r),
+        })
+        .map_err(|e| format!("guardd's connection: {e}"))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+}
+
+/// One output pipe, read to its end on a thread of its own, keeping the first [`MAX_OUTPUT`]
+/// bytes.
+struct Capture {
+    kept: Arc<Mutex<(Vec<u8>, u64)>>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Capture {
+    fn start(fd: OwnedFd) -> Self {
+        let kept = Arc::new(Mutex::new((Vec::new(), 0u64)));
+        let (tx, done) = tokio::sync::oneshot::channel();
+        let shared = Arc::clone(&kept);
+        std::thread::spawn(move || {
+            let mut file = File::from(fd);
+            let mut buf = [0u8; 16384];
+            while let Ok(n) = file.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut k = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let room = MAX_OUTPUT.saturating_sub(k.0.len()).min(n);
+                k.0.extend_from_slice(&buf[..room]);
+                k.1 += (n - room) as u64;
+            }
+            let _ = tx.send(());
+        });
+        Self { kept, done }
+    }
+
+    /// What was read, once the pipe ended or [`DRAIN`] passed; with the bytes dropped.
+    async fn finish(self) -> (String, u64) {
+        let _ = tokio::time::timeout(DRAIN, self.done).await;
+        let k = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        (String::from_utf8_lossy(&k.0).into_owned(), k.1)
+    }
+}
+
+async fn notify(progress: &Progress, hold: &Hold, waited: f64) {
+    let Some(token) = progress.token.clone() else {
+        return;
+    };
+    let mut p = ProgressNotificationParam::new(token, waited);
+    p.total = Some(hold.timeout_s as f64);
+    p.message = Some(format!(
+        "call {} {}: waiting for an admin (guardctl approve {})",
+        hold.call_id, hold.message, hold.call_id
+    ));
+    if let Err(e) = progress.peer.notify_progress(p).await {
+        tracing::debug!("progress notification: {e}");
+    }
+}
+
+/// A call guardd did not run: the message the policy lets the caller hear.
+fn refused(d: CallDecision) -> CallToolResult {
+    let message = d.message.unwrap_or_else(|| "blocked by policy".to_owned());
+    let text = format!("guard: {message} (call {})", d.call_id);
+    let outcome = Outcome {
+        call_id: Some(d.call_id),
+        decision: Some(d.decision),
+        ..Outcome::failed(message)
+    };
+    result(Vec::new(), outcome, Some(text))
+}
+
+/// A call that ran: its output, and how it ended.
+fn ended(exit: Exit, out: (String, u64), err: (String, u64)) -> CallToolResult {
+    let mut content = Vec::new();
+    for (text, dropped, name) in [(out.0, out.1, "stdout"), (err.0, err.1, "stderr")] {
+        if text.is_empty() && dropped == 0 {
+            continue;
+        }
+        let mut text = if name == "stderr" {
+            format!("[stderr]\n{text}")
+        } else {
+            text
+        };
+        if dropped > 0 {
+            text.push_str(&format!(
+                "\n[guard-mcp: {dropped} more bytes of {name} dropped]"
+            ));
+        }
+        content.push(ContentBlock::text(text));
+    }
+    let note = if exit.stopped {
+        Some(format!(
+            "guard: the call did something it was not approved to do and was killed (call {})",
+            exit.call_id
+        ))
+    } else if exit.diverged {
+        Some(format!(
+            "guard: the call tried something it was not approved to do; it was denied (call {})",
+            exit.call_id
+        ))
+    } else {
+        exit.error
+            .as_ref()
+            .map(|e| format!("guard: {e} (call {})", exit.call_id))
+    };
+    let outcome = Outcome {
+        call_id: Some(exit.call_id),
+        decision: Some(Decision::Allow),
+        exit_code: exit.code,
+        diverged: exit.diverged,
+        stopped: exit.stopped,
+        error: exit.error,
+        receipt: exit.receipt,
+    };
+    result(content, outcome, note)
+}
+
+/// The result: `isError` unless the tool ran and exited 0 within its approval.
+fn result(
+    mut content: Vec<ContentBlock>,
+    outcome: Outcome,
+    note: Option<String>,
+) -> CallToolResult {
+    let ok = outcome.exit_code == Some(0)
+        && !outcome.diverged
+        && outcome.error.is_none()
+        && outcome.decision == Some(Decision::Allow);
+    match (note, &outcome.error) {
+        (Some(note), _) => content.push(ContentBlock::text(note)),
+        (None, Some(e)) => content.push(ContentBlock::text(format!("guard: {e}"))),
+        (None, None) => {}
+    }
+    let structured = serde_json::to_value(&outcome).ok();
+    let mut r = if ok {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
+    };
+    r.structured_content = structured;
+    r
+}

@@ -1,0 +1,187 @@
+//! guard-mcp: an MCP server on stdio whose tools are the ones guardd lets its caller run. The
+//! list comes from guardd (`tools`), each call goes to guardd (`exec`) like any other, and a
+//! policy reload reaches the client as `notifications/tools/list_changed`. guard-mcp decides
+//! nothing itself: without guardd, it lists no tool and every call is an error result.
+
+mod call;
+mod schema;
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use clap::Parser;
+use guard::{
+    client::{self, Client},
+    protocol::{self, Reply, Request, ToolsRequest, reply::ToolList},
+};
+use rmcp::{
+    ErrorData, Peer, RoleServer, ServerHandler, ServiceExt as _,
+    model::{
+        CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    },
+    service::RequestContext,
+    transport::stdio,
+};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+/// How long to wait before trying guardd again when the reload feed is down.
+const RECONNECT: Duration = Duration::from_secs(1);
+
+#[derive(Parser)]
+#[command(
+    name = "guard-mcp",
+    version,
+    about = "An MCP server (stdio) for the tools guardd lets you run, each call confined by guard"
+)]
+struct Cli {
+    /// guardd's socket.
+    #[arg(long, env = "GUARD_SOCKET")]
+    socket: Option<PathBuf>,
+}
+
+/// The server: guardd's socket, and nothing else of its own.
+#[derive(Clone)]
+struct Guard {
+    socket: Arc<PathBuf>,
+}
+
+impl Guard {
+    /// The tools guardd lists for us now.
+    fn listing(&self) -> Result<ToolList, String> {
+        let mut client = Client::connect(&self.socket)
+            .map_err(|e| format!("guardd unreachable at {}: {e}", self.socket.display()))?;
+        match client.request(&Request::Tools(ToolsRequest::default())) {
+            Ok(Reply::Tools(list)) => Ok(list),
+            Ok(other) => Err(client::unexpected(&other).to_string()),
+            Err(e) => Err(format!("guardd: {e}")),
+        }
+    }
+}
+
+impl ServerHandler for Guard {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        let mut info = ServerConfig::new(capabilities).with_instructions(
+            "Each tool runs through guard: guardd decides the call against its policy, records \
+             it in an audit log and runs it confined. A refused call is an error result.",
+        );
+        info.server_info = Implementation::new("guard-mcp", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let this = self.clone();
+        let listing = tokio::task::spawn_blocking(move || this.listing())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let tools = match listing {
+            Ok(list) => list.tools.iter().map(schema::tool).collect(),
+            // Fail closed: no guardd, no tools; the client's log says why.
+            Err(e) => {
+                tracing::warn!("{e}; listing no tools");
+                Vec::new()
+            }
+        };
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let progress = call::Progress {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+        };
+        let args = request.arguments.unwrap_or_default();
+        let tool = request.name.into_owned();
+        let cancel = context.ct.cancelled();
+        Ok(call::run(&self.socket, tool, args, progress, cancel)
+            .await
+            .into())
+    }
+}
+
+/// Follows guardd's tool list (`tools` with `follow`) and tells the client when it changes:
+/// after a reload, and when guardd goes away or comes back. `known` is the list the client
+/// saw last (`None` before the first: the client lists the tools itself after initialising).
+async fn follow(socket: Arc<PathBuf>, peer: Peer<RoleServer>) {
+    let mut known: Option<ToolList> = None;
+    loop {
+        if let Err(e) = feed(&socket, &peer, &mut known).await {
+            tracing::debug!("tool feed: {e}");
+        }
+        // guardd is gone: the client's calls now fail, and it lists no tool until guardd is back.
+        let had = known.replace(ToolList { tools: Vec::new() });
+        if had.is_some_and(|l| !l.tools.is_empty()) && !notify(&peer).await {
+            return;
+        }
+        tokio::time::sleep(RECONNECT).await;
+    }
+}
+
+/// One connection's worth of lists, each recorded in `known` and told when it changed.
+async fn feed(
+    socket: &PathBuf,
+    peer: &Peer<RoleServer>,
+    known: &mut Option<ToolList>,
+) -> std::io::Result<()> {
+    let mut stream = tokio::net::UnixStream::connect(socket).await?;
+    let request = Request::Tools(ToolsRequest { follow: true });
+    stream.write_all(&protocol::frame(&request)).await?;
+    let mut lines = BufReader::new(stream).lines();
+    while let Some(line) = lines.next_line().await? {
+        let list = match protocol::parse_reply::<Reply>(line.as_bytes()) {
+            Ok(Reply::Tools(list)) => list,
+            Ok(other) => return Err(std::io::Error::other(format!("{other:?}"))),
+            Err(e) => return Err(std::io::Error::other(e)),
+        };
+        let changed = known.as_ref().is_some_and(|l| l != &list);
+        *known = Some(list);
+        if changed && !notify(peer).await {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// `notifications/tools/list_changed`; false when the client is gone.
+async fn notify(peer: &Peer<RoleServer>) -> bool {
+    peer.notify_tool_list_changed().await.is_ok()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    // stdout is the protocol's: the log goes to stderr, which MCP clients keep.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GUARD_MCP_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
+    let cli = Cli::parse();
+    let socket = Arc::new(client::socket_path(cli.socket));
+    let server = Guard {
+        socket: Arc::clone(&socket),
+    };
+    let running = server
+        .serve(stdio())
+        .await
+        .context("MCP initialisation on stdio")?;
+    let feed = tokio::spawn(follow(socket, running.peer().clone()));
+    let quit = running.waiting().await;
+    feed.abort();
+    quit.context("MCP service")?;
+    Ok(())
+}

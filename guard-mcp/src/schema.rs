@@ -1,0 +1,184 @@
+//! A tool as guardd lists it, as an MCP tool: its `inputSchema` generated from the policy's
+//! argument specs, and its annotations from the registry. The schema tells an agent what guardd
+//! will accept; guardd still checks every call (a schema is advice to the client, not a guard).
+
+use std::sync::Arc;
+
+use guard::{
+    decision::RiskTier,
+    plan::OnDivergence,
+    policy::{ArgDoc, ArgKind, ToolSpec},
+};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde_json::Value;
+
+/// The MCP tool for one listed tool.
+pub fn tool(spec: &ToolSpec) -> Tool {
+    let mut description = spec.description.clone().unwrap_or_default();
+    let mut notes = vec![format!("risk tier {}", spec.tier.as_upper())];
+    if spec.held {
+        notes.push("every call waits for a human's approval".to_owned());
+    }
+    if spec.on_divergence == OnDivergence::Kill {
+        notes.push("killed if it does anything its policy does not approve".to_owned());
+    }
+    if !description.is_empty() {
+        description.push_str(". ");
+    }
+    description.push_str(&format!("Runs confined by guard ({}).", notes.join("; ")));
+    let annotations = ToolAnnotations::new()
+        .read_only(spec.read_only)
+        .destructive(spec.irreversible)
+        .open_world(spec.network);
+    let mut tool = Tool::new(spec.name.clone(), description, Arc::new(input_schema(spec)));
+    tool.annotations = Some(annotations);
+    if spec.tier >= RiskTier::High {
+        tool.title = Some(format!("{} ({})", spec.name, spec.tier.as_upper()));
+    }
+    tool
+}
+
+/// `{"type":"object","properties":{..},"required":[..],"additionalProperties":false}`: an
+/// argument the policy does not declare blocks the call, so the schema admits none.
+pub fn input_schema(spec: &ToolSpec) -> JsonObject {
+    let mut properties = JsonObject::new();
+    let mut required = Vec::new();
+    for arg in &spec.args {
+        properties.insert(arg.name.clone(), Value::Object(property(arg)));
+        if arg.required {
+            required.push(Value::String(arg.name.clone()));
+        }
+    }
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    schema.insert("additionalProperties".into(), false.into());
+    schema
+}
+
+/// The JSON Schema of one argument.
+fn property(arg: &ArgDoc) -> JsonObject {
+    let mut p = JsonObject::new();
+    let strings = |v: &[String]| Value::Array(v.iter().cloned().map(Value::String).collect());
+    let mut about = Vec::new();
+    match arg.ty {
+        ArgKind::Integer => {
+            p.insert("type".into(), "integer".into());
+            if let Some(min) = arg.min {
+                p.insert("minimum".into(), min.into());
+            }
+            if let Some(max) = arg.max {
+                p.insert("maximum".into(), max.into());
+            }
+        }
+        ArgKind::Boolean => {
+            p.insert("type".into(), "boolean".into());
+        }
+        ArgKind::String | ArgKind::Enum | ArgKind::Path | ArgKind::Url => {
+            p.insert("type".into(), "string".into());
+        }
+    }
+    if !arg.values.is_empty() {
+        p.insert("enum".into(), strings(&arg.values));
+    }
+    if let Some(pattern) = &arg.pattern {
+        p.insert("pattern".into(), pattern.clone().into());
+    }
+    if let Some(max_len) = arg.max_len {
+        // The policy counts bytes; a schema counts characters, so this is the looser bound.
+        p.insert("maxLength".into(), max_len.into());
+    }
+    match arg.ty {
+        ArgKind::Path => {
+            about.push("a path".to_owned());
+            if let Some(base) = &arg.base {
+                about.push(format!("relative to {base}"));
+            }
+            if !arg.within.is_empty() {
+                about.push(format!("beneath {}", arg.within.join(" or ")));
+            }
+        }
+        ArgKind::Url => {
+            p.insert("format".into(), "uri".into());
+            about.push("a URL".to_owned());
+            if !arg.schemes.is_empty() {
+                about.push(format!("scheme {}", arg.schemes.join(" or ")));
+            }
+            if !arg.hosts.is_empty() {
+                about.push(format!("host {}", arg.hosts.join(", ")));
+            }
+        }
+        _ => {}
+    }
+    if !about.is_empty() {
+        p.insert("description".into(), about.join(", ").into());
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg(name: &str, ty: ArgKind) -> ArgDoc {
+        ArgDoc {
+            name: name.into(),
+            ty,
+            required: true,
+            pattern: None,
+            values: Vec::new(),
+            max_len: None,
+            min: None,
+            max: None,
+            within: Vec::new(),
+            base: None,
+            hosts: Vec::new(),
+            schemes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn schema_carries_types_required_enums_patterns_and_lengths() {
+        let mut to = arg("to", ArgKind::String);
+        to.pattern = Some("^(?:[^@]+@[^@]+)$".into());
+        to.max_len = Some(254);
+        let mut mode = arg("mode", ArgKind::Enum);
+        mode.values = vec!["a".into(), "b".into()];
+        mode.required = false;
+        let mut n = arg("n", ArgKind::Integer);
+        n.min = Some(1);
+        n.max = Some(9);
+        let spec = ToolSpec {
+            name: "t".into(),
+            description: Some("does t".into()),
+            tier: RiskTier::High,
+            irreversible: true,
+            held: true,
+            read_only: false,
+            network: false,
+            on_divergence: OnDivergence::Kill,
+            args: vec![to, mode, n],
+        };
+        let tool = tool(&spec);
+        let s = Value::Object((*tool.input_schema).clone());
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["required"], serde_json::json!(["to", "n"]));
+        assert_eq!(s["properties"]["to"]["pattern"], "^(?:[^@]+@[^@]+)$");
+        assert_eq!(s["properties"]["to"]["maxLength"], 254);
+        assert_eq!(
+            s["properties"]["mode"]["enum"],
+            serde_json::json!(["a", "b"])
+        );
+        assert_eq!(s["properties"]["n"]["type"], "integer");
+        assert_eq!(s["properties"]["n"]["maximum"], 9);
+        let a = tool.annotations.expect("annotations");
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint),
+            (Some(false), Some(true))
+        );
+        assert!(tool.description.expect("description").contains("approval"));
+    }
+}

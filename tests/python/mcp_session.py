@@ -1,0 +1,106 @@
+"""Drives guard-mcp with the official MCP Python SDK (`mcp` from PyPI), as an agent would.
+
+Usage: mcp_session.py SERVER_JSON PLAN_JSON
+
+SERVER_JSON is the server as an MCP client's configuration names it: {"command", "args", "env"}.
+
+PLAN_JSON is a list of steps; each step's outcome is printed as one JSON line on stdout, for the
+Rust test (tests/suite/mcp.rs) to assert on:
+  {"list": true}                            -> {"tools": [{name, description, inputSchema, annotations}]}
+  {"call": NAME, "arguments": {...}}        -> {"isError", "texts", "structured"}
+  {"call": NAME, ..., "cancel_after_progress": true}
+                                            -> {"progress": [...], "cancelled": true}
+  {"call": NAME, ..., "cancel_after": SECONDS}
+                                            -> {"cancelled": true}
+  {"run": [argv...]}                        -> {"code", "stdout", "stderr"}: a command the test needs run mid-session
+  {"await_list_changed": SECONDS}           -> {"list_changed": bool}
+"""
+
+import json
+import subprocess
+import sys
+
+import anyio
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def out(obj):
+    print(json.dumps(obj), flush=True)
+
+
+async def main(server, plan):
+    params = StdioServerParameters(
+        command=server["command"], args=server.get("args", []), env=server.get("env"))
+    list_changed = anyio.Event()
+    changed = {"event": list_changed}
+
+    async def on_message(message):
+        if isinstance(message, types.ServerNotification):
+            root = getattr(message, "root", message)
+            if isinstance(root, types.ToolListChangedNotification):
+                changed["event"].set()
+
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=on_message) as session:
+            await session.initialize()
+            for step in plan:
+                if "list" in step:
+                    result = await session.list_tools()
+                    out({"tools": [
+                        {
+                            "name": t.name,
+                            "description": t.description,
+                            "inputSchema": t.input_schema,
+                            "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
+                            if t.annotations else None,
+                        }
+                        for t in result.tools
+                    ]})
+                elif "call" in step and step.get("cancel_after_progress"):
+                    progress = []
+                    got = anyio.Event()
+
+                    async def on_progress(value, total, message):
+                        progress.append({"progress": value, "total": total, "message": message})
+                        got.set()
+
+                    async with anyio.create_task_group() as tg:
+                        async def call():
+                            await session.call_tool(step["call"], step.get("arguments", {}),
+                                                    progress_callback=on_progress)
+                        tg.start_soon(call)
+                        with anyio.fail_after(30):
+                            await got.wait()
+                        tg.cancel_scope.cancel()
+                    out({"progress": progress, "cancelled": True})
+                elif "call" in step and "cancel_after" in step:
+                    async with anyio.create_task_group() as tg:
+                        async def call():
+                            await session.call_tool(step["call"], step.get("arguments", {}))
+                        tg.start_soon(call)
+                        await anyio.sleep(step["cancel_after"])
+                        tg.cancel_scope.cancel()
+                    out({"cancelled": True})
+                elif "call" in step:
+                    r = await session.call_tool(step["call"], step.get("arguments", {}))
+                    out({
+                        "isError": bool(r.is_error),
+                        "texts": [c.text for c in r.content if getattr(c, "type", "") == "text"],
+                        "structured": r.structured_content,
+                    })
+                elif "run" in step:
+                    done = subprocess.run(step["run"], capture_output=True, text=True)
+                    out({"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
+                elif "await_list_changed" in step:
+                    with anyio.move_on_after(step["await_list_changed"]):
+                        await changed["event"].wait()
+                    out({"list_changed": changed["event"].is_set()})
+                    changed["event"] = anyio.Event()
+                else:
+                    raise SystemExit(f"unknown step {step!r}")
+
+
+if __name__ == "__main__":
+    anyio.run(main, json.loads(sys.argv[1]), json.loads(sys.argv[2]))

@@ -1,0 +1,272 @@
+//! The Claude Code hook (`guard-exec hook claude-code`), fed the PreToolUse JSON Claude Code
+//! documents for a Bash call: its answer's command, run as Claude Code runs Bash commands, runs
+//! under guard (a decision row, a finished row with the receipt), and an effect the policy does
+//! not allow (a write outside the workspace, into a directory anyone may write) is stopped.
+
+use std::{os::unix::fs::PermissionsExt as _, path::Path, process::Command};
+
+use serde_json::{Value, json};
+
+use super::support::{self, Guardd, TempDir, output};
+
+/// The default policy's `shell` tool, on a test workspace, plus a rule that blocks curl.
+fn policy(workspace: &Path) -> String {
+    let ws = workspace.display();
+    format!(
+        r#"
+[tools.shell]
+tier = "medium"
+command = ["/bin/sh", "-c", "{{command}}"]
+cwd = "{ws}"
+env = {{ HOME = "{ws}", PATH = "/usr/local/bin:/usr/bin:/bin" }}
+[tools.shell.args.command]
+type = "string"
+max_len = 100000
+[tools.shell.effects]
+read = ["{ws}", "/usr", "/etc", "/dev/null", "/dev/urandom"]
+write = ["{ws}", "/dev/null"]
+exec = ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
+on_divergence = "kill"
+
+[[rules]]
+id = "no-curl"
+tools = ["shell"]
+arg = "command"
+regex = '.*\bcurl\b.*'
+action = "block"
+"#
+    )
+}
+
+/// A directory anyone may write: only guard can keep a call out of it.
+fn open_dir(prefix: &str) -> TempDir {
+    let dir = TempDir::new(prefix);
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    dir
+}
+
+/// Runs the hook on `input`; returns its answer.
+fn hook(guardd: &Guardd, input: &Value) -> Value {
+    let mut cmd = Command::new(support::bin("guard-exec"));
+    cmd.args(["hook", "claude-code", "--socket"])
+        .arg(&guardd.socket)
+        .args(["--allow", "Read"]);
+    run_with_stdin(cmd, input)
+}
+
+/// The input Claude Code documents for a Bash PreToolUse hook.
+fn bash_input(cwd: &Path, command: &str) -> Value {
+    json!({
+        "session_id": "abc123",
+        "transcript_path": "/home/user/.claude/projects/example/00893aaf.jsonl",
+        "cwd": cwd,
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "Write a file and print it"},
+        "tool_use_id": "toolu_01ABC123"
+    })
+}
+
+#[test]
+fn hook_runs_claude_codes_bash_command_confined_under_guard() {
+    if !support::privileged("hook_runs_claude_codes_bash_command_confined_under_guard") {
+        return;
+    }
+    let workspace = open_dir("hook-ws");
+    let elsewhere = open_dir("hook-out");
+    let guardd = Guardd::start(&policy(&workspace.0));
+    let made = workspace.join("made.txt");
+    let leaked = elsewhere.join("leaked.txt");
+    let command = format!(
+        "echo made > {}; echo leak > {}; cat made.txt",
+        made.display(),
+        leaked.display()
+    );
+    let answer = hook(&guardd, &bash_input(&workspace.0, &command));
+    let out = &answer["hookSpecificOutput"];
+    assert_eq!(out["hookEventName"], "PreToolUse");
+    assert_eq!(out["permissionDecision"], "allow", "{answer}");
+    assert_eq!(
+        out["updatedInput"]["description"],
+        "Write a file and print it"
+    );
+    let rewritten = out["updatedInput"]["command"].as_str().expect("command");
+    assert!(rewritten.contains("guard-exec"), "{rewritten}");
+
+    // Run as Claude Code runs a Bash command.
+    let mut bash = Command::new("/bin/bash");
+    bash.args(["-c", rewritten]).current_dir(&workspace.0);
+    let ran = output(bash);
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "made\n",
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(made.exists(), "the workspace write did not happen");
+    assert!(
+        !leaked.exists(),
+        "a write outside the workspace got through"
+    );
+    assert!(
+        String::from_utf8_lossy(&ran.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+
+    // It ran under guard: its decision and its finished row with the receipt.
+    let rows = guardd.audit_rows();
+    let decision = rows
+        .iter()
+        .find(|r| r["kind"] == "decision" && r["tool"] == "shell")
+        .unwrap_or_else(|| panic!("no decision row for shell: {rows:?}"));
+    assert_eq!(decision["decision"]["decision"], "allow");
+    let finished = rows
+        .iter()
+        .find(|r| r["kind"] == "finished" && r["call_id"] == decision["call_id"])
+        .expect("a finished row");
+    let execs = &finished["effects_observed"]["execs"];
+    assert!(
+        execs.as_array().is_some_and(|e| e
+            .iter()
+            .any(|x| x.as_str().is_some_and(|x| x.ends_with("/sh")))),
+        "{finished}"
+    );
+}
+
+#[test]
+fn hook_denies_what_the_policy_blocks_and_tools_it_does_not_know() {
+    if !support::privileged("hook_denies_what_the_policy_blocks_and_tools_it_does_not_know") {
+        return;
+    }
+    let workspace = open_dir("hook-ws");
+    let guardd = Guardd::start(&policy(&workspace.0));
+    let curl = hook(
+        &guardd,
+        &bash_input(&workspace.0, "curl https://example.com"),
+    );
+    assert_eq!(curl["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(curl["hookSpecificOutput"].get("updatedInput").is_none());
+
+    let mut write = bash_input(&workspace.0, "");
+    write["tool_name"] = json!("Write");
+    write["tool_input"] = json!({"file_path": "/etc/passwd", "content": "x"});
+    let answer = hook(&guardd, &write);
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+    let mut read = write.clone();
+    read["tool_name"] = json!("Read");
+    let answer = hook(&guardd, &read);
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "allow");
+
+    // No guardd: denied, never let through.
+    let socket = guardd.socket.clone();
+    drop(guardd);
+    let mut gone = Command::new(support::bin("guard-exec"));
+    gone.args(["hook", "claude-code", "--socket"]).arg(&socket);
+    let ls = bash_input(&workspace.0, "ls");
+    let answer = run_with_stdin(gone, &ls);
+    assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
+}
+
+/// Runs a hook command with `input` on its stdin; it must exit 0 with a JSON answer.
+fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.to_string().as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the hook answers JSON")
+}
+
+/// The hook of docs/integrations.md's `.claude/settings.json`, as written but for the socket and
+/// with the binaries on PATH, on guardd with the default policy.
+#[test]
+fn integrations_md_hook_recipe_works_as_written() {
+    if !support::privileged("integrations_md_hook_recipe_works_as_written") {
+        return;
+    }
+    let settings: Value = serde_json::from_str(&support::doc_block(
+        "docs/integrations.md",
+        "claude-code-hook",
+    ))
+    .expect("settings JSON");
+    let entry = &settings["hooks"]["PreToolUse"][0];
+    assert_eq!(entry["matcher"], "*");
+    let written = entry["hooks"][0]["command"].as_str().expect("command");
+    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    let default = support::workspace().join("policies/default.toml");
+    let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
+    let command = written.replace(
+        "/run/guard/guard.sock",
+        &guardd.socket.display().to_string(),
+    );
+    let bin_dir = support::bin("guard-exec")
+        .parent()
+        .expect("bin dir")
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let recipe = |input: &Value| {
+        let mut sh = Command::new("/bin/sh");
+        sh.args(["-c", &command]).env("PATH", &path);
+        run_with_stdin(sh, input)
+    };
+    let workspace = Path::new("/srv/agent/workspace");
+    let answer = recipe(&bash_input(workspace, "echo from the recipe"));
+    let out = &answer["hookSpecificOutput"];
+    assert_eq!(out["permissionDecision"], "allow", "{answer}");
+    let rewritten = out["updatedInput"]["command"].as_str().expect("command");
+    let mut bash = Command::new("/bin/bash");
+    bash.args(["-c", rewritten]);
+    let ran = output(bash);
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "from the recipe\n",
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let rows = guardd.audit_rows();
+    assert!(
+        rows.iter()
+            .any(|r| r["kind"] == "finished" && r["tool"] == "shell"),
+        "{rows:?}"
+    );
+    let mut read = bash_input(workspace, "");
+    read["tool_name"] = json!("Read");
+    read["tool_input"] = json!({"file_path": "/srv/agent/workspace/README.md"});
+    assert_eq!(
+        recipe(&read)["hookSpecificOutput"]["permissionDecision"],
+        "allow"
+    );
+    let mut edit = read.clone();
+    edit["tool_name"] = json!("Edit");
+    assert_eq!(
+        recipe(&edit)["hookSpecificOutput"]["permissionDecision"],
+        "ask"
+    );
+    let mut fetch = read.clone();
+    fetch["tool_name"] = json!("WebFetch");
+    fetch["tool_input"] = json!({"url": "https://example.com", "prompt": "x"});
+    assert_eq!(
+        recipe(&fetch)["hookSpecificOutput"]["permissionDecision"],
+        "deny"
+    );
+}

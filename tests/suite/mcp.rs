@@ -1,0 +1,343 @@
+//! guard-mcp driven by the official MCP Python SDK (`mcp` from PyPI, in setup's venv), over
+//! stdio, against a real guardd: the tools and their schemas come from the policy, an allowed
+//! call returns its output, a blocked one and a diverging one are error results, a reload is a
+//! `tools/list_changed`, a held call reports progress and is withdrawn when cancelled, a running
+//! one is killed when cancelled, and without guardd nothing runs.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::support::{self, Guardd, ToolDir, output};
+
+/// `echo` is checked by pattern and length; `net` may send only to 127.0.0.1:9 (anything else is
+/// a divergence, and the call is killed); `mail` is held for a human.
+fn policy(tool: &Path) -> String {
+    let tool = tool.display();
+    format!(
+        r#"
+[tools.echo]
+tier = "low"
+description = "Print its words"
+command = ["/bin/echo", "{{words}}"]
+[tools.echo.args.words]
+type = "string"
+pattern = '[a-z ]+'
+max_len = 100
+
+[tools.net]
+tier = "low"
+description = "Send a datagram"
+command = ["{tool}", "sendto", "{{addr}}"]
+[tools.net.args.addr]
+type = "string"
+[tools.net.effects]
+connect = ["127.0.0.1:9"]
+
+[tools.mail]
+tier = "high"
+irreversible = true
+command = ["/bin/echo", "{{to}}"]
+[tools.mail.args.to]
+type = "string"
+[tools.mail.args.mode]
+type = "enum"
+values = ["plain", "html"]
+required = false
+
+[tools.slow]
+tier = "low"
+command = ["{tool}", "sleep", "60"]
+
+[tools.forbidden]
+tier = "critical"
+command = ["/bin/true"]
+"#
+    )
+}
+
+/// Runs the session script with `plan` on guard-mcp at `socket`.
+fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> {
+    let server = json!({"command": support::bin("guard-mcp"), "args": ["--socket", socket]});
+    session_with(python, &server, plan)
+}
+
+/// Runs the session script with `plan` on `server` (`{command, args, env}`); returns one JSON
+/// value per step.
+fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(support::workspace().join("tests/python/mcp_session.py"))
+        .arg(server.to_string())
+        .arg(plan.to_string());
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "the MCP session failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line per step"))
+        .collect()
+}
+
+#[test]
+fn mcp_sdk_lists_schemas_runs_an_allowed_call_and_reports_block_and_kill() {
+    if !support::privileged("mcp_sdk_lists_schemas_runs_an_allowed_call_and_reports_block_and_kill")
+    {
+        return;
+    }
+    let Some(python) = support::python("mcp_sdk_lists_schemas") else {
+        return;
+    };
+    let tools = ToolDir::new("mcp");
+    let guardd = Guardd::start(&policy(&tools.tool));
+    let plan = json!([
+        {"list": true},
+        {"call": "echo", "arguments": {"words": "hello there"}},
+        {"call": "echo", "arguments": {"words": "Hello; rm -rf /"}},
+        {"call": "forbidden", "arguments": {}},
+        {"call": "net", "arguments": {"addr": "127.0.0.1:10"}},
+    ]);
+    let steps = session(&python, &guardd.socket, &plan);
+    assert_eq!(steps.len(), 5, "{steps:?}");
+
+    // The list: the policy's runnable tools within the ceiling, with schemas and annotations.
+    let listed = steps[0]["tools"].as_array().expect("tools");
+    let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["echo", "mail", "net", "slow"], "{listed:?}");
+    let echo = &listed[0];
+    assert_eq!(echo["inputSchema"]["required"], json!(["words"]));
+    assert_eq!(echo["inputSchema"]["additionalProperties"], false);
+    let words = &echo["inputSchema"]["properties"]["words"];
+    assert_eq!(
+        (&words["type"], &words["pattern"], &words["maxLength"]),
+        (&json!("string"), &json!("^(?:[a-z ]+)$"), &json!(100))
+    );
+    assert_eq!(echo["annotations"]["readOnlyHint"], true);
+    let mail = &listed[1];
+    assert_eq!(
+        mail["inputSchema"]["properties"]["mode"]["enum"],
+        json!(["plain", "html"])
+    );
+    assert_eq!(mail["inputSchema"]["required"], json!(["to"]));
+    assert_eq!(mail["annotations"]["destructiveHint"], true);
+    assert_eq!(listed[2]["annotations"]["openWorldHint"], true);
+
+    // Allowed: its output, exit 0 and the receipt.
+    let ok = &steps[1];
+    assert_eq!(ok["isError"], false, "{ok}");
+    assert_eq!(ok["texts"][0], "hello there\n");
+    assert_eq!(ok["structured"]["exit_code"], 0);
+    assert_eq!(ok["structured"]["receipt"]["execs"], json!(["/bin/echo"]));
+    let call_id = ok["structured"]["call_id"].as_str().expect("call id");
+
+    // Blocked (arguments, then the ceiling): error results with the generic message.
+    for blocked in &steps[2..4] {
+        assert_eq!(blocked["isError"], true, "{blocked}");
+        assert_eq!(blocked["structured"]["decision"], "block");
+        let text = blocked["texts"][0].as_str().expect("text");
+        assert!(text.contains("blocked by policy"), "{text}");
+    }
+
+    // Diverged: a datagram elsewhere than approved; guard killed the call and says so.
+    let killed = &steps[4];
+    assert_eq!(killed["isError"], true, "{killed}");
+    assert_eq!(killed["structured"]["stopped"], true);
+    assert_eq!(killed["structured"]["diverged"], true);
+    assert_eq!(killed["structured"]["exit_code"], 137);
+    let text = killed["texts"].as_array().expect("texts");
+    assert!(
+        text.iter()
+            .any(|t| t.as_str().is_some_and(|t| t.contains("was killed"))),
+        "{text:?}"
+    );
+
+    // Each call went through guardd like any other: a decision row apiece, a finished row for
+    // the two that ran.
+    let rows = guardd.audit_rows();
+    let decisions = rows.iter().filter(|r| r["kind"] == "decision").count();
+    assert_eq!(decisions, 4, "{rows:?}");
+    let finished: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "finished").collect();
+    assert_eq!(finished.len(), 2, "{rows:?}");
+    assert_eq!(finished[0]["call_id"], call_id);
+    assert_eq!(finished[1]["effects_observed"]["verdict"], "diverged");
+}
+
+#[test]
+fn mcp_reload_is_a_list_changed_and_a_held_call_is_withdrawn_on_cancel() {
+    if !support::privileged("mcp_reload_is_a_list_changed_and_a_held_call_is_withdrawn_on_cancel") {
+        return;
+    }
+    let Some(python) = support::python("mcp_reload_is_a_list_changed") else {
+        return;
+    };
+    let tools = ToolDir::new("mcp");
+    let guardd = Guardd::start(&policy(&tools.tool));
+    let edited = guardd.dir.join("edited.toml");
+    let more = "\n[tools.added]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n";
+    std::fs::write(&edited, policy(&tools.tool) + more).expect("write policy");
+    let reload = format!(
+        "cp {} {} && {} --socket {} reload",
+        edited.display(),
+        guardd.dir.join("policy.toml").display(),
+        support::bin("guardctl").display(),
+        guardd.socket.display()
+    );
+    let plan = json!([
+        {"list": true},
+        {"run": ["sh", "-c", reload]},
+        {"await_list_changed": 20},
+        {"list": true},
+        {"call": "mail", "arguments": {"to": "x"}, "cancel_after_progress": true},
+        {"call": "slow", "arguments": {}, "cancel_after": 2},
+    ]);
+    let steps = session(&python, &guardd.socket, &plan);
+    assert_eq!(steps[1]["code"], 0, "{steps:?}");
+    assert_eq!(steps[2]["list_changed"], true, "{steps:?}");
+    let names: Vec<&str> = steps[3]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"added"), "{names:?}");
+
+    // Held: progress while it waits, naming the call; cancelled, nothing waits any more.
+    let progress = &steps[4]["progress"][0];
+    let message = progress["message"].as_str().expect("progress message");
+    assert!(message.contains("guardctl approve"), "{message}");
+    assert_eq!(progress["total"], 300.0);
+    let rows = guardd.audit_rows();
+    let held = rows
+        .iter()
+        .find(|r| r["kind"] == "decision" && r["decision"]["decision"] == "escalate")
+        .expect("an escalate decision row");
+    let approvals: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "approval").collect();
+    assert!(
+        approvals
+            .iter()
+            .all(|r| r["call_id"] == held["call_id"] && r["approved"] != true),
+        "{approvals:?}"
+    );
+    let id = held["call_id"].as_str().expect("id").to_owned();
+    eventually("the cancelled held call is withdrawn", || {
+        let out = output(guardd.ctl(&["pending", "--json"]));
+        out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&id)
+    });
+    assert!(
+        !guardd
+            .audit_rows()
+            .iter()
+            .any(|r| r["kind"] == "finished" && r["call_id"] == held["call_id"]),
+        "the cancelled call ran"
+    );
+
+    // Running: cancelled two seconds into its minute of sleep, it is killed rather than left to
+    // finish: its finished row, written once guardd has killed it, says how it ended.
+    let finished = |rows: Vec<Value>| {
+        rows.into_iter()
+            .find(|r| r["kind"] == "finished" && r["tool"] == "slow")
+    };
+    eventually("the cancelled running call is stopped", || {
+        finished(guardd.audit_rows()).is_some()
+    });
+    let slow = finished(guardd.audit_rows()).expect("finished row");
+    assert_eq!(
+        (&slow["exit"]["signal"], &slow["exit"]["timed_out"]),
+        (&json!(9), &json!(false)),
+        "{slow}"
+    );
+}
+
+/// Waits (up to 20 s) until `done`; fails naming `what` otherwise.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn mcp_without_guardd_lists_nothing_and_every_call_is_an_error() {
+    let Some(python) = support::python("mcp_without_guardd") else {
+        return;
+    };
+    let dir = support::TempDir::new("mcp-nod");
+    let socket = dir.join("none.sock");
+    let plan = json!([
+        {"list": true},
+        {"call": "echo", "arguments": {"words": "hi"}},
+    ]);
+    let steps = session(&python, &socket, &plan);
+    assert_eq!(steps[0]["tools"], json!([]));
+    assert_eq!(steps[1]["isError"], true);
+    let text = steps[1]["texts"][0].as_str().expect("text");
+    assert!(
+        text.contains("guardd unreachable") && text.contains("did not run"),
+        "{text}"
+    );
+}
+
+/// The server named `guard` in each MCP recipe of docs/integrations.md, as written but for the
+/// binary's directory and the socket.
+#[test]
+fn integrations_md_mcp_recipes_work_as_written() {
+    if !support::privileged("integrations_md_mcp_recipes_work_as_written") {
+        return;
+    }
+    let Some(python) = support::python("integrations_md_mcp_recipes_work_as_written") else {
+        return;
+    };
+    let default = support::workspace().join("policies/default.toml");
+    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
+    for recipe in [
+        "claude-code-mcp",
+        "codex",
+        "claude-desktop",
+        "cursor",
+        "vscode",
+    ] {
+        let text = support::doc_block("docs/integrations.md", recipe);
+        let server = if recipe == "codex" {
+            let config: toml::Table = toml::from_str(&text).expect("codex TOML");
+            serde_json::to_value(&config["mcp_servers"]["guard"]).expect("as JSON")
+        } else {
+            let config: Value = serde_json::from_str(&text).expect("recipe JSON");
+            let servers = config.get("mcpServers").or(config.get("servers"));
+            servers.expect("servers")["guard"].clone()
+        };
+        let server = as_tested(server, &guardd.socket);
+        let plan = json!([{"list": true}, {"call": "list_dir", "arguments": {"dir": "."}}]);
+        let steps = session_with(&python, &server, &plan);
+        let names: Vec<&str> = steps[0]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&"shell") && names.contains(&"read_file"),
+            "{recipe}: {names:?}"
+        );
+        assert_eq!(steps[1]["isError"], false, "{recipe}: {}", steps[1]);
+        assert_eq!(steps[1]["structured"]["exit_code"], 0, "{recipe}");
+    }
+}
+
+/// A recipe's server with the test's binary and socket in place of the installed ones.
+fn as_tested(mut server: Value, socket: &Path) -> Value {
+    let command = server["command"].as_str().expect("command").to_owned();
+    assert!(command.ends_with("guard-mcp"), "{command}");
+    server["command"] = json!(support::bin("guard-mcp"));
+    let env = server["env"].as_object_mut().expect("env");
+    assert_eq!(env["GUARD_SOCKET"], "/run/guard/guard.sock");
+    env.insert("GUARD_SOCKET".into(), json!(socket));
+    server
+}

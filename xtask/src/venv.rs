@@ -1,0 +1,85 @@
+//! The Python virtual environment the tests drive guard with: the official MCP SDK (`mcp` from
+//! PyPI, the MCP client guard-mcp is tested with) and guard's own Python client
+//! (`clients/python`, installed with pip as a user would). It lives in `target/venv`, so
+//! `cargo clean` removes it and setup makes it again.
+
+use std::{path::PathBuf, process::Command};
+
+use anyhow::Result;
+
+use crate::run::root;
+
+/// The MCP SDK's version, pinned: the tests assert on what it sends and reads.
+pub const MCP_SDK: &str = "2.3.0";
+
+/// Where the environment lives.
+pub fn dir() -> PathBuf {
+    root().join("target/venv")
+}
+
+/// True when the environment has the pinned SDK and the client.
+fn ready() -> bool {
+    let check = format!(
+        "import importlib.metadata as m, guard_client; assert m.version('mcp') == '{MCP_SDK}'"
+    );
+    Command::new(dir().join("bin/python"))
+        .args(["-c", &check])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A Python of at least 3.10 (the SDK's floor): python3.11 where the machine has it.
+fn interpreter() -> Option<&'static str> {
+    let ok = |p: &str| {
+        Command::new(p)
+            .args(["-c", "import sys, venv; assert sys.version_info >= (3, 10)"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    ["python3.11", "python3.12", "python3.13", "python3"]
+        .into_iter()
+        .find(|p| ok(p))
+}
+
+/// Makes the environment when it is missing or out of date; `Ok(None)` when it was in place,
+/// `Ok(Some(what))` when it was made, `Err(why)` when it could not be.
+pub fn ensure() -> Result<Option<String>, String> {
+    if ready() {
+        return Ok(None);
+    }
+    let Some(python) = interpreter() else {
+        return Err("no python3 >= 3.10 with the venv module; install python3-venv".into());
+    };
+    let dir = dir();
+    let run = |cmd: &mut Command| {
+        let shown = format!("{cmd:?}");
+        match cmd.status() {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("{shown} failed: {s}")),
+            Err(e) => Err(format!("{shown}: {e}")),
+        }
+    };
+    run(Command::new(python)
+        .args(["-m", "venv", "--clear"])
+        .arg(&dir))?;
+    let pip = dir.join("bin/pip");
+    run(Command::new(&pip).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("mcp=={MCP_SDK}"),
+    ]))?;
+    run(Command::new(&pip)
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(root().join("clients/python")))?;
+    if !ready() {
+        return Err(format!(
+            "{} was made but does not import mcp and guard_client",
+            dir.display()
+        ));
+    }
+    Ok(Some(format!(
+        "made {} with mcp {MCP_SDK} and the Python client",
+        dir.display()
+    )))
+}
