@@ -7,6 +7,7 @@ mod daemon;
 mod ebpf;
 mod escape;
 mod events;
+mod held;
 mod install;
 mod policy;
 mod sandbox;

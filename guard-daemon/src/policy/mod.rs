@@ -144,6 +144,9 @@ pub struct Policy {
     tools: Vec<Tool>,
     by_name: HashMap<String, usize>,
     rules: Vec<Rule>,
+    /// `sha256:` and the SHA-256 of the files' paths and texts: what a held call was decided
+    /// under.
+    version: String,
 }
 
 /// The outcome of [`Policy::decide`].
@@ -218,7 +221,8 @@ impl Policy {
                 }
             }
         }
-        let policy = validate::build(&mut d, docs);
+        let mut policy = validate::build(&mut d, docs);
+        policy.version = version(src);
         if !d.errors.is_empty() {
             // Examples of a broken policy would only add noise.
             return Err(PolicyErrors(d.errors));
@@ -245,6 +249,11 @@ impl Policy {
         } else {
             Err(PolicyErrors(d.errors))
         }
+    }
+
+    /// `sha256:` and the SHA-256 of the policy's files (paths and texts), in load order.
+    pub fn version(&self) -> &str {
+        &self.version
     }
 
     /// The policy's `[settings]` and `[approvals]`, defaults filled in.
@@ -299,6 +308,19 @@ impl Policy {
     pub fn rule_count(&self) -> usize {
         self.rules.len()
     }
+}
+
+/// The version of a policy: its files' paths and texts, hashed.
+fn version(src: &Sources) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    for (path, text) in &src.files {
+        h.update(path.as_os_str().as_encoded_bytes());
+        h.update([0]);
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+    }
+    format!("sha256:{}", crate::approval::digest::hex(&h.finalize()))
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         tools,
         by_name,
         rules,
+        version: String::new(),
     }
 }
 

@@ -52,6 +52,7 @@ fn event_of(record: Record) -> Option<Event> {
             approved,
             by,
             reason,
+            ..
         } => (
             call_id,
             tool,
@@ -70,7 +71,12 @@ fn event_of(record: Record) -> Option<Event> {
             };
             (f.call_id, f.tool, what)
         }
-        Row::Reload { .. } | Row::Pruned { .. } | Row::Other => return None,
+        Row::Judged(_)
+        | Row::Notified { .. }
+        | Row::Session { .. }
+        | Row::Reload { .. }
+        | Row::Pruned { .. }
+        | Row::Other => return None,
     };
     Some(Event {
         ts: record.ts,
