@@ -69,16 +69,14 @@ pub async fn exec(
     };
     stages.lap("slot");
     let call_id = daemon.calls.new_id();
-    let next = review::review(
+    let review = review::Review {
         daemon,
         peer,
-        &intent,
-        &ctx,
-        &call_id,
-        &mut conn,
-        &mut stages,
-    )
-    .await?;
+        intent: &intent,
+        ctx: &ctx,
+        call_id: &call_id,
+    };
+    let next = review.run(&mut conn, &mut stages).await?;
     let (plan, admission, approved_by) = match next {
         review::Next::Run(plan) => (*plan, admission, None),
         review::Next::Done => return Ok(()),
@@ -360,44 +358,11 @@ impl Call<'_, '_> {
         }
     }
 
-    /// What the kernel holds the call to, and the resolver that answers the host names it may
-    /// connect to (none when it names no host).
+    /// What the kernel holds the call to, and its resolver.
     async fn watch(&mut self) -> Result<(Watch, Option<Responder>), CallError> {
-        let effects = &self.plan.effects;
-        let (destinations, names) = resolve(&effects.connect).await?;
-        let responder = if names.is_empty() {
-            None
-        } else {
-            Some(Responder::start(names).await.map_err(CallError::Dns)?)
-        };
+        let watched = watch_of(self.plan).await?;
         self.stages.lap("resolve");
-        let mut flags = FLAG_ENFORCE_EXEC;
-        if effects.on_divergence == OnDivergence::Kill {
-            flags |= FLAG_KILL_ON_DIVERGENCE;
-        }
-        if !effects.connect.is_empty() {
-            // Only a call that connects may create inet sockets at all.
-            flags |= FLAG_NET;
-        }
-        let execs = self
-            .plan
-            .argv
-            .first()
-            .map(PathBuf::from)
-            .into_iter()
-            .chain(effects.exec.iter().cloned())
-            .collect();
-        let watch = Watch {
-            config: CallConfig {
-                flags,
-                dns_port: responder.as_ref().map_or(0, Responder::port),
-                _pad: 0,
-            },
-            destinations,
-            execs,
-            writes: effects.write.clone(),
-        };
-        Ok((watch, responder))
+        Ok(watched)
     }
 
     /// Binds the kernel to the call, launches it confined and waits for its end (or its
@@ -478,6 +443,44 @@ impl Call<'_, '_> {
         }
         Some(receipt)
     }
+}
+
+/// What the kernel holds a plan's call to, and the resolver that answers the host names it may
+/// connect to (none when it names no host).
+pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), CallError> {
+    let effects = &plan.effects;
+    let (destinations, names) = resolve(&effects.connect).await?;
+    let responder = if names.is_empty() {
+        None
+    } else {
+        Some(Responder::start(names).await.map_err(CallError::Dns)?)
+    };
+    let mut flags = FLAG_ENFORCE_EXEC;
+    if effects.on_divergence == OnDivergence::Kill {
+        flags |= FLAG_KILL_ON_DIVERGENCE;
+    }
+    if !effects.connect.is_empty() {
+        // Only a call that connects may create inet sockets at all.
+        flags |= FLAG_NET;
+    }
+    let execs = plan
+        .argv
+        .first()
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(effects.exec.iter().cloned())
+        .collect();
+    let watch = Watch {
+        config: CallConfig {
+            flags,
+            dns_port: responder.as_ref().map_or(0, Responder::port),
+            _pad: 0,
+        },
+        destinations,
+        execs,
+        writes: effects.write.clone(),
+    };
+    Ok((watch, responder))
 }
 
 /// The kernel's allow-list for a call's connect effects: each host resolved now, just before

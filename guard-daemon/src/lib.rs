@@ -12,6 +12,7 @@
 //! binaries.
 pub mod access;
 pub mod approval;
+pub mod approver;
 pub mod audit;
 pub mod btf;
 pub mod bus;
@@ -20,6 +21,7 @@ pub mod calls;
 pub mod cgroup;
 pub mod cli;
 pub mod client;
+pub mod confined;
 pub mod conn;
 pub mod daemon;
 pub mod decision;
@@ -27,6 +29,7 @@ pub mod detect;
 pub mod dns;
 pub mod hold;
 pub mod intent;
+pub mod judge;
 pub mod lock;
 pub mod monitor;
 pub mod notifier;

@@ -6,6 +6,7 @@ use std::{io, sync::Arc};
 
 use crate::{
     access::Peer,
+    approver::{self, Approved, Escalated},
     audit::Row,
     bus::What,
     conn::Conn,
@@ -13,7 +14,9 @@ use crate::{
     decision::Decision,
     hold::ToHold,
     intent::Intent,
+    judge::{self, ProposedCall, Subject},
     plan::LaunchPlan,
+    policy::{Policy, Verdict},
     protocol::{self, ExecReply, reply::CallDecision},
     stages::Stages,
 };
@@ -32,7 +35,7 @@ pub struct CallContext {
 /// What comes after the review.
 #[derive(Debug)]
 pub enum Next {
-    /// Run this plan (approved by this admin, when a human approved it).
+    /// Run this plan.
     Run(Box<LaunchPlan>),
     /// Hold it for a human.
     Hold(Box<ToHold>),
@@ -56,88 +59,182 @@ pub fn refusal(call_id: &str, decision: Decision, message: String, terminated: b
     })
 }
 
-/// Decides the call, records the decision durably, and sends it through the judges and
-/// approvers the policy names for it.
-pub async fn review(
-    daemon: &Arc<Daemon>,
-    peer: &Peer,
-    intent: &Intent,
-    ctx: &CallContext,
-    call_id: &str,
-    conn: &mut Conn,
-    stages: &mut Stages,
-) -> io::Result<Next> {
-    let policy = daemon.policy();
-    let mut verdict = policy.decide(intent);
-    verdict.row.set_audit_entry_id(call_id.to_owned());
-    if let Some(t) = ctx.session.as_deref().and_then(|s| daemon.sessions.get(s)) {
-        // A terminated session's calls are blocked whatever the policy says of them.
-        verdict.row.decision = Decision::Block;
-        verdict.row.check_name = "session".into();
-        verdict.row.reason = format!(
-            "session '{}' was terminated by {} (call {}); an admin clears it with \
-             guardctl sessions clear",
-            t.session, t.by, t.call_id
-        );
-        verdict.plan = None;
-    }
-    let decision = verdict.row.decision;
-    let row = Row::Decision {
-        call_id: call_id.to_owned(),
-        peer: peer.clone(),
-        tool: intent.tool.clone(),
-        args: verdict.redacted_args.clone(),
-        decision: Box::new(verdict.row.clone()),
-        enforced: daemon.enforced(),
-    };
-    stages.lap("decide");
-    if let Err(e) = daemon.audit.record(&row).await {
-        // Fail closed: a call whose decision cannot be recorded does not run.
-        tracing::error!(call = %call_id, "audit log unavailable, blocking: {e}");
-        let message = "blocked: the audit log is unavailable".to_owned();
-        return send(conn, refusal(call_id, Decision::Block, message, false))
-            .await
-            .map(|()| Next::Done);
-    }
-    stages.lap("audit_decision");
-    let what = What::Decision {
-        decision,
-        reason: verdict.row.reason.clone(),
-        uid: peer.uid,
-    };
-    daemon.bus.call(call_id, &intent.tool, what);
-    let message = policy.caller_message(&verdict);
-    let terminated = verdict.row.check_name == "session";
-    match (decision, verdict.plan) {
-        (Decision::Allow, Some(plan)) => Ok(Next::Run(Box::new(plan))),
-        (Decision::Escalate | Decision::Quarantine, Some(plan)) => {
-            // A quarantined call's caller hears nothing of why: the reason is the audit row's.
-            let message = if decision == Decision::Quarantine {
-                "held for review".to_owned()
-            } else {
-                message
+/// One call under review.
+pub struct Review<'a> {
+    pub daemon: &'a Arc<Daemon>,
+    pub peer: &'a Peer,
+    pub intent: &'a Intent,
+    pub ctx: &'a CallContext,
+    pub call_id: &'a str,
+}
+
+impl Review<'_> {
+    /// Decides the call, records the decision durably, and sends it through the judges and
+    /// approvers the policy names for it.
+    pub async fn run(&self, conn: &mut Conn, stages: &mut Stages) -> io::Result<Next> {
+        let (daemon, call_id) = (self.daemon, self.call_id);
+        let policy = daemon.policy();
+        let verdict = self.decide(&policy);
+        stages.lap("decide");
+        if !self.record(&verdict).await {
+            // Fail closed: a call whose decision cannot be recorded does not run.
+            let message = "blocked: the audit log is unavailable".to_owned();
+            let reply = refusal(call_id, Decision::Block, message, false);
+            return send(conn, reply).await.map(|()| Next::Done);
+        }
+        stages.lap("audit_decision");
+        let decision = verdict.row.decision;
+        let message = policy.caller_message(&verdict);
+        let Some(plan) = verdict.plan.clone() else {
+            self.blocked(decision);
+            let terminated = verdict.row.check_name == "session";
+            let reply = refusal(call_id, decision, message, terminated);
+            return send(conn, reply).await.map(|()| Next::Done);
+        };
+        let subject = self.subject(&policy, &verdict, &plan);
+        if let Some(why) = self.judged(&policy, &subject, stages).await {
+            self.blocked(Decision::Block);
+            let reply = refusal(call_id, Decision::Block, why, false);
+            return send(conn, reply).await.map(|()| Next::Done);
+        }
+        if decision == Decision::Allow {
+            return Ok(Next::Run(Box::new(plan)));
+        }
+        if decision == Decision::Escalate {
+            let escalated = Escalated {
+                peer: self.peer,
+                intent: self.intent,
+                ctx: self.ctx,
+                reason: &verdict.row.reason,
+                subject,
             };
-            Ok(Next::Hold(Box::new(ToHold {
-                call_id: call_id.to_owned(),
-                decision,
-                reason: verdict.row.reason.clone(),
-                message,
-                session: ctx.session.clone(),
-                no_wait: ctx.no_wait,
-                args: intent.args.clone(),
-                redacted: verdict.redacted_args,
-                plan,
-            })))
-        }
-        _ => {
-            if decision == Decision::Block {
-                daemon
-                    .violations
-                    .blocked(peer, ctx.session.as_deref(), &intent.tool);
+            match approver::approvers(daemon, &policy, &escalated).await {
+                Approved::Run(plan) => return Ok(Next::Run(plan)),
+                Approved::Human => {}
+                Approved::Refused {
+                    message,
+                    terminated,
+                } => {
+                    self.blocked(Decision::Block);
+                    let reply = refusal(call_id, decision, message, terminated);
+                    return send(conn, reply).await.map(|()| Next::Done);
+                }
             }
-            send(conn, refusal(call_id, decision, message, terminated))
-                .await
-                .map(|()| Next::Done)
         }
+        // A quarantined call's caller hears nothing of why: the reason is the audit row's.
+        let message = if decision == Decision::Quarantine {
+            "held for review".to_owned()
+        } else {
+            message
+        };
+        Ok(Next::Hold(Box::new(ToHold {
+            call_id: call_id.to_owned(),
+            decision,
+            reason: verdict.row.reason.clone(),
+            message,
+            session: self.ctx.session.clone(),
+            no_wait: self.ctx.no_wait,
+            args: self.intent.args.clone(),
+            redacted: verdict.redacted_args,
+            plan,
+        })))
+    }
+
+    /// The policy's verdict; a terminated session's calls are blocked whatever it says.
+    fn decide(&self, policy: &Policy) -> Verdict {
+        let mut verdict = policy.decide(self.intent);
+        verdict.row.set_audit_entry_id(self.call_id.to_owned());
+        let session = self.ctx.session.as_deref();
+        if let Some(t) = session.and_then(|s| self.daemon.sessions.get(s)) {
+            verdict.row.decision = Decision::Block;
+            verdict.row.check_name = "session".into();
+            verdict.row.reason = format!(
+                "session '{}' was terminated by {} (call {}); an admin clears it with \
+                 guardctl sessions --clear",
+                t.session, t.by, t.call_id
+            );
+            verdict.plan = None;
+        }
+        verdict
+    }
+
+    /// Records the decision durably and publishes it; false when it could not be recorded.
+    async fn record(&self, verdict: &Verdict) -> bool {
+        let daemon = self.daemon;
+        let row = Row::Decision {
+            call_id: self.call_id.to_owned(),
+            peer: self.peer.clone(),
+            tool: self.intent.tool.clone(),
+            args: verdict.redacted_args.clone(),
+            decision: Box::new(verdict.row.clone()),
+            enforced: daemon.enforced(),
+        };
+        if let Err(e) = daemon.audit.record(&row).await {
+            tracing::error!(call = %self.call_id, "audit log unavailable, blocking: {e}");
+            return false;
+        }
+        let what = What::Decision {
+            decision: verdict.row.decision,
+            reason: verdict.row.reason.clone(),
+            uid: self.peer.uid,
+        };
+        daemon.bus.call(self.call_id, &self.intent.tool, what);
+        true
+    }
+
+    /// Remembers a block for the judges' `policy_violations`.
+    fn blocked(&self, decision: Decision) {
+        if decision == Decision::Block {
+            let session = self.ctx.session.as_deref();
+            (self.daemon.violations).blocked(self.peer, session, &self.intent.tool);
+        }
+    }
+
+    /// The call as its judges and approvers see it.
+    fn subject(&self, policy: &Policy, verdict: &Verdict, plan: &LaunchPlan) -> Subject {
+        let command: serde_json::Value = plan
+            .argv
+            .iter()
+            .map(|a| serde_json::Value::String(a.to_string_lossy().into_owned()))
+            .collect();
+        Subject {
+            call_id: self.call_id.to_owned(),
+            task: self.ctx.task.clone(),
+            call: ProposedCall {
+                tool: self.intent.tool.clone(),
+                arguments: verdict.redacted_args.clone(),
+                command: policy.redact_for(&self.intent.tool, &command),
+            },
+            plan: plan.clone(),
+            available_tools: policy.tools().map(str::to_owned).collect(),
+            policy_violations: (self.daemon.violations)
+                .recent(self.peer, self.ctx.session.as_deref()),
+        }
+    }
+
+    /// Runs the tool's judges in order; the message for the caller when one rejects. The
+    /// judge's reasoning reaches the caller only when reasons are disclosed.
+    async fn judged(
+        &self,
+        policy: &Policy,
+        subject: &Subject,
+        stages: &mut Stages,
+    ) -> Option<String> {
+        for j in policy.judges_of(&self.intent.tool) {
+            let v = judge::judge(self.daemon, j, subject).await;
+            stages.lap("judge");
+            if v.allowed {
+                continue;
+            }
+            if !policy.settings().disclose_reasons {
+                return Some("blocked by policy".to_owned());
+            }
+            let why = v.reason.unwrap_or_default();
+            return Some(match v.reasoning.filter(|r| !r.is_empty()) {
+                Some(r) => format!("{why}: {r}"),
+                None => why,
+            });
+        }
+        None
     }
 }

@@ -9,5 +9,6 @@ mod escape;
 mod events;
 mod held;
 mod install;
+mod judges;
 mod policy;
 mod sandbox;
