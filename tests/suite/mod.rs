@@ -2,6 +2,7 @@ mod support;
 
 mod abuse;
 mod approval;
+mod approvers;
 mod audit;
 mod daemon;
 mod ebpf;

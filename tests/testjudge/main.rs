@@ -8,7 +8,7 @@
 //! - `garbage`: a judge that prints no GradientResult.
 //! - `connect ADDR`: a judge that tries to reach ADDR; answers 1.0 if it could, else exits 3.
 //! - `approve | reject | terminate | escalate [EXPLANATION]`: an approver's answer.
-//! - `modify JSON`: an approver changing the call's arguments to JSON.
+//! - `modify NAME=VALUE...`: an approver changing the call's arguments to these.
 //! - `record PATH`: a notifier writing what it received to PATH.
 //! - `exit N`: exits N after reading its input.
 
@@ -84,7 +84,11 @@ fn main() -> ExitCode {
             json!({"decision": arg(0), "explanation": arg(1), "metadata": {"received": received}})
         }
         "modify" => {
-            let arguments: Value = serde_json::from_str(arg(1)).expect("JSON arguments");
+            let arguments: serde_json::Map<String, Value> = args[1..]
+                .iter()
+                .filter_map(|a| a.split_once('='))
+                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                .collect();
             json!({
                 "decision": "modify",
                 "modified": {"arguments": arguments},
