@@ -229,3 +229,117 @@ message = "a secret in the arguments"
     assert!(ctl(&guardd, &["deny", &id]).status.success());
     assert!(!ws.join("noted").exists());
 }
+
+/// A policy whose held calls are notified by `notify` (a command line).
+fn notifying(ws: &std::path::Path, notify: &str) -> String {
+    format!(
+        r#"{}
+[tools.note]
+tier = "low"
+command = ["/usr/bin/echo", "noted"]
+[tools.note.args.text]
+type = "string"
+[[rules]]
+id = "dlp"
+tools = ["note"]
+detect = ["aws_access_key"]
+action = "quarantine"
+message = "a secret in the arguments"
+
+[approvals]
+notify = [{notify}]
+notify_timeout = 5
+[approvals.notify_effects]
+write = ["{ws}/notified.json"]
+"#,
+        policy(),
+        ws = ws.display()
+    )
+}
+
+/// The `notified` rows so far, waiting up to 10 s for `n` of them.
+fn notified(guardd: &Guardd, n: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let rows: Vec<serde_json::Value> = guardd
+            .audit_rows()
+            .into_iter()
+            .filter(|r| r["kind"] == "notified")
+            .collect();
+        if rows.len() >= n || std::time::Instant::now() > deadline {
+            assert_eq!(rows.len(), n, "{rows:#?}");
+            return rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_notifier_receives_the_held_calls_redacted_summary_and_digest() {
+    if !support::privileged("the_notifier_receives_the_held_calls_redacted_summary_and_digest") {
+        return;
+    }
+    let dir = ToolDir::new("guard-held");
+    let judge = super::judges::testjudge(&dir);
+    let ws = dir.subdir("ws", 0o777);
+    let record = format!(
+        r#""{}", "record", "{}/notified.json""#,
+        judge.display(),
+        ws.display()
+    );
+    let guardd = start(&notifying(&ws, &record), &[]);
+    let out = output(exec_as_caller(
+        &guardd,
+        &["--no-wait"],
+        &["note", "text=key AKIAIOSFODNN7EXAMPLE"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    let rows = notified(&guardd, 1);
+    assert_eq!(
+        (rows[0]["call_id"].as_str(), &rows[0]["error"]),
+        (Some(id.as_str()), &serde_json::Value::Null)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ws.join("notified.json")).expect("the notifier wrote"),
+    )
+    .expect("JSON summary");
+    let held = held(&guardd, 1);
+    assert_eq!(summary["call_id"], id.as_str());
+    assert_eq!(summary["digest"], held[0]["digest"]);
+    assert_eq!(summary["decision"], "quarantine");
+    let args = summary["args"].to_string();
+    assert!(
+        !args.contains("AKIAIOSFODNN7EXAMPLE") && args.contains("REDACTED"),
+        "{args}"
+    );
+}
+
+#[test]
+fn a_failing_notifier_is_recorded_and_the_call_stays_held() {
+    if !support::privileged("a_failing_notifier_is_recorded_and_the_call_stays_held") {
+        return;
+    }
+    let dir = ToolDir::new("guard-held");
+    let judge = super::judges::testjudge(&dir);
+    let ws = dir.subdir("ws", 0o777);
+    let failing = format!(r#""{}", "exit", "3""#, judge.display());
+    let guardd = start(&notifying(&ws, &failing), &[]);
+    let caller = spawn(&guardd, "deploy", &["target=alpha"]);
+    let rows = notified(&guardd, 1);
+    assert!(
+        rows[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("exited 3")),
+        "{rows:#?}"
+    );
+    // Never a silent approval: still held, and it runs only once an admin approves it.
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert!(approval_rows(&guardd).is_empty());
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
