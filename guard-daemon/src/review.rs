@@ -121,12 +121,6 @@ impl Review<'_> {
                 }
             }
         }
-        // A quarantined call's caller hears nothing of why: the reason is the audit row's.
-        let message = if decision == Decision::Quarantine {
-            "held for review".to_owned()
-        } else {
-            message
-        };
         Ok(Next::Hold(Box::new(ToHold {
             call_id: call_id.to_owned(),
             decision,

@@ -158,3 +158,37 @@ fn each_mistake_is_an_error_naming_its_key() {
         assert!(errors.iter().any(|e| e.contains(want)), "{to}: {errors:#?}");
     }
 }
+
+#[test]
+fn the_examples_of_the_reference_texts_use_judges_approvers_and_notify() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/examples");
+    let load = |f: &str| Policy::load(&dir.join(f)).expect(f);
+    let aegis = load("aegis.toml");
+    let judges = |p: &Policy, t: &str| -> Vec<String> {
+        p.judges_of(t).iter().map(|j| j.name.clone()).collect()
+    };
+    assert_eq!(judges(&aegis, "write_file"), ["security-judge", "qa-judge"]);
+    assert_eq!(judges(&aegis, "terraform_apply"), ["security-judge"]);
+    assert!(judges(&aegis, "read_file").is_empty());
+    assert_eq!(
+        aegis.judge("security-judge").expect("judge").min_score,
+        0.85
+    );
+    let inspect = load("inspect_ai.toml");
+    let names: Vec<String> = inspect
+        .approvers_of("bash")
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    assert_eq!(names, ["command", "human"]);
+    assert_eq!(inspect.approvers_of("file_write")[0].name(), "auto");
+    assert!(load("quarantine.toml").settings().notify.is_some());
+    assert_eq!(
+        load("signet.toml").approvers_of("send_email")[0].name(),
+        "human"
+    );
+    assert_eq!(
+        judges(&load("invariant.toml"), "send_email"),
+        ["leak-judge"]
+    );
+}
