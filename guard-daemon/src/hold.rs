@@ -96,10 +96,10 @@ pub async fn hold(
                 .map(|()| Waited::Done);
         }
     };
-    let record_ = record_of(peer.uid, &h, form);
-    let held = record_.held.clone();
+    let rec = record_of(peer.uid, &h, form);
+    let held = rec.held.clone();
     let digest = held.digest.clone();
-    if let Err(e) = daemon.approvals.hold(record_) {
+    if let Err(e) = daemon.approvals.hold(rec) {
         return refuse(conn, &call_id, decision, e.to_string())
             .await
             .map(|()| Waited::Done);
@@ -309,6 +309,10 @@ pub async fn record_answer(daemon: &Daemon, call_id: &str, tool: &str, a: Answer
         approved: a.approved,
         by: a.by,
         reason: a.reason.clone(),
+        approver: a.approver.clone().map(|who| match &a.outcome {
+            Some(o) => format!("{who} ({o})"),
+            None => who,
+        }),
     };
     daemon.bus.call(call_id, tool, what);
     let row = Row::Approval {

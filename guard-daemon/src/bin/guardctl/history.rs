@@ -52,6 +52,8 @@ fn event_of(record: Record) -> Option<Event> {
             approved,
             by,
             reason,
+            approver,
+            outcome,
             ..
         } => (
             call_id,
@@ -60,6 +62,10 @@ fn event_of(record: Record) -> Option<Event> {
                 approved,
                 by,
                 reason,
+                approver: approver.map(|who| match outcome {
+                    Some(o) => format!("{who} ({o})"),
+                    None => who,
+                }),
             },
         ),
         Row::Finished(f) => {

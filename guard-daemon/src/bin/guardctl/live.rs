@@ -168,6 +168,14 @@ fn detail(event: &Event) -> String {
             timeout_s,
         } => format!("{decision} uid {uid}: {reason} (guardctl approve {call}; {timeout_s} s)"),
         What::Approval {
+            approver: Some(who),
+            reason,
+            ..
+        } => match reason {
+            Some(reason) => format!("{who}: {reason}"),
+            None => who.clone(),
+        },
+        What::Approval {
             approved: true, by, ..
         } => format!("approved by uid {}", uid_of(*by)),
         What::Approval { by, reason, .. } => match reason {
