@@ -227,6 +227,20 @@ message = "a secret in the arguments"
     );
     let id = text(&out.stdout).trim().to_owned();
     assert!(ctl(&guardd, &["deny", &id]).status.success());
+    // A caller that waits hears "held for review" and the id, even with reasons disclosed.
+    let caller = spawn(&guardd, "note", &["text=AKIAIOSFODNN7EXAMPLE"]);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert!(ctl(&guardd, &["deny", &id]).status.success());
+    let out = caller.wait_with_output().expect("guard-exec");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("held for review") && stderr.contains(&id),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret"), "{stderr}");
     assert!(!ws.join("noted").exists());
 }
 
@@ -342,4 +356,38 @@ fn a_failing_notifier_is_recorded_and_the_call_stays_held() {
     assert!(ctl(&guardd, &["approve", &id]).status.success());
     let out = caller.wait_with_output().expect("guard-exec");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn an_approved_call_does_not_run_once_its_program_changed() {
+    if !support::privileged("an_approved_call_does_not_run_once_its_program_changed") {
+        return;
+    }
+    let dir = ToolDir::new("guard-held");
+    // The program is a file of its own, which the test changes while the call is held.
+    let program = dir.dir.join("deployer");
+    std::fs::copy("/usr/bin/echo", &program).expect("copy echo");
+    let p = policy().replace("/usr/bin/echo", &program.display().to_string());
+    let guardd = start(&p, &[]);
+    let caller = spawn(&guardd, "deploy", &["target=alpha"]);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    {
+        let _copying = support::FORK_LOCK
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        std::fs::copy("/usr/bin/true", &program).expect("replace the program");
+    }
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("changed since the call was held"),
+        "{out:?}"
+    );
+    let rows = approval_rows(&guardd);
+    assert_eq!(rows.len(), 2, "the approval, then the refusal: {rows:#?}");
+    assert_eq!(rows[1]["approved"], false);
 }

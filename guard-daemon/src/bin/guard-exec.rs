@@ -257,9 +257,9 @@ fn answer(reply: ExecReply) -> Option<ExitCode> {
             // Held for a human: say so, then keep waiting for the answer.
             let id = &hold.call_id;
             eprintln!(
-                "guard-exec: call {id} needs approval ({}): waiting up to {} s for an admin \
+                "guard-exec: call {id} needs approval ({}: {}): waiting up to {} s for an admin \
                  (guardctl approve {id}; {})",
-                hold.decision, hold.timeout_s, hold.digest
+                hold.decision, hold.message, hold.timeout_s, hold.digest
             );
             None
         }
