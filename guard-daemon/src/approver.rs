@@ -180,7 +180,7 @@ async fn command(
         task: e.ctx.task.clone(),
     };
     let input = serde_json::to_vec(&input).map_err(|x| x.to_string())?;
-    let plan = helper.plan("approver", &[]);
+    let plan = helper.plan("approver", &[], &[]);
     let id = format!("{}-approver", e.subject.call_id);
     let ran = confined::run(daemon, &id, &plan, input)
         .await

@@ -166,7 +166,9 @@ pub fn weigh(judge: &Judge, r: &GradientResult) -> Option<String> {
 pub async fn judge(daemon: &Daemon, judge: &Judge, subject: &Subject) -> Verdict {
     let also_read: Vec<PathBuf> = subject.mounts().into_iter().map(|m| m.path).collect();
     let name = format!("judge:{}", judge.name);
-    let plan = judge.helper.plan(&name, &also_read);
+    let plan = judge
+        .helper
+        .plan(&name, &also_read, &subject.plan.effects.beneath);
     let input = serde_json::to_vec(&subject.payload(judge)).unwrap_or_default();
     let id = format!("{}-judge-{}", subject.call_id, judge.name);
     let ran = confined::run(daemon, &id, &plan, input).await;

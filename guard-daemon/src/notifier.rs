@@ -18,7 +18,7 @@ pub fn spawn(daemon: &Arc<Daemon>, held: &Held) {
         let error = match serde_json::to_vec(&held) {
             Err(e) => Some(format!("serialising the summary: {e}")),
             Ok(input) => {
-                let plan = helper.plan("notify", &[]);
+                let plan = helper.plan("notify", &[], &[]);
                 let id = format!("{}-notify", held.call_id);
                 match confined::run(&daemon, &id, &plan, input).await {
                     Ok(ran) => confined::failure(&ran, helper.timeout),

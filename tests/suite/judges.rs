@@ -73,6 +73,20 @@ read = ["{ws}/file"]
 "#
         ));
     }
+    // A path argument: the judge reads it opened beneath its root, as the call would.
+    p.push_str(&format!(
+        r#"
+[tools.t_path]
+tier = "low"
+command = ["/usr/bin/cat", "{{path}}"]
+judges = ["accept"]
+[tools.t_path.args.path]
+type = "path"
+within = ["{ws}"]
+[tools.t_path.effects]
+read = ["{{path}}"]
+"#
+    ));
     p
 }
 
@@ -138,7 +152,7 @@ fn judges_allow_only_what_they_vouch_for_and_fail_closed() {
     assert!(
         got["available_tools"]
             .as_array()
-            .is_some_and(|t| t.len() == 9),
+            .is_some_and(|t| t.len() == 10),
         "{got}"
     );
     assert_eq!(
@@ -152,6 +166,14 @@ fn judges_allow_only_what_they_vouch_for_and_fail_closed() {
         probe["write"], "ok",
         "a judge reads the call's paths, never writes: {probe}"
     );
+
+    let path_arg = format!("path={}/file", ws.display());
+    let out = output(guardd.exec("t_path", &[&path_arg]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "the workspace file\n");
+    let rows = judged(&guardd);
+    let probe = &rows.last().expect("a judged row")["answer"]["metadata"]["probe"][0];
+    assert_eq!(probe["read"], "ok", "{probe}");
 
     // [settings] judges applies to a tool that names none; skip_judge bypasses it.
     assert_eq!(
@@ -177,9 +199,10 @@ fn judges_allow_only_what_they_vouch_for_and_fail_closed() {
     // The judge that tried the network never reached it: it runs confined.
     assert!(listener.accept().is_err(), "a confined judge connected out");
 
-    // Every verdict is a row: reject(+accept before it), accept, default, the five failures.
+    // Every verdict is a row: reject (and accept before it), accept, path, default, the five
+    // failures.
     let rows = judged(&guardd);
-    assert_eq!(rows.len(), 9, "{rows:#?}");
+    assert_eq!(rows.len(), 10, "{rows:#?}");
     let net = rows.iter().find(|r| r["judge"] == "net").expect("net row");
     assert_eq!(net["allowed"].as_bool(), Some(false), "{net}");
     assert!(net["answer"].is_null(), "{net}");

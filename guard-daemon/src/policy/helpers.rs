@@ -22,8 +22,14 @@ pub struct Helper {
 
 impl Helper {
     /// The plan it runs with, named `name`, reading also `also_read` (read-only: the paths of
-    /// the call a judge looks at).
-    pub fn plan(&self, name: &str, also_read: &[PathBuf]) -> LaunchPlan {
+    /// the call a judge looks at), each opened beneath its root as the call's would be
+    /// (`beneath`, the judged plan's): a path re-pointed since the decision fails the launch.
+    pub fn plan(
+        &self,
+        name: &str,
+        also_read: &[PathBuf],
+        beneath: &[(PathBuf, PathBuf)],
+    ) -> LaunchPlan {
         let mut read = self.read.clone();
         read.extend(also_read.iter().cloned());
         read.sort();
@@ -38,7 +44,7 @@ impl Helper {
                 connect: self.connect.clone(),
                 unix: false,
                 on_divergence: OnDivergence::Kill,
-                beneath: Vec::new(),
+                beneath: beneath.to_vec(),
             },
             confinement: Confinement {
                 timeout: self.timeout,
