@@ -189,6 +189,18 @@ fn approvers_by_glob_answer_escalated_calls_with_each_outcome() {
         .collect();
     assert_eq!(decisions.len(), 2, "{decisions:#?}");
     assert_eq!(decisions[1]["args"]["target"], "safe");
+    // guardctl show: the call under the decision it ran under, its review beside it.
+    let shown = output(guardd.ctl(&["show", &id]));
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("show prints JSON");
+    assert_eq!(shown["args"]["target"], "safe", "{shown:#}");
+    assert_eq!(shown["exit"]["exit_code"], 0, "{shown:#}");
+    let kinds: Vec<&str> = shown["review"]
+        .as_array()
+        .expect("review")
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["approval", "decision"], "{shown:#}");
     // ...and modified arguments the policy blocks do not run.
     let out = run(&guardd, "t_modify_bad", None);
     assert_eq!(out.status.code(), Some(126), "{out:?}");
