@@ -81,6 +81,12 @@ pub enum What {
     },
     /// A call was not admitted.
     Refused { reason: String },
+    /// A judge gave its verdict on a call (`reason`: why it rejected it).
+    Judged {
+        judge: String,
+        allowed: bool,
+        reason: Option<String>,
+    },
     /// This subscriber fell behind by `missed` events and is dropped.
     Lagged { missed: u64 },
 }
@@ -227,6 +233,7 @@ impl Event {
             What::Exit { .. } => "exit",
             What::Reload { .. } => "reload",
             What::Refused { .. } => "refused",
+            What::Judged { .. } => "judged",
             What::Lagged { .. } => "lagged",
         }
     }

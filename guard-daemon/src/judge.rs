@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::{
     audit::{Row, row::Judged},
+    bus::What,
     confined,
     daemon::Daemon,
     plan::LaunchPlan,
@@ -193,6 +194,12 @@ pub async fn judge(daemon: &Daemon, judge: &Judge, subject: &Subject) -> Verdict
         reason: reason.clone(),
         reasoning: answer.as_ref().ok().map(|r| r.reasoning.clone()),
     };
+    let what = What::Judged {
+        judge: judge.name.clone(),
+        allowed: verdict.allowed,
+        reason: reason.clone(),
+    };
+    daemon.bus.call(&subject.call_id, &subject.call.tool, what);
     let row = Row::Judged(Box::new(Judged {
         call_id: subject.call_id.clone(),
         tool: subject.call.tool.clone(),

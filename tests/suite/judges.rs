@@ -212,6 +212,18 @@ fn judges_allow_only_what_they_vouch_for_and_fail_closed() {
             .is_some_and(|r| r.contains("stopped")),
         "{net}"
     );
+    // ...and an event in guardctl's history.
+    let events = output(guardd.ctl(&["events", "--kind", "judged", "--json"]));
+    let events: Vec<Value> = text(&events.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(events.len(), 10, "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["judge"] == "net" && e["allowed"] == false)
+    );
     let slow = rows
         .iter()
         .find(|r| r["judge"] == "slow")

@@ -77,8 +77,15 @@ fn event_of(record: Record) -> Option<Event> {
             };
             (f.call_id, f.tool, what)
         }
-        Row::Judged(_)
-        | Row::Notified { .. }
+        Row::Judged(j) => {
+            let what = What::Judged {
+                judge: j.judge,
+                allowed: j.allowed,
+                reason: j.reason,
+            };
+            (j.call_id, j.tool, what)
+        }
+        Row::Notified { .. }
         | Row::Session { .. }
         | Row::Reload { .. }
         | Row::Pruned { .. }

@@ -211,6 +211,12 @@ fn detail(event: &Event) -> String {
             if *diverged { ", diverged" } else { "" }
         ),
         What::Kill { reason } | What::Refused { reason } => reason.clone(),
+        What::Judged {
+            judge,
+            allowed: true,
+            ..
+        } => format!("allowed by judge {judge}"),
+        What::Judged { reason, .. } => reason.clone().unwrap_or_default(),
         What::Reload { error: Some(e), .. } => format!("policy kept: {e}"),
         What::Reload { tools, .. } => format!("{} tools", tools.unwrap_or(0)),
         What::Lagged { missed } => format!("missed {missed} events"),

@@ -59,8 +59,8 @@ enum Command {
         /// One JSON object per line, for jq.
         #[arg(long)]
         json: bool,
-        /// Only events of this kind: decision, held, approval, launch, divergence, kill, exit,
-        /// refused, reload.
+        /// Only events of this kind: decision, judged, held, approval, launch, divergence, kill,
+        /// exit, refused, reload.
         #[arg(long)]
         kind: Option<String>,
         /// Only tools matching this glob.
