@@ -130,7 +130,9 @@ fn judges_allow_only_what_they_vouch_for_and_fail_closed() {
 
     // Accepted: the call runs; the judge got the payload aegis describes, could read the
     // call's file and could not write it.
-    let out = output(guardd.exec("t_accept", &[]));
+    let mut accept = guardd.exec("t_accept", &[]);
+    accept.args(["--task", "summarise the workspace"]);
+    let out = output(accept);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "the workspace file\n");
     let rows = judged(&guardd);
@@ -147,6 +149,7 @@ fn judges_allow_only_what_they_vouch_for_and_fail_closed() {
         "semantic_judge_pre_execution_inner_loop"
     );
     assert_eq!(got["criteria"], "Is the call safe and needed?");
+    assert_eq!(got["task"], "summarise the workspace");
     assert_eq!(got["proposed_tool_call"]["tool"], "t_accept");
     assert_eq!(got["proposed_tool_call"]["command"][0], "/usr/bin/cat");
     assert!(
