@@ -195,6 +195,10 @@ fn follow(mut client: Client, socket: &Path, no_wait: bool) -> ExitCode {
             }
             let wait = Duration::from_secs(hold.timeout_s.saturating_add(60));
             held = Some((hold.call_id.clone(), Instant::now() + wait));
+        } else {
+            // Answered: from here the call is no longer held, and a guardd that goes away
+            // takes it with it.
+            held = None;
         }
         if let Some(code) = answer(reply) {
             return code;
