@@ -95,6 +95,7 @@ fn judges_approvers_and_the_notifier_compile_as_written() {
 #[test]
 fn each_mistake_is_an_error_naming_its_key() {
     let cases = [
+        ("[judges.j2]", "[judges.\"j/2\"]", "judge names are letters"),
         (
             "min_score = 0.85",
             "min_score = 1.5",

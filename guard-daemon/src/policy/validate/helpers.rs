@@ -71,6 +71,15 @@ pub(super) fn judges(d: &mut Diag, raw: &[RawJudge]) -> Vec<Judge> {
     let mut out: Vec<Judge> = Vec::new();
     for j in raw {
         let key = format!("judges.{}", j.name.v);
+        let valid = !j.name.v.is_empty()
+            && (j.name.v.chars()).all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if !valid {
+            d.err(
+                &j.name.at,
+                &key,
+                "judge names are letters, digits and _ - .",
+            );
+        }
         if out.iter().any(|o| o.name == j.name.v) {
             d.err(
                 &j.name.at,
