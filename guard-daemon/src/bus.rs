@@ -44,11 +44,15 @@ pub enum What {
         uid: u32,
         timeout_s: u64,
     },
-    /// An admin (or the clock, `by` none) answered a held call.
+    /// An admin (`by`), an approver of the policy (`approver`), or the clock (neither)
+    /// answered a held or escalated call.
     Approval {
         approved: bool,
         by: Option<u32>,
         reason: Option<String>,
+        /// `auto`, `judge:NAME` or `command` with its `outcome`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approver: Option<String>,
     },
     /// An approved call started: its program, not its arguments (those may carry what the
     /// audit row redacts).
@@ -77,6 +81,12 @@ pub enum What {
     },
     /// A call was not admitted.
     Refused { reason: String },
+    /// A judge gave its verdict on a call (`reason`: why it rejected it).
+    Judged {
+        judge: String,
+        allowed: bool,
+        reason: Option<String>,
+    },
     /// This subscriber fell behind by `missed` events and is dropped.
     Lagged { missed: u64 },
 }
@@ -223,6 +233,7 @@ impl Event {
             What::Exit { .. } => "exit",
             What::Reload { .. } => "reload",
             What::Refused { .. } => "refused",
+            What::Judged { .. } => "judged",
             What::Lagged { .. } => "lagged",
         }
     }

@@ -8,7 +8,6 @@ use std::{
 
 use crate::{
     access::Peer,
-    approval::{Held, Resolution},
     audit::{Finished, Row},
     bus::{Event, What},
     calls::{Admission, Running},
@@ -17,14 +16,16 @@ use crate::{
     daemon::Daemon,
     decision::Decision,
     dns::Responder,
+    hold,
     intent::Intent,
     monitor::{Destination, Watch},
     plan::{Endpoint, LaunchPlan, OnDivergence},
     protocol::{
         self, ErrorReply, ExecReply,
-        reply::{CallDecision, Exit, Hold},
+        reply::{CallDecision, Exit},
     },
     receipt::{Receipt, ReceiptFor, Verdict},
+    review::{self, CallContext},
     sandbox,
     stages::Stages,
 };
@@ -53,55 +54,171 @@ pub async fn exec(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     intent: Intent,
+    ctx: CallContext,
     mut conn: Conn,
 ) -> io::Result<()> {
     let mut stages = Stages::start();
-    let fds = conn.take_fds();
-    let Ok(stdio) = <[OwnedFd; 3]>::try_from(fds) else {
-        let e = ErrorReply {
-            error: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame".into(),
-            field: Some("fds".into()),
-        };
-        return send(&mut conn, ExecReply::Error(e)).await;
+    let Some(stdio) = stdio(&mut conn).await? else {
+        return Ok(());
     };
-    if !daemon.audit.admits() {
-        // Fail closed: the room left is for the rows of the calls already running.
-        let message = "not admitted: the audit log's file system is full, and the room kept for \
-                       running calls' rows is in use; guard admits calls again once it can \
-                       reserve that room";
-        let what = What::Refused {
-            reason: message.into(),
-        };
-        daemon
-            .bus
-            .publish(Event::of(None, Some(&intent.tool), what));
-        return send(&mut conn, ExecReply::Error(ErrorReply::new(message))).await;
+    if !admits(daemon, Some(&intent.tool), &mut conn).await? {
+        return Ok(());
     }
-    let Some(mut admission) = daemon.calls.admit().await else {
-        let busy = ErrorReply::new("busy: too many calls queued; try again later");
-        return send(&mut conn, ExecReply::Error(busy)).await;
+    let Some(admission) = daemon.calls.admit().await else {
+        return send(&mut conn, ExecReply::Error(busy())).await;
     };
     stages.lap("slot");
     let call_id = daemon.calls.new_id();
-    let Some((plan, approved_by)) =
-        decide(daemon, peer, &intent, &call_id, &mut conn, &mut stages).await?
-    else {
+    let review = review::Review {
+        daemon,
+        peer,
+        intent: &intent,
+        ctx: &ctx,
+        call_id: &call_id,
+    };
+    let next = review.run(&mut conn, &mut stages).await?;
+    let (plan, admission, approved_by) = match next {
+        review::Next::Run(plan) => (*plan, admission, None),
+        review::Next::Done => return Ok(()),
+        review::Next::Hold(h) => {
+            // A call waiting for a human takes no slot: running calls are what slots bound.
+            drop(admission);
+            let hold::Waited::Approved(by) = hold::hold(daemon, peer, *h, &mut conn).await? else {
+                return Ok(());
+            };
+            stages.lap("approval");
+            let Some((plan, admission)) = collect(daemon, &call_id, &mut conn).await? else {
+                return Ok(());
+            };
+            (plan, admission, Some(by))
+        }
+    };
+    carry_out(
+        daemon,
+        peer,
+        &call_id,
+        &plan,
+        approved_by,
+        (conn, stdio, admission, stages),
+    )
+    .await
+}
+
+/// Handles a `resume` request: the caller of a held call comes back for it, and it runs as it
+/// was held once approved.
+pub async fn resume(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    call_id: &str,
+    mut conn: Conn,
+) -> io::Result<()> {
+    let mut stages = Stages::start();
+    let Some(stdio) = stdio(&mut conn).await? else {
         return Ok(());
     };
+    let hold::Waited::Approved(by) = hold::resume(daemon, peer, call_id, &mut conn).await? else {
+        return Ok(());
+    };
+    stages.lap("approval");
+    if !admits(daemon, None, &mut conn).await? {
+        return Ok(());
+    }
+    let Some((plan, admission)) = collect(daemon, call_id, &mut conn).await? else {
+        return Ok(());
+    };
+    carry_out(
+        daemon,
+        peer,
+        call_id,
+        &plan,
+        Some(by),
+        (conn, stdio, admission, stages),
+    )
+    .await
+}
+
+/// The caller's stdin, stdout and stderr sent with the frame; `None` when they are not three
+/// (the caller has been told).
+async fn stdio(conn: &mut Conn) -> io::Result<Option<[OwnedFd; 3]>> {
+    let fds = conn.take_fds();
+    match <[OwnedFd; 3]>::try_from(fds) {
+        Ok(stdio) => Ok(Some(stdio)),
+        Err(_) => {
+            let e = ErrorReply {
+                error: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame"
+                    .into(),
+                field: Some("fds".into()),
+            };
+            send(conn, ExecReply::Error(e)).await.map(|()| None)
+        }
+    }
+}
+
+fn busy() -> ErrorReply {
+    ErrorReply::new("busy: too many calls queued; try again later")
+}
+
+/// Whether the audit log admits another call; when not, the caller has been told.
+async fn admits(daemon: &Daemon, tool: Option<&str>, conn: &mut Conn) -> io::Result<bool> {
+    if daemon.audit.admits() {
+        return Ok(true);
+    }
+    // Fail closed: the room left is for the rows of the calls already running.
+    let message = "not admitted: the audit log's file system is full, and the room kept for \
+                   running calls' rows is in use; guard admits calls again once it can \
+                   reserve that room";
+    let what = What::Refused {
+        reason: message.into(),
+    };
+    daemon.bus.publish(Event::of(None, tool, what));
+    send(conn, ExecReply::Error(ErrorReply::new(message)))
+        .await
+        .map(|()| false)
+}
+
+/// A slot for an approved held call, then the call itself out of the store. Busy leaves the
+/// call approved, for a later `resume`.
+async fn collect<'d>(
+    daemon: &'d Daemon,
+    call_id: &str,
+    conn: &mut Conn,
+) -> io::Result<Option<(LaunchPlan, Admission<'d>)>> {
+    let Some(admission) = daemon.calls.admit().await else {
+        let e = ErrorReply::new(format!(
+            "busy: too many calls queued; call {call_id} stays approved: run it with \
+             guard-exec --resume {call_id}"
+        ));
+        return send(conn, ExecReply::Error(e)).await.map(|()| None);
+    };
+    Ok(hold::collect(daemon, call_id, conn)
+        .await?
+        .map(|plan| (plan, admission)))
+}
+
+/// Runs an approved call and records its end.
+async fn carry_out(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    call_id: &str,
+    plan: &LaunchPlan,
+    approved_by: Option<u32>,
+    (mut conn, stdio, mut admission, mut stages): (Conn, [OwnedFd; 3], Admission<'_>, Stages),
+) -> io::Result<()> {
     let allowed = CallDecision {
-        call_id: call_id.clone(),
+        call_id: call_id.to_owned(),
         decision: Decision::Allow,
         message: None,
         approved_by,
+        terminated: false,
     };
     send(&mut conn, ExecReply::Decision(allowed)).await?;
     stages.lap("reply_decision");
 
     let mut call = Call {
         daemon,
-        id: &call_id,
+        id: call_id,
         peer,
-        plan: &plan,
+        plan,
         conn: &mut conn,
         stages: &mut stages,
         admission: &mut admission,
@@ -111,8 +228,8 @@ pub async fn exec(
     let duration_ms = started.elapsed().as_secs_f64() * 1e3;
     finish(
         daemon,
-        &call_id,
-        &plan,
+        call_id,
+        plan,
         result,
         duration_ms,
         &mut conn,
@@ -125,74 +242,6 @@ pub async fn exec(
 /// Writes one reply to the caller.
 async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
     conn.write(&protocol::frame(&reply)).await
-}
-
-/// Decides the call, records the decision durably, and holds it for an admin when the policy
-/// says so. Returns the plan to run (and who approved it), or `None` when the call does not
-/// run: the caller has been told why, or is gone.
-async fn decide(
-    daemon: &Daemon,
-    peer: &Peer,
-    intent: &Intent,
-    call_id: &str,
-    conn: &mut Conn,
-    stages: &mut Stages,
-) -> io::Result<Option<(LaunchPlan, Option<u32>)>> {
-    let policy = daemon.policy();
-    let mut verdict = policy.decide(intent);
-    verdict.row.set_audit_entry_id(call_id.to_owned());
-    let decision = verdict.row.decision;
-    let row = Row::Decision {
-        call_id: call_id.to_owned(),
-        peer: peer.clone(),
-        tool: intent.tool.clone(),
-        args: verdict.redacted_args.clone(),
-        decision: Box::new(verdict.row.clone()),
-        enforced: daemon.enforced(),
-    };
-    stages.lap("decide");
-    let refuse = |decision, message: String| {
-        ExecReply::Decision(CallDecision {
-            call_id: call_id.to_owned(),
-            decision,
-            message: Some(message),
-            approved_by: None,
-        })
-    };
-    if let Err(e) = daemon.audit.record(&row).await {
-        // Fail closed: a call whose decision cannot be recorded does not run.
-        tracing::error!(call = %call_id, "audit log unavailable, blocking: {e}");
-        let message = "blocked: the audit log is unavailable".to_owned();
-        return send(conn, refuse(Decision::Block, message))
-            .await
-            .map(|()| None);
-    }
-    stages.lap("audit_decision");
-    let what = What::Decision {
-        decision,
-        reason: verdict.row.reason.clone(),
-        uid: peer.uid,
-    };
-    daemon.bus.call(call_id, &intent.tool, what);
-    let message = policy.caller_message(&verdict);
-    match (decision, verdict.plan) {
-        (Decision::Allow, Some(plan)) => Ok(Some((plan, None))),
-        (Decision::Escalate | Decision::Quarantine, Some(plan)) => {
-            let held = Held {
-                call_id: call_id.to_owned(),
-                tool: intent.tool.clone(),
-                decision,
-                reason: verdict.row.reason.clone(),
-                uid: peer.uid,
-                args: verdict.redacted_args,
-                since: crate::audit::ts::now(),
-            };
-            let answer = hold(daemon, held, &message, conn).await?;
-            stages.lap("approval");
-            Ok(answer.map(|by| (plan, Some(by))))
-        }
-        _ => send(conn, refuse(decision, message)).await.map(|()| None),
-    }
 }
 
 /// Records how an approved call ended and tells its caller.
@@ -258,121 +307,6 @@ async fn finish(
     let _ = send(conn, ExecReply::Exit(exit)).await;
 }
 
-/// Holds a call for an admin's answer, telling its caller it waits, and records the answer
-/// before acting on it. Returns the approver's uid, or `None` when the call does not run (the
-/// caller has been told why, or is gone).
-async fn hold(
-    daemon: &Daemon,
-    held: Held,
-    message: &str,
-    conn: &mut Conn,
-) -> io::Result<Option<u32>> {
-    let (call_id, tool, decision, uid) = (
-        held.call_id.clone(),
-        held.tool.clone(),
-        held.decision,
-        held.uid,
-    );
-    let refusal = |message: String| {
-        ExecReply::Decision(CallDecision {
-            call_id: call_id.clone(),
-            decision,
-            message: Some(message),
-            approved_by: None,
-        })
-    };
-    let rx = match daemon.approvals.hold(held) {
-        Ok(rx) => rx,
-        Err(e) => return send(conn, refusal(e.to_string())).await.map(|()| None),
-    };
-    let timeout_s = daemon.approvals.timeout.as_secs();
-    let waiting = Hold {
-        call_id: call_id.clone(),
-        decision,
-        message: message.to_owned(),
-        timeout_s,
-    };
-    if let Err(e) = send(conn, ExecReply::Pending(waiting)).await {
-        daemon.approvals.withdraw(&call_id);
-        return Err(e);
-    }
-    let what = What::Held {
-        decision,
-        reason: message.to_owned(),
-        uid,
-        timeout_s,
-    };
-    daemon.bus.call(&call_id, &tool, what);
-
-    let answer = tokio::select! {
-        answer = rx => answer.ok(),
-        () = tokio::time::sleep(daemon.approvals.timeout) => None,
-        _ = conn.closed() => {
-            daemon.approvals.withdraw(&call_id);
-            let reason = "the caller went away while waiting for approval";
-            record_approval(daemon, &call_id, &tool, None, Some(reason)).await;
-            return Ok(None);
-        }
-    };
-    daemon.approvals.withdraw(&call_id);
-    // (who answered, why not); no reason means approved.
-    let (by, refused) = match answer {
-        Some(Resolution::Approved { by }) => (Some(by), None),
-        Some(Resolution::Denied { by, reason }) => (
-            Some(by),
-            Some(reason.unwrap_or_else(|| "denied by an admin".into())),
-        ),
-        None => (
-            None,
-            Some(format!("no admin answered within {timeout_s} s")),
-        ),
-    };
-    if !record_approval(daemon, &call_id, &tool, by, refused.as_deref()).await {
-        let message = "not run: the audit log is unavailable".to_owned();
-        return send(conn, refusal(message)).await.map(|()| None);
-    }
-    match refused {
-        None => Ok(by),
-        Some(reason) => {
-            let message = format!("not approved: {reason}");
-            send(conn, refusal(message)).await.map(|()| None)
-        }
-    }
-}
-
-/// Writes an approval row (approved when there is no `reason`), durably; false when it could
-/// not be written, and then the call must not run.
-async fn record_approval(
-    daemon: &Daemon,
-    call_id: &str,
-    tool: &str,
-    by: Option<u32>,
-    reason: Option<&str>,
-) -> bool {
-    let approved = reason.is_none();
-    let reason = reason.map(str::to_owned);
-    let what = What::Approval {
-        approved,
-        by,
-        reason: reason.clone(),
-    };
-    daemon.bus.call(call_id, tool, what);
-    let row = Row::Approval {
-        call_id: call_id.to_owned(),
-        tool: tool.to_owned(),
-        approved,
-        by,
-        reason,
-    };
-    match daemon.audit.record(&row).await {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::error!(call = %call_id, "audit log unavailable for the approval row: {e}");
-            false
-        }
-    }
-}
-
 type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
 
 /// An approved call on its way through the kernel: what it needs at every step.
@@ -425,44 +359,11 @@ impl Call<'_, '_> {
         }
     }
 
-    /// What the kernel holds the call to, and the resolver that answers the host names it may
-    /// connect to (none when it names no host).
+    /// What the kernel holds the call to, and its resolver.
     async fn watch(&mut self) -> Result<(Watch, Option<Responder>), CallError> {
-        let effects = &self.plan.effects;
-        let (destinations, names) = resolve(&effects.connect).await?;
-        let responder = if names.is_empty() {
-            None
-        } else {
-            Some(Responder::start(names).await.map_err(CallError::Dns)?)
-        };
+        let watched = watch_of(self.plan).await?;
         self.stages.lap("resolve");
-        let mut flags = FLAG_ENFORCE_EXEC;
-        if effects.on_divergence == OnDivergence::Kill {
-            flags |= FLAG_KILL_ON_DIVERGENCE;
-        }
-        if !effects.connect.is_empty() {
-            // Only a call that connects may create inet sockets at all.
-            flags |= FLAG_NET;
-        }
-        let execs = self
-            .plan
-            .argv
-            .first()
-            .map(PathBuf::from)
-            .into_iter()
-            .chain(effects.exec.iter().cloned())
-            .collect();
-        let watch = Watch {
-            config: CallConfig {
-                flags,
-                dns_port: responder.as_ref().map_or(0, Responder::port),
-                _pad: 0,
-            },
-            destinations,
-            execs,
-            writes: effects.write.clone(),
-        };
-        Ok((watch, responder))
+        Ok(watched)
     }
 
     /// Binds the kernel to the call, launches it confined and waits for its end (or its
@@ -543,6 +444,44 @@ impl Call<'_, '_> {
         }
         Some(receipt)
     }
+}
+
+/// What the kernel holds a plan's call to, and the resolver that answers the host names it may
+/// connect to (none when it names no host).
+pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), CallError> {
+    let effects = &plan.effects;
+    let (destinations, names) = resolve(&effects.connect).await?;
+    let responder = if names.is_empty() {
+        None
+    } else {
+        Some(Responder::start(names).await.map_err(CallError::Dns)?)
+    };
+    let mut flags = FLAG_ENFORCE_EXEC;
+    if effects.on_divergence == OnDivergence::Kill {
+        flags |= FLAG_KILL_ON_DIVERGENCE;
+    }
+    if !effects.connect.is_empty() {
+        // Only a call that connects may create inet sockets at all.
+        flags |= FLAG_NET;
+    }
+    let execs = plan
+        .argv
+        .first()
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(effects.exec.iter().cloned())
+        .collect();
+    let watch = Watch {
+        config: CallConfig {
+            flags,
+            dns_port: responder.as_ref().map_or(0, Responder::port),
+            _pad: 0,
+        },
+        destinations,
+        execs,
+        writes: effects.write.clone(),
+    };
+    Ok((watch, responder))
 }
 
 /// The kernel's allow-list for a call's connect effects: each host resolved now, just before

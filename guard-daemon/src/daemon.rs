@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     access::Access,
-    approval::Approvals,
+    approval::{Approvals, sessions::Sessions, store::Store},
     audit::{self, AuditLog, Row},
     bus::{Bus, Event, What},
     calls::Calls,
@@ -23,6 +23,7 @@ use crate::{
     policy::Policy,
     receipt::Receipts,
     sandbox, selftest,
+    violations::Violations,
 };
 
 /// How guardd was asked to run.
@@ -203,6 +204,10 @@ pub struct Daemon {
     pub receipts: Receipts,
     /// Calls waiting for an admin's approval.
     pub approvals: Approvals,
+    /// Sessions an approver terminated.
+    pub sessions: Sessions,
+    /// The tools each caller had blocked recently (the judges' `policy_violations`).
+    pub violations: Violations,
     /// The guard's cgroup; each call gets a child.
     pub root: Cgroup,
     /// The same, relative to the v2 mount (as /proc/PID/cgroup shows it), e.g. `/guard`.
@@ -277,6 +282,11 @@ impl Daemon {
             ..sandbox::LaunchOptions::default()
         };
 
+        let approvals = held_calls(&options)?;
+        let sessions = Sessions::beside(&options.audit).map_err(|e| StartError::Audit {
+            path: options.audit.clone(),
+            reason: format!("terminated sessions: {e}"),
+        })?;
         let recovery = audit.recovery();
         if recovery.truncated_bytes > 0 {
             tracing::warn!(
@@ -292,7 +302,9 @@ impl Daemon {
             audit,
             bus: Bus::default(),
             receipts: Receipts::default(),
-            approvals: Approvals::new(options.max_queue, options.approval_timeout),
+            approvals,
+            sessions,
+            violations: Violations::default(),
             root,
             cgroup_path,
             layers,
@@ -431,6 +443,30 @@ impl Daemon {
     pub fn dropped_events(&self) -> u64 {
         self.with_monitor(|m| m.dropped().unwrap_or(0)).unwrap_or(0)
     }
+}
+
+/// The held calls a previous guardd left beside the audit log, taken in as they were: still
+/// waiting, or approved and waiting for their caller. A file that is no valid record is named
+/// and left alone; it never runs.
+fn held_calls(options: &Options) -> Result<Approvals, StartError> {
+    let fail = |reason: String| StartError::Audit {
+        path: options.audit.clone(),
+        reason,
+    };
+    let store = Store::beside(&options.audit).map_err(|e| fail(format!("held calls: {e}")))?;
+    let approvals = Approvals::new(options.max_queue, options.approval_timeout, Some(store));
+    let bad = approvals.load().map_err(|e| fail(e.to_string()))?;
+    for (file, why) in bad {
+        tracing::error!(
+            file,
+            "a held call's record is not valid and will not run: {why}"
+        );
+    }
+    let n = approvals.list().len();
+    if n > 0 {
+        tracing::info!(held = n, "held calls taken in from before the restart");
+    }
+    Ok(approvals)
 }
 
 /// A missing layer, as a reason not to start.

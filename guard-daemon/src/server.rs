@@ -20,18 +20,22 @@ use tokio::{
 
 use crate::{
     access::{Peer, Role},
-    approval::Resolution,
+    audit::Row,
     bus::{Event, What},
     call,
     conn::{Conn, FrameError},
     daemon::Daemon,
+    hold,
     intent::Intent,
     protocol::{
-        self, ErrorReply, ProtocolError, Reply, Request, SubscribeRequest,
+        self, CallOptions, ErrorReply, ExecRequest, ProtocolError, Reply, Request,
+        SubscribeRequest,
         reply::{
-            AuditStatus, Checked, PendingCalls, PolicyStatus, Reloaded, Resolved, Status, ToolList,
+            AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus, Reloaded, Resolved,
+            SessionList, Status, ToolList,
         },
     },
+    review::CallContext,
 };
 
 /// A client that sends nothing for this long is disconnected (slow-loris).
@@ -177,13 +181,13 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
             continue;
         }
         match request {
+            // An exec owns its connection until the call ends.
             Request::Exec(req) => {
-                let intent = Intent {
-                    tool: req.tool,
-                    args: req.args,
-                };
-                // An exec owns its connection until the call ends.
-                return call::exec(daemon, &peer, intent, conn).await;
+                return exec(daemon, &peer, req, CallOptions::default(), conn).await;
+            }
+            Request::ExecWith(w) => return exec(daemon, &peer, w.call, w.options, conn).await,
+            Request::Resume(req) => {
+                return call::resume(daemon, &peer, &req.call_id, conn).await;
             }
             Request::Subscribe(req) => {
                 conn.take_fds();
@@ -202,6 +206,26 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
     }
 }
 
+/// Runs an `exec` on its connection.
+async fn exec(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    req: ExecRequest,
+    options: CallOptions,
+    conn: Conn,
+) -> io::Result<()> {
+    let intent = Intent {
+        tool: req.tool,
+        args: req.args,
+    };
+    let ctx = CallContext {
+        session: options.session,
+        task: options.task,
+        no_wait: options.no_wait,
+    };
+    call::exec(daemon, peer, intent, ctx, conn).await
+}
+
 /// Whether the peer may make this request: exec, check and status need a client, the rest an
 /// admin.
 fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), ProtocolError> {
@@ -210,10 +234,15 @@ fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), Prot
         | Request::Pending(_)
         | Request::Approve(_)
         | Request::Deny(_)
-        | Request::Reload(_) => Role::Admin,
-        Request::Exec(_) | Request::Check(_) | Request::Status(_) | Request::Tools(_) => {
-            Role::Client
-        }
+        | Request::Reload(_)
+        | Request::Sessions(_)
+        | Request::ClearSession(_) => Role::Admin,
+        Request::Exec(_)
+        | Request::ExecWith(_)
+        | Request::Resume(_)
+        | Request::Check(_)
+        | Request::Status(_)
+        | Request::Tools(_) => Role::Client,
     };
     let access = daemon.access.read().unwrap_or_else(|p| p.into_inner());
     if access.permits(peer, role) {
@@ -252,16 +281,17 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             calls: daemon.approvals.list(),
         }),
         Request::Approve(req) => {
-            let resolution = Resolution::Approved { by: peer.uid };
-            return resolve(daemon, conn, &req.call_id, resolution).await;
+            let digest = req.digest.as_deref();
+            return resolve(daemon, conn, &req.call_id, peer.uid, None, digest).await;
         }
         Request::Deny(req) => {
-            let resolution = Resolution::Denied {
-                by: peer.uid,
-                reason: req.reason,
-            };
-            return resolve(daemon, conn, &req.call_id, resolution).await;
+            let deny = Some(req.reason);
+            return resolve(daemon, conn, &req.call_id, peer.uid, deny, None).await;
         }
+        Request::Sessions(_) => Reply::Sessions(SessionList {
+            sessions: daemon.sessions.list(),
+        }),
+        Request::ClearSession(req) => clear_session(daemon, peer, req.session).await,
         Request::Reload(_) => match daemon.reload(Some(peer.uid)).await {
             Ok(tools) => Reply::Reloaded(Reloaded {
                 policy: daemon.options.policy.clone(),
@@ -270,30 +300,37 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             Err(message) => Reply::Error(ErrorReply::new(message)),
         },
         // Each keeps the connection: see `handle`.
-        Request::Exec(_) | Request::Subscribe(_) => {
-            Reply::Error(ErrorReply::new("exec and subscribe take the connection"))
+        Request::Exec(_) | Request::ExecWith(_) | Request::Resume(_) | Request::Subscribe(_) => {
+            Reply::Error(ErrorReply::new(
+                "exec, resume and subscribe take the connection",
+            ))
         }
     };
     send(conn, reply).await
 }
 
-/// Hands an admin's answer to a held call; the call itself records it and runs or not.
+/// An admin's answer to a held call (`deny` none: approve), recorded, then handed to the call.
 async fn resolve(
     daemon: &Daemon,
     conn: &mut Conn,
     call_id: &str,
-    resolution: Resolution,
+    by: u32,
+    deny: Option<Option<String>>,
+    digest: Option<&str>,
 ) -> io::Result<()> {
-    let approved = matches!(resolution, Resolution::Approved { .. });
-    let allow_self = daemon.policy().settings().allow_self_approval;
-    match daemon.approvals.resolve(call_id, resolution, allow_self) {
-        Ok(()) => {
-            let call_id = call_id.to_owned();
-            send(conn, Reply::Resolved(Resolved { call_id, approved })).await
+    let approved = deny.is_none();
+    match hold::answer(daemon, call_id, by, deny, digest).await {
+        Ok(held) => {
+            let resolved = Resolved {
+                call_id: call_id.to_owned(),
+                approved,
+                digest: held.digest,
+            };
+            send(conn, Reply::Resolved(resolved)).await
         }
-        Err(e) => {
+        Err(message) => {
             let e = ProtocolError {
-                message: e.to_string(),
+                message,
                 field: Some("call_id".into()),
             };
             conn.write(&protocol::error_frame(&e)).await
@@ -327,6 +364,31 @@ async fn follow_tools(daemon: &Daemon, mut conn: Conn) -> io::Result<()> {
             Err(RecvError::Lagged(_)) => send(&mut conn, tools(daemon)).await?,
             Err(RecvError::Closed) => return Ok(()),
         }
+    }
+}
+
+/// Lets a terminated session submit calls again, after its row.
+async fn clear_session(daemon: &Daemon, peer: &Peer, session: String) -> Reply {
+    if daemon.sessions.get(&session).is_none() {
+        return Reply::Error(ErrorReply {
+            error: format!("session '{session}' is not terminated"),
+            field: Some("session".into()),
+        });
+    }
+    let row = Row::Session {
+        session: session.clone(),
+        terminated: false,
+        call_id: None,
+        by: Some(peer.uid),
+    };
+    if let Err(e) = daemon.audit.record(&row).await {
+        return Reply::Error(ErrorReply::new(format!(
+            "not cleared: the audit log is unavailable: {e}"
+        )));
+    }
+    match daemon.sessions.clear(&session) {
+        Ok(_) => Reply::Cleared(Cleared { session }),
+        Err(e) => Reply::Error(ErrorReply::new(format!("not cleared: {e}"))),
     }
 }
 

@@ -50,17 +50,17 @@ message = "a secret in the arguments"
 
 /// The agent's uid in these tests: `nobody`, a member of the socket group [`start`] sets, so that
 /// root, the admin, is not the submitter (guard refuses a submitter's own approval).
-const CALLER: u32 = 65534;
+pub(super) const CALLER: u32 = 65534;
 
 /// guardd with `policy`, its socket open to the group `nogroup` (the [`CALLER`]'s).
-fn start(policy: &str, extra: &[&str]) -> Guardd {
+pub(super) fn start(policy: &str, extra: &[&str]) -> Guardd {
     let mut args = vec!["--socket-group", "nogroup"];
     args.extend(extra);
     Guardd::start_with(policy, &args)
 }
 
 /// guard-exec as the [`CALLER`].
-fn spawn(guardd: &Guardd, tool: &str, args: &[&str]) -> Child {
+pub(super) fn spawn(guardd: &Guardd, tool: &str, args: &[&str]) -> Child {
     let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
     let mut cmd = guardd.exec(tool, args);
     std::os::unix::process::CommandExt::uid(&mut cmd, CALLER);
@@ -72,12 +72,12 @@ fn spawn(guardd: &Guardd, tool: &str, args: &[&str]) -> Child {
         .expect("guard-exec")
 }
 
-fn ctl(guardd: &Guardd, args: &[&str]) -> std::process::Output {
+pub(super) fn ctl(guardd: &Guardd, args: &[&str]) -> std::process::Output {
     output(guardd.ctl(args))
 }
 
 /// Waits until `n` calls are held and returns them.
-fn held(guardd: &Guardd, n: usize) -> Vec<Value> {
+pub(super) fn held(guardd: &Guardd, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let out = ctl(guardd, &["pending", "--json"]);
@@ -94,7 +94,7 @@ fn held(guardd: &Guardd, n: usize) -> Vec<Value> {
     }
 }
 
-fn approval_rows(guardd: &Guardd) -> Vec<Value> {
+pub(super) fn approval_rows(guardd: &Guardd) -> Vec<Value> {
     guardd
         .audit_rows()
         .into_iter()

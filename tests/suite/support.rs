@@ -75,6 +75,8 @@ pub struct Guardd {
     pub socket: PathBuf,
     pub audit: PathBuf,
     pub cgroup: String,
+    /// guardd's arguments, for [`Guardd::restart`].
+    argv: Vec<std::ffi::OsString>,
 }
 
 impl Guardd {
@@ -96,35 +98,54 @@ impl Guardd {
             Some(i) => extra[i + 1].to_owned(),
             None => unique("guard-e2e"),
         };
-        let child = std::process::Command::new(bin("guardd"))
-            .arg("--policy")
-            .arg(&policy_path)
-            .arg("--socket")
-            .arg(&socket)
-            .args(if extra.contains(&"--audit") {
-                vec![]
-            } else {
-                vec!["--audit".as_ref(), audit.as_os_str()]
-            })
-            .args(if extra.contains(&"--cgroup") {
-                vec![]
-            } else {
-                vec!["--cgroup", cgroup.as_str()]
-            })
-            .args(extra)
-            // The tests' write effects and audit logs share /tmp; the audit suite tests the
-            // refusal without this opt-in.
-            .arg("--allow-writes-on-audit-fs")
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .expect("spawn guardd");
+        let mut argv: Vec<std::ffi::OsString> = vec![
+            "--policy".into(),
+            policy_path.into(),
+            "--socket".into(),
+            socket.clone().into(),
+        ];
+        if !extra.contains(&"--audit") {
+            argv.extend(["--audit".into(), audit.clone().into()]);
+        }
+        if !extra.contains(&"--cgroup") {
+            argv.extend(["--cgroup".into(), cgroup.clone().into()]);
+        }
+        argv.extend(extra.iter().map(Into::into));
+        // The tests' write effects and audit logs share /tmp; the audit suite tests the
+        // refusal without this opt-in.
+        argv.push("--allow-writes-on-audit-fs".into());
+        let child = Self::spawn(&argv);
         let mut guardd = Self {
             child,
             dir,
             socket,
             audit,
             cgroup,
+            argv,
         };
+        guardd.wait_listening();
+        guardd
+    }
+
+    fn spawn(argv: &[std::ffi::OsString]) -> std::process::Child {
+        std::process::Command::new(bin("guardd"))
+            .args(argv)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("spawn guardd")
+    }
+
+    /// Stops guardd (SIGTERM) and starts it again with the same arguments, state and socket.
+    pub fn restart(&mut self) {
+        let status = self.stop();
+        assert!(status.success(), "guardd stopped with {status}");
+        self.child = Self::spawn(&self.argv);
+        self.wait_listening();
+    }
+
+    /// Waits until the socket answers.
+    fn wait_listening(&mut self) {
+        let guardd = self;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&guardd.socket).is_err() {
             if let Ok(Some(status)) = guardd.child.try_wait() {
@@ -136,7 +157,6 @@ impl Guardd {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        guardd
     }
 
     /// A guard-exec command aimed at this daemon.

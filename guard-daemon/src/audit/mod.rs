@@ -10,7 +10,7 @@
 //! fails closed.
 
 pub mod chain;
-mod files;
+pub(crate) mod files;
 pub mod read;
 pub mod recover;
 pub mod reserve;

@@ -30,13 +30,41 @@ pub enum Row {
         /// Whether the kernel layers held the call (false only with `--allow-unenforced`).
         enforced: bool,
     },
-    /// An admin's answer to a held call (`by` none: nobody answered in time, or the caller left).
+    /// An answer to a held or escalated call: an admin's (`by`), an approver's (`approver`),
+    /// or nobody's (`by` and `approver` none: nobody answered in time, or the caller left).
     Approval {
         call_id: String,
         tool: String,
         approved: bool,
         by: Option<u32>,
         reason: Option<String>,
+        /// The digest of the call answered (held calls).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<String>,
+        /// The approver of the policy that answered: `auto`, `judge:NAME`, `command`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approver: Option<String>,
+        /// What the approver said: approve, modify, reject, terminate, escalate.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<String>,
+        /// The arguments an approver's `modify` put in place (redacted), decided again next.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        modified_args: Option<Value>,
+    },
+    /// A judge's verdict on a call, before it ran.
+    Judged(Box<Judged>),
+    /// The notifier of a held call ran (`error`: it failed; the call stays held).
+    Notified {
+        call_id: String,
+        tool: String,
+        error: Option<String>,
+    },
+    /// A session an approver terminated (`terminated`), or an admin cleared (`by`).
+    Session {
+        session: String,
+        terminated: bool,
+        call_id: Option<String>,
+        by: Option<u32>,
     },
     /// What an approved call did, once it ended.
     Finished(Box<Finished>),
@@ -56,6 +84,22 @@ pub enum Row {
     /// A kind this build does not know (a reader of a newer log).
     #[serde(other)]
     Other,
+}
+
+/// The `judged` row of a call: the judge's answer, and what guard made of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Judged {
+    pub call_id: String,
+    pub tool: String,
+    pub judge: String,
+    pub allowed: bool,
+    /// Why the call was rejected (a low score, or the judge failed: timeout, exit, output).
+    pub reason: Option<String>,
+    /// The judge's answer (its GradientResult), when it gave one that reads.
+    pub answer: Option<Value>,
+    /// The judge's exit code (128+N for a signal).
+    pub exit_code: Option<i32>,
+    pub duration_ms: f64,
 }
 
 /// The `finished` row of a call.
@@ -90,9 +134,12 @@ impl Row {
     /// The call the row is about, if any.
     pub fn call_id(&self) -> Option<&str> {
         match self {
-            Row::Decision { call_id, .. } | Row::Approval { call_id, .. } => Some(call_id),
+            Row::Decision { call_id, .. }
+            | Row::Approval { call_id, .. }
+            | Row::Notified { call_id, .. } => Some(call_id),
             Row::Finished(f) => Some(&f.call_id),
-            Row::Reload { .. } | Row::Pruned { .. } | Row::Other => None,
+            Row::Judged(j) => Some(&j.call_id),
+            Row::Session { .. } | Row::Reload { .. } | Row::Pruned { .. } | Row::Other => None,
         }
     }
 
@@ -126,6 +173,10 @@ mod tests {
             approved: false,
             by: None,
             reason: Some("no admin answered".into()),
+            digest: None,
+            approver: None,
+            outcome: None,
+            modified_args: None,
         };
         let mut map = row.to_map().unwrap();
         assert_eq!(map["kind"], "approval");
@@ -135,7 +186,7 @@ mod tests {
         let record = Record::from_map(map).unwrap();
         assert_eq!((record.seq, record.row.call_id()), (7, Some("c1")));
         assert_eq!(record.row, row);
-        let future = serde_json::json!({"kind": "judged", "seq": 8, "ts": "T", "score": 1});
+        let future = serde_json::json!({"kind": "verdict2", "seq": 8, "ts": "T", "score": 1});
         let Value::Object(future) = future else {
             unreachable!()
         };

@@ -1,13 +1,19 @@
 //! guard-exec: run a tool through guardd. The tool runs confined, on the caller's own stdin,
 //! stdout and stderr, and guard-exec exits with the tool's exit code. `guard-exec hook AGENT`
 //! answers an agent's tool hook instead (see `hook`).
-use std::{fs, io::Read as _, path::PathBuf, process::ExitCode};
+use std::{
+    fs,
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::{Duration, Instant},
+};
 
 use clap::Parser;
 use guard::{
     client::{self, Client},
     decision::Decision,
-    protocol::{ExecReply, ExecRequest, Request},
+    protocol::{CallOptions, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest},
 };
 use serde_json::{Map, Value};
 
@@ -19,6 +25,7 @@ const EXIT_UNAVAILABLE: u8 = 69;
 const EXIT_SOFTWARE: u8 = 70;
 const EXIT_BLOCKED: u8 = 126;
 const EXIT_TEMPFAIL: u8 = 75;
+const EXIT_TERMINATED: u8 = 77;
 
 #[derive(Parser)]
 #[command(
@@ -28,7 +35,9 @@ const EXIT_TEMPFAIL: u8 = 75;
     after_help = "ARGUMENTS:\n  NAME=VALUE    a string argument\n  NAME:=JSON    a typed argument (number, boolean, array, object)\n\n\
 EXIT STATUS:\n  the tool's own   when it ran (128+N when killed by signal N; 137 when guard stopped it)\n  \
 126              blocked by policy, held for approval and not approved, or a caller guardd does not serve\n  \
-75               guardd is busy, or admits no call until its audit log has room again: try later\n  \
+77               an approver terminated the caller's session (--session): its calls are blocked until an admin clears it\n  \
+75               guardd is busy, or admits no call until its audit log has room again: try later; \
+or the call is held and --no-wait was given (its id is on stdout)\n  \
 69               guardd is unreachable: the tool did not run\n  \
 70               guardd could not carry out an approved call\n  \
 64               bad usage or a request guardd rejected"
@@ -43,8 +52,23 @@ struct Cli {
     /// Arguments as a JSON object in a file.
     #[arg(long)]
     args_file: Option<PathBuf>,
+    /// A call held for approval does not wait: print its id and exit 75; run it later with
+    /// --resume ID.
+    #[arg(long)]
+    no_wait: bool,
+    /// Wait for the held call ID and run it as it was held (any tool and arguments given now
+    /// are not used).
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
+    /// The caller's session (an agent's conversation): an approver may terminate it.
+    #[arg(long, env = "GUARD_SESSION")]
+    session: Option<String>,
+    /// What the agent is working on, for the policy's judges.
+    #[arg(long, env = "GUARD_TASK")]
+    task: Option<String>,
     /// The tool to run, as named in the policy.
-    tool: String,
+    #[arg(required_unless_present = "resume")]
+    tool: Option<String>,
     /// NAME=VALUE or NAME:=JSON.
     pairs: Vec<String>,
 }
@@ -110,6 +134,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(EXIT_USAGE, e),
     };
     let socket = client::socket_path(cli.socket.clone());
+    let request = request(&cli, args);
     // Fail closed: no guardd, no tool.
     let mut client = match Client::connect(&socket) {
         Ok(c) => c,
@@ -121,17 +146,41 @@ fn main() -> ExitCode {
             return fail(EXIT_UNAVAILABLE, message);
         }
     };
-    let request = Request::Exec(ExecRequest {
-        tool: cli.tool,
-        args,
-    });
     if let Err(e) = client.send(&request, &[0, 1, 2]) {
         let message = format!("sending to guardd: {e}; the tool did not run");
         return fail(EXIT_UNAVAILABLE, message);
     }
+    follow(client, &socket, cli.no_wait)
+}
+
+/// Reads guardd's replies to the end of the call, coming back for a held call when guardd
+/// restarts meanwhile; returns guard-exec's exit.
+fn follow(mut client: Client, socket: &Path, no_wait: bool) -> ExitCode {
+    // The held call this caller waits for, and until when guardd may come back for it.
+    let mut held: Option<(String, Instant)> = None;
     loop {
         let reply = match client.recv::<ExecReply>() {
             Ok(Some(r)) => r,
+            Ok(None) | Err(_) if held.is_some() => {
+                // guardd went away while the call was held: the call is on its disk, so wait
+                // for guardd to come back and resume it.
+                let Some((id, until)) = &held else {
+                    continue;
+                };
+                match reconnect(socket, id, *until) {
+                    Some(c) => {
+                        client = c;
+                        continue;
+                    }
+                    None => {
+                        let message = format!(
+                            "guardd went away while call {id} was held, and did not come back; \
+                             the call did not run (guard-exec --resume {id} waits for it again)"
+                        );
+                        return fail(EXIT_UNAVAILABLE, message);
+                    }
+                }
+            }
             Ok(None) => {
                 return fail(
                     EXIT_UNAVAILABLE,
@@ -140,10 +189,77 @@ fn main() -> ExitCode {
             }
             Err(e) => return fail(EXIT_UNAVAILABLE, e),
         };
+        if let ExecReply::Pending(hold) = &reply {
+            if no_wait {
+                // The id on stdout, for a script to resume it with.
+                println!("{}", hold.call_id);
+                eprintln!(
+                    "guard-exec: call {id} is held for approval ({}, {}); run it once approved \
+                     with guard-exec --resume {id}",
+                    hold.decision,
+                    hold.digest,
+                    id = hold.call_id
+                );
+                return ExitCode::from(EXIT_TEMPFAIL);
+            }
+            let wait = Duration::from_secs(hold.timeout_s.saturating_add(60));
+            held = Some((hold.call_id.clone(), Instant::now() + wait));
+        } else {
+            // Answered: from here the call is no longer held, and a guardd that goes away
+            // takes it with it.
+            held = None;
+        }
         if let Some(code) = answer(reply) {
             return code;
         }
     }
+}
+
+/// The request for this command line: `resume`, or `exec` with its options.
+fn request(cli: &Cli, args: Map<String, Value>) -> Request {
+    match &cli.resume {
+        Some(call_id) => {
+            if cli.tool.is_some() {
+                eprintln!(
+                    "guard-exec: --resume {call_id}: the call runs as it was held; the tool and \
+                     arguments given now are not used"
+                );
+            }
+            Request::Resume(ResumeRequest {
+                call_id: call_id.clone(),
+            })
+        }
+        None => Request::ExecWith(ExecWith {
+            call: ExecRequest {
+                tool: cli.tool.clone().unwrap_or_default(),
+                args,
+            },
+            options: CallOptions {
+                session: cli.session.clone(),
+                task: cli.task.clone(),
+                no_wait: cli.no_wait,
+            },
+        }),
+    }
+}
+
+/// Connects to guardd again (it restarted) and resumes held call `call_id`, trying until
+/// `until`; `None` when guardd did not come back in time.
+fn reconnect(socket: &Path, call_id: &str, until: Instant) -> Option<Client> {
+    eprintln!("guard-exec: guardd went away; call {call_id} stays held: waiting for guardd");
+    let request = Request::Resume(ResumeRequest {
+        call_id: call_id.to_owned(),
+    });
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+        let Ok(mut client) = Client::connect(socket) else {
+            continue;
+        };
+        if client.send(&request, &[0, 1, 2]).is_ok() {
+            return Some(client);
+        }
+    }
+    None
 }
 
 /// What guard-exec does with one reply: `None` to read the next one, else its exit.
@@ -151,14 +267,21 @@ fn answer(reply: ExecReply) -> Option<ExitCode> {
     match reply {
         ExecReply::Decision(d) if d.decision == Decision::Allow => None,
         ExecReply::Pending(hold) => {
-            // Held for a human: say so once, then keep waiting for the answer.
+            // Held for a human: say so, then keep waiting for the answer.
             let id = &hold.call_id;
             eprintln!(
-                "guard-exec: call {id} needs approval ({}): waiting up to {} s for an admin \
-                 (guardctl approve {id})",
-                hold.decision, hold.timeout_s
+                "guard-exec: call {id} needs approval ({}: {}): waiting up to {} s for an admin \
+                 (guardctl approve {id}; {})",
+                hold.decision, hold.message, hold.timeout_s, hold.digest
             );
             None
+        }
+        ExecReply::Decision(d) if d.terminated => {
+            let message = d.message.as_deref().unwrap_or("session terminated");
+            Some(fail(
+                EXIT_TERMINATED,
+                format!("{message} (call {}; session terminated)", d.call_id),
+            ))
         }
         ExecReply::Decision(d) => {
             let message = d.message.as_deref().unwrap_or("blocked by policy");

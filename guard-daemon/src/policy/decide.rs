@@ -21,14 +21,16 @@ impl Policy {
     /// What the caller (the agent) is told. Generic unless `disclose_reasons`: explaining a
     /// block teaches a model how to massage the call past it, and a reason can carry injected
     /// text back into the model (the MCP quarantine issue).
+    /// A quarantined call's caller hears `held for review` whatever `disclose_reasons` says:
+    /// the reason names what the DLP found, and is the audit row's alone.
     pub fn caller_message(&self, v: &Verdict) -> String {
-        if self.settings.disclose_reasons {
+        if self.settings.disclose_reasons && v.row.decision != Decision::Quarantine {
             return v.row.reason.clone();
         }
         match v.row.decision {
             Decision::Allow => "allowed",
             Decision::Escalate => "requires approval",
-            Decision::Quarantine => "quarantined for review",
+            Decision::Quarantine => "held for review",
             Decision::Block => "blocked by policy",
         }
         .to_string()

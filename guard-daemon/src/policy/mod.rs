@@ -10,6 +10,7 @@
 // Crate-visible for `args::normalize`, which `opens` is to share rather than keep a copy of.
 pub(crate) mod args;
 mod decide;
+pub mod helpers;
 mod listing;
 mod overlap;
 mod parse;
@@ -75,6 +76,8 @@ pub struct Settings {
     pub run_as: Option<String>,
     /// `[approvals] allow_self`: whether an admin may approve a call of their own uid.
     pub allow_self_approval: bool,
+    /// `[approvals] notify`: the program told of each held call.
+    pub notify: Option<helpers::Helper>,
 }
 
 impl Default for Settings {
@@ -94,6 +97,7 @@ impl Default for Settings {
             socket_group: None,
             run_as: None,
             allow_self_approval: false,
+            notify: None,
         }
     }
 }
@@ -137,6 +141,8 @@ pub(crate) struct Tool {
     pub rules: Vec<usize>,
     /// Detectors whose finds are redacted from this tool's audit rows.
     pub redact: DetectorSet,
+    /// Indices of its judges in [`Policy::judges`], in order.
+    pub judges: Vec<usize>,
 }
 
 /// A loaded, checked policy.
@@ -146,6 +152,11 @@ pub struct Policy {
     tools: Vec<Tool>,
     by_name: HashMap<String, usize>,
     rules: Vec<Rule>,
+    judges: Vec<helpers::Judge>,
+    approvers: Vec<helpers::Approver>,
+    /// `sha256:` and the SHA-256 of the files' paths and texts: what a held call was decided
+    /// under.
+    version: String,
 }
 
 /// The outcome of [`Policy::decide`].
@@ -220,7 +231,8 @@ impl Policy {
                 }
             }
         }
-        let policy = validate::build(&mut d, docs);
+        let mut policy = validate::build(&mut d, docs);
+        policy.version = version(src);
         if !d.errors.is_empty() {
             // Examples of a broken policy would only add noise.
             return Err(PolicyErrors(d.errors));
@@ -247,6 +259,46 @@ impl Policy {
         } else {
             Err(PolicyErrors(d.errors))
         }
+    }
+
+    /// `sha256:` and the SHA-256 of the policy's files (paths and texts), in load order.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The judges of `tool`, in the order they judge it (none for a tool with `skip_judge`).
+    pub fn judges_of(&self, tool: &str) -> Vec<&helpers::Judge> {
+        self.by_name.get(tool).map_or_else(Vec::new, |&i| {
+            self.tools[i]
+                .judges
+                .iter()
+                .map(|&j| &self.judges[j])
+                .collect()
+        })
+    }
+
+    /// The judge `name` of `[judges]`.
+    pub fn judge(&self, name: &str) -> Option<&helpers::Judge> {
+        self.judges.iter().find(|j| j.name == name)
+    }
+
+    /// The approvers whose globs match `tool`, in policy order: the first answers, and each
+    /// `escalate` hands the call to the next (after the last, a human).
+    pub fn approvers_of(&self, tool: &str) -> Vec<&helpers::Approver> {
+        self.approvers
+            .iter()
+            .filter(|a| a.tools.iter().any(|g| glob_match(g, tool)))
+            .collect()
+    }
+
+    /// `value` with what `tool`'s audit rows redact replaced (for the resolved command a judge
+    /// is shown).
+    pub fn redact_for(&self, tool: &str, value: &Json) -> Json {
+        let set = self
+            .by_name
+            .get(tool)
+            .map_or(DetectorSet::SECRET_CLASS, |&i| self.tools[i].redact);
+        redact::redact_value(value, set)
     }
 
     /// The policy's `[settings]` and `[approvals]`, defaults filled in.
@@ -303,5 +355,20 @@ impl Policy {
     }
 }
 
+/// The version of a policy: its files' paths and texts, hashed.
+fn version(src: &Sources) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    for (path, text) in &src.files {
+        h.update(path.as_os_str().as_encoded_bytes());
+        h.update([0]);
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+    }
+    format!("sha256:{}", crate::approval::digest::hex(&h.finalize()))
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_helpers;

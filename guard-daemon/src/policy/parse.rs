@@ -6,8 +6,8 @@ use toml::de::{DeTable, DeValue};
 
 use super::{
     raw::{
-        ArgType, Principal, RawApprovals, RawArg, RawDoc, RawEffects, RawExample, RawRule,
-        RawSettings, RawTool,
+        ArgType, Principal, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample,
+        RawHelper, RawJudge, RawRule, RawSettings, RawTool,
     },
     source::{Diag, Loc, S},
     table::{FromToml, ListItem, Table, named},
@@ -37,13 +37,13 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
     if let Some(t) = top.table(d, "settings") {
         doc.settings = Some(settings(d, t));
     }
-    if let Some(mut t) = top.table(d, "approvals") {
-        doc.approvals = Some(RawApprovals {
-            at: t.at.clone(),
-            allow_self: t.take(d, "allow_self"),
-        });
-        t.finish(d);
+    if let Some(t) = top.table(d, "approvals") {
+        doc.approvals = Some(approvals(d, t));
     }
+    if let Some(judges) = top.table(d, "judges") {
+        doc.judges = judges.named_tables(d, judge);
+    }
+    doc.approvers = top.tables(d, "approvers", "[[approvers]]", approver);
     if let Some(tools) = top.table(d, "tools") {
         doc.tools = tools.named_tables(d, tool);
     }
@@ -66,9 +66,90 @@ fn settings(d: &mut Diag, mut t: Table) -> RawSettings {
         admin_groups: principals(d, &mut t, "admin_groups"),
         socket_group: t.take::<Account>(d, "socket_group").map(|a| a.v.0),
         run_as: t.take::<Account>(d, "run_as").map(|a| a.v.0),
+        judges: t.list(d, "judges"),
     };
     t.finish(d);
     s
+}
+
+fn approvals(d: &mut Diag, mut t: Table) -> RawApprovals {
+    let at = t.at.clone();
+    let allow_self = t.take(d, "allow_self");
+    let notify = t.given("notify").is_some().then(|| {
+        let command = t.list(d, "notify");
+        if command.is_empty() {
+            d.err(&t.at, &t.key("notify"), "notify must name a program");
+        }
+        let effects = t
+            .table(d, "notify_effects")
+            .map(|e| effects(d, e))
+            .unwrap_or_default();
+        RawHelper {
+            command,
+            effects,
+            timeout: t.take(d, "notify_timeout"),
+        }
+    });
+    t.finish(d);
+    RawApprovals {
+        at,
+        allow_self,
+        notify,
+    }
+}
+
+fn judge(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawJudge> {
+    let command = match command(d, &mut t) {
+        Some(c) => c,
+        None => {
+            d.err(&name.at, &t.path, "missing key 'command'");
+            Vec::new()
+        }
+    };
+    let effects = t
+        .table(d, "effects")
+        .map(|e| effects(d, e))
+        .unwrap_or_default();
+    let j = RawJudge {
+        name,
+        helper: RawHelper {
+            command,
+            effects,
+            timeout: t.take(d, "timeout"),
+        },
+        criteria: t.take(d, "criteria").map(|s| s.v),
+        min_score: t.take(d, "min_score"),
+        min_confidence: t.take(d, "min_confidence"),
+    };
+    t.finish(d);
+    Some(j)
+}
+
+fn approver(d: &mut Diag, index: usize, mut t: Table) -> Option<RawApprover> {
+    let at = t.at.clone();
+    let tools = t.list(d, "tools");
+    if tools.is_empty() {
+        d.err(
+            &at,
+            &t.key("tools"),
+            "an approver must name at least one tool or glob",
+        );
+    }
+    let approver = t.take(d, "approver");
+    require(d, &t, "approver", &at, &approver, string);
+    let a = RawApprover {
+        index,
+        tools,
+        approver,
+        decision: t.take(d, "decision"),
+        timeout: t.take(d, "timeout"),
+        effects: t
+            .table(d, "effects")
+            .map(|e| effects(d, e))
+            .unwrap_or_default(),
+    };
+    t.finish(d);
+    Some(a)
 }
 
 fn principals(d: &mut Diag, t: &mut Table, k: &str) -> Vec<Principal> {
@@ -125,6 +206,8 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         .map_or_else(Vec::new, |e| e.named_values(d));
     let cwd = t.take(d, "cwd");
     let examples = t.tables(d, "examples", "[[examples]]", example);
+    let judges = t.given("judges").is_some().then(|| t.list(d, "judges"));
+    let skip_judge = t.take(d, "skip_judge");
     t.finish(d);
     Some(RawTool {
         name,
@@ -144,6 +227,8 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         env,
         cwd,
         examples,
+        judges,
+        skip_judge,
     })
 }
 
@@ -269,6 +354,22 @@ fn detectors(d: &mut Diag, t: &mut Table) -> Vec<S<Detector>> {
             }
         })
         .collect()
+}
+
+/// A number: a float or an integer (`min_score = 1`).
+impl FromToml for f64 {
+    fn from_toml(v: &DeValue) -> Result<Self, String> {
+        match v {
+            DeValue::Float(f) => f
+                .as_str()
+                .parse::<f64>()
+                .map_err(|_| "not a number".to_string()),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                .map(|n| n as f64)
+                .map_err(|_| "integer out of range".to_string()),
+            other => Err(format!("expected a number, found {}", other.type_str())),
+        }
+    }
 }
 
 impl FromToml for RiskTier {

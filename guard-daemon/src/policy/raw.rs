@@ -70,6 +70,8 @@ pub(crate) struct RawSettings {
     pub admin_groups: Vec<Principal>,
     pub socket_group: Option<String>,
     pub run_as: Option<String>,
+    /// The judges of every tool that names none of its own.
+    pub judges: Vec<S<String>>,
 }
 
 /// `[tools.<name>.args.<arg>]` as written.
@@ -90,7 +92,7 @@ pub(crate) struct RawArg {
 }
 
 /// `[tools.<name>.effects]` as written: templates, not yet checked against the tool's args.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RawEffects {
     pub read: Vec<S<String>>,
     pub write: Vec<S<String>>,
@@ -129,6 +131,9 @@ pub(crate) struct RawTool {
     pub env: Vec<(S<String>, S<String>)>,
     pub cwd: Option<S<String>>,
     pub examples: Vec<RawExample>,
+    /// `judges`: given (even empty), the tool's own list.
+    pub judges: Option<Vec<S<String>>>,
+    pub skip_judge: Option<S<bool>>,
 }
 
 /// One `[[rules]]` as written; `index` is its place in the file, for key paths in errors.
@@ -150,6 +155,39 @@ pub(crate) struct RawRule {
 pub(crate) struct RawApprovals {
     pub at: Loc,
     pub allow_self: Option<S<bool>>,
+    /// `notify`, `notify_timeout`, `[approvals.notify_effects]`.
+    pub notify: Option<RawHelper>,
+}
+
+/// A program guard runs for itself, as written: its command, literal effects, timeout.
+#[derive(Debug)]
+pub(crate) struct RawHelper {
+    pub command: Vec<S<String>>,
+    pub effects: RawEffects,
+    pub timeout: Option<S<i64>>,
+}
+
+/// `[judges.<name>]` as written.
+#[derive(Debug)]
+pub(crate) struct RawJudge {
+    pub name: S<String>,
+    pub helper: RawHelper,
+    pub criteria: Option<String>,
+    pub min_score: Option<S<f64>>,
+    pub min_confidence: Option<S<f64>>,
+}
+
+/// One `[[approvers]]` as written.
+#[derive(Debug)]
+pub(crate) struct RawApprover {
+    pub index: usize,
+    pub tools: Vec<S<String>>,
+    /// `auto`, `human`, `judge:NAME` or `command:[...]` (a JSON array of strings).
+    pub approver: Option<S<String>>,
+    /// `auto`'s outcome.
+    pub decision: Option<S<String>>,
+    pub timeout: Option<S<i64>>,
+    pub effects: RawEffects,
 }
 
 /// Everything one policy file says, before the files are merged.
@@ -157,6 +195,8 @@ pub(crate) struct RawApprovals {
 pub(crate) struct RawDoc {
     pub settings: Option<RawSettings>,
     pub approvals: Option<RawApprovals>,
+    pub judges: Vec<RawJudge>,
+    pub approvers: Vec<RawApprover>,
     pub tools: Vec<RawTool>,
     pub rules: Vec<RawRule>,
 }

@@ -2,6 +2,7 @@
 //! makes sense together: duplicates, placeholders, rule targets, regexes, contradictions.
 
 mod arg;
+mod helpers;
 mod tool;
 
 use std::collections::HashMap;
@@ -10,7 +11,8 @@ use regex::Regex;
 
 use super::{
     Policy, Settings, Tool,
-    raw::{RawDoc, RawRule, RawSettings, RawTool},
+    helpers::{Approver, Judge},
+    raw::{RawApprover, RawDoc, RawHelper, RawJudge, RawRule, RawSettings, RawTool},
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
 };
@@ -37,16 +39,36 @@ fn anchored(d: &mut Diag, s: &S<String>, key: &str) -> Option<Regex> {
 
 /// Compiles the raw documents of every file into one policy, reporting into `d`.
 pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
-    let (settings, raw_tools, raw_rules) = merge(d, docs);
+    let Merged {
+        mut settings,
+        tools: raw_tools,
+        rules: raw_rules,
+        judges: raw_judges,
+        approvers: raw_approvers,
+        notify,
+        default_judges,
+    } = merge(d, docs);
+    let judges = helpers::judges(d, &raw_judges);
+    settings.notify = notify.map(|n| helpers::helper(d, "approvals.notify", &n));
+    let defaults: Vec<usize> = default_judges
+        .iter()
+        .filter_map(|j| helpers::judge_index(d, &judges, j, "settings.judges"))
+        .collect();
     let mut tools = Vec::new();
     for t in &raw_tools {
-        let mut t = tool::tool(d, t);
+        let mut compiled = tool::tool(d, t);
         // `[settings] run_as` is every tool's user unless the tool names its own.
-        if t.confinement.run_as.is_none() {
-            t.confinement.run_as.clone_from(&settings.run_as);
+        if compiled.confinement.run_as.is_none() {
+            compiled.confinement.run_as.clone_from(&settings.run_as);
         }
-        tools.push(t);
+        compiled.judges = tool_judges(d, t, &judges, &defaults);
+        tools.push(compiled);
     }
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let approvers: Vec<Approver> = raw_approvers
+        .iter()
+        .filter_map(|a| helpers::approver(d, a, &judges, &names))
+        .collect();
     let mut rules: Vec<Rule> = Vec::new();
     for r in raw_rules {
         let r = rule(d, r, &tools, &rules);
@@ -63,29 +85,69 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         tools,
         by_name,
         rules,
+        judges,
+        approvers,
+        version: String::new(),
     }
 }
 
+/// A tool's judges: its own list, else the defaults of `[settings] judges`, none with
+/// `skip_judge` (which may not come with a list of its own).
+fn tool_judges(d: &mut Diag, t: &RawTool, judges: &[Judge], defaults: &[usize]) -> Vec<usize> {
+    let key = format!("tools.{}.judges", t.name.v);
+    match (&t.judges, &t.skip_judge) {
+        (Some(_), Some(s)) if s.v => {
+            let msg = "skip_judge = true with a list of judges: say one or the other";
+            d.err(&s.at, &format!("tools.{}.skip_judge", t.name.v), msg);
+            Vec::new()
+        }
+        (_, Some(s)) if s.v => Vec::new(),
+        (Some(list), _) => list
+            .iter()
+            .filter_map(|j| helpers::judge_index(d, judges, j, &key))
+            .collect(),
+        (None, _) => defaults.to_vec(),
+    }
+}
+
+/// Every file's items, as one.
+struct Merged {
+    settings: Settings,
+    tools: Vec<RawTool>,
+    rules: Vec<RawRule>,
+    judges: Vec<RawJudge>,
+    approvers: Vec<RawApprover>,
+    notify: Option<RawHelper>,
+    default_judges: Vec<S<String>>,
+}
+
 /// The files as one: `[settings]` and `[approvals]` from the one file that gives each, every
-/// tool (a name defined twice is an error, so no file silently overrides another) and every
-/// rule, in file order.
-fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> (Settings, Vec<RawTool>, Vec<RawRule>) {
+/// tool (a name defined twice is an error, so no file silently overrides another), every rule,
+/// judge and approver, in file order.
+fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
     let mut settings = Settings::default();
     let mut settings_at: Option<Loc> = None;
     let mut approvals_at: Option<Loc> = None;
     let mut tools: Vec<RawTool> = Vec::new();
     let mut rules = Vec::new();
+    let mut judges = Vec::new();
+    let mut approvers = Vec::new();
+    let mut notify = None;
+    let mut default_judges = Vec::new();
     for doc in docs {
-        if let Some(s) = doc.settings {
+        if let Some(mut s) = doc.settings {
             if let Some(first) = &settings_at {
                 let (p, _) = &d.src.files[first.file];
                 let msg = format!("settings are already given in {}", p.display());
                 d.err(&s.at, "settings", msg);
             } else {
                 settings_at = Some(s.at.clone());
+                default_judges = std::mem::take(&mut s.judges);
                 apply_settings(d, &mut settings, s);
             }
         }
+        judges.extend(doc.judges);
+        approvers.extend(doc.approvers);
         if let Some(a) = doc.approvals {
             if approvals_at.is_some() {
                 d.err(
@@ -96,6 +158,7 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> (Settings, Vec<RawTool>, Vec<RawRul
             } else {
                 approvals_at = Some(a.at.clone());
                 settings.allow_self_approval = a.allow_self.is_some_and(|b| b.v);
+                notify = a.notify;
             }
         }
         for t in doc.tools {
@@ -115,7 +178,15 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> (Settings, Vec<RawTool>, Vec<RawRul
         }
         rules.extend(doc.rules);
     }
-    (settings, tools, rules)
+    Merged {
+        settings,
+        tools,
+        rules,
+        judges,
+        approvers,
+        notify,
+        default_judges,
+    }
 }
 
 /// `[settings]` over the defaults; a key not given keeps its default.

@@ -17,9 +17,12 @@ pub use reply::{ErrorReply, ExecReply, Reply, frame, parse_reply};
 
 /// A request, after validation (and, for a client, before sending: see [`frame`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
     Exec(ExecRequest),
+    /// `exec` with its options (serialised as `exec`; guardd parses every `exec` as this).
+    #[serde(rename = "exec")]
+    ExecWith(ExecWith),
     Check(CheckRequest),
     Status(StatusRequest),
     Subscribe(SubscribeRequest),
@@ -28,6 +31,30 @@ pub enum Request {
     Deny(DenyRequest),
     Reload(ReloadRequest),
     Tools(ToolsRequest),
+    Resume(ResumeRequest),
+    Sessions(SessionsRequest),
+    ClearSession(ClearSessionRequest),
+}
+
+/// Wait for, and run, a call held earlier (`exec` with `no_wait`, or one whose guardd
+/// restarted). The frame carries the caller's stdin, stdout and stderr, as `exec`'s does; the
+/// call runs as it was held, whatever the caller would send now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeRequest {
+    pub call_id: String,
+}
+
+/// The sessions an approver terminated (admins).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsRequest {}
+
+/// Let a terminated session submit calls again (admins).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClearSessionRequest {
+    pub session: String,
 }
 
 /// The tools the caller may call, with their arguments' specs (clients).
@@ -54,6 +81,9 @@ pub struct PendingRequest {}
 #[serde(deny_unknown_fields)]
 pub struct ApproveRequest {
     pub call_id: String,
+    /// The digest the admin was shown: the approval is refused unless it is the held call's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// Refuse a held call (admins).
@@ -73,6 +103,63 @@ pub struct ExecRequest {
     pub tool: String,
     #[serde(default)]
     pub args: Map<String, Value>,
+}
+
+/// An `exec` with what its caller brings besides the call; on the wire it is an `exec` frame
+/// with these fields beside `tool` and `args` (guardd parses every `exec` as one).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecWith {
+    #[serde(flatten)]
+    pub call: ExecRequest,
+    #[serde(flatten)]
+    pub options: CallOptions,
+}
+
+/// The optional fields of `exec` besides the call itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallOptions {
+    /// The caller's session (an agent's conversation): an approver may terminate it, and its
+    /// later calls are then blocked until an admin clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// What the agent is working on, for the judges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// A held call does not wait with its caller: guardd answers `pending` and the caller
+    /// leaves; `resume` runs the call once approved.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_wait: bool,
+}
+
+/// An `exec` frame as guardd reads it: every field, strictly.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecFrame {
+    tool: String,
+    #[serde(default)]
+    args: Map<String, Value>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    no_wait: bool,
+}
+
+impl From<ExecFrame> for ExecWith {
+    fn from(f: ExecFrame) -> Self {
+        Self {
+            call: ExecRequest {
+                tool: f.tool,
+                args: f.args,
+            },
+            options: CallOptions {
+                session: f.session,
+                task: f.task,
+                no_wait: f.no_wait,
+            },
+        }
+    }
 }
 
 /// Decide a call without running it.
@@ -157,7 +244,7 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
     };
     let body = Value::Object(map);
     Ok(match kind.as_str() {
-        "exec" => Request::Exec(body_of(body)?),
+        "exec" => Request::ExecWith(body_of::<ExecFrame>(body)?.into()),
         "check" => Request::Check(body_of(body)?),
         "status" => Request::Status(body_of(body)?),
         "subscribe" => Request::Subscribe(body_of(body)?),
@@ -166,11 +253,14 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         "deny" => Request::Deny(body_of(body)?),
         "reload" => Request::Reload(body_of(body)?),
         "tools" => Request::Tools(body_of(body)?),
+        "resume" => Request::Resume(body_of(body)?),
+        "sessions" => Request::Sessions(body_of(body)?),
+        "clear_session" => Request::ClearSession(body_of(body)?),
         other => {
             return Err(ProtocolError::new(
                 format!(
-                    "unknown request type `{other}`; expected exec, check, status, tools, \
-                     subscribe, pending, approve, deny or reload"
+                    "unknown request type `{other}`; expected exec, resume, check, status, \
+                     tools, subscribe, pending, approve, deny, reload, sessions or clear_session"
                 ),
                 Some("type"),
             ));
@@ -276,13 +366,35 @@ mod tests {
     fn parses_each_request_type() {
         let r = parse_request(br#"{"v":1,"type":"exec","tool":"read_file","args":{"path":"/x"}}"#)
             .unwrap();
-        let Request::Exec(e) = r else {
+        let Request::ExecWith(e) = r else {
             panic!("exec expected")
         };
         assert_eq!(
-            (e.tool.as_str(), e.args["path"].as_str()),
+            (e.call.tool.as_str(), e.call.args["path"].as_str()),
             ("read_file", Some("/x"))
         );
+        assert_eq!(e.options, CallOptions::default());
+        let with = Request::ExecWith(ExecWith {
+            call: ExecRequest {
+                tool: "t".into(),
+                args: Map::new(),
+            },
+            options: CallOptions {
+                session: Some("s1".into()),
+                task: None,
+                no_wait: true,
+            },
+        });
+        let f = frame(&with);
+        assert_eq!(parse_request(&f[..f.len() - 1]), Ok(with));
+        let plain = frame(&Request::Exec(ExecRequest {
+            tool: "t".into(),
+            args: Map::new(),
+        }));
+        assert!(matches!(
+            parse_request(&plain[..plain.len() - 1]),
+            Ok(Request::ExecWith(_))
+        ));
         assert!(matches!(
             parse_request(br#"{"v":1,"type":"check","tool":"t"}"#),
             Ok(Request::Check(_))

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::{ProtocolError, VERSION};
 use crate::{
-    approval::Held,
+    approval::{Held, sessions::Terminated},
     bus::Event,
     calls::Running,
     daemon::Layer,
@@ -48,6 +48,10 @@ pub enum Reply {
     Reloaded(Reloaded),
     /// `tools`: the tools the caller may call (again after each reload, with `follow`).
     Tools(ToolList),
+    /// `sessions`: the sessions an approver terminated.
+    Sessions(SessionList),
+    /// `clear_session`: the session may submit calls again.
+    Cleared(Cleared),
     /// `subscribe`: events follow.
     Subscribed(Subscribed),
     /// `subscribe`: one event.
@@ -67,6 +71,10 @@ pub struct CallDecision {
     /// The admin who approved a held call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<u32>,
+    /// An approver ended the caller's session: this call and the session's later ones are
+    /// blocked until an admin clears it (guard-exec exits 77).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminated: bool,
 }
 
 /// An `exec` held for an admin.
@@ -77,6 +85,9 @@ pub struct Hold {
     pub message: String,
     /// How long the call waits for an answer before it is denied.
     pub timeout_s: u64,
+    /// SHA-256 of the call's canonical form: what an approval binds to.
+    #[serde(default)]
+    pub digest: String,
 }
 
 /// The end of a call that ran.
@@ -148,6 +159,21 @@ pub struct PendingCalls {
 pub struct Resolved {
     pub call_id: String,
     pub approved: bool,
+    /// The digest of the call that was answered.
+    #[serde(default)]
+    pub digest: String,
+}
+
+/// The answer to `sessions`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionList {
+    pub sessions: Vec<Terminated>,
+}
+
+/// The answer to `clear_session`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cleared {
+    pub session: String,
 }
 
 /// The answer to `reload`.
@@ -250,6 +276,7 @@ mod tests {
             decision: Decision::Block,
             message: Some("blocked by policy".into()),
             approved_by: None,
+            terminated: false,
         });
         let f = frame(&reply);
         assert_eq!(f.last(), Some(&b'\n'));

@@ -5,7 +5,10 @@ use std::{path::PathBuf, process::ExitCode};
 
 use guard::{
     client::{self, Client},
-    protocol::{ApproveRequest, DenyRequest, PendingRequest, ReloadRequest, Reply, Request},
+    protocol::{
+        ApproveRequest, ClearSessionRequest, DenyRequest, PendingRequest, ReloadRequest, Reply,
+        Request, SessionsRequest,
+    },
 };
 
 use crate::print_json;
@@ -41,9 +44,21 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
             print_json(call);
             continue;
         }
+        let state = match call.approved_by {
+            Some(by) => format!("approved by uid {by}, waiting for its caller"),
+            None => "waiting for an answer".to_owned(),
+        };
         println!(
-            "{:<16} {:<16} {:<10} uid {:<6} since {}\n  {}\n  args {}",
-            call.call_id, call.tool, call.decision, call.uid, call.since, call.reason, call.args
+            "{:<16} {:<16} {:<10} uid {:<6} since {}\n  {}\n  program {}\n  args {}\n  {} ({state})",
+            call.call_id,
+            call.tool,
+            call.decision,
+            call.uid,
+            call.since,
+            call.reason,
+            call.program,
+            call.args,
+            call.digest
         );
     }
     if calls.is_empty() && !as_json {
@@ -52,7 +67,83 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Approves (`deny` is `None`) or denies a held call.
+/// Approves a held call, bound to `digest`, or else to the digest of the call as it is
+/// shown now (printed first, with what the call runs).
+pub fn approve(
+    socket: Option<PathBuf>,
+    call_id: &str,
+    digest: Option<String>,
+    as_json: bool,
+) -> ExitCode {
+    let digest = match digest {
+        Some(d) => d,
+        None => {
+            let calls = match ask(socket.clone(), &Request::Pending(PendingRequest {})) {
+                Ok(Reply::Pending(p)) => p.calls,
+                Ok(other) => return unexpected(&other),
+                Err(code) => return code,
+            };
+            let Some(call) = calls.into_iter().find(|c| c.call_id == call_id) else {
+                eprintln!("guardctl: no call {call_id} is waiting for approval");
+                return ExitCode::FAILURE;
+            };
+            if !as_json {
+                println!(
+                    "approving {} ({}, uid {}): program {}, args {}\n  {}",
+                    call.call_id, call.tool, call.uid, call.program, call.args, call.digest
+                );
+            }
+            call.digest
+        }
+    };
+    let request = Request::Approve(ApproveRequest {
+        call_id: call_id.to_owned(),
+        digest: Some(digest),
+    });
+    answered(ask(socket, &request), as_json)
+}
+
+/// Lists the terminated sessions, or clears one.
+pub fn sessions(socket: Option<PathBuf>, clear: Option<String>, as_json: bool) -> ExitCode {
+    if let Some(session) = clear {
+        return match ask(
+            socket,
+            &Request::ClearSession(ClearSessionRequest { session }),
+        ) {
+            Ok(Reply::Cleared(c)) if as_json => {
+                print_json(&c);
+                ExitCode::SUCCESS
+            }
+            Ok(Reply::Cleared(c)) => {
+                println!("session {} may submit calls again", c.session);
+                ExitCode::SUCCESS
+            }
+            Ok(other) => unexpected(&other),
+            Err(code) => code,
+        };
+    }
+    let list = match ask(socket, &Request::Sessions(SessionsRequest {})) {
+        Ok(Reply::Sessions(s)) => s.sessions,
+        Ok(other) => return unexpected(&other),
+        Err(code) => return code,
+    };
+    for t in &list {
+        if as_json {
+            print_json(t);
+        } else {
+            println!(
+                "{:<24} terminated by {} (call {}) since {}",
+                t.session, t.by, t.call_id, t.since
+            );
+        }
+    }
+    if list.is_empty() && !as_json {
+        println!("no session is terminated");
+    }
+    ExitCode::SUCCESS
+}
+
+/// Denies a held call.
 pub fn resolve(
     socket: Option<PathBuf>,
     call_id: &str,
@@ -61,10 +152,18 @@ pub fn resolve(
 ) -> ExitCode {
     let call_id = call_id.to_owned();
     let request = match deny {
-        None => Request::Approve(ApproveRequest { call_id }),
+        None => Request::Approve(ApproveRequest {
+            call_id,
+            digest: None,
+        }),
         Some(reason) => Request::Deny(DenyRequest { call_id, reason }),
     };
-    match ask(socket, &request) {
+    answered(ask(socket, &request), as_json)
+}
+
+/// Prints guardd's answer to `approve` or `deny`.
+fn answered(reply: Result<Reply, ExitCode>, as_json: bool) -> ExitCode {
+    match reply {
         Ok(Reply::Resolved(resolved)) if as_json => {
             print_json(&resolved);
             ExitCode::SUCCESS
@@ -75,7 +174,7 @@ pub fn resolve(
             } else {
                 "denied"
             };
-            println!("{} {done}", resolved.call_id);
+            println!("{} {done} ({})", resolved.call_id, resolved.digest);
             ExitCode::SUCCESS
         }
         Ok(other) => unexpected(&other),

@@ -52,6 +52,9 @@ fn event_of(record: Record) -> Option<Event> {
             approved,
             by,
             reason,
+            approver,
+            outcome,
+            ..
         } => (
             call_id,
             tool,
@@ -59,6 +62,10 @@ fn event_of(record: Record) -> Option<Event> {
                 approved,
                 by,
                 reason,
+                approver: approver.map(|who| match outcome {
+                    Some(o) => format!("{who} ({o})"),
+                    None => who,
+                }),
             },
         ),
         Row::Finished(f) => {
@@ -70,7 +77,19 @@ fn event_of(record: Record) -> Option<Event> {
             };
             (f.call_id, f.tool, what)
         }
-        Row::Reload { .. } | Row::Pruned { .. } | Row::Other => return None,
+        Row::Judged(j) => {
+            let what = What::Judged {
+                judge: j.judge,
+                allowed: j.allowed,
+                reason: j.reason,
+            };
+            (j.call_id, j.tool, what)
+        }
+        Row::Notified { .. }
+        | Row::Session { .. }
+        | Row::Reload { .. }
+        | Row::Pruned { .. }
+        | Row::Other => return None,
     };
     Some(Event {
         ts: record.ts,
@@ -111,6 +130,8 @@ struct CallRows {
     decision: DecisionRow,
     enforced: bool,
     finished: Option<Box<Finished>>,
+    /// Its judges' verdicts, the answers to it and its notifier's run, in order.
+    review: Vec<Row>,
 }
 
 /// Every call in the audit log, in order.
@@ -127,6 +148,21 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                 decision,
                 enforced,
             } => {
+                if let Some(&i) = index.get(&call_id) {
+                    // Its arguments decided again (an approver's modify): the later decision is
+                    // the one the call ran under; the first stays in its review.
+                    let call: &mut CallRows = &mut calls[i];
+                    let first = Row::Decision {
+                        call_id,
+                        peer: call.peer.clone(),
+                        tool: call.tool.clone(),
+                        args: std::mem::replace(&mut call.args, args),
+                        decision: Box::new(std::mem::replace(&mut call.decision, *decision)),
+                        enforced: call.enforced,
+                    };
+                    call.review.push(first);
+                    continue;
+                }
                 index.insert(call_id.clone(), calls.len());
                 calls.push(CallRows {
                     ts: record.ts,
@@ -137,11 +173,17 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                     decision: *decision,
                     enforced,
                     finished: None,
+                    review: Vec::new(),
                 });
             }
             Row::Finished(f) => {
                 if let Some(&i) = index.get(&f.call_id) {
                     calls[i].finished = Some(f);
+                }
+            }
+            row @ (Row::Approval { .. } | Row::Judged(_) | Row::Notified { .. }) => {
+                if let Some(&i) = row.call_id().and_then(|id| index.get(id)) {
+                    calls[i].review.push(row);
                 }
             }
             _ => {}
@@ -249,6 +291,8 @@ pub fn show(audit: &Path, call_id: &str) -> ExitCode {
         exit: Option<&'a guard::sandbox::Outcome>,
         error: Option<&'a str>,
         duration_ms: Option<f64>,
+        /// Judges' verdicts, answers (and a first decision, when an approver modified the call).
+        review: &'a [Row],
     }
     let f = call.finished.as_deref();
     let shown = Shown {
@@ -263,6 +307,7 @@ pub fn show(audit: &Path, call_id: &str) -> ExitCode {
         exit: f.and_then(|f| f.exit.as_ref()),
         error: f.and_then(|f| f.error.as_deref()),
         duration_ms: f.map(|f| f.duration_ms),
+        review: &call.review,
     };
     match serde_json::to_string_pretty(&shown) {
         Ok(text) => println!("{text}"),

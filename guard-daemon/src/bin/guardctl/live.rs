@@ -168,6 +168,14 @@ fn detail(event: &Event) -> String {
             timeout_s,
         } => format!("{decision} uid {uid}: {reason} (guardctl approve {call}; {timeout_s} s)"),
         What::Approval {
+            approver: Some(who),
+            reason,
+            ..
+        } => match reason {
+            Some(reason) => format!("{who}: {reason}"),
+            None => who.clone(),
+        },
+        What::Approval {
             approved: true, by, ..
         } => format!("approved by uid {}", uid_of(*by)),
         What::Approval { by, reason, .. } => match reason {
@@ -203,6 +211,12 @@ fn detail(event: &Event) -> String {
             if *diverged { ", diverged" } else { "" }
         ),
         What::Kill { reason } | What::Refused { reason } => reason.clone(),
+        What::Judged {
+            judge,
+            allowed: true,
+            ..
+        } => format!("allowed by judge {judge}"),
+        What::Judged { reason, .. } => reason.clone().unwrap_or_default(),
         What::Reload { error: Some(e), .. } => format!("policy kept: {e}"),
         What::Reload { tools, .. } => format!("{} tools", tools.unwrap_or(0)),
         What::Lagged { missed } => format!("missed {missed} events"),

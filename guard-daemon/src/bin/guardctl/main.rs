@@ -59,8 +59,8 @@ enum Command {
         /// One JSON object per line, for jq.
         #[arg(long)]
         json: bool,
-        /// Only events of this kind: decision, held, approval, launch, divergence, kill, exit,
-        /// refused, reload.
+        /// Only events of this kind: decision, judged, held, approval, launch, divergence, kill,
+        /// exit, refused, reload.
         #[arg(long)]
         kind: Option<String>,
         /// Only tools matching this glob.
@@ -97,11 +97,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Let a held call run; admins only.
+    /// Let a held call run, exactly as held; admins only. Shows the call and the digest the
+    /// approval binds to.
     Approve {
         /// The call's id (as `pending` shows it).
         call_id: String,
+        /// Approve only if the held call has this digest (as `pending` shows it); by default,
+        /// the digest of the call as it is shown now.
+        #[arg(long)]
+        digest: Option<String>,
         /// guardd's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The sessions an approver terminated, whose calls are blocked; admins only.
+    Sessions {
+        /// Let this session submit calls again.
+        #[arg(long, value_name = "SESSION")]
+        clear: Option<String>,
+        /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
@@ -234,7 +248,12 @@ fn main() -> ExitCode {
         }
         Command::Pending { json } => approve::pending(cli.socket, json),
         Command::Reload { json } => approve::reload(cli.socket, json),
-        Command::Approve { call_id, json } => approve::resolve(cli.socket, &call_id, None, json),
+        Command::Approve {
+            call_id,
+            digest,
+            json,
+        } => approve::approve(cli.socket, &call_id, digest, json),
+        Command::Sessions { clear, json } => approve::sessions(cli.socket, clear, json),
         Command::Deny {
             call_id,
             reason,

@@ -272,6 +272,7 @@ async fn serve() -> ExitCode {
     let shutdown = shutdown_signal();
     let hup = signal::unix::signal(SignalKind::hangup());
     daemon.spawn_event_pump();
+    guard::hold::spawn_sweeper(&daemon);
     match hup {
         Ok(hup) => {
             tokio::spawn(reload_on_sighup(Arc::clone(&daemon), hup));

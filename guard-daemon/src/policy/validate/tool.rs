@@ -78,6 +78,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         confinement,
         rules: Vec::new(),
         redact: DetectorSet::SECRET_CLASS,
+        judges: Vec::new(),
     }
 }
 
@@ -89,10 +90,11 @@ enum Slot {
     Arg(usize),
 }
 
-/// A tool's templates, read against its arguments.
-struct Templates<'a> {
-    tk: &'a str,
-    args: &'a [ArgSpec],
+/// A tool's templates, read against its arguments (none, for a judge's or approver's
+/// literal command and effects: every placeholder is then an error).
+pub(super) struct Templates<'a> {
+    pub tk: &'a str,
+    pub args: &'a [ArgSpec],
 }
 
 impl Templates<'_> {
@@ -121,7 +123,7 @@ impl Templates<'_> {
 
     /// `command`: the program is a literal absolute path, so what runs is fixed by the policy
     /// and never looked up in a PATH or chosen by the caller.
-    fn command(&self, d: &mut Diag, c: &[S<String>]) -> Vec<Elem<String>> {
+    pub(super) fn command(&self, d: &mut Diag, c: &[S<String>]) -> Vec<Elem<String>> {
         let key = format!("{}.command", self.tk);
         let mut out = Vec::new();
         for (i, s) in c.iter().enumerate() {
@@ -146,7 +148,7 @@ impl Templates<'_> {
 
     /// Path templates of `effects.<what>` (and of `cwd`): absolute literals, normalised, or
     /// placeholders of path arguments, whose values are checked and resolved per call.
-    fn paths(&self, d: &mut Diag, list: &[S<String>], what: &str) -> Vec<Elem<PathBuf>> {
+    pub(super) fn paths(&self, d: &mut Diag, list: &[S<String>], what: &str) -> Vec<Elem<PathBuf>> {
         let key = format!("{}.effects.{what}", self.tk);
         let mut out = Vec::new();
         for s in list {
@@ -172,7 +174,7 @@ impl Templates<'_> {
     }
 
     /// `effects.connect`: literal `host:port` endpoints, or placeholders of url arguments.
-    fn connect(&self, d: &mut Diag, list: &[S<String>]) -> Vec<Elem<Endpoint>> {
+    pub(super) fn connect(&self, d: &mut Diag, list: &[S<String>]) -> Vec<Elem<Endpoint>> {
         let key = format!("{}.effects.connect", self.tk);
         let mut out = Vec::new();
         for s in list {

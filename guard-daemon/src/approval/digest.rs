@@ -1,0 +1,148 @@
+//! What an approval binds to: a held call's canonical form (tool, arguments as sent, the plan it
+//! will run with its resolved command, the identity of its program, the policy's version) and
+//! the SHA-256 of that form. The admin is shown the digest, the approval names it, and the call
+//! runs only while the program on disk is still the one held.
+
+use std::{io, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::{audit::chain::canonical, plan::LaunchPlan};
+
+/// A held call, whole: everything the digest covers, and everything needed to run it after a
+/// restart of guardd.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallForm {
+    pub tool: String,
+    /// The arguments as the caller sent them (not redacted: the store is root's alone).
+    pub args: Map<String, Value>,
+    /// The plan fixed at hold time: the resolved command, effects and confinement.
+    pub plan: LaunchPlan,
+    /// The plan's (path, root) pairs opened beneath their roots at launch (not part of the
+    /// plan's own serialised form).
+    pub beneath: Vec<(PathBuf, PathBuf)>,
+    /// The program the plan runs.
+    pub program: Program,
+    /// SHA-256 of the policy files the call was decided under.
+    pub policy: String,
+}
+
+/// A program by content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Program {
+    pub path: PathBuf,
+    /// SHA-256 of the file's bytes.
+    pub sha256: String,
+}
+
+impl Program {
+    /// Reads the program at `path` and names it by its content.
+    pub fn identify(path: PathBuf) -> io::Result<Self> {
+        let bytes = std::fs::read(&path)?;
+        Ok(Self {
+            path,
+            sha256: hex(&Sha256::digest(&bytes)),
+        })
+    }
+
+    /// Why the file at this path is no longer the program that was held, if it is not.
+    pub fn changed(&self) -> Option<String> {
+        match Self::identify(self.path.clone()) {
+            Ok(now) if now.sha256 == self.sha256 => None,
+            Ok(_) => Some(format!(
+                "the program {} changed since the call was held",
+                self.path.display()
+            )),
+            Err(e) => Some(format!(
+                "the program {} cannot be read: {e}",
+                self.path.display()
+            )),
+        }
+    }
+}
+
+impl CallForm {
+    /// The form of a call about to be held: its plan, its program's identity now, the policy's
+    /// version.
+    pub fn new(
+        tool: &str,
+        args: &Map<String, Value>,
+        plan: &LaunchPlan,
+        policy: &str,
+    ) -> io::Result<Self> {
+        let program = plan.argv.first().map(PathBuf::from).unwrap_or_default();
+        Ok(Self {
+            tool: tool.to_owned(),
+            args: args.clone(),
+            plan: plan.clone(),
+            beneath: plan.effects.beneath.clone(),
+            program: Program::identify(program)?,
+            policy: policy.to_owned(),
+        })
+    }
+
+    /// `sha256:` and the hex SHA-256 of the canonical JSON of the form.
+    pub fn digest(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or(Value::Null);
+        format!(
+            "sha256:{}",
+            hex(&Sha256::digest(canonical(&value).as_bytes()))
+        )
+    }
+
+    /// The plan to run, with what its serialised form leaves out.
+    pub fn launch_plan(&self) -> LaunchPlan {
+        let mut plan = self.plan.clone();
+        plan.effects.beneath.clone_from(&self.beneath);
+        plan
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Confinement, Effects};
+
+    fn form() -> CallForm {
+        let plan = LaunchPlan {
+            tool: "deploy".into(),
+            argv: vec!["/bin/true".into(), "x".into()],
+            effects: Effects::default(),
+            confinement: Confinement::default(),
+        };
+        let mut args = Map::new();
+        args.insert("target".into(), "x".into());
+        CallForm::new("deploy", &args, &plan, "sha256:p").expect("form")
+    }
+
+    #[test]
+    fn the_digest_covers_the_arguments_the_command_and_the_policy() {
+        let a = form();
+        assert_eq!(a.digest(), form().digest());
+        assert!(a.digest().starts_with("sha256:") && a.digest().len() == 71);
+        let mut b = a.clone();
+        b.args.insert("target".into(), "y".into());
+        assert_ne!(a.digest(), b.digest());
+        let mut c = a.clone();
+        c.plan.argv[1] = "y".into();
+        assert_ne!(a.digest(), c.digest());
+        let mut d = a.clone();
+        d.policy = "sha256:q".into();
+        assert_ne!(a.digest(), d.digest());
+        assert_eq!(a.program.changed(), None);
+        let mut e = a.clone();
+        e.program.sha256 = "0".into();
+        assert!(e.program.changed().is_some_and(|w| w.contains("changed")));
+    }
+}

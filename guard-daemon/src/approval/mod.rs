@@ -1,0 +1,356 @@
+//! Calls held for a human: the policy said `escalate` or `quarantine` (and no approver of the
+//! policy answered it), and the call waits until an admin approves or denies it, or the wait
+//! runs out (then it is denied: nobody answering is not a yes).
+//!
+//! A held call is a [`Record`] on disk ([`store`]) as well as in memory: a restart of guardd
+//! neither loses it nor answers it. Its plan was fixed when it was held, and its approval binds
+//! to the digest of its canonical form ([`digest`]). A caller may wait with it (its connection
+//! is the call's waiter), leave and come back for it (`resume`), or, without `no_wait`,
+//! withdraw it by leaving. Every answer is an audit row before anyone acts on it (see
+//! `crate::hold`).
+
+pub mod digest;
+pub mod sessions;
+pub mod store;
+
+use std::{
+    collections::BTreeMap,
+    sync::Mutex,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use self::{digest::CallForm, store::Store};
+use crate::decision::Decision;
+
+/// What a waiting caller learns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// Approved by this uid: the waiter takes the call and runs it.
+    Approved { by: u32 },
+    /// Denied, expired or withdrawn: the call is gone.
+    Denied { reason: String },
+}
+
+/// A held call, as admins see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Held {
+    pub call_id: String,
+    pub tool: String,
+    /// escalate | quarantine
+    pub decision: Decision,
+    pub reason: String,
+    /// The caller's uid.
+    pub uid: u32,
+    /// The arguments, redacted as in the audit log.
+    pub args: Value,
+    /// RFC 3339, UTC.
+    pub since: String,
+    /// SHA-256 of the call's canonical form: what `approve` binds to.
+    #[serde(default)]
+    pub digest: String,
+    /// The program the call runs.
+    #[serde(default)]
+    pub program: String,
+    /// The caller's session, when it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Approved by this uid, and waiting for its caller to come back (`resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<u32>,
+    /// The caller left on purpose (`no_wait`): leaving does not withdraw the call.
+    #[serde(default)]
+    pub no_wait: bool,
+}
+
+/// A held call as stored: what admins see, and the call whole.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub held: Held,
+    pub form: CallForm,
+    /// When the wait for an answer (or, once approved, for the caller) runs out; milliseconds
+    /// since the epoch.
+    pub expires: u64,
+}
+
+struct Entry {
+    record: Record,
+    waiter: Option<oneshot::Sender<Resolution>>,
+}
+
+/// Why a held call could not be answered or collected.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ApprovalError {
+    #[error("no call {0} is waiting for approval")]
+    NotHeld(String),
+    #[error("too many calls are waiting for approval ({0}); try again later")]
+    Full(usize),
+    #[error(
+        "call {0} was submitted by your own uid, and an approver may not be its submitter \
+         (the policy's [approvals] allow_self says otherwise)"
+    )]
+    SelfApproval(String),
+    #[error("call {call_id} is held as {held}, not {given}: look at it again (guardctl pending)")]
+    Digest {
+        call_id: String,
+        held: String,
+        given: String,
+    },
+    #[error("call {0} is already approved")]
+    Answered(String),
+    #[error("not permitted: call {0} was submitted by another uid")]
+    NotYours(String),
+    #[error("call {0} already has a caller waiting for it")]
+    Waited(String),
+    #[error("the store of held calls: {0}")]
+    Store(String),
+}
+
+/// How a caller meets its held call.
+#[derive(Debug)]
+pub enum Attached {
+    /// Already approved (by this uid): take it and run it.
+    Approved(u32),
+    /// Still waiting for an answer.
+    Waiting(oneshot::Receiver<Resolution>),
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The calls waiting for a human, and those approved and waiting for their caller.
+pub struct Approvals {
+    held: Mutex<BTreeMap<String, Entry>>,
+    store: Option<Store>,
+    capacity: usize,
+    /// How long a call waits for an answer, and an approved one for its caller.
+    pub timeout: Duration,
+    /// Serialises every answer (admin, clock, caller leaving) with the audit row it writes, so
+    /// a row never records an answer that another one overtook.
+    pub answering: tokio::sync::Mutex<()>,
+}
+
+impl Approvals {
+    /// At most `capacity` calls are held at once, each waiting at most `timeout`; `store`
+    /// keeps them across restarts (`None`: in memory only, for tests).
+    pub fn new(capacity: usize, timeout: Duration, store: Option<Store>) -> Self {
+        Self {
+            held: Mutex::new(BTreeMap::new()),
+            store,
+            capacity,
+            timeout,
+            answering: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Takes in the records a previous guardd left; returns the files that are no valid
+    /// record (name, why), which are never run.
+    pub fn load(&self) -> Result<Vec<(String, String)>, ApprovalError> {
+        let Some(store) = &self.store else {
+            return Ok(Vec::new());
+        };
+        let (records, bad) = store
+            .load()
+            .map_err(|e| ApprovalError::Store(format!("{}: {e}", store.dir().display())))?;
+        let mut map = self.lock();
+        for record in records {
+            let id = record.held.call_id.clone();
+            map.insert(
+                id,
+                Entry {
+                    record,
+                    waiter: None,
+                },
+            );
+        }
+        Ok(bad)
+    }
+
+    /// Holds a call, durably, before its caller hears that it is held.
+    pub fn hold(&self, mut record: Record) -> Result<(), ApprovalError> {
+        let mut map = self.lock();
+        if map.len() >= self.capacity {
+            return Err(ApprovalError::Full(self.capacity));
+        }
+        record.expires = now_ms() + u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        self.save(&record)?;
+        let id = record.held.call_id.clone();
+        map.insert(
+            id,
+            Entry {
+                record,
+                waiter: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Makes `uid` the waiter of held call `call_id`.
+    pub fn attach(&self, call_id: &str, uid: u32) -> Result<Attached, ApprovalError> {
+        let mut map = self.lock();
+        let entry = map
+            .get_mut(call_id)
+            .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?;
+        if entry.record.held.uid != uid {
+            return Err(ApprovalError::NotYours(call_id.to_owned()));
+        }
+        if let Some(by) = entry.record.held.approved_by {
+            return Ok(Attached::Approved(by));
+        }
+        if entry.waiter.as_ref().is_some_and(|w| !w.is_closed()) {
+            return Err(ApprovalError::Waited(call_id.to_owned()));
+        }
+        let (tx, rx) = oneshot::channel();
+        entry.waiter = Some(tx);
+        Ok(Attached::Waiting(rx))
+    }
+
+    /// Forgets the waiter of a call that stays held (it left with `no_wait`, or will resume).
+    pub fn detach(&self, call_id: &str) {
+        if let Some(e) = self.lock().get_mut(call_id) {
+            e.waiter = None;
+        }
+    }
+
+    /// Checks an admin's answer before it is recorded: the call is held and unanswered, the
+    /// digest (when given) is the held call's, and an approver is not the submitter unless
+    /// `allow_self`. Denying is always allowed. Returns the held call.
+    pub fn check(
+        &self,
+        call_id: &str,
+        approve_by: Option<u32>,
+        digest: Option<&str>,
+        allow_self: bool,
+    ) -> Result<Held, ApprovalError> {
+        let map = self.lock();
+        let held = &map
+            .get(call_id)
+            .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?
+            .record
+            .held;
+        if held.approved_by.is_some() {
+            return Err(ApprovalError::Answered(call_id.to_owned()));
+        }
+        if let Some(given) = digest
+            && given != held.digest
+        {
+            return Err(ApprovalError::Digest {
+                call_id: call_id.to_owned(),
+                held: held.digest.clone(),
+                given: given.to_owned(),
+            });
+        }
+        if let Some(by) = approve_by
+            && by == held.uid
+            && !allow_self
+        {
+            return Err(ApprovalError::SelfApproval(call_id.to_owned()));
+        }
+        Ok(held.clone())
+    }
+
+    /// Approves a held call, durably, and tells its waiter; without one, the call waits for
+    /// its caller to come back.
+    pub fn approve(&self, call_id: &str, by: u32) -> Result<(), ApprovalError> {
+        let mut map = self.lock();
+        let entry = map
+            .get_mut(call_id)
+            .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?;
+        let mut record = entry.record.clone();
+        record.held.approved_by = Some(by);
+        record.expires = now_ms() + u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        self.save(&record)?;
+        entry.record = record;
+        if let Some(w) = entry.waiter.take() {
+            // A waiter gone in the same instant leaves the call approved for a `resume`.
+            let _ = w.send(Resolution::Approved { by });
+        }
+        Ok(())
+    }
+
+    /// Ends a held call unrun (denied, expired, withdrawn) and tells its waiter why.
+    pub fn end(&self, call_id: &str, reason: &str) -> Result<Record, ApprovalError> {
+        let mut map = self.lock();
+        if !map.contains_key(call_id) {
+            return Err(ApprovalError::NotHeld(call_id.to_owned()));
+        }
+        self.unsave(call_id)?;
+        let entry = map
+            .remove(call_id)
+            .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?;
+        if let Some(w) = entry.waiter {
+            let _ = w.send(Resolution::Denied {
+                reason: reason.to_owned(),
+            });
+        }
+        Ok(entry.record)
+    }
+
+    /// Takes an approved call out of the store to run it: from here it is no longer held, and
+    /// a crash before it runs loses it rather than running it twice.
+    pub fn take(&self, call_id: &str) -> Result<Record, ApprovalError> {
+        let mut map = self.lock();
+        match map.get(call_id) {
+            Some(e) if e.record.held.approved_by.is_some() => {}
+            Some(_) | None => return Err(ApprovalError::NotHeld(call_id.to_owned())),
+        }
+        self.unsave(call_id)?;
+        map.remove(call_id)
+            .map(|e| e.record)
+            .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))
+    }
+
+    /// The calls whose wait ran out by `now` (milliseconds since the epoch).
+    pub fn expired(&self, now: u64) -> Vec<Held> {
+        self.lock()
+            .values()
+            .filter(|e| e.record.expires <= now)
+            .map(|e| e.record.held.clone())
+            .collect()
+    }
+
+    /// The held call `call_id`, if it is.
+    pub fn get(&self, call_id: &str) -> Option<Held> {
+        self.lock().get(call_id).map(|e| e.record.held.clone())
+    }
+
+    /// The held calls, oldest id first.
+    pub fn list(&self) -> Vec<Held> {
+        self.lock()
+            .values()
+            .map(|e| e.record.held.clone())
+            .collect()
+    }
+
+    fn save(&self, record: &Record) -> Result<(), ApprovalError> {
+        match &self.store {
+            Some(s) => s
+                .save(record)
+                .map_err(|e| ApprovalError::Store(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    fn unsave(&self, call_id: &str) -> Result<(), ApprovalError> {
+        match &self.store {
+            Some(s) => s
+                .remove(call_id)
+                .map_err(|e| ApprovalError::Store(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests;

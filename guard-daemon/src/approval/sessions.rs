@@ -1,0 +1,98 @@
+//! Sessions an approver terminated: every later call of such a session is blocked until an
+//! admin clears it. Kept on disk beside the audit log, so a restart of guardd does not end the
+//! block.
+
+use std::{
+    collections::BTreeMap,
+    fs, io,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// A terminated session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Terminated {
+    pub session: String,
+    /// The call whose approver terminated it.
+    pub call_id: String,
+    /// Who: `judge:NAME`, `command`, `auto`.
+    pub by: String,
+    /// RFC 3339, UTC.
+    pub since: String,
+}
+
+/// The terminated sessions.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    path: Option<PathBuf>,
+    map: Mutex<BTreeMap<String, Terminated>>,
+}
+
+impl Sessions {
+    /// The sessions kept at `<audit>.sessions`; a file that cannot be read stops the start
+    /// (forgetting the block would unblock the sessions silently).
+    pub fn beside(audit: &Path) -> io::Result<Self> {
+        let mut name = audit.as_os_str().to_owned();
+        name.push(".sessions");
+        let path = PathBuf::from(name);
+        let map = match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<Vec<Terminated>>(&bytes)
+                .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?
+                .into_iter()
+                .map(|t| (t.session.clone(), t))
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(Self {
+            path: Some(path),
+            map: Mutex::new(map),
+        })
+    }
+
+    /// The terminated session `session`, if it is.
+    pub fn get(&self, session: &str) -> Option<Terminated> {
+        self.lock().get(session).cloned()
+    }
+
+    /// Every terminated session.
+    pub fn list(&self) -> Vec<Terminated> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Blocks a session, durably.
+    pub fn terminate(&self, t: Terminated) -> io::Result<()> {
+        let mut map = self.lock();
+        map.insert(t.session.clone(), t);
+        self.save(&map)
+    }
+
+    /// Unblocks a session; false when it was not blocked.
+    pub fn clear(&self, session: &str) -> io::Result<bool> {
+        let mut map = self.lock();
+        if map.remove(session).is_none() {
+            return Ok(false);
+        }
+        self.save(&map).map(|()| true)
+    }
+
+    fn save(&self, map: &BTreeMap<String, Terminated>) -> io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let list: Vec<&Terminated> = map.values().collect();
+        let text = serde_json::to_vec_pretty(&list).map_err(io::Error::other)?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        fs::write(&tmp, text)?;
+        fs::File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, path)?;
+        crate::audit::files::sync_dir(path.parent().unwrap_or(Path::new(".")))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Terminated>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

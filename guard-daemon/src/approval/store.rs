@@ -1,0 +1,101 @@
+//! The held calls on disk, beside the audit log: one file per call, written whole (a temporary
+//! file, fsync, rename, fsync of the directory), so a restart of guardd finds every held call
+//! as it was, neither lost nor answered. The directory is root's alone (0700, files 0600): a
+//! record holds the call's arguments as sent.
+
+use std::{
+    fs,
+    io::{self, Write as _},
+    os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+};
+
+use super::Record;
+
+/// What [`Store::load`] found: the records, and the files that are no record (name, why).
+pub type Loaded = (Vec<Record>, Vec<(String, String)>);
+
+/// The directory of held calls.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// The store for the audit log at `audit`: `<audit>.pending/`, created if missing.
+    pub fn beside(audit: &Path) -> io::Result<Self> {
+        let mut name = audit.as_os_str().to_owned();
+        name.push(".pending");
+        let dir = PathBuf::from(name);
+        fs::create_dir_all(&dir)?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
+        Ok(Self { dir })
+    }
+
+    /// Where the store is.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, call_id: &str) -> PathBuf {
+        self.dir.join(format!("{call_id}.json"))
+    }
+
+    /// Writes a record durably, replacing the call's previous one.
+    pub fn save(&self, record: &Record) -> io::Result<()> {
+        let text = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        let path = self.path(&record.held.call_id);
+        let tmp = self.dir.join(format!(".{}.tmp", record.held.call_id));
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        crate::audit::files::sync_dir(&self.dir)
+    }
+
+    /// Removes a call's record, durably; a record already gone is no error.
+    pub fn remove(&self, call_id: &str) -> io::Result<()> {
+        match fs::remove_file(self.path(call_id)) {
+            Ok(()) => crate::audit::files::sync_dir(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every record, and the files that are no record (name, why): those are left in place
+    /// for an operator to look at, and never run.
+    pub fn load(&self) -> io::Result<Loaded> {
+        let mut records = Vec::new();
+        let mut bad = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            let read = fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()));
+            match read {
+                Ok(r) if format!("{}.json", r.held.call_id) != name => {
+                    bad.push((name, format!("holds call {}", r.held.call_id)));
+                }
+                Ok(r) if r.form.digest() != r.held.digest => {
+                    bad.push((name, "does not match its digest".to_owned()));
+                }
+                Ok(r) => records.push(r),
+                Err(e) => bad.push((name, e)),
+            }
+        }
+        records.sort_by(|a, b| a.held.call_id.cmp(&b.held.call_id));
+        Ok((records, bad))
+    }
+}

@@ -1,0 +1,163 @@
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::*;
+use crate::plan::{Confinement, Effects, LaunchPlan};
+
+fn record(id: &str) -> Record {
+    let plan = LaunchPlan {
+        tool: "send_email".into(),
+        argv: vec!["/bin/true".into()],
+        effects: Effects::default(),
+        confinement: Confinement::default(),
+    };
+    let form = CallForm::new("send_email", &Map::new(), &plan, "sha256:p").expect("form");
+    Record {
+        held: Held {
+            call_id: id.into(),
+            tool: "send_email".into(),
+            decision: Decision::Escalate,
+            reason: "irreversible".into(),
+            uid: 1000,
+            args: Value::Null,
+            since: crate::audit::ts::now(),
+            digest: form.digest(),
+            program: "/bin/true".into(),
+            session: None,
+            approved_by: None,
+            no_wait: false,
+        },
+        form,
+        expires: 0,
+    }
+}
+
+fn waiting(a: &Approvals, id: &str) -> oneshot::Receiver<Resolution> {
+    match a.attach(id, 1000).expect("attach") {
+        Attached::Waiting(rx) => rx,
+        Attached::Approved(_) => panic!("not approved yet"),
+    }
+}
+
+#[test]
+fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
+    let a = Approvals::new(2, Duration::from_secs(60), None);
+    a.hold(record("c1")).expect("hold");
+    let mut rx = waiting(&a, "c1");
+    assert_eq!(a.list().len(), 1);
+    a.check("c1", Some(0), None, false).expect("may approve");
+    a.approve("c1", 0).expect("approve");
+    assert_eq!(rx.try_recv(), Ok(Resolution::Approved { by: 0 }));
+    assert_eq!(
+        a.check("c1", Some(0), None, false),
+        Err(ApprovalError::Answered("c1".into()))
+    );
+    assert!(a.take("c1").is_ok());
+    assert!(a.list().is_empty());
+    assert!(a.take("c1").is_err());
+}
+
+#[test]
+fn capacity_is_bounded_and_an_ended_call_cannot_be_approved() {
+    let a = Approvals::new(1, Duration::from_secs(60), None);
+    a.hold(record("c1")).expect("hold");
+    assert_eq!(a.hold(record("c2")).err(), Some(ApprovalError::Full(1)));
+    let mut rx = waiting(&a, "c1");
+    a.end("c1", "the caller left").expect("end");
+    assert_eq!(
+        rx.try_recv(),
+        Ok(Resolution::Denied {
+            reason: "the caller left".into()
+        })
+    );
+    assert!(a.check("c1", Some(0), None, false).is_err());
+    a.hold(record("c3")).expect("room again");
+    // Not approved: nothing to take.
+    assert!(a.take("c3").is_err());
+}
+
+#[test]
+fn the_submitter_may_deny_but_not_approve_its_own_call_unless_the_policy_says_so() {
+    let a = Approvals::new(4, Duration::from_secs(60), None);
+    a.hold(record("c1")).expect("hold");
+    assert_eq!(
+        a.check("c1", Some(1000), None, false),
+        Err(ApprovalError::SelfApproval("c1".into()))
+    );
+    assert!(a.check("c1", Some(1000), None, true).is_ok());
+    assert!(a.check("c1", None, None, false).is_ok(), "a denial");
+}
+
+#[test]
+fn an_approval_binds_to_the_digest_and_only_the_submitter_resumes() {
+    let a = Approvals::new(4, Duration::from_secs(60), None);
+    let r = record("c1");
+    let digest = r.held.digest.clone();
+    a.hold(r).expect("hold");
+    assert!(matches!(
+        a.check("c1", Some(0), Some("sha256:other"), false),
+        Err(ApprovalError::Digest { .. })
+    ));
+    assert!(a.check("c1", Some(0), Some(&digest), false).is_ok());
+    assert_eq!(
+        a.attach("c1", 1001).err(),
+        Some(ApprovalError::NotYours("c1".into()))
+    );
+    let _rx = waiting(&a, "c1");
+    assert_eq!(
+        a.attach("c1", 1000).err(),
+        Some(ApprovalError::Waited("c1".into()))
+    );
+    a.detach("c1");
+    a.approve("c1", 0).expect("approve without a waiter");
+    assert!(matches!(a.attach("c1", 1000), Ok(Attached::Approved(0))));
+}
+
+#[test]
+fn held_calls_survive_in_the_store_and_a_tampered_record_is_refused() {
+    let dir = std::env::temp_dir().join(format!("guard-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let audit = dir.join("audit.jsonl");
+    let a = Approvals::new(
+        4,
+        Duration::from_secs(60),
+        Some(Store::beside(&audit).unwrap()),
+    );
+    a.hold(record("c1")).expect("hold");
+    a.hold(record("c2")).expect("hold");
+    a.approve("c2", 0).expect("approve");
+    let mut tampered = record("c3");
+    tampered.form.plan.argv.push("--more".into());
+    Store::beside(&audit)
+        .unwrap()
+        .save(&tampered)
+        .expect("save");
+    drop(a);
+
+    let b = Approvals::new(
+        4,
+        Duration::from_secs(60),
+        Some(Store::beside(&audit).unwrap()),
+    );
+    let bad = b.load().expect("load");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].1.contains("digest"), "{bad:?}");
+    let held = b.list();
+    assert_eq!(held.len(), 2);
+    assert_eq!(
+        (held[0].approved_by, held[1].approved_by),
+        (None, Some(0)),
+        "a restart neither answers a call nor forgets an answer"
+    );
+    b.take("c2").expect("the approved call");
+    let c = Approvals::new(
+        4,
+        Duration::from_secs(60),
+        Some(Store::beside(&audit).unwrap()),
+    );
+    c.load().expect("load");
+    assert_eq!(c.list().len(), 1, "a taken call is gone from the store");
+    let _ = std::fs::remove_dir_all(&dir);
+}

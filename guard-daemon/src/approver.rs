@@ -1,0 +1,262 @@
+//! Approvers by tool glob (inspect_ai's approval policies): for a call the policy escalates,
+//! the `[[approvers]]` whose globs match its tool answer in policy order. The first answers;
+//! `escalate` hands the call to the next, and after the last (or at `human`) a human answers
+//! it (the call is held). `approve` runs it, `reject` refuses it, `terminate` refuses it and
+//! blocks the caller's session until an admin clears it, `modify` runs it with the approver's
+//! arguments once the policy has decided them again. A command approver that fails in any way
+//! rejects. Every answer is an `approval` audit row before it is acted on.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{
+    access::Peer,
+    approval::sessions::Terminated,
+    audit::Row,
+    confined,
+    daemon::Daemon,
+    decision::Decision,
+    hold::{Answer, record_answer},
+    intent::Intent,
+    judge::{self, ProposedCall, Subject},
+    plan::LaunchPlan,
+    policy::{
+        Policy,
+        helpers::{Approver, ApproverKind, Helper, Outcome},
+    },
+    review::CallContext,
+};
+
+/// What a command approver is given on stdin.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ApproverInput {
+    pub call_id: String,
+    /// Why the policy escalated the call.
+    pub message: String,
+    pub call: ProposedCall,
+    pub session: Option<String>,
+    pub task: Option<String>,
+}
+
+/// A command approver's answer (inspect_ai's Approval).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    pub decision: Outcome,
+    #[serde(default)]
+    pub modified: Option<ModifiedCall>,
+    #[serde(default)]
+    pub explanation: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+/// The call as an approver's `modify` changed it: the same tool, other arguments.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModifiedCall {
+    #[serde(default)]
+    pub tool: Option<String>,
+    pub arguments: Map<String, Value>,
+}
+
+/// Where the approvers left a call.
+#[derive(Debug)]
+pub enum Approved {
+    /// Run this plan.
+    Run(Box<LaunchPlan>),
+    /// A human answers it: hold it.
+    Human,
+    /// Refused; tell the caller this (and that its session is terminated).
+    Refused { message: String, terminated: bool },
+}
+
+/// The escalated call the approvers answer.
+pub struct Escalated<'a> {
+    pub peer: &'a Peer,
+    pub intent: &'a Intent,
+    pub ctx: &'a CallContext,
+    pub reason: &'a str,
+    pub subject: Subject,
+}
+
+/// Sends an escalated call through its approvers.
+pub async fn approvers(daemon: &Daemon, policy: &Policy, e: &Escalated<'_>) -> Approved {
+    for approver in policy.approvers_of(&e.intent.tool) {
+        let (outcome, explanation, modified) = match ask(daemon, policy, approver, e).await {
+            Asked::Human => return Approved::Human,
+            Asked::Answer(o, x, m) => (o, x, m),
+        };
+        let redacted = modified.as_ref().map(|m| {
+            policy
+                .decide(&Intent::new(&e.intent.tool, m.clone()))
+                .redacted_args
+        });
+        let answer = Answer {
+            approved: matches!(outcome, Outcome::Approve | Outcome::Modify),
+            reason: explanation.clone(),
+            approver: Some(approver.name()),
+            outcome: Some(outcome.as_str().to_owned()),
+            modified_args: redacted,
+            ..Answer::default()
+        };
+        let call_id = &e.subject.call_id;
+        if !record_answer(daemon, call_id, &e.intent.tool, answer).await {
+            return refused("not run: the audit log is unavailable".into(), false);
+        }
+        let why = || {
+            let who = approver.name();
+            match (&explanation, policy.settings().disclose_reasons) {
+                (Some(x), true) => format!("not approved by {who}: {x}"),
+                (None, true) => format!("not approved by {who}"),
+                (_, false) => "not approved".to_owned(),
+            }
+        };
+        match outcome {
+            Outcome::Approve => return Approved::Run(Box::new(e.subject.plan.clone())),
+            Outcome::Escalate => {}
+            Outcome::Reject => return refused(why(), false),
+            Outcome::Terminate => return terminate(daemon, e, &approver.name(), why()).await,
+            Outcome::Modify => {
+                let args = modified.unwrap_or_default();
+                return modify(daemon, policy, e, args).await;
+            }
+        }
+    }
+    Approved::Human
+}
+
+fn refused(message: String, terminated: bool) -> Approved {
+    Approved::Refused {
+        message,
+        terminated,
+    }
+}
+
+/// What one approver said.
+enum Asked {
+    Human,
+    Answer(Outcome, Option<String>, Option<Map<String, Value>>),
+}
+
+async fn ask(daemon: &Daemon, policy: &Policy, approver: &Approver, e: &Escalated<'_>) -> Asked {
+    match &approver.kind {
+        ApproverKind::Human => Asked::Human,
+        ApproverKind::Auto(o) => Asked::Answer(*o, None, None),
+        ApproverKind::Judge(name) => match policy.judge(name) {
+            Some(j) => {
+                let v = judge::judge(daemon, j, &e.subject).await;
+                let outcome = if v.allowed {
+                    Outcome::Approve
+                } else {
+                    Outcome::Reject
+                };
+                Asked::Answer(outcome, v.reason.or(v.reasoning), None)
+            }
+            None => Asked::Answer(Outcome::Reject, Some(format!("no judge '{name}'")), None),
+        },
+        ApproverKind::Command(helper) => match command(daemon, helper, e).await {
+            Ok(a) => Asked::Answer(a.decision, a.explanation, a.modified.map(|m| m.arguments)),
+            Err(why) => Asked::Answer(
+                Outcome::Reject,
+                Some(format!("the approver failed: {why}")),
+                None,
+            ),
+        },
+    }
+}
+
+/// Runs a command approver, confined, and reads its answer strictly.
+async fn command(
+    daemon: &Daemon,
+    helper: &Helper,
+    e: &Escalated<'_>,
+) -> Result<ApprovalAnswer, String> {
+    let input = ApproverInput {
+        call_id: e.subject.call_id.clone(),
+        message: e.reason.to_owned(),
+        call: e.subject.call.clone(),
+        session: e.ctx.session.clone(),
+        task: e.ctx.task.clone(),
+    };
+    let input = serde_json::to_vec(&input).map_err(|x| x.to_string())?;
+    let plan = helper.plan("approver", &[], &[]);
+    let id = format!("{}-approver", e.subject.call_id);
+    let ran = confined::run(daemon, &id, &plan, input)
+        .await
+        .map_err(|x| format!("could not run: {x}"))?;
+    if let Some(why) = confined::failure(&ran, helper.timeout) {
+        return Err(why);
+    }
+    let text = String::from_utf8_lossy(&ran.stdout);
+    let answer: ApprovalAnswer = serde_json::from_str(text.trim()).map_err(|x| {
+        let shown: String = text.chars().take(120).collect();
+        format!("its output is no Approval ({x}): {shown:?}")
+    })?;
+    match (&answer.decision, &answer.modified) {
+        (Outcome::Modify, None) => Err("modify without the modified call".into()),
+        (_, Some(m)) if m.tool.as_ref().is_some_and(|t| *t != e.intent.tool) => {
+            Err("an approver may not change the tool".into())
+        }
+        _ => Ok(answer),
+    }
+}
+
+/// Blocks the caller's session, durably and after its row, and refuses the call.
+async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String) -> Approved {
+    let call_id = &e.subject.call_id;
+    let Some(session) = e.ctx.session.clone() else {
+        // Nothing to block beyond this call: the caller named no session.
+        return refused(format!("{message} (no session to terminate)"), true);
+    };
+    let row = Row::Session {
+        session: session.clone(),
+        terminated: true,
+        call_id: Some(call_id.clone()),
+        by: None,
+    };
+    if let Err(x) = daemon.audit.record(&row).await {
+        tracing::error!(call = %call_id, "audit log unavailable for the session row: {x}");
+    }
+    let t = Terminated {
+        session,
+        call_id: call_id.clone(),
+        by: by.to_owned(),
+        since: crate::audit::ts::now(),
+    };
+    if let Err(x) = daemon.sessions.terminate(t) {
+        tracing::error!(call = %call_id, "keeping the terminated session: {x}");
+    }
+    refused(message, true)
+}
+
+/// The approver's arguments, decided again by the policy and recorded as a decision row of
+/// the same call: run when the policy allows them (or escalates them again, which this
+/// approver has now answered), refused otherwise.
+async fn modify(
+    daemon: &Daemon,
+    policy: &Policy,
+    e: &Escalated<'_>,
+    args: Map<String, Value>,
+) -> Approved {
+    let intent = Intent::new(&e.intent.tool, args);
+    let mut verdict = policy.decide(&intent);
+    let call_id = &e.subject.call_id;
+    verdict.row.set_audit_entry_id(call_id.clone());
+    let row = Row::Decision {
+        call_id: call_id.clone(),
+        peer: e.peer.clone(),
+        tool: intent.tool.clone(),
+        args: verdict.redacted_args.clone(),
+        decision: Box::new(verdict.row.clone()),
+        enforced: daemon.enforced(),
+    };
+    if daemon.audit.record(&row).await.is_err() {
+        return refused("not run: the audit log is unavailable".into(), false);
+    }
+    let message = policy.caller_message(&verdict);
+    match (verdict.row.decision, verdict.plan) {
+        (Decision::Allow | Decision::Escalate, Some(plan)) => Approved::Run(Box::new(plan)),
+        _ => refused(message, false),
+    }
+}

@@ -1,0 +1,155 @@
+//! Programs guard runs for itself, confined like any call: a judge, an approver command, a
+//! notifier. Each gets a plan of its own (its command; effects the policy gives it, and none
+//! else: no network unless it names a destination), its own cgroup watched by the kernel
+//! programs, the unprivileged user, a timeout; guard writes its stdin and reads its stdout.
+
+use std::{
+    io::{Read as _, Write as _},
+    os::fd::OwnedFd,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    call::{CallError, watch_of},
+    cgroup::Cgroup,
+    daemon::Daemon,
+    plan::LaunchPlan,
+    receipt::{Receipt, ReceiptFor},
+    sandbox::{self, Outcome},
+};
+
+/// The most of a helper's stdout (and of its stderr) guard reads: the rest is dropped, and an
+/// answer that needs more is malformed.
+pub const MAX_OUTPUT: usize = 1 << 20;
+
+/// How a helper ended.
+#[derive(Debug)]
+pub struct Ran {
+    pub outcome: Outcome,
+    pub stdout: Vec<u8>,
+    /// The start of its stderr, for the reason a failing helper gives.
+    pub stderr: Vec<u8>,
+    /// What the kernel saw it do.
+    pub receipt: Option<Receipt>,
+    pub duration: Duration,
+}
+
+/// Runs `plan` confined, `input` on its stdin, until it ends or its plan's timeout runs out.
+/// `id` names it in cgroups and receipts (`CALL-judge-NAME`).
+pub async fn run(
+    daemon: &Daemon,
+    id: &str,
+    plan: &LaunchPlan,
+    input: Vec<u8>,
+) -> Result<Ran, CallError> {
+    let started = Instant::now();
+    let cgroup = Cgroup::create(daemon.root.path(), &format!("helper-{id}"))?;
+    let cg = cgroup.id();
+    let result = run_in(daemon, id, plan, input, &cgroup).await;
+    daemon.flush_events().await;
+    let receipt = daemon.receipts.finish(cg);
+    if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(cg)) {
+        tracing::warn!(helper = %id, "forgetting the helper in the kernel: {e}");
+    }
+    if let Err(e) = cgroup.remove() {
+        tracing::warn!(helper = %id, "removing the helper's cgroup: {e}");
+    }
+    let (outcome, stdout, stderr) = result?;
+    Ok(Ran {
+        outcome,
+        stdout,
+        stderr,
+        receipt,
+        duration: started.elapsed(),
+    })
+}
+
+type Output = (Outcome, Vec<u8>, Vec<u8>);
+
+async fn run_in(
+    daemon: &Daemon,
+    id: &str,
+    plan: &LaunchPlan,
+    input: Vec<u8>,
+    cgroup: &Cgroup,
+) -> Result<Output, CallError> {
+    let (watch, responder) = watch_of(plan).await?;
+    daemon.receipts.begin(
+        cgroup.id(),
+        ReceiptFor {
+            call_id: id.to_owned(),
+            tool: plan.tool.clone(),
+            cgroup: cgroup.path().to_owned(),
+            kill_on_divergence: true,
+            files: daemon.options.trace_syscalls,
+        },
+    );
+    daemon
+        .with_monitor(|m| m.watch(cgroup.id(), &watch))
+        .transpose()?;
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from);
+    let pipes = pipe()
+        .and_then(|i| pipe().map(|o| (i, o)))
+        .and_then(|(i, o)| pipe().map(|e| (i, o, e)));
+    let ((in_r, in_w), (out_r, out_w), (err_r, err_w)) = pipes.map_err(|e| {
+        CallError::Sandbox(sandbox::SandboxError::Sys {
+            op: "pipe2",
+            source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })
+    })?;
+    let launched = sandbox::spawn(plan, cgroup, [in_r, out_w, err_w], &daemon.launch)?;
+    let writer = tokio::task::spawn_blocking(move || feed(in_w, &input));
+    let out = tokio::task::spawn_blocking(move || drain(out_r));
+    let err = tokio::task::spawn_blocking(move || drain(err_r));
+    let outcome = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout).await?;
+    // The helper and everything it started are gone: the pipes are at their ends.
+    let _ = writer.await;
+    let stdout = out.await.unwrap_or_default();
+    let stderr = err.await.unwrap_or_default();
+    drop(responder);
+    Ok((outcome, stdout, stderr))
+}
+
+/// Writes the helper's input and closes its stdin (a helper that does not read it gets what
+/// fits in the pipe, and then its stdin closed: EPIPE here, never a hang).
+fn feed(fd: OwnedFd, input: &[u8]) {
+    let mut f = std::fs::File::from(fd);
+    let _ = f.write_all(input);
+}
+
+/// Reads up to [`MAX_OUTPUT`] bytes, then drains the rest unread, to EOF.
+fn drain(fd: OwnedFd) -> Vec<u8> {
+    let mut f = std::fs::File::from(fd);
+    let mut kept = Vec::new();
+    let _ = (&mut f).take(MAX_OUTPUT as u64).read_to_end(&mut kept);
+    let _ = std::io::copy(&mut f, &mut std::io::sink());
+    kept
+}
+
+/// Why a helper's run does not count as an answer, if it does not: it timed out, was stopped
+/// for a divergence, or exited non-zero (with the start of its stderr).
+pub fn failure(ran: &Ran, timeout: Duration) -> Option<String> {
+    if ran.outcome.timed_out {
+        return Some(format!("timed out after {} s", timeout.as_secs_f64()));
+    }
+    if ran.receipt.as_ref().is_some_and(|r| r.stopped) {
+        return Some("stopped: it did something it was not allowed to".into());
+    }
+    if ran.outcome.exit_code != 0 {
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        let first = stderr
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        let said = if first.is_empty() {
+            String::new()
+        } else {
+            format!(": {first}")
+        };
+        return Some(format!("exited {}{said}", ran.outcome.exit_code));
+    }
+    None
+}

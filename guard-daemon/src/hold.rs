@@ -1,0 +1,420 @@
+//! A call held for a human, from the hold to the answer: held durably with the digest of its
+//! canonical form, its caller told (and waiting, or gone with `no_wait`), the operator notified;
+//! then answered by an admin (`approve`, `deny`), the clock, or its caller leaving. Every answer
+//! is an audit row before anyone acts on it; an approved call is taken out of the store just
+//! before it runs, and only while its program is still the one held.
+
+use std::{io, sync::Arc, time::Duration};
+
+use serde_json::{Map, Value};
+
+use crate::{
+    access::Peer,
+    approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm},
+    audit::Row,
+    bus::What,
+    conn::Conn,
+    daemon::Daemon,
+    decision::Decision,
+    plan::LaunchPlan,
+    protocol::{
+        self, ExecReply,
+        reply::{CallDecision, Hold},
+    },
+};
+
+/// A call the policy (and its approvers) left to a human.
+#[derive(Debug)]
+pub struct ToHold {
+    pub call_id: String,
+    pub decision: Decision,
+    /// Why, as the audit row says it.
+    pub reason: String,
+    /// What the caller is told.
+    pub message: String,
+    pub session: Option<String>,
+    pub no_wait: bool,
+    /// The arguments as sent, and as the audit log keeps them.
+    pub args: Map<String, Value>,
+    pub redacted: Value,
+    pub plan: LaunchPlan,
+}
+
+/// What became of a waiting caller's call.
+#[derive(Debug)]
+pub enum Waited {
+    /// Approved by this uid: collect it with [`collect`] once the call has a slot.
+    Approved(u32),
+    /// Not run; the caller has been told why, or is gone.
+    Done,
+}
+
+/// Writes one reply to the caller.
+async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
+    conn.write(&protocol::frame(&reply)).await
+}
+
+/// Tells the caller its call does not run (the last reply).
+async fn refuse(
+    conn: &mut Conn,
+    call_id: &str,
+    decision: Decision,
+    message: String,
+) -> io::Result<()> {
+    let reply = ExecReply::Decision(CallDecision {
+        call_id: call_id.to_owned(),
+        decision,
+        message: Some(message),
+        approved_by: None,
+        terminated: false,
+    });
+    send(conn, reply).await
+}
+
+/// Holds a call, durably, tells its caller and the operator's notifier, and waits with the
+/// caller for the answer (unless the caller said `no_wait`).
+pub async fn hold(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    h: ToHold,
+    conn: &mut Conn,
+) -> io::Result<Waited> {
+    let (call_id, decision) = (h.call_id.clone(), h.decision);
+    let policy = daemon.policy();
+    let form = match CallForm::new(&h.plan.tool, &h.args, &h.plan, policy.version()) {
+        Ok(form) => form,
+        Err(e) => {
+            let program = h
+                .plan
+                .argv
+                .first()
+                .map(|p| p.to_string_lossy().into_owned());
+            let why = format!("not held: its program {program:?} cannot be read: {e}");
+            record_answer(daemon, &call_id, &h.plan.tool, Answer::nobody(&why, None)).await;
+            return refuse(conn, &call_id, decision, why)
+                .await
+                .map(|()| Waited::Done);
+        }
+    };
+    let rec = record_of(peer.uid, &h, form);
+    let held = rec.held.clone();
+    let digest = held.digest.clone();
+    if let Err(e) = daemon.approvals.hold(rec) {
+        return refuse(conn, &call_id, decision, e.to_string())
+            .await
+            .map(|()| Waited::Done);
+    }
+    let rx = match daemon.approvals.attach(&call_id, peer.uid) {
+        Ok(Attached::Waiting(rx)) => Some(rx),
+        Ok(Attached::Approved(_)) | Err(_) => None,
+    };
+    let timeout_s = daemon.approvals.timeout.as_secs();
+    let waiting = Hold {
+        call_id: call_id.clone(),
+        decision,
+        message: h.message.clone(),
+        timeout_s,
+        digest,
+    };
+    let told = send(conn, ExecReply::Pending(waiting)).await;
+    let what = What::Held {
+        decision,
+        reason: h.message,
+        uid: peer.uid,
+        timeout_s,
+    };
+    daemon.bus.call(&call_id, &held.tool, what);
+    crate::notifier::spawn(daemon, &held);
+    if let Err(e) = told {
+        if !h.no_wait {
+            withdraw(
+                daemon,
+                &call_id,
+                "the caller went away while waiting for approval",
+            )
+            .await;
+        }
+        return Err(e);
+    }
+    match rx {
+        Some(_) if h.no_wait => {
+            daemon.approvals.detach(&call_id);
+            Ok(Waited::Done)
+        }
+        Some(rx) => wait(daemon, &call_id, decision, rx, conn, false).await,
+        None => refuse(conn, &call_id, decision, "withdrawn".into())
+            .await
+            .map(|()| Waited::Done),
+    }
+}
+
+/// The record of a call about to be held.
+fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
+    let held = Held {
+        call_id: h.call_id.clone(),
+        tool: h.plan.tool.clone(),
+        decision: h.decision,
+        reason: h.reason.clone(),
+        uid,
+        args: h.redacted.clone(),
+        since: crate::audit::ts::now(),
+        digest: form.digest(),
+        program: form.program.path.to_string_lossy().into_owned(),
+        session: h.session.clone(),
+        approved_by: None,
+        no_wait: h.no_wait,
+    };
+    Record {
+        held,
+        form,
+        expires: 0,
+    }
+}
+
+/// Meets a held call again (`resume`): waits for its answer as its caller, or collects it
+/// when it was approved meanwhile. Only the uid that submitted the call may.
+pub async fn resume(
+    daemon: &Daemon,
+    peer: &Peer,
+    call_id: &str,
+    conn: &mut Conn,
+) -> io::Result<Waited> {
+    let block = Decision::Block;
+    let held = daemon.approvals.get(call_id);
+    match (daemon.approvals.attach(call_id, peer.uid), held) {
+        (Ok(Attached::Approved(by)), _) => Ok(Waited::Approved(by)),
+        (Ok(Attached::Waiting(rx)), Some(held)) => {
+            let waiting = Hold {
+                call_id: call_id.to_owned(),
+                decision: held.decision,
+                message: "held for review".into(),
+                timeout_s: daemon.approvals.timeout.as_secs(),
+                digest: held.digest,
+            };
+            send(conn, ExecReply::Pending(waiting)).await?;
+            wait(daemon, call_id, held.decision, rx, conn, held.no_wait).await
+        }
+        (Ok(Attached::Waiting(_)), None) => {
+            let e = ApprovalError::NotHeld(call_id.to_owned());
+            refuse(conn, call_id, block, e.to_string())
+                .await
+                .map(|()| Waited::Done)
+        }
+        (Err(e), _) => {
+            let message = match e {
+                ApprovalError::NotHeld(_) => format!(
+                    "no call {call_id} is held: it was denied, expired, withdrawn or has run \
+                     (guardctl show {call_id})"
+                ),
+                e => e.to_string(),
+            };
+            refuse(conn, call_id, block, message)
+                .await
+                .map(|()| Waited::Done)
+        }
+    }
+}
+
+/// Waits for the answer with the caller on `conn`. A caller that leaves withdraws its call,
+/// unless it was held with `no_wait`.
+async fn wait(
+    daemon: &Daemon,
+    call_id: &str,
+    decision: Decision,
+    rx: tokio::sync::oneshot::Receiver<Resolution>,
+    conn: &mut Conn,
+    no_wait: bool,
+) -> io::Result<Waited> {
+    let answer = tokio::select! {
+        answer = rx => answer.unwrap_or(Resolution::Denied { reason: "withdrawn".into() }),
+        _ = conn.closed() => {
+            if no_wait {
+                daemon.approvals.detach(call_id);
+            } else {
+                withdraw(daemon, call_id, "the caller went away while waiting for approval").await;
+            }
+            return Ok(Waited::Done);
+        }
+    };
+    match answer {
+        Resolution::Approved { by } => Ok(Waited::Approved(by)),
+        Resolution::Denied { reason } => {
+            let message = format!("not approved: {reason}");
+            refuse(conn, call_id, decision, message)
+                .await
+                .map(|()| Waited::Done)
+        }
+    }
+}
+
+/// Takes an approved call out of the store to run it, once its program is checked to be the
+/// one held; `None` when it does not run (its caller has been told why).
+pub async fn collect(
+    daemon: &Daemon,
+    call_id: &str,
+    conn: &mut Conn,
+) -> io::Result<Option<LaunchPlan>> {
+    let record = match daemon.approvals.take(call_id) {
+        Ok(r) => r,
+        Err(e) => {
+            return refuse(conn, call_id, Decision::Block, e.to_string())
+                .await
+                .map(|()| None);
+        }
+    };
+    if let Some(why) = record.form.program.changed() {
+        let digest = Some(record.held.digest.clone());
+        record_answer(
+            daemon,
+            call_id,
+            &record.held.tool,
+            Answer::nobody(&why, digest),
+        )
+        .await;
+        let message = format!("not run: {why}");
+        return refuse(conn, call_id, record.held.decision, message)
+            .await
+            .map(|()| None);
+    }
+    Ok(Some(record.form.launch_plan()))
+}
+
+/// An answer, as its audit row records it.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub approved: bool,
+    pub by: Option<u32>,
+    pub reason: Option<String>,
+    pub digest: Option<String>,
+    pub approver: Option<String>,
+    pub outcome: Option<String>,
+    pub modified_args: Option<Value>,
+}
+
+impl Answer {
+    /// Nobody's refusal (the clock, a caller leaving, a changed program).
+    pub fn nobody(reason: &str, digest: Option<String>) -> Self {
+        Self {
+            reason: Some(reason.to_owned()),
+            digest,
+            ..Self::default()
+        }
+    }
+}
+
+/// Writes an approval row, durably, and publishes it; false when it could not be written, and
+/// then nothing may act on the answer.
+pub async fn record_answer(daemon: &Daemon, call_id: &str, tool: &str, a: Answer) -> bool {
+    let what = What::Approval {
+        approved: a.approved,
+        by: a.by,
+        reason: a.reason.clone(),
+        approver: a.approver.clone().map(|who| match &a.outcome {
+            Some(o) => format!("{who} ({o})"),
+            None => who,
+        }),
+    };
+    daemon.bus.call(call_id, tool, what);
+    let row = Row::Approval {
+        call_id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        approved: a.approved,
+        by: a.by,
+        reason: a.reason,
+        digest: a.digest,
+        approver: a.approver,
+        outcome: a.outcome,
+        modified_args: a.modified_args,
+    };
+    match daemon.audit.record(&row).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(call = %call_id, "audit log unavailable for the approval row: {e}");
+            false
+        }
+    }
+}
+
+/// An admin's answer (`deny` none: approve) to held call `call_id`, bound to `digest` when
+/// given. Recorded before the call learns it.
+pub async fn answer(
+    daemon: &Daemon,
+    call_id: &str,
+    by: u32,
+    deny: Option<Option<String>>,
+    digest: Option<&str>,
+) -> Result<Held, String> {
+    let _one = daemon.approvals.answering.lock().await;
+    let allow_self = daemon.policy().settings().allow_self_approval;
+    let approve_by = deny.is_none().then_some(by);
+    let held = daemon
+        .approvals
+        .check(call_id, approve_by, digest, allow_self)
+        .map_err(|e| e.to_string())?;
+    let reason = deny.map(|r| r.unwrap_or_else(|| "denied by an admin".into()));
+    let a = Answer {
+        approved: reason.is_none(),
+        by: Some(by),
+        reason: reason.clone(),
+        digest: Some(held.digest.clone()),
+        ..Answer::default()
+    };
+    if !record_answer(daemon, call_id, &held.tool, a).await {
+        return Err("not answered: the audit log is unavailable".into());
+    }
+    match reason {
+        None => daemon.approvals.approve(call_id, by),
+        Some(r) => daemon.approvals.end(call_id, &r).map(|_| ()),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(held)
+}
+
+/// Ends a held call unrun for `reason` (nobody's answer), after its row.
+pub async fn withdraw(daemon: &Daemon, call_id: &str, reason: &str) {
+    end_unrun(daemon, call_id, reason, false).await;
+}
+
+/// Ends a held call unrun for `reason`, after its row; with `expired`, only if its wait has
+/// run out (an answer may have come in since it was seen expired).
+async fn end_unrun(daemon: &Daemon, call_id: &str, reason: &str, expired: bool) {
+    let _one = daemon.approvals.answering.lock().await;
+    let Some(held) = daemon.approvals.get(call_id) else {
+        return;
+    };
+    let now = crate::approval::now_ms();
+    if expired
+        && !daemon
+            .approvals
+            .expired(now)
+            .iter()
+            .any(|h| h.call_id == call_id)
+    {
+        return;
+    }
+    let digest = Some(held.digest.clone());
+    if record_answer(daemon, call_id, &held.tool, Answer::nobody(reason, digest)).await {
+        let _ = daemon.approvals.end(call_id, reason);
+    }
+}
+
+/// Ends the held calls whose wait ran out, every quarter of a second, for as long as guardd
+/// runs: one never answered is denied, one approved but never collected is dropped.
+pub fn spawn_sweeper(daemon: &Arc<Daemon>) {
+    let daemon = Arc::clone(daemon);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tick.tick().await;
+            let timeout_s = daemon.approvals.timeout.as_secs();
+            for held in daemon.approvals.expired(crate::approval::now_ms()) {
+                let reason = if held.approved_by.is_some() {
+                    format!("approved, but its caller did not come back within {timeout_s} s")
+                } else {
+                    format!("no admin answered within {timeout_s} s")
+                };
+                end_unrun(&daemon, &held.call_id, &reason, true).await;
+            }
+        }
+    });
+}

@@ -1,0 +1,41 @@
+//! Telling the operator a call is held: `[approvals] notify` runs, confined, with the held
+//! call's redacted summary and digest on its stdin (the [`Held`] that `guardctl pending`
+//! shows), so it can be wired to chat or a pager. It runs beside the hold, never instead of
+//! it: whatever becomes of the notifier is a `notified` audit row, a failing one is also a log
+//! line, and the call stays held either way.
+
+use std::sync::Arc;
+
+use crate::{approval::Held, audit::Row, confined, daemon::Daemon};
+
+/// Runs the policy's notifier for `held`, if it has one, in the background.
+pub fn spawn(daemon: &Arc<Daemon>, held: &Held) {
+    let Some(helper) = daemon.policy().settings().notify.clone() else {
+        return;
+    };
+    let (daemon, held) = (Arc::clone(daemon), held.clone());
+    tokio::spawn(async move {
+        let error = match serde_json::to_vec(&held) {
+            Err(e) => Some(format!("serialising the summary: {e}")),
+            Ok(input) => {
+                let plan = helper.plan("notify", &[], &[]);
+                let id = format!("{}-notify", held.call_id);
+                match confined::run(&daemon, &id, &plan, input).await {
+                    Ok(ran) => confined::failure(&ran, helper.timeout),
+                    Err(e) => Some(format!("could not run: {e}")),
+                }
+            }
+        };
+        if let Some(e) = &error {
+            tracing::warn!(call = %held.call_id, "the notifier of a held call failed: {e}");
+        }
+        let row = Row::Notified {
+            call_id: held.call_id.clone(),
+            tool: held.tool.clone(),
+            error,
+        };
+        if let Err(e) = daemon.audit.record(&row).await {
+            tracing::error!(call = %held.call_id, "audit log unavailable for the notified row: {e}");
+        }
+    });
+}

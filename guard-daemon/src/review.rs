@@ -1,0 +1,234 @@
+//! From a call's intent to what happens to it: the policy's decision (recorded durably before
+//! anything else), then, for a call that may run, its judges, and for an escalated one its
+//! approvers, until it runs, is held for a human, or is refused.
+
+use std::{io, sync::Arc};
+
+use crate::{
+    access::Peer,
+    approver::{self, Approved, Escalated},
+    audit::Row,
+    bus::What,
+    conn::Conn,
+    daemon::Daemon,
+    decision::Decision,
+    hold::ToHold,
+    intent::Intent,
+    judge::{self, ProposedCall, Subject},
+    plan::LaunchPlan,
+    policy::{Policy, Verdict},
+    protocol::{self, ExecReply, reply::CallDecision},
+    stages::Stages,
+};
+
+/// What the caller of `exec` brings besides the call itself.
+#[derive(Clone, Debug, Default)]
+pub struct CallContext {
+    /// The caller's session, which an approver may terminate.
+    pub session: Option<String>,
+    /// What the agent is working on, for the judges.
+    pub task: Option<String>,
+    /// A held call does not wait with its caller.
+    pub no_wait: bool,
+}
+
+/// What comes after the review.
+#[derive(Debug)]
+pub enum Next {
+    /// Run this plan.
+    Run(Box<LaunchPlan>),
+    /// Hold it for a human.
+    Hold(Box<ToHold>),
+    /// Nothing runs; the caller has been told why, or is gone.
+    Done,
+}
+
+/// Writes one reply to the caller.
+async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
+    conn.write(&protocol::frame(&reply)).await
+}
+
+/// A refusal to tell the caller.
+pub fn refusal(call_id: &str, decision: Decision, message: String, terminated: bool) -> ExecReply {
+    ExecReply::Decision(CallDecision {
+        call_id: call_id.to_owned(),
+        decision,
+        message: Some(message),
+        approved_by: None,
+        terminated,
+    })
+}
+
+/// One call under review.
+pub struct Review<'a> {
+    pub daemon: &'a Arc<Daemon>,
+    pub peer: &'a Peer,
+    pub intent: &'a Intent,
+    pub ctx: &'a CallContext,
+    pub call_id: &'a str,
+}
+
+impl Review<'_> {
+    /// Decides the call, records the decision durably, and sends it through the judges and
+    /// approvers the policy names for it.
+    pub async fn run(&self, conn: &mut Conn, stages: &mut Stages) -> io::Result<Next> {
+        let (daemon, call_id) = (self.daemon, self.call_id);
+        let policy = daemon.policy();
+        let verdict = self.decide(&policy);
+        stages.lap("decide");
+        if !self.record(&verdict).await {
+            // Fail closed: a call whose decision cannot be recorded does not run.
+            let message = "blocked: the audit log is unavailable".to_owned();
+            let reply = refusal(call_id, Decision::Block, message, false);
+            return send(conn, reply).await.map(|()| Next::Done);
+        }
+        stages.lap("audit_decision");
+        let decision = verdict.row.decision;
+        let message = policy.caller_message(&verdict);
+        let Some(plan) = verdict.plan.clone() else {
+            self.blocked(decision);
+            let terminated = verdict.row.check_name == "session";
+            let reply = refusal(call_id, decision, message, terminated);
+            return send(conn, reply).await.map(|()| Next::Done);
+        };
+        let subject = self.subject(&policy, &verdict, &plan);
+        if let Some(why) = self.judged(&policy, &subject, stages).await {
+            self.blocked(Decision::Block);
+            let reply = refusal(call_id, Decision::Block, why, false);
+            return send(conn, reply).await.map(|()| Next::Done);
+        }
+        if decision == Decision::Allow {
+            return Ok(Next::Run(Box::new(plan)));
+        }
+        if decision == Decision::Escalate {
+            let escalated = Escalated {
+                peer: self.peer,
+                intent: self.intent,
+                ctx: self.ctx,
+                reason: &verdict.row.reason,
+                subject,
+            };
+            match approver::approvers(daemon, &policy, &escalated).await {
+                Approved::Run(plan) => return Ok(Next::Run(plan)),
+                Approved::Human => {}
+                Approved::Refused {
+                    message,
+                    terminated,
+                } => {
+                    self.blocked(Decision::Block);
+                    let reply = refusal(call_id, decision, message, terminated);
+                    return send(conn, reply).await.map(|()| Next::Done);
+                }
+            }
+        }
+        Ok(Next::Hold(Box::new(ToHold {
+            call_id: call_id.to_owned(),
+            decision,
+            reason: verdict.row.reason.clone(),
+            message,
+            session: self.ctx.session.clone(),
+            no_wait: self.ctx.no_wait,
+            args: self.intent.args.clone(),
+            redacted: verdict.redacted_args,
+            plan,
+        })))
+    }
+
+    /// The policy's verdict; a terminated session's calls are blocked whatever it says.
+    fn decide(&self, policy: &Policy) -> Verdict {
+        let mut verdict = policy.decide(self.intent);
+        verdict.row.set_audit_entry_id(self.call_id.to_owned());
+        let session = self.ctx.session.as_deref();
+        if let Some(t) = session.and_then(|s| self.daemon.sessions.get(s)) {
+            verdict.row.decision = Decision::Block;
+            verdict.row.check_name = "session".into();
+            verdict.row.reason = format!(
+                "session '{}' was terminated by {} (call {}); an admin clears it with \
+                 guardctl sessions --clear",
+                t.session, t.by, t.call_id
+            );
+            verdict.plan = None;
+        }
+        verdict
+    }
+
+    /// Records the decision durably and publishes it; false when it could not be recorded.
+    async fn record(&self, verdict: &Verdict) -> bool {
+        let daemon = self.daemon;
+        let row = Row::Decision {
+            call_id: self.call_id.to_owned(),
+            peer: self.peer.clone(),
+            tool: self.intent.tool.clone(),
+            args: verdict.redacted_args.clone(),
+            decision: Box::new(verdict.row.clone()),
+            enforced: daemon.enforced(),
+        };
+        if let Err(e) = daemon.audit.record(&row).await {
+            tracing::error!(call = %self.call_id, "audit log unavailable, blocking: {e}");
+            return false;
+        }
+        let what = What::Decision {
+            decision: verdict.row.decision,
+            reason: verdict.row.reason.clone(),
+            uid: self.peer.uid,
+        };
+        daemon.bus.call(self.call_id, &self.intent.tool, what);
+        true
+    }
+
+    /// Remembers a block for the judges' `policy_violations`.
+    fn blocked(&self, decision: Decision) {
+        if decision == Decision::Block {
+            let session = self.ctx.session.as_deref();
+            (self.daemon.violations).blocked(self.peer, session, &self.intent.tool);
+        }
+    }
+
+    /// The call as its judges and approvers see it.
+    fn subject(&self, policy: &Policy, verdict: &Verdict, plan: &LaunchPlan) -> Subject {
+        let command: serde_json::Value = plan
+            .argv
+            .iter()
+            .map(|a| serde_json::Value::String(a.to_string_lossy().into_owned()))
+            .collect();
+        Subject {
+            call_id: self.call_id.to_owned(),
+            task: self.ctx.task.clone(),
+            call: ProposedCall {
+                tool: self.intent.tool.clone(),
+                arguments: verdict.redacted_args.clone(),
+                command: policy.redact_for(&self.intent.tool, &command),
+            },
+            plan: plan.clone(),
+            available_tools: policy.tools().map(str::to_owned).collect(),
+            policy_violations: (self.daemon.violations)
+                .recent(self.peer, self.ctx.session.as_deref()),
+        }
+    }
+
+    /// Runs the tool's judges in order; the message for the caller when one rejects. The
+    /// judge's reasoning reaches the caller only when reasons are disclosed.
+    async fn judged(
+        &self,
+        policy: &Policy,
+        subject: &Subject,
+        stages: &mut Stages,
+    ) -> Option<String> {
+        for j in policy.judges_of(&self.intent.tool) {
+            let v = judge::judge(self.daemon, j, subject).await;
+            stages.lap("judge");
+            if v.allowed {
+                continue;
+            }
+            if !policy.settings().disclose_reasons {
+                return Some("blocked by policy".to_owned());
+            }
+            let why = v.reason.unwrap_or_default();
+            return Some(match v.reasoning.filter(|r| !r.is_empty()) {
+                Some(r) => format!("{why}: {r}"),
+                None => why,
+            });
+        }
+        None
+    }
+}

@@ -1,0 +1,111 @@
+//! guard-testjudge: the judges, approvers and notifiers the tests have guard run, confined.
+//! Its argv says what to be; each mode reads guard's input on stdin first.
+//!
+//! - `score S C REASONING [--probe]`: a judge answering score S, confidence C; its metadata
+//!   holds what it received (`received`) and, with `--probe`, whether it could read and write
+//!   each path of the judged call (`probe`).
+//! - `sleep SECS`: a judge that never answers in time.
+//! - `garbage`: a judge that prints no GradientResult.
+//! - `connect ADDR`: a judge that tries to reach ADDR; answers 1.0 if it could, else exits 3.
+//! - `approve | reject | terminate | escalate [EXPLANATION]`: an approver's answer.
+//! - `modify NAME=VALUE...`: an approver changing the call's arguments to these.
+//! - `record PATH`: a notifier writing what it received to PATH.
+//! - `exit N`: exits N after reading its input.
+
+use std::{
+    io::{Read as _, Write as _},
+    process::ExitCode,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+
+fn probe(received: &Value) -> Value {
+    let mounts = received["worker_mounts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    mounts
+        .iter()
+        .filter_map(|m| m["path"].as_str())
+        .map(|path| {
+            let read = match std::fs::read(path) {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            let write = match std::fs::OpenOptions::new().append(true).open(path) {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            json!({"path": path, "read": read, "write": write})
+        })
+        .collect()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut input = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut input);
+    let received: Value = serde_json::from_slice(&input).unwrap_or(Value::Null);
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let answer = match arg(0) {
+        "score" => {
+            let mut metadata = json!({"received": received});
+            if args.iter().any(|a| a == "--probe") {
+                metadata["probe"] = probe(&received);
+            }
+            json!({
+                "score": arg(1).parse::<f64>().unwrap_or(0.0),
+                "confidence": arg(2).parse::<f64>().unwrap_or(0.0),
+                "reasoning": arg(3),
+                "signals": [{"category": "test", "score": 1.0, "message": "from guard-testjudge"}],
+                "metadata": metadata,
+            })
+        }
+        "sleep" => {
+            std::thread::sleep(Duration::from_secs(arg(1).parse().unwrap_or(60)));
+            json!({"score": 1.0, "confidence": 1.0})
+        }
+        "garbage" => {
+            println!("I think this call is fine, go ahead");
+            return ExitCode::SUCCESS;
+        }
+        "connect" => match std::net::TcpStream::connect_timeout(
+            &arg(1).parse().expect("ADDR"),
+            Duration::from_secs(2),
+        ) {
+            Ok(_) => json!({"score": 1.0, "confidence": 1.0, "reasoning": "reached the network"}),
+            Err(e) => {
+                eprintln!("connect {}: {e}", arg(1));
+                return ExitCode::from(3);
+            }
+        },
+        "approve" | "reject" | "terminate" | "escalate" => {
+            json!({"decision": arg(0), "explanation": arg(1), "metadata": {"received": received}})
+        }
+        "modify" => {
+            let arguments: serde_json::Map<String, Value> = args[1..]
+                .iter()
+                .filter_map(|a| a.split_once('='))
+                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                .collect();
+            json!({
+                "decision": "modify",
+                "modified": {"arguments": arguments},
+                "explanation": "narrowed",
+            })
+        }
+        "record" => {
+            std::fs::write(arg(1), &input).expect("record");
+            return ExitCode::SUCCESS;
+        }
+        "exit" => return ExitCode::from(arg(1).parse::<u8>().unwrap_or(1)),
+        other => {
+            eprintln!("guard-testjudge: unknown mode {other:?}");
+            return ExitCode::from(64);
+        }
+    };
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{answer}");
+    ExitCode::SUCCESS
+}
