@@ -7,7 +7,7 @@ use std::sync::Arc;
 use guard::{
     decision::RiskTier,
     plan::OnDivergence,
-    policy::{ArgDoc, ArgKind, ToolSpec},
+    policy::{ArgDoc, ArgType, ToolSpec},
 };
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::Value;
@@ -65,7 +65,7 @@ fn property(arg: &ArgDoc) -> JsonObject {
     let strings = |v: &[String]| Value::Array(v.iter().cloned().map(Value::String).collect());
     let mut about = Vec::new();
     match arg.ty {
-        ArgKind::Integer => {
+        ArgType::Integer => {
             p.insert("type".into(), "integer".into());
             if let Some(min) = arg.min {
                 p.insert("minimum".into(), min.into());
@@ -74,10 +74,10 @@ fn property(arg: &ArgDoc) -> JsonObject {
                 p.insert("maximum".into(), max.into());
             }
         }
-        ArgKind::Boolean => {
+        ArgType::Boolean => {
             p.insert("type".into(), "boolean".into());
         }
-        ArgKind::String | ArgKind::Enum | ArgKind::Path | ArgKind::Url => {
+        ArgType::String | ArgType::Enum | ArgType::Path | ArgType::Url => {
             p.insert("type".into(), "string".into());
         }
     }
@@ -92,7 +92,7 @@ fn property(arg: &ArgDoc) -> JsonObject {
         p.insert("maxLength".into(), max_len.into());
     }
     match arg.ty {
-        ArgKind::Path => {
+        ArgType::Path => {
             about.push("a path".to_owned());
             if let Some(base) = &arg.base {
                 about.push(format!("relative to {base}"));
@@ -101,7 +101,7 @@ fn property(arg: &ArgDoc) -> JsonObject {
                 about.push(format!("beneath {}", arg.within.join(" or ")));
             }
         }
-        ArgKind::Url => {
+        ArgType::Url => {
             p.insert("format".into(), "uri".into());
             about.push("a URL".to_owned());
             if !arg.schemes.is_empty() {
@@ -123,7 +123,7 @@ fn property(arg: &ArgDoc) -> JsonObject {
 mod tests {
     use super::*;
 
-    fn arg(name: &str, ty: ArgKind) -> ArgDoc {
+    fn arg(name: &str, ty: ArgType) -> ArgDoc {
         ArgDoc {
             name: name.into(),
             ty,
@@ -142,13 +142,13 @@ mod tests {
 
     #[test]
     fn schema_carries_types_required_enums_patterns_and_lengths() {
-        let mut to = arg("to", ArgKind::String);
+        let mut to = arg("to", ArgType::String);
         to.pattern = Some("^(?:[^@]+@[^@]+)$".into());
         to.max_len = Some(254);
-        let mut mode = arg("mode", ArgKind::Enum);
+        let mut mode = arg("mode", ArgType::Enum);
         mode.values = vec!["a".into(), "b".into()];
         mode.required = false;
-        let mut n = arg("n", ArgKind::Integer);
+        let mut n = arg("n", ArgType::Integer);
         n.min = Some(1);
         n.max = Some(9);
         let spec = ToolSpec {

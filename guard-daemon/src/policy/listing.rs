@@ -34,7 +34,7 @@ pub struct ToolSpec {
 pub struct ArgDoc {
     pub name: String,
     #[serde(rename = "type")]
-    pub ty: ArgKind,
+    pub ty: ArgType,
     pub required: bool,
     /// Anchored regular expression (`^(?:...)$`) the value must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,31 +61,6 @@ pub struct ArgDoc {
     /// A URL's allowed schemes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schemes: Vec<String>,
-}
-
-/// An argument's type, as a policy writes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ArgKind {
-    String,
-    Path,
-    Url,
-    Integer,
-    Boolean,
-    Enum,
-}
-
-impl From<ArgType> for ArgKind {
-    fn from(t: ArgType) -> Self {
-        match t {
-            ArgType::String => ArgKind::String,
-            ArgType::Path => ArgKind::Path,
-            ArgType::Url => ArgKind::Url,
-            ArgType::Integer => ArgKind::Integer,
-            ArgType::Boolean => ArgKind::Boolean,
-            ArgType::Enum => ArgKind::Enum,
-        }
-    }
 }
 
 impl Policy {
@@ -167,7 +142,7 @@ tier = "low"
         assert_eq!(list.len(), 1, "{list:?}");
         assert_eq!(list[0].name, "a");
         assert!(list[0].read_only && !list[0].network && !list[0].held);
-        assert_eq!(list[0].args[0].ty, ArgKind::Enum);
+        assert_eq!(list[0].args[0].ty, ArgType::Enum);
         assert_eq!(list[0].args[0].values, ["x", "y"]);
     }
 }

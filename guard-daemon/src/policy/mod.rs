@@ -37,7 +37,7 @@ use self::{
     template::Elem,
 };
 pub use self::{
-    listing::{ArgDoc, ArgKind, ToolSpec},
+    listing::{ArgDoc, ToolSpec},
     raw::{ArgType, Principal},
     rules::glob_match,
     source::{PolicyError, PolicyErrors},

@@ -18,8 +18,9 @@ pub enum Principal {
     Name(String),
 }
 
-/// The argument types a tool may declare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The argument types a tool may declare; serialized as a policy writes them (`"path"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ArgType {
     String,
     Path,
