@@ -97,7 +97,7 @@ fn doc(a: &ArgSpec) -> ArgDoc {
         |v: &[std::path::PathBuf]| v.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     ArgDoc {
         name: a.name.clone(),
-        ty: a.ty.into(),
+        ty: a.ty,
         required: a.required,
         pattern: a.pattern.as_ref().map(|r| r.as_str().to_owned()),
         values: a.values.clone(),
