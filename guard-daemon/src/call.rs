@@ -25,7 +25,7 @@ use crate::{
         reply::{CallDecision, Exit},
     },
     receipt::{Receipt, ReceiptFor, Verdict},
-    review::{self, CallContext},
+    review::{self, CallContext, Recording},
     sandbox,
     stages::Stages,
 };
@@ -47,6 +47,10 @@ pub enum CallError {
     Resolve { host: String, reason: String },
     #[error("launch: {0}")]
     Sandbox(#[from] sandbox::SandboxError),
+    #[error("the decision could not be recorded")]
+    NotRecorded,
+    #[error("the caller went away before the call started: {0}")]
+    Caller(io::Error),
 }
 
 /// Handles an `exec` request; the connection is the call's for its whole life.
@@ -77,8 +81,8 @@ pub async fn exec(
         call_id: &call_id,
     };
     let next = review.run(&mut conn, &mut stages).await?;
-    let (plan, admission, approved_by) = match next {
-        review::Next::Run(plan) => (*plan, admission, None),
+    let (plan, admission, approved, recording) = match next {
+        review::Next::Run { plan, recording } => (*plan, admission, None, recording),
         review::Next::Done => return Ok(()),
         review::Next::Hold(h) => {
             // A call waiting for a human takes no slot: running calls are what slots bound.
@@ -90,15 +94,19 @@ pub async fn exec(
             let Some((plan, admission)) = collect(daemon, &call_id, &mut conn).await? else {
                 return Ok(());
             };
-            (plan, admission, Some(by))
+            (plan, admission, Some(by), None)
         }
+    };
+    let start = Start {
+        approved_by: approved,
+        recording,
     };
     carry_out(
         daemon,
         peer,
         &call_id,
         &plan,
-        approved_by,
+        start,
         (conn, stdio, admission, stages),
     )
     .await
@@ -126,12 +134,16 @@ pub async fn resume(
     let Some((plan, admission)) = collect(daemon, call_id, &mut conn).await? else {
         return Ok(());
     };
+    let start = Start {
+        approved_by: Some(by),
+        recording: None,
+    };
     carry_out(
         daemon,
         peer,
         call_id,
         &plan,
-        Some(by),
+        start,
         (conn, stdio, admission, stages),
     )
     .await
@@ -195,25 +207,23 @@ async fn collect<'d>(
         .map(|plan| (plan, admission)))
 }
 
+/// What an approved call's start waits for, and what its caller is told then.
+struct Start {
+    /// The admin who approved a held call.
+    approved_by: Option<u32>,
+    /// The decision row, when it is still being written (see `review`).
+    recording: Option<Recording>,
+}
+
 /// Runs an approved call and records its end.
 async fn carry_out(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     call_id: &str,
     plan: &LaunchPlan,
-    approved_by: Option<u32>,
+    start: Start,
     (mut conn, stdio, mut admission, mut stages): (Conn, [OwnedFd; 3], Admission<'_>, Stages),
 ) -> io::Result<()> {
-    let allowed = CallDecision {
-        call_id: call_id.to_owned(),
-        decision: Decision::Allow,
-        message: None,
-        approved_by,
-        terminated: false,
-    };
-    send(&mut conn, ExecReply::Decision(allowed)).await?;
-    stages.lap("reply_decision");
-
     let mut call = Call {
         daemon,
         id: call_id,
@@ -222,9 +232,19 @@ async fn carry_out(
         conn: &mut conn,
         stages: &mut stages,
         admission: &mut admission,
+        start: Some(start),
     };
     let started = Instant::now();
-    let result = call.run(stdio).await;
+    let mut result = call.run(stdio).await;
+    if let Err((e, receipt)) = result {
+        // A step that failed before the start still waits for the decision row: the caller
+        // hears "allow" (then the error) only for a decision that is on disk.
+        result = match call.confirm().await {
+            Ok(()) => Err((e, receipt)),
+            Err(CallError::NotRecorded) => return not_recorded(call_id, &mut conn).await,
+            Err(other) => Err((other, receipt)),
+        };
+    }
     let duration_ms = started.elapsed().as_secs_f64() * 1e3;
     finish(
         daemon,
@@ -237,6 +257,11 @@ async fn carry_out(
     )
     .await;
     Ok(())
+}
+
+/// Refuses a call whose decision row could not be written: it did not start.
+async fn not_recorded(call_id: &str, conn: &mut Conn) -> io::Result<()> {
+    review::not_recorded(call_id, conn).await.map(|_| ())
 }
 
 /// Writes one reply to the caller.
@@ -318,9 +343,37 @@ struct Call<'a, 'd> {
     conn: &'a mut Conn,
     stages: &'a mut Stages,
     admission: &'a mut Admission<'d>,
+    /// Until the call is confirmed (`confirm`): what its start waits for.
+    start: Option<Start>,
 }
 
 impl Call<'_, '_> {
+    /// Waits for the decision row if it is still being written, then tells the caller the call
+    /// is allowed. Nothing of the call has run before this returns Ok; it acts once.
+    async fn confirm(&mut self) -> Result<(), CallError> {
+        let Some(start) = self.start.take() else {
+            return Ok(());
+        };
+        if let Some(recording) = start.recording {
+            if !recording.written(self.daemon).await {
+                return Err(CallError::NotRecorded);
+            }
+            self.stages.lap("audit_decision");
+        }
+        let allowed = CallDecision {
+            call_id: self.id.to_owned(),
+            decision: Decision::Allow,
+            message: None,
+            approved_by: start.approved_by,
+            terminated: false,
+        };
+        send(self.conn, ExecReply::Decision(allowed))
+            .await
+            .map_err(CallError::Caller)?;
+        self.stages.lap("reply_decision");
+        Ok(())
+    }
+
     /// Launches the call and follows it to its end. The cgroup and the kernel's knowledge of
     /// the call are removed whatever happens.
     async fn run(&mut self, stdio: [OwnedFd; 3]) -> Result<Ran, (CallError, Option<Receipt>)> {
@@ -379,7 +432,10 @@ impl Call<'_, '_> {
             .with_monitor(|m| m.watch(cgroup.id(), watch))
             .transpose()?;
         self.stages.lap("watch");
-        let launched = sandbox::spawn(plan, cgroup, stdio, &daemon.launch)?;
+        let ready = sandbox::prepare(plan, cgroup, &daemon.launch)?;
+        self.stages.absorb(ready.stages());
+        self.confirm().await?;
+        let launched = ready.start(stdio)?;
         self.stages.absorb(&launched.stages);
         let applied = launched.applied.clone();
         let pid = launched.pid.as_raw() as u32;

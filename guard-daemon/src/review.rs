@@ -1,13 +1,17 @@
 //! From a call's intent to what happens to it: the policy's decision (recorded durably before
-//! anything else), then, for a call that may run, its judges, and for an escalated one its
-//! approvers, until it runs, is held for a human, or is refused.
+//! anything else happens), then, for a call that may run, its judges, and for an escalated one
+//! its approvers, until it runs, is held for a human, or is refused.
+//!
+//! A call the policy allows outright, with no judge to run first, leaves here with its decision
+//! row still on its way to disk (a [`Recording`]): the launch is prepared meanwhile, and the call
+//! starts, and its caller hears "allow", only once the row is written (`call::Call::launch`).
 
 use std::{io, sync::Arc};
 
 use crate::{
     access::Peer,
     approver::{self, Approved, Escalated},
-    audit::Row,
+    audit::{Durable, Row},
     bus::What,
     conn::Conn,
     daemon::Daemon,
@@ -35,8 +39,11 @@ pub struct CallContext {
 /// What comes after the review.
 #[derive(Debug)]
 pub enum Next {
-    /// Run this plan.
-    Run(Box<LaunchPlan>),
+    /// Run this plan, once its decision row, if still `recording`, is written.
+    Run {
+        plan: Box<LaunchPlan>,
+        recording: Option<Recording>,
+    },
     /// Hold it for a human.
     Hold(Box<ToHold>),
     /// Nothing runs; the caller has been told why, or is gone.
@@ -59,6 +66,50 @@ pub fn refusal(call_id: &str, decision: Decision, message: String, terminated: b
     })
 }
 
+/// A decision row on its way to disk: the call it allows may be prepared meanwhile, but it does
+/// not start, and its caller hears nothing, until [`Recording::written`] says the row is there.
+#[derive(Debug)]
+pub struct Recording {
+    durable: Durable,
+    call_id: String,
+    tool: String,
+    what: What,
+}
+
+impl Recording {
+    /// Waits for the row and publishes the decision; false when it could not be written, and
+    /// then the call must not run.
+    pub async fn written(self, daemon: &Daemon) -> bool {
+        match self.durable.written().await {
+            Ok(_) => {
+                daemon.bus.call(&self.call_id, &self.tool, self.what);
+                true
+            }
+            Err(e) => {
+                tracing::error!(call = %self.call_id, "audit log unavailable, blocking: {e}");
+                false
+            }
+        }
+    }
+}
+
+/// Where a call's decision row is.
+enum Recorded {
+    /// On disk.
+    Written,
+    /// Still being written: the call runs once it is (see [`Recording`]).
+    Writing(Next),
+    /// Not written: the call does not run.
+    Failed,
+}
+
+/// Refuses a call whose decision could not be recorded (fail closed).
+pub async fn not_recorded(call_id: &str, conn: &mut Conn) -> io::Result<Next> {
+    let message = "blocked: the audit log is unavailable".to_owned();
+    let reply = refusal(call_id, Decision::Block, message, false);
+    send(conn, reply).await.map(|()| Next::Done)
+}
+
 /// One call under review.
 pub struct Review<'a> {
     pub daemon: &'a Arc<Daemon>,
@@ -76,11 +127,10 @@ impl Review<'_> {
         let policy = daemon.policy();
         let verdict = self.decide(&policy);
         stages.lap("decide");
-        if !self.record(&verdict).await {
-            // Fail closed: a call whose decision cannot be recorded does not run.
-            let message = "blocked: the audit log is unavailable".to_owned();
-            let reply = refusal(call_id, Decision::Block, message, false);
-            return send(conn, reply).await.map(|()| Next::Done);
+        match self.record(&policy, &verdict).await {
+            Recorded::Written => {}
+            Recorded::Writing(next) => return Ok(next),
+            Recorded::Failed => return not_recorded(call_id, conn).await,
         }
         stages.lap("audit_decision");
         let decision = verdict.row.decision;
@@ -98,7 +148,10 @@ impl Review<'_> {
             return send(conn, reply).await.map(|()| Next::Done);
         }
         if decision == Decision::Allow {
-            return Ok(Next::Run(Box::new(plan)));
+            return Ok(Next::Run {
+                plan: Box::new(plan),
+                recording: None,
+            });
         }
         if decision == Decision::Escalate {
             let escalated = Escalated {
@@ -109,7 +162,12 @@ impl Review<'_> {
                 subject,
             };
             match approver::approvers(daemon, &policy, &escalated).await {
-                Approved::Run(plan) => return Ok(Next::Run(plan)),
+                Approved::Run(plan) => {
+                    return Ok(Next::Run {
+                        plan,
+                        recording: None,
+                    });
+                }
                 Approved::Human => {}
                 Approved::Refused {
                     message,
@@ -152,28 +210,53 @@ impl Review<'_> {
         verdict
     }
 
-    /// Records the decision durably and publishes it; false when it could not be recorded.
-    async fn record(&self, verdict: &Verdict) -> bool {
-        let daemon = self.daemon;
+    /// Records the decision: a plain allowed call (no judge to run first) leaves to be prepared
+    /// while its row is being written; every other waits here for the row.
+    async fn record(&self, policy: &Policy, verdict: &Verdict) -> Recorded {
+        let Some(recording) = self.submit(verdict).await else {
+            return Recorded::Failed;
+        };
+        let plain = verdict.row.decision == Decision::Allow
+            && policy.judges_of(&self.intent.tool).is_empty();
+        if let (true, Some(plan)) = (plain, &verdict.plan) {
+            return Recorded::Writing(Next::Run {
+                plan: Box::new(plan.clone()),
+                recording: Some(recording),
+            });
+        }
+        if recording.written(self.daemon).await {
+            Recorded::Written
+        } else {
+            Recorded::Failed
+        }
+    }
+
+    /// Queues the decision row; `None` when it could not even be queued.
+    async fn submit(&self, verdict: &Verdict) -> Option<Recording> {
         let row = Row::Decision {
             call_id: self.call_id.to_owned(),
             peer: self.peer.clone(),
             tool: self.intent.tool.clone(),
             args: verdict.redacted_args.clone(),
             decision: Box::new(verdict.row.clone()),
-            enforced: daemon.enforced(),
+            enforced: self.daemon.enforced(),
         };
-        if let Err(e) = daemon.audit.record(&row).await {
-            tracing::error!(call = %self.call_id, "audit log unavailable, blocking: {e}");
-            return false;
+        match self.daemon.audit.submit(&row).await {
+            Ok(durable) => Some(Recording {
+                durable,
+                call_id: self.call_id.to_owned(),
+                tool: self.intent.tool.clone(),
+                what: What::Decision {
+                    decision: verdict.row.decision,
+                    reason: verdict.row.reason.clone(),
+                    uid: self.peer.uid,
+                },
+            }),
+            Err(e) => {
+                tracing::error!(call = %self.call_id, "audit log unavailable, blocking: {e}");
+                None
+            }
         }
-        let what = What::Decision {
-            decision: verdict.row.decision,
-            reason: verdict.row.reason.clone(),
-            uid: self.peer.uid,
-        };
-        daemon.bus.call(self.call_id, &self.intent.tool, what);
-        true
     }
 
     /// Remembers a block for the judges' `policy_violations`.

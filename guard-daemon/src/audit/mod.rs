@@ -177,21 +177,32 @@ impl AuditLog {
     /// Appends `row` and returns once it is written and fdatasync'ed. If the future is dropped
     /// after the row was queued, the row is still written.
     pub async fn append(&self, row: Map<String, Value>) -> Result<Appended, AuditError> {
+        self.queue(row).await?.written().await
+    }
+
+    /// Appends a typed row: see [`append`](Self::append).
+    pub async fn record(&self, row: &Row) -> Result<Appended, AuditError> {
+        self.submit(row).await?.written().await
+    }
+
+    /// Queues a typed row and returns at once: the row is durable when [`Durable::written`]
+    /// says so, and what depends on it (a call's start) waits for that, while what does not (its
+    /// preparation) goes on meanwhile.
+    pub async fn submit(&self, row: &Row) -> Result<Durable, AuditError> {
+        let map = row
+            .to_map()
+            .map_err(|e| AuditError::Unavailable(format!("serialising the row: {e}")))?;
+        self.queue(map).await
+    }
+
+    async fn queue(&self, row: Map<String, Value>) -> Result<Durable, AuditError> {
         check_reserved(&row)?;
         let (ack, done) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or(AuditError::Closed)?;
         tx.send(writer::Request { row, ack })
             .await
             .map_err(|_| AuditError::Closed)?;
-        done.await.map_err(|_| AuditError::Closed)?
-    }
-
-    /// Appends a typed row: see [`append`](Self::append).
-    pub async fn record(&self, row: &Row) -> Result<Appended, AuditError> {
-        let map = row
-            .to_map()
-            .map_err(|e| AuditError::Unavailable(format!("serialising the row: {e}")))?;
-        self.append(map).await
+        Ok(Durable(done))
     }
 
     /// [`append`](Self::append) for threads outside an async runtime. Panics if called from
@@ -232,6 +243,18 @@ impl Drop for AuditLog {
         {
             tracing::error!("audit writer thread panicked");
         }
+    }
+}
+
+/// A row queued for the log, not yet known to be on disk.
+#[must_use = "a queued row is durable only once `written` returns Ok"]
+#[derive(Debug)]
+pub struct Durable(oneshot::Receiver<Result<Appended, AuditError>>);
+
+impl Durable {
+    /// Returns once the row is written and fdatasync'ed (or could not be).
+    pub async fn written(self) -> Result<Appended, AuditError> {
+        self.0.await.map_err(|_| AuditError::Closed)?
     }
 }
 

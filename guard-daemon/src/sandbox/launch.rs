@@ -1,4 +1,4 @@
-//! Clone, confine, exec; then wait, with a timeout that kills the call's whole cgroup.
+//! Clone, confine, exec (its end is followed in `wait`).
 //!
 //! The daemon is multithreaded (tokio), so between the clone and exec the child may only make
 //! async-signal-safe calls: everything that allocates or takes a lock (CStrings, the environment,
@@ -14,13 +14,10 @@ use std::{
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
-use nix::{
-    sys::wait::{WaitPidFlag, WaitStatus, waitpid},
-    unistd::{Pid, User},
-};
+use nix::unistd::{Pid, User};
 use seccompiler::BpfProgram;
 use serde::Serialize;
 
@@ -83,7 +80,7 @@ fn sys(op: &'static str) -> impl FnOnce(nix::Error) -> SandboxError {
     move |source| SandboxError::Sys { op, source }
 }
 
-fn io_sys(op: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+pub(super) fn io_sys(op: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| sys(op)(nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
@@ -209,6 +206,10 @@ struct Command {
     _strings: [Vec<CString>; 2],
 }
 
+// SAFETY: the raw pointers point into the heap buffers of the `CString`s this struct owns, which
+// move with it to another thread and are freed only when it is dropped; nothing else holds them.
+unsafe impl Send for Command {}
+
 impl Command {
     /// Checks argv[0] is an absolute path and that no string holds a NUL.
     fn new(plan: &LaunchPlan) -> Result<Self, SandboxError> {
@@ -258,7 +259,7 @@ fn sock_fprogs(programs: &[BpfProgram]) -> Vec<libc::sock_fprog> {
 }
 
 /// Launches `plan` confined, in `cgroup`, with `stdio` as its fds 0, 1 and 2. Returns once the
-/// child has exec'd the tool (or with the step that failed).
+/// child has exec'd the tool (or with the step that failed): [`prepare`], then [`Ready::start`].
 ///
 /// The child's parent-death signal (SIGKILL) fires when the *thread* that called `spawn` exits:
 /// call it from a thread that outlives the call (a tokio worker or the caller's own thread, not
@@ -269,8 +270,31 @@ pub fn spawn(
     stdio: [OwnedFd; 3],
     opts: &LaunchOptions,
 ) -> Result<Launched, SandboxError> {
+    prepare(plan, cgroup, opts)?.start(stdio)
+}
+
+/// A launch prepared up to the clone: everything that allocates, opens or compiles is done, so
+/// that the rest of a call's start (its decision row's fdatasync) can overlap with it.
+pub struct Ready {
+    command: Command,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    landlock: landlock::Prepared,
+    programs: std::sync::Arc<Vec<BpfProgram>>,
+    limits: CallLimits,
+    cgroup_procs: OwnedFd,
+    applied: Applied,
+    stages: Stages,
+}
+
+/// Prepares the launch of `plan` in `cgroup`: the strings of the exec, the user, the landlock
+/// ruleset, the seccomp filters and the limits. Nothing runs until [`Ready::start`].
+pub fn prepare(
+    plan: &LaunchPlan,
+    cgroup: &Cgroup,
+    opts: &LaunchOptions,
+) -> Result<Ready, SandboxError> {
     let mut stages = Stages::start();
-    // Everything that allocates happens here, before the clone.
     let command = Command::new(plan)?;
     let user = resolve_user(plan, opts)?;
     stages.lap("prepare");
@@ -281,63 +305,93 @@ pub fn spawn(
 
     let table = seccomp::table(plan, opts.kernel_watches)?;
     let programs = seccomp::compiled(&table)?;
-    let filters = sock_fprogs(&programs);
     stages.lap("seccomp");
 
     let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
     let cgroup_procs = cgroup.procs_fd()?;
-    let (report_r, report_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
     stages.lap("limits");
 
     let applied = Applied {
         landlock_abi: prepared.abi,
         landlock_status: prepared.status,
-        landlock_skipped: rules.skipped.clone(),
-        landlock_widened: rules.widened.clone(),
+        landlock_skipped: rules.skipped,
+        landlock_widened: rules.widened,
         seccomp: table.mode,
         denied_count: table.denied_count(),
         limits_mode: opts.limits,
-        user: user.name.clone(),
+        user: user.name,
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
     };
-
-    let ctx = ChildCtx {
-        // SAFETY: getpid has no preconditions.
-        parent: unsafe { libc::getpid() },
-        report: report_w.as_raw_fd(),
-        cgroup_procs: cgroup_procs.as_raw_fd(),
-        limit_procs: limits.procs_fds().iter().map(|f| f.as_raw_fd()).collect(),
-        stdio: stdio.each_ref().map(|f| f.as_raw_fd()),
-        rlimits: limits.rlimits,
+    Ok(Ready {
+        command,
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
-        cwd: &command.cwd,
-        program: &command.program,
-        argv: &command.argv,
-        envp: &command.envp,
-        landlock: &prepared,
-        proc_self: c"/proc/self",
-        filters: &filters,
-    };
-
-    let pid = Pid::from_raw(child::spawn(&ctx).map_err(sys("clone"))?);
-    // The clone returned after the child's execve or exit: its start is this moment.
-    let started = Instant::now();
-    stages.lap("clone_exec");
-    drop(report_w);
-    drop(stdio);
-    await_exec(&report_r, pid)?;
-
-    Ok(Launched {
-        pid,
-        pidfd: pidfd_open(pid),
-        applied,
-        started,
-        stages,
+        landlock: prepared,
+        programs,
         limits,
+        cgroup_procs,
+        applied,
+        stages,
     })
+}
+
+impl Ready {
+    /// Where the preparation's time went: prepare, landlock, seccomp, limits.
+    pub fn stages(&self) -> &Stages {
+        &self.stages
+    }
+
+    /// Clones the child, which confines itself and execs the tool with `stdio` as its fds 0, 1
+    /// and 2; returns once it has exec'd (or with the step that failed). See [`spawn`] on the
+    /// calling thread.
+    pub fn start(self, stdio: [OwnedFd; 3]) -> Result<Launched, SandboxError> {
+        let mut stages = Stages::start();
+        let (report_r, report_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
+        let filters = sock_fprogs(&self.programs);
+        let command = &self.command;
+        let ctx = ChildCtx {
+            // SAFETY: getpid has no preconditions.
+            parent: unsafe { libc::getpid() },
+            report: report_w.as_raw_fd(),
+            cgroup_procs: self.cgroup_procs.as_raw_fd(),
+            limit_procs: self
+                .limits
+                .procs_fds()
+                .iter()
+                .map(|f| f.as_raw_fd())
+                .collect(),
+            stdio: stdio.each_ref().map(|f| f.as_raw_fd()),
+            rlimits: self.limits.rlimits,
+            uid: self.uid,
+            gid: self.gid,
+            cwd: &command.cwd,
+            program: &command.program,
+            argv: &command.argv,
+            envp: &command.envp,
+            landlock: &self.landlock,
+            proc_self: c"/proc/self",
+            filters: &filters,
+        };
+
+        let pid = Pid::from_raw(child::spawn(&ctx).map_err(sys("clone"))?);
+        // The clone returned after the child's execve or exit: its start is this moment.
+        let started = Instant::now();
+        stages.lap("clone_exec");
+        drop(report_w);
+        drop(stdio);
+        await_exec(&report_r, pid)?;
+
+        Ok(Launched {
+            pid,
+            pidfd: pidfd_open(pid),
+            applied: self.applied,
+            started,
+            stages,
+            limits: self.limits,
+        })
+    }
 }
 
 /// Waits for the child's report: EOF means `execve` succeeded; 8 bytes are the (stage, errno)
@@ -377,129 +431,6 @@ fn pidfd_open(pid: Pid) -> Option<OwnedFd> {
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
     // SAFETY: a non-negative result is a new fd that nothing else owns.
     (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw as RawFd) })
-}
-
-/// How a call's main process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ExitStatus {
-    /// The exit code, when it exited.
-    pub code: Option<i32>,
-    /// The signal that killed it, when one did.
-    pub signal: Option<i32>,
-}
-
-impl ExitStatus {
-    /// The shell's convention: the exit code, or 128 + the signal.
-    pub fn exit_code(&self) -> i32 {
-        match (self.code, self.signal) {
-            (Some(c), _) => c,
-            (None, Some(s)) => 128 + s,
-            (None, None) => -1,
-        }
-    }
-}
-
-/// Waits for `pid` to end, without blocking the tokio runtime: on the readiness of its pidfd
-/// (readable once the process has exited), or, on a kernel without pidfds, on a blocking thread.
-pub async fn wait(pid: Pid, pidfd: Option<OwnedFd>) -> Result<ExitStatus, SandboxError> {
-    let Some(pidfd) = pidfd else {
-        return tokio::task::spawn_blocking(move || reap(pid, WaitPidFlag::empty()))
-            .await
-            .unwrap_or(Err(SandboxError::Sys {
-                op: "waitpid task",
-                source: nix::Error::EIO,
-            }))
-            .and_then(|status| {
-                status.ok_or(SandboxError::Sys {
-                    op: "waitpid",
-                    source: nix::Error::ECHILD,
-                })
-            });
-    };
-    // SAFETY: the OwnedFd keeps the pidfd open, unchanged, until it is dropped with the AsyncFd
-    // that owns it.
-    let fd = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| io_sys("register pidfd")(e.into()))?;
-    loop {
-        let mut ready = fd.readable().await.map_err(io_sys("pidfd readiness"))?;
-        match reap(pid, WaitPidFlag::WNOHANG)? {
-            Some(status) => return Ok(status),
-            // Readable before the exit was reapable (a stopped child): wait again.
-            None => ready.clear_ready(),
-        }
-    }
-}
-
-/// One `waitpid` on `pid`: its exit status once it has ended (`None` while it runs, with
-/// `WNOHANG`).
-fn reap(pid: Pid, flags: WaitPidFlag) -> Result<Option<ExitStatus>, SandboxError> {
-    loop {
-        return match waitpid(pid, Some(flags)) {
-            Ok(WaitStatus::Exited(_, code)) => Ok(Some(ExitStatus {
-                code: Some(code),
-                signal: None,
-            })),
-            Ok(WaitStatus::Signaled(_, sig, _)) => Ok(Some(ExitStatus {
-                code: None,
-                signal: Some(sig as i32),
-            })),
-            Ok(WaitStatus::StillAlive) => Ok(None),
-            Ok(_) | Err(nix::Error::EINTR) => continue,
-            Err(e) => Err(SandboxError::Sys {
-                op: "waitpid",
-                source: e,
-            }),
-        };
-    }
-}
-
-/// The end of a call.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Outcome {
-    /// The exit code, or 128 + signal.
-    pub exit_code: i32,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    #[serde(with = "crate::plan::secs")]
-    pub duration: Duration,
-}
-
-/// Waits for the call to end; when `timeout` runs out first, kills its whole cgroup. Either way,
-/// whatever the tool left running in its cgroup is killed: the call is over when its main
-/// process is. The v1 limit cgroups are removed on return.
-pub async fn run_to_end(
-    launched: Launched,
-    cgroup: &Cgroup,
-    timeout: Duration,
-) -> Result<Outcome, SandboxError> {
-    let pidfd = launched.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
-    let waiting = wait(launched.pid, pidfd);
-    tokio::pin!(waiting);
-    let (status, timed_out) = match tokio::time::timeout(timeout, &mut waiting).await {
-        Ok(status) => (status?, false),
-        Err(_) => {
-            cgroup.kill()?;
-            (waiting.await?, true)
-        }
-    };
-    let duration = launched.started.elapsed();
-    if !cgroup.pids()?.is_empty() {
-        cgroup.kill()?;
-    }
-    // Give cgroup.kill time to finish (it is asynchronous) so the caller finds the cgroup empty.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cgroup.pids()?.is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    drop(launched);
-    Ok(Outcome {
-        exit_code: status.exit_code(),
-        signal: status.signal,
-        timed_out,
-        duration,
-    })
 }
 
 #[cfg(test)]
@@ -551,25 +482,5 @@ mod tests {
             resolve_user(&p, &opts),
             Err(SandboxError::UnknownUser(_))
         ));
-    }
-
-    #[test]
-    fn exit_code_follows_the_shell() {
-        assert_eq!(
-            ExitStatus {
-                code: Some(3),
-                signal: None
-            }
-            .exit_code(),
-            3
-        );
-        assert_eq!(
-            ExitStatus {
-                code: None,
-                signal: Some(9)
-            }
-            .exit_code(),
-            137
-        );
     }
 }

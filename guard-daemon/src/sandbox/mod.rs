@@ -11,8 +11,8 @@ pub mod landlock;
 pub mod launch;
 pub mod limits;
 pub mod seccomp;
+mod wait;
 
-pub use launch::{
-    Applied, ExitStatus, LaunchOptions, Launched, Outcome, SandboxError, run_to_end, spawn, wait,
-};
+pub use launch::{Applied, LaunchOptions, Launched, Ready, SandboxError, prepare, spawn};
 pub use limits::{LimitsMode, detect as detect_limits};
+pub use wait::{ExitStatus, Outcome, run_to_end, wait};
