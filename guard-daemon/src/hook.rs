@@ -107,21 +107,29 @@ pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> A
     if name == "Bash" {
         return bash(input, opts, guardd);
     }
+    let tools = match guardd.tools() {
+        Ok(t) => t,
+        Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
+    };
     if let Some(tool) = name
         .strip_prefix("mcp__")
         .and_then(|rest| rest.strip_prefix(opts.mcp_server.as_str()))
         .and_then(|rest| rest.strip_prefix("__"))
     {
-        // guard-mcp sends the call to guardd, which decides, records and confines it.
-        return Answer::new(
-            Permission::Allow,
-            format!("guard: {tool} runs through guard-mcp, decided by guardd"),
-        );
+        // A server's name may hold `__` itself (`guard__x`, or `guard..x` as Claude Code
+        // normalises it): the tool is guard-mcp's only when guard-mcp lists it, which is when
+        // guardd lists it. guard-mcp then sends the call to guardd, which decides, records
+        // and confines it.
+        if tools.iter().any(|t| t == tool) {
+            return Answer::new(
+                Permission::Allow,
+                format!("guard: {tool} runs through guard-mcp, decided by guardd"),
+            );
+        }
+        return Answer::deny(format!(
+            "guard: {name} is not one of guard-mcp's tools (guardd lists no `{tool}`)"
+        ));
     }
-    let tools = match guardd.tools() {
-        Ok(t) => t,
-        Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
-    };
     if tools.iter().any(|t| t == name) {
         return match guardd.check(name, &input.tool_input) {
             Ok(Decision::Allow) => Answer::new(Permission::Allow, "guard: allowed by policy"),
@@ -246,6 +254,7 @@ mod tests {
         assert_eq!(decide("WebFetch", &mut ok), Permission::Ask);
         assert_eq!(decide("Write", &mut ok), Permission::Deny);
         assert_eq!(decide("mcp__other__x", &mut ok), Permission::Deny);
+        assert_eq!(decide("mcp__guard__x__read_file", &mut ok), Permission::Deny);
         let mut held = Fake(Ok(Decision::Escalate));
         assert_eq!(decide("read_file", &mut held), Permission::Ask);
     }

@@ -270,3 +270,26 @@ fn integrations_md_hook_recipe_works_as_written() {
         "deny"
     );
 }
+
+/// Claude Code names an MCP tool `mcp__<server>__<tool>`, and a server's name may itself hold
+/// `__` (`guard__x`, or `guard..x` normalised): only a tool guard-mcp lists, that is one guardd
+/// lists, is guard's and allowed to go on to guard-mcp; another server's tool is denied.
+#[test]
+fn hook_allows_only_guard_mcps_own_tools_under_its_prefix() {
+    if !support::privileged("hook_allows_only_guard_mcps_own_tools_under_its_prefix") {
+        return;
+    }
+    let workspace = open_dir("hook-ws");
+    let guardd = Guardd::start(&policy(&workspace.0));
+    let decide = |tool: &str| {
+        let mut input = bash_input(&workspace.0, "");
+        input["tool_name"] = json!(tool);
+        input["tool_input"] = json!({"command": "id"});
+        hook(&guardd, &input)["hookSpecificOutput"]["permissionDecision"].clone()
+    };
+    assert_eq!(decide("mcp__guard__shell"), "allow");
+    // Another MCP server, named `guard__evil` (or `guard..evil`), and its `run` tool.
+    assert_eq!(decide("mcp__guard__evil__run"), "deny");
+    assert_eq!(decide("mcp__guard__nosuch"), "deny");
+    assert_eq!(decide("mcp__guard__"), "deny");
+}
