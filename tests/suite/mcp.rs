@@ -341,3 +341,53 @@ fn as_tested(mut server: Value, socket: &Path) -> Value {
     env.insert("GUARD_SOCKET".into(), json!(socket));
     server
 }
+
+/// The annotations never understate what a tool may do: clients skip their user's confirmation
+/// on a `readOnlyHint` tool. A tool that may write (and so remove and truncate) is destructive,
+/// and one that may connect is not read-only (what it sends may change the world elsewhere).
+#[test]
+fn mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only() {
+    if !support::privileged("mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only")
+    {
+        return;
+    }
+    let Some(python) = support::python("mcp_annotations") else {
+        return;
+    };
+    let dir = support::TempDir::new("mcp-ann");
+    let guardd = Guardd::start(&format!(
+        r#"
+[tools.look]
+tier = "low"
+command = ["/bin/true"]
+
+[tools.post]
+tier = "low"
+command = ["/bin/true"]
+[tools.post.effects]
+connect = ["127.0.0.1:9"]
+
+[tools.shell]
+tier = "medium"
+command = ["/bin/sh", "-c", "{{command}}"]
+[tools.shell.args.command]
+type = "string"
+[tools.shell.effects]
+write = ["{}"]
+"#,
+        dir.0.display()
+    ));
+    let steps = session(&python, &guardd.socket, &json!([{"list": true}]));
+    let listed = steps[0]["tools"].as_array().expect("tools");
+    let hints = |name: &str| {
+        let tool = listed
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"));
+        let a = &tool["annotations"];
+        (a["readOnlyHint"].clone(), a["destructiveHint"].clone())
+    };
+    assert_eq!(hints("look"), (json!(true), json!(false)));
+    assert_eq!(hints("post"), (json!(false), json!(true)));
+    assert_eq!(hints("shell"), (json!(false), json!(true)));
+}
