@@ -340,3 +340,85 @@ action = "quarantine"
     );
     assert_eq!(decide("Deploy", json!({})), "deny");
 }
+
+/// Claude Code lets a tool call through when its hook times out or exits with anything but 0
+/// or 2 (unless the hook is configured `onFailure: "block"`): the hook answers a denial within
+/// its own `--timeout` when guardd does not answer (here: stopped), exits 2 when its flags are
+/// wrong, and the recipe asks Claude Code to block on any failure of the hook.
+#[test]
+fn hook_fails_closed_when_guardd_hangs_or_it_cannot_run() {
+    if !support::privileged("hook_fails_closed_when_guardd_hangs_or_it_cannot_run") {
+        return;
+    }
+    let workspace = open_dir("hook-ws");
+    let guardd = Guardd::start(&policy(&workspace.0));
+    let input = bash_input(&workspace.0, "echo hi");
+
+    let mut bad = Command::new(support::bin("guard-exec"));
+    bad.args(["hook", "claude-code", "--no-such-flag"]);
+    let (status, _) = run_bounded(bad, &input);
+    assert_eq!(status.code(), Some(2), "Claude Code's blocking exit code");
+
+    let pid = guardd.child.id() as i32;
+    // SAFETY: kill(2) on our own child's pid; it is continued below.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let mut hung = Command::new(support::bin("guard-exec"));
+    hung.args(["hook", "claude-code", "--timeout", "2", "--socket"])
+        .arg(&guardd.socket);
+    let (status, stdout) = run_bounded(hung, &input);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(status.success(), "{status}");
+    let answer: Value = serde_json::from_slice(&stdout).expect("the hook answers JSON");
+    let out = &answer["hookSpecificOutput"];
+    assert_eq!(out["permissionDecision"], "deny", "{answer}");
+    assert!(out.get("updatedInput").is_none(), "{answer}");
+
+    let settings: Value = serde_json::from_str(&support::doc_block(
+        "docs/integrations.md",
+        "claude-code-hook",
+    ))
+    .expect("settings JSON");
+    assert_eq!(
+        settings["hooks"]["PreToolUse"][0]["hooks"][0]["onFailure"],
+        "block"
+    );
+}
+
+/// Runs a hook command with `input` on its stdin; fails the test if it has not ended within a
+/// minute (a hook that hangs is let through by Claude Code).
+fn run_bounded(mut cmd: Command, input: &Value) -> (std::process::ExitStatus, Vec<u8>) {
+    use std::io::{Read as _, Write as _};
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.to_string().as_bytes())
+        .expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the hook did not answer within a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stdout = Vec::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut stdout)
+        .expect("read");
+    (status, stdout)
+}
