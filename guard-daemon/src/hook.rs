@@ -111,24 +111,20 @@ pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> A
         Ok(t) => t,
         Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
     };
+    // A server's name may hold `__` itself (`guard__x`, or `guard..x` as Claude Code
+    // normalises it): a tool is guard-mcp's only when guard-mcp lists it, which is when guardd
+    // lists it. guard-mcp then sends the call to guardd, which decides, records and confines
+    // it. Any other tool under the prefix is some other server's, mapped like the rest below.
     if let Some(tool) = name
         .strip_prefix("mcp__")
         .and_then(|rest| rest.strip_prefix(opts.mcp_server.as_str()))
         .and_then(|rest| rest.strip_prefix("__"))
+        .filter(|tool| tools.iter().any(|t| t == tool))
     {
-        // A server's name may hold `__` itself (`guard__x`, or `guard..x` as Claude Code
-        // normalises it): the tool is guard-mcp's only when guard-mcp lists it, which is when
-        // guardd lists it. guard-mcp then sends the call to guardd, which decides, records
-        // and confines it.
-        if tools.iter().any(|t| t == tool) {
-            return Answer::new(
-                Permission::Allow,
-                format!("guard: {tool} runs through guard-mcp, decided by guardd"),
-            );
-        }
-        return Answer::deny(format!(
-            "guard: {name} is not one of guard-mcp's tools (guardd lists no `{tool}`)"
-        ));
+        return Answer::new(
+            Permission::Allow,
+            format!("guard: {tool} runs through guard-mcp, decided by guardd"),
+        );
     }
     if tools.iter().any(|t| t == name) {
         return match guardd.check(name, &input.tool_input) {
