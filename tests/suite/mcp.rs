@@ -347,8 +347,7 @@ fn as_tested(mut server: Value, socket: &Path) -> Value {
 /// and one that may connect is not read-only (what it sends may change the world elsewhere).
 #[test]
 fn mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only() {
-    if !support::privileged("mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only")
-    {
+    if !support::privileged("mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only") {
         return;
     }
     let Some(python) = support::python("mcp_annotations") else {
