@@ -390,3 +390,51 @@ write = ["{}"]
     assert_eq!(hints("post"), (json!(false), json!(true)));
     assert_eq!(hints("shell"), (json!(false), json!(true)));
 }
+
+/// A call held when guardd restarts stays held on guardd's disk: guard-mcp comes back for it
+/// (`resume`), as guard-exec does, rather than telling the client it was stopped while the admin
+/// still sees it waiting; approved after the restart, it runs and the client gets its output.
+#[test]
+fn mcp_held_call_survives_a_guardd_restart() {
+    if !support::privileged("mcp_held_call_survives_a_guardd_restart") {
+        return;
+    }
+    let Some(python) = support::python("mcp_held_restart") else {
+        return;
+    };
+    let mut guardd = Guardd::start(
+        r#"
+[approvals]
+allow_self = true
+
+[tools.mail]
+tier = "high"
+irreversible = true
+command = ["/bin/echo", "mailed", "{to}"]
+[tools.mail.args.to]
+type = "string"
+"#,
+    );
+    let socket = guardd.socket.clone();
+    let session = std::thread::spawn(move || {
+        let plan = json!([{"call": "mail", "arguments": {"to": "bob"}}]);
+        session(&python, &socket, &plan)
+    });
+    let id = super::approval::held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    guardd.restart();
+    let approved = output(guardd.ctl(&["approve", &id]));
+    assert!(approved.status.success(), "{approved:?}");
+    let steps = session.join().expect("the session");
+    let call = &steps[0];
+    assert_eq!(call["isError"], false, "{call}");
+    assert!(
+        call["texts"][0]
+            .as_str()
+            .is_some_and(|t| t.contains("mailed bob")),
+        "{call}"
+    );
+    assert_eq!(call["structured"]["call_id"], id.as_str(), "{call}");
+}
