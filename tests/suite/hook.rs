@@ -425,3 +425,56 @@ fn run_bounded(mut cmd: Command, input: &Value) -> (std::process::ExitStatus, Ve
         .expect("read");
     (status, stdout)
 }
+
+/// docs/integrations.md's advice for what outlives a shell call: a workspace with group
+/// `guard-tool`, mode 1775, and `.git` and `.claude` owned by the user: the Bash command, run
+/// confined, writes new files but cannot plant a git hook, edit git's config or Claude Code's
+/// settings, nor move them aside to put its own in their place.
+#[test]
+fn hook_shell_cannot_touch_the_users_git_and_claude_files_in_a_sticky_workspace() {
+    if !support::privileged(
+        "hook_shell_cannot_touch_the_users_git_and_claude_files_in_a_sticky_workspace",
+    ) {
+        return;
+    }
+    let workspace = TempDir::new("hook-sticky");
+    let ws = &workspace.0;
+    std::fs::create_dir_all(ws.join(".git/hooks")).expect("mkdir");
+    std::fs::create_dir_all(ws.join(".claude")).expect("mkdir");
+    std::fs::write(ws.join(".git/config"), "[core]\n").expect("write");
+    std::fs::write(ws.join(".claude/settings.json"), "{}\n").expect("write");
+    let chgrp = output({
+        let mut c = Command::new("chgrp");
+        c.arg("guard-tool").arg(ws);
+        c
+    });
+    assert!(chgrp.status.success(), "{chgrp:?}");
+    std::fs::set_permissions(ws, std::fs::Permissions::from_mode(0o1775)).expect("chmod");
+    let guardd = Guardd::start(&policy(ws));
+    let command = "echo new > new.txt; echo x > .git/hooks/pre-commit; \
+                   echo '[core] fsmonitor = x' >> .git/config; echo '{\"hooks\":1}' > .claude/settings.json; \
+                   mv .git .git-old; mv .claude .claude-old; true";
+    let answer = hook(&guardd, &bash_input(ws, command));
+    let rewritten = answer["hookSpecificOutput"]["updatedInput"]["command"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned();
+    let mut bash = Command::new("/bin/bash");
+    bash.args(["-c", &rewritten]);
+    let ran = output(bash);
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("new.txt")).ok().as_deref(),
+        Some("new\n")
+    );
+    assert!(!ws.join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".git/config")).expect("config"),
+        "[core]\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".claude/settings.json")).expect("settings"),
+        "{}\n"
+    );
+    assert!(!ws.join(".git-old").exists() && !ws.join(".claude-old").exists());
+}
