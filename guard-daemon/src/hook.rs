@@ -107,27 +107,35 @@ pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> A
     if name == "Bash" {
         return bash(input, opts, guardd);
     }
+    let tools = match guardd.tools() {
+        Ok(t) => t,
+        Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
+    };
+    // A server's name may hold `__` itself (`guard__x`, or `guard..x` as Claude Code
+    // normalises it): a tool is guard-mcp's only when guard-mcp lists it, which is when guardd
+    // lists it. guard-mcp then sends the call to guardd, which decides, records and confines
+    // it. Any other tool under the prefix is some other server's, mapped like the rest below.
     if let Some(tool) = name
         .strip_prefix("mcp__")
         .and_then(|rest| rest.strip_prefix(opts.mcp_server.as_str()))
         .and_then(|rest| rest.strip_prefix("__"))
+        .filter(|tool| tools.iter().any(|t| t == tool))
     {
-        // guard-mcp sends the call to guardd, which decides, records and confines it.
         return Answer::new(
             Permission::Allow,
             format!("guard: {tool} runs through guard-mcp, decided by guardd"),
         );
     }
-    let tools = match guardd.tools() {
-        Ok(t) => t,
-        Err(e) => return Answer::deny(format!("guard: {e}; nothing runs without guardd")),
-    };
     if tools.iter().any(|t| t == name) {
         return match guardd.check(name, &input.tool_input) {
             Ok(Decision::Allow) => Answer::new(Permission::Allow, "guard: allowed by policy"),
-            Ok(Decision::Escalate | Decision::Quarantine) => {
-                Answer::new(Permission::Ask, "guard: the policy wants a human to decide")
-            }
+            // Claude Code would run the tool itself once its user said yes: the user is not
+            // guard's admin, and the call would never be held. Only guardd can hold a call.
+            Ok(Decision::Escalate | Decision::Quarantine) => Answer::deny(format!(
+                "guard: the policy holds this call for an admin; call it as \
+                 mcp__{}__{name} (guard-mcp), where guardd holds it",
+                opts.mcp_server
+            )),
             Ok(Decision::Block) => Answer::deny("guard: blocked by policy"),
             Err(e) => Answer::deny(format!("guard: {e}")),
         };
@@ -246,8 +254,12 @@ mod tests {
         assert_eq!(decide("WebFetch", &mut ok), Permission::Ask);
         assert_eq!(decide("Write", &mut ok), Permission::Deny);
         assert_eq!(decide("mcp__other__x", &mut ok), Permission::Deny);
+        assert_eq!(
+            decide("mcp__guard__x__read_file", &mut ok),
+            Permission::Deny
+        );
         let mut held = Fake(Ok(Decision::Escalate));
-        assert_eq!(decide("read_file", &mut held), Permission::Ask);
+        assert_eq!(decide("read_file", &mut held), Permission::Deny);
     }
 
     fn cmd_of(c: &str) -> Value {

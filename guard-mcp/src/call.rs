@@ -9,13 +9,13 @@ use std::{
     os::{fd::AsRawFd as _, fd::OwnedFd, unix::net::UnixStream as StdStream},
     path::Path,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use guard::{
     decision::Decision,
     protocol::{
-        self, ExecReply, ExecRequest, Request,
+        self, ExecReply, ExecRequest, Request, ResumeRequest,
         reply::{CallDecision, Exit, Hold},
     },
     receipt::Receipt,
@@ -34,6 +34,8 @@ use tokio::{
 const MAX_OUTPUT: usize = 1 << 20;
 /// How often a held call tells the client it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+/// How often to try guardd again for a held call while it is away.
+const RESUME_EVERY: Duration = Duration::from_millis(200);
 /// How long the output of an ended call may take to drain (a child the tool left behind may
 /// hold the pipe; guardd kills the call's cgroup, so this is a bound, not a wait).
 const DRAIN: Duration = Duration::from_secs(5);
@@ -84,6 +86,8 @@ pub struct Progress {
 
 /// Runs `tool` with `args` through guardd at `socket`; returns when it ended, or when `cancel`
 /// fired (the connection is closed, which makes guardd kill the call or withdraw a held one).
+/// A call held when guardd goes away stays held on guardd's disk: it is resumed once guardd is
+/// back, as guard-exec does.
 pub async fn run(
     socket: &Path,
     tool: String,
@@ -92,17 +96,18 @@ pub async fn run(
     cancel: impl std::future::Future<Output = ()>,
 ) -> CallToolResult {
     tokio::pin!(cancel);
-    let started = match start(socket, tool, args) {
+    let started = match start(socket, &Request::Exec(ExecRequest { tool, args })) {
         Ok(s) => s,
         Err(e) => return result(Vec::new(), Outcome::failed(e), None),
     };
     let Started {
         stream,
-        stdout,
-        stderr,
+        mut stdout,
+        mut stderr,
     } = started;
     let mut lines = BufReader::new(stream).lines();
-    let mut hold: Option<Hold> = None;
+    // The hold, and until when guardd may come back for it.
+    let mut hold: Option<(Hold, Instant)> = None;
     let mut waited = 0.0;
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     loop {
@@ -112,7 +117,7 @@ pub async fn run(
             }
             _ = tick.tick(), if hold.is_some() => {
                 waited += PROGRESS_EVERY.as_secs_f64();
-                if let Some(h) = &hold {
+                if let Some((h, _)) = &hold {
                     notify(&progress, h, waited).await;
                 }
                 continue;
@@ -121,6 +126,17 @@ pub async fn run(
         };
         let line = match line {
             Ok(Some(line)) => line,
+            Ok(None) | Err(_) if hold.is_some() => {
+                let Some((h, until)) = &hold else { continue };
+                match comeback(socket, &h.call_id, *until, cancel.as_mut()).await {
+                    Ok(s) => {
+                        lines = BufReader::new(s.stream).lines();
+                        (stdout, stderr) = (s.stdout, s.stderr);
+                        continue;
+                    }
+                    Err(e) => return result(Vec::new(), Outcome::failed(e), None),
+                }
+            }
             Ok(None) => {
                 let e = "guardd closed the connection; the call, if it ran, was stopped";
                 return result(Vec::new(), Outcome::failed(e), None);
@@ -132,11 +148,15 @@ pub async fn run(
             Err(e) => return result(Vec::new(), Outcome::failed(e), None),
         };
         match reply {
-            ExecReply::Decision(d) if d.decision == Decision::Allow => {}
+            ExecReply::Decision(d) if d.decision == Decision::Allow => {
+                // Answered: no longer held, and a guardd that goes away now takes it along.
+                hold = None;
+            }
             ExecReply::Decision(d) => return refused(d),
             ExecReply::Pending(h) => {
                 notify(&progress, &h, waited).await;
-                hold = Some(h);
+                let until = Instant::now() + Duration::from_secs(h.timeout_s.saturating_add(60));
+                hold = Some((h, until));
                 tick.reset();
             }
             ExecReply::Error(e) => return result(Vec::new(), Outcome::failed(e.error), None),
@@ -149,6 +169,35 @@ pub async fn run(
     }
 }
 
+/// guardd went away while call `call_id` was held: connects again and resumes it, trying until
+/// `until`. Cancelled meanwhile, the call stays held on guardd's disk until it expires.
+async fn comeback(
+    socket: &Path,
+    call_id: &str,
+    until: Instant,
+    mut cancel: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Result<Started, String> {
+    let request = Request::Resume(ResumeRequest {
+        call_id: call_id.to_owned(),
+    });
+    while Instant::now() < until {
+        tokio::select! {
+            () = &mut cancel => {
+                return Err(format!(
+                    "cancelled while guardd was away; call {call_id} stays held until it expires"
+                ));
+            }
+            () = tokio::time::sleep(RESUME_EVERY) => {}
+        }
+        if let Ok(s) = start(socket, &request) {
+            return Ok(s);
+        }
+    }
+    Err(format!(
+        "guardd went away while call {call_id} was held and did not come back; the call did not run"
+    ))
+}
+
 /// A call on its way: the connection that carries its replies and the output being read.
 struct Started {
     stream: UnixStream,
@@ -156,8 +205,9 @@ struct Started {
     stderr: Capture,
 }
 
-/// Connects, and sends the exec with /dev/null as stdin and our pipes as stdout and stderr.
-fn start(socket: &Path, tool: String, args: JsonObject) -> Result<Started, String> {
+/// Connects, and sends `request` (an exec, or a resume) with /dev/null as stdin and our pipes
+/// as stdout and stderr.
+fn start(socket: &Path, request: &Request) -> Result<Started, String> {
     let unreachable = |e: std::io::Error| {
         format!(
             "guardd unreachable at {}: {e}; the tool did not run",
@@ -168,9 +218,8 @@ fn start(socket: &Path, tool: String, args: JsonObject) -> Result<Started, Strin
     let stdin = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    let request = Request::Exec(ExecRequest { tool, args });
     let fds = [stdin.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-    guard::conn::send_with_fds(&stream, &protocol::frame(&request), &fds).map_err(unreachable)?;
+    guard::conn::send_with_fds(&stream, &protocol::frame(request), &fds).map_err(unreachable)?;
     // Ours closed now, so the pipes end when the tool's copies do.
     drop((stdin, out_w, err_w));
     stream

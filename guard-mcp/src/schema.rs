@@ -26,9 +26,13 @@ pub fn tool(spec: &ToolSpec) -> Tool {
         description.push_str(". ");
     }
     description.push_str(&format!("Runs confined by guard ({}).", notes.join("; ")));
+    // Clients may skip their user's confirmation on a read-only tool: never understate. What a
+    // tool sends may change the world elsewhere, and a tool that may write may also remove and
+    // truncate, so anything not read-only may be destructive.
+    let read_only = spec.read_only && !spec.network;
     let annotations = ToolAnnotations::new()
-        .read_only(spec.read_only)
-        .destructive(spec.irreversible)
+        .read_only(read_only)
+        .destructive(!read_only)
         .open_world(spec.network);
     let mut tool = Tool::new(spec.name.clone(), description, Arc::new(input_schema(spec)));
     tool.annotations = Some(annotations);

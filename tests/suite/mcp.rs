@@ -341,3 +341,100 @@ fn as_tested(mut server: Value, socket: &Path) -> Value {
     env.insert("GUARD_SOCKET".into(), json!(socket));
     server
 }
+
+/// The annotations never understate what a tool may do: clients skip their user's confirmation
+/// on a `readOnlyHint` tool. A tool that may write (and so remove and truncate) is destructive,
+/// and one that may connect is not read-only (what it sends may change the world elsewhere).
+#[test]
+fn mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only() {
+    if !support::privileged("mcp_annotations_do_not_call_a_writing_or_connecting_tool_read_only") {
+        return;
+    }
+    let Some(python) = support::python("mcp_annotations") else {
+        return;
+    };
+    let dir = support::TempDir::new("mcp-ann");
+    let guardd = Guardd::start(&format!(
+        r#"
+[tools.look]
+tier = "low"
+command = ["/bin/true"]
+
+[tools.post]
+tier = "low"
+command = ["/bin/true"]
+[tools.post.effects]
+connect = ["127.0.0.1:9"]
+
+[tools.shell]
+tier = "medium"
+command = ["/bin/sh", "-c", "{{command}}"]
+[tools.shell.args.command]
+type = "string"
+[tools.shell.effects]
+write = ["{}"]
+"#,
+        dir.0.display()
+    ));
+    let steps = session(&python, &guardd.socket, &json!([{"list": true}]));
+    let listed = steps[0]["tools"].as_array().expect("tools");
+    let hints = |name: &str| {
+        let tool = listed
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"));
+        let a = &tool["annotations"];
+        (a["readOnlyHint"].clone(), a["destructiveHint"].clone())
+    };
+    assert_eq!(hints("look"), (json!(true), json!(false)));
+    assert_eq!(hints("post"), (json!(false), json!(true)));
+    assert_eq!(hints("shell"), (json!(false), json!(true)));
+}
+
+/// A call held when guardd restarts stays held on guardd's disk: guard-mcp comes back for it
+/// (`resume`), as guard-exec does, rather than telling the client it was stopped while the admin
+/// still sees it waiting; approved after the restart, it runs and the client gets its output.
+#[test]
+fn mcp_held_call_survives_a_guardd_restart() {
+    if !support::privileged("mcp_held_call_survives_a_guardd_restart") {
+        return;
+    }
+    let Some(python) = support::python("mcp_held_restart") else {
+        return;
+    };
+    let mut guardd = Guardd::start(
+        r#"
+[approvals]
+allow_self = true
+
+[tools.mail]
+tier = "high"
+irreversible = true
+command = ["/bin/echo", "mailed", "{to}"]
+[tools.mail.args.to]
+type = "string"
+"#,
+    );
+    let socket = guardd.socket.clone();
+    let session = std::thread::spawn(move || {
+        let plan = json!([{"call": "mail", "arguments": {"to": "bob"}}]);
+        session(&python, &socket, &plan)
+    });
+    let id = super::approval::held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    guardd.restart();
+    let approved = output(guardd.ctl(&["approve", &id]));
+    assert!(approved.status.success(), "{approved:?}");
+    let steps = session.join().expect("the session");
+    let call = &steps[0];
+    assert_eq!(call["isError"], false, "{call}");
+    assert!(
+        call["texts"][0]
+            .as_str()
+            .is_some_and(|t| t.contains("mailed bob")),
+        "{call}"
+    );
+    assert_eq!(call["structured"]["call_id"], id.as_str(), "{call}");
+}

@@ -32,6 +32,14 @@ type = "string"
 [tools.net.effects]
 connect = ["127.0.0.1:9"]
 
+[tools.netdeny]
+tier = "low"
+command = ["/bin/sh", "-c", "{tool} sendto 127.0.0.1:10; echo done"]
+[tools.netdeny.effects]
+exec = ["{tool}"]
+connect = ["127.0.0.1:9"]
+on_divergence = "deny"
+
 [tools.mail]
 tier = "high"
 irreversible = true

@@ -45,6 +45,11 @@ def call(client, name, args):
     text = result.stdout.decode(errors="replace")
     if result.stopped:
         text += "\n[guard stopped the call: it did something it was not approved to do]"
+    elif result.diverged:
+        # Under on_divergence = "deny" the refused effect did not happen but the call went on,
+        # whatever its exit code: the model must not read the output as a clean success.
+        text += (f"\n[exit {result.exit_code}; guard refused something the call was not approved "
+                 "to do] " + result.stderr.decode(errors="replace"))
     elif result.exit_code != 0:
         text += f"\n[exit {result.exit_code}] " + result.stderr.decode(errors="replace")
     return text

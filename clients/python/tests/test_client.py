@@ -4,6 +4,8 @@ environment: GUARD_SOCKET, GUARD_CTL for guardctl). The policy it runs:
   echo  /bin/echo {words}, words a lowercase string
   cat   /bin/cat, copies its stdin
   net   guard-testtool sendto {addr}, may send to 127.0.0.1:9 only (anything else: killed)
+  netdeny  sh: guard-testtool sendto 127.0.0.1:10 (refused, a divergence, not killed), then
+        echo done: exits 0
   mail  high and irreversible: held for an admin ([approvals] allow_self, so root may approve)
 """
 
@@ -22,7 +24,7 @@ class ClientTest(unittest.TestCase):
 
     def test_tools_lists_the_policy_tools_with_their_args(self):
         tools = {t["name"]: t for t in self.guard.tools()}
-        self.assertEqual(sorted(tools), ["cat", "echo", "mail", "net"])
+        self.assertEqual(sorted(tools), ["cat", "echo", "mail", "net", "netdeny"])
         words = tools["echo"]["args"][0]
         self.assertEqual((words["name"], words["type"], words["required"]), ("words", "string", True))
         self.assertTrue(tools["mail"]["held"])
@@ -126,6 +128,18 @@ class ExampleTest(unittest.TestCase):
         self.assertEqual(example.schema(echo)["required"], ["words"])
         self.assertEqual(example.call(client, "echo", {"words": "wrapped"}), "wrapped\n")
         self.assertIn("refused by guard", example.call(client, "echo", {"words": "NO"}))
+
+    def test_the_example_tells_the_model_of_a_divergence_the_call_survived(self):
+        """Diverged under on_divergence = "deny", exit 0: not a plain success to the model."""
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(__file__), "..", "examples", "langchain_tools.py")
+        spec = importlib.util.spec_from_file_location("langchain_tools", path)
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        text = example.call(Client(), "netdeny", {})
+        self.assertIn("done", text)
+        self.assertIn("not approved", text)
 
 
 if __name__ == "__main__":

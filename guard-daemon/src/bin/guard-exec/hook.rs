@@ -1,7 +1,16 @@
 //! `guard-exec hook AGENT`: guard as an agent's tool hook. Only Claude Code's `PreToolUse` so
 //! far (see `guard::hook`): the hook JSON on stdin, the answer on stdout, exit 0 whatever the
 //! answer (a denial is an answer, and Claude Code reads it only from a successful hook).
-use std::{io::Read as _, path::PathBuf, process::ExitCode};
+//! Claude Code lets the call through when its hook times out or exits with anything but 0 or 2,
+//! so the hook never does: it answers a denial when guardd has not answered within
+//! `--timeout`, and exits 2 (Claude Code's "block") on bad flags or a panic.
+use std::{
+    io::{Read as _, Write as _},
+    path::PathBuf,
+    process::ExitCode,
+    sync::Mutex,
+    time::Duration,
+};
 
 use clap::{Parser, Subcommand};
 use guard::{
@@ -45,6 +54,27 @@ struct ClaudeCode {
     /// Claude Code tools to ask the user about (a glob; repeatable).
     #[arg(long)]
     ask: Vec<String>,
+    /// Seconds to wait for guardd before denying the call; keep it below the hook's timeout
+    /// in Claude Code's settings (a hook that times out lets the call through).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
+}
+
+/// Whether an answer was printed: the first one stands (the call's, or the timeout's).
+static ANSWERED: Mutex<bool> = Mutex::new(false);
+
+/// Prints `answer` unless one was printed already; false when it could not be printed.
+fn emit(answer: &Answer) -> bool {
+    let mut answered = ANSWERED.lock().unwrap_or_else(|p| p.into_inner());
+    if *answered {
+        return true;
+    }
+    *answered = true;
+    let Ok(line) = serde_json::to_string(answer) else {
+        return false;
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
 /// guardd, as the hook asks it.
@@ -81,25 +111,34 @@ impl hook::Guardd for Socket {
 
 /// Runs `guard-exec hook ...` (argv without `guard-exec hook`).
 pub fn main(args: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
+    // Exit 2 is Claude Code's "block"; a panic's exit code would let the call through.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("guard: {info}");
+        std::process::exit(2);
+    }));
     let cli = match HookCli::try_parse_from(std::iter::once("guard-exec hook".into()).chain(args)) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 64 } else { 0 });
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
     let Agent::ClaudeCode(opts) = cli.agent;
+    let timeout = Duration::from_secs(opts.timeout);
+    std::thread::spawn(move || {
+        std::thread::sleep(timeout);
+        let answer = Answer::deny(format!(
+            "guard: guardd did not answer within {} s; nothing runs without its decision",
+            timeout.as_secs()
+        ));
+        std::process::exit(if emit(&answer) { 0 } else { 2 });
+    });
     let answer = claude_code(&opts);
-    match serde_json::to_string(&answer) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        // Exit 2 is Claude Code's "block" for a hook that has no JSON to give.
-        Err(e) => {
-            eprintln!("guard: {e}");
-            ExitCode::from(2)
-        }
+    if emit(&answer) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("guard: could not print the hook's answer");
+        ExitCode::from(2)
     }
 }
 
