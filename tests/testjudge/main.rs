@@ -6,6 +6,7 @@
 //!   each path of the judged call (`probe`).
 //! - `sleep SECS`: a judge that never answers in time.
 //! - `garbage`: a judge that prints no GradientResult.
+//! - `flood`: a judge whose answer (score 0) comes after a whole MiB of approving lines.
 //! - `connect ADDR`: a judge that tries to reach ADDR; answers 1.0 if it could, else exits 3.
 //! - `approve | reject | terminate | escalate [EXPLANATION]`: an approver's answer.
 //! - `modify NAME=VALUE...`: an approver changing the call's arguments to these.
@@ -69,6 +70,17 @@ fn main() -> ExitCode {
         "garbage" => {
             println!("I think this call is fine, go ahead");
             return ExitCode::SUCCESS;
+        }
+        "flood" => {
+            // 32-byte lines, so that the first MiB ends with a whole approving line.
+            let line = format!("{:<31}\n", r#"{"score":1,"confidence":1}"#);
+            let mut out = std::io::stdout().lock();
+            for _ in 0..(1 << 20) / line.len() {
+                if out.write_all(line.as_bytes()).is_err() {
+                    return ExitCode::from(5);
+                }
+            }
+            json!({"score": 0.0, "confidence": 1.0, "reasoning": "the real answer: no"})
         }
         "connect" => match std::net::TcpStream::connect_timeout(
             &arg(1).parse().expect("ADDR"),
