@@ -56,3 +56,56 @@ judges = ["flood"]
         "{judged:#?}"
     );
 }
+
+#[test]
+fn arguments_an_approver_modified_are_judged_before_they_run() {
+    if !support::privileged("arguments_an_approver_modified_are_judged_before_they_run") {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let j = testjudge(&dir);
+    let j = j.display();
+    let policy = format!(
+        r#"
+[settings]
+disclose_reasons = true
+
+[judges.no_evil]
+command = ["{j}", "veto", "target=evil"]
+
+[[rules]]
+id = "gate"
+tools = ["t_mod"]
+action = "escalate"
+message = "needs an approver"
+
+[[approvers]]
+tools = ["t_mod"]
+approver = '''command:["{j}", "modify", "target=evil"]'''
+
+[tools.t_mod]
+tier = "medium"
+command = ["/usr/bin/echo", "ran", "{{target}}"]
+judges = ["no_evil"]
+[tools.t_mod.args.target]
+type = "string"
+"#
+    );
+    let guardd = Guardd::start(&policy);
+    // The judge would refuse target=evil sent as it is.
+    let out = output(guardd.exec("t_mod", &["target=evil"]));
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    // Sent as target=fine, it passes the judge; the approver then changes it to target=evil,
+    // which the policy allows: the judge must see it too.
+    let out = output(guardd.exec("t_mod", &["target=fine"]));
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(!text(&out.stdout).contains("ran"), "the changed call ran: {out:?}");
+    assert!(text(&out.stderr).contains("no_evil"), "{out:?}");
+    let judged = rows(&guardd, "judged");
+    assert_eq!(judged.len(), 3, "{judged:#?}");
+    assert_eq!(
+        judged.iter().map(|r| r["allowed"].clone()).collect::<Vec<_>>(),
+        [false, true, false],
+        "{judged:#?}"
+    );
+}

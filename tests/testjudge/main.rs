@@ -4,6 +4,8 @@
 //! - `score S C REASONING [--probe]`: a judge answering score S, confidence C; its metadata
 //!   holds what it received (`received`) and, with `--probe`, whether it could read and write
 //!   each path of the judged call (`probe`).
+//! - `veto NAME=VALUE`: a judge rejecting (score 0) a call whose argument NAME is VALUE, and
+//!   accepting (score 1) any other.
 //! - `sleep SECS`: a judge that never answers in time.
 //! - `garbage`: a judge that prints no GradientResult.
 //! - `flood`: a judge whose answer (score 0) comes after a whole MiB of approving lines.
@@ -62,6 +64,12 @@ fn main() -> ExitCode {
                 "signals": [{"category": "test", "score": 1.0, "message": "from guard-testjudge"}],
                 "metadata": metadata,
             })
+        }
+        "veto" => {
+            let (name, value) = arg(1).split_once('=').unwrap_or(("", ""));
+            let vetoed = received["proposed_tool_call"]["arguments"][name] == value;
+            let score = if vetoed { 0.0 } else { 1.0 };
+            json!({"score": score, "confidence": 1.0, "reasoning": format!("{name}: {vetoed}")})
         }
         "sleep" => {
             std::thread::sleep(Duration::from_secs(arg(1).parse().unwrap_or(60)));
