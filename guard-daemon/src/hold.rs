@@ -16,6 +16,7 @@ use crate::{
     conn::Conn,
     daemon::Daemon,
     decision::Decision,
+    intent::Intent,
     plan::LaunchPlan,
     protocol::{
         self, ExecReply,
@@ -262,7 +263,8 @@ pub async fn collect(
                 .map(|()| None);
         }
     };
-    if let Some(why) = record.form.program.changed() {
+    let changed = record.form.program.changed();
+    if let Some(why) = changed.or_else(|| outdated(daemon, &record.form)) {
         let digest = Some(record.held.digest.clone());
         record_answer(
             daemon,
@@ -277,6 +279,27 @@ pub async fn collect(
             .map(|()| None);
     }
     Ok(Some(record.form.launch_plan()))
+}
+
+/// Why a held call may not run as held under the policy in force, if it may not: the policy
+/// changed since it was held, and under the one in force now its arguments are blocked or get
+/// another plan. An approval is of the call as the policy it was held under decided it; a
+/// policy put in force since must not be bypassed by a plan it no longer grants.
+fn outdated(daemon: &Daemon, form: &CallForm) -> Option<String> {
+    let policy = daemon.policy();
+    if policy.version() == form.policy {
+        return None;
+    }
+    let verdict = policy.decide(&Intent::new(&form.tool, form.args.clone()));
+    match verdict.plan {
+        Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
+        _ => Some(format!(
+            "the policy changed since the call was held ({} then, {} now), and no longer \
+             grants it as held",
+            form.policy,
+            policy.version()
+        )),
+    }
 }
 
 /// An answer, as its audit row records it.
@@ -351,6 +374,13 @@ pub async fn answer(
         .approvals
         .check(call_id, approve_by, digest, allow_self)
         .map_err(|e| e.to_string())?;
+    if approve_by.is_some()
+        && let Some(why) = daemon.approvals.form(call_id).and_then(|f| outdated(daemon, &f))
+    {
+        return Err(format!(
+            "call {call_id} is not approved: {why}: deny it, and have its caller submit it again"
+        ));
+    }
     let reason = deny.map(|r| r.unwrap_or_else(|| "denied by an admin".into()));
     let a = Answer {
         approved: reason.is_none(),

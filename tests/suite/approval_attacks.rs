@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::{
+    approval::{CALLER, approval_rows, ctl, held, spawn, start},
     judges::testjudge,
     support::{self, Guardd, ToolDir, output},
 };
@@ -108,4 +109,100 @@ type = "string"
         [false, true, false],
         "{judged:#?}"
     );
+}
+
+/// `deploy` is held for a human; it prints its target.
+const DEPLOY: &str = r#"
+[settings]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+disclose_reasons = true
+
+[tools.deploy]
+tier = "high"
+irreversible = true
+command = ["/usr/bin/echo", "deployed", "{target}"]
+[tools.deploy.args.target]
+type = "string"
+"#;
+
+/// Puts `policy` in force in `guardd`.
+fn reload(guardd: &Guardd, policy: &str) {
+    std::fs::write(guardd.dir.join("policy.toml"), policy).expect("policy");
+    let out = ctl(guardd, &["reload"]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held() {
+    if !support::privileged("a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held")
+    {
+        return;
+    }
+    let guardd = start(DEPLOY, &[]);
+    let blocked = format!(
+        "{DEPLOY}\n[[rules]]\nid = \"freeze\"\ntools = [\"deploy\"]\naction = \"block\"\n\
+         message = \"deploys are frozen\"\n"
+    );
+
+    // Held, then the policy blocks the tool: approving it does not run it under the plan of a
+    // policy no longer in force.
+    let caller = spawn(&guardd, "deploy", &["target=alpha"]);
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    reload(&guardd, &blocked);
+    let approve = ctl(&guardd, &["approve", &id]);
+    assert!(!approve.status.success(), "{approve:?}");
+    assert!(
+        text(&approve.stderr).contains("the policy changed"),
+        "{approve:?}"
+    );
+    assert!(ctl(&guardd, &["deny", &id]).status.success());
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+
+    // Approved while the policy granted it, then the policy changed before its caller came
+    // back: it does not run, and the refusal is a row.
+    reload(&guardd, DEPLOY);
+    let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", "target=beta"]));
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    reload(&guardd, &blocked);
+    let out = output(exec_as(&guardd, &["--resume", &id], &[]));
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+    assert!(text(&out.stderr).contains("the policy changed"), "{out:?}");
+    let answers = approval_rows(&guardd);
+    let last = answers.last().expect("rows");
+    assert_eq!(
+        (last["call_id"].as_str(), last["approved"].as_bool()),
+        (Some(id.as_str()), Some(false)),
+        "{answers:#?}"
+    );
+
+    // A change that leaves the call as it was held does not stop it.
+    reload(&guardd, DEPLOY);
+    let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", "target=gamma"]));
+    let id = text(&out.stdout).trim().to_owned();
+    reload(&guardd, &format!("{DEPLOY}\n[tools.other]\ntier = \"low\"\ncommand = [\"/usr/bin/true\"]\n"));
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    let out = output(exec_as(&guardd, &["--resume", &id], &[]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "deployed gamma\n");
+}
+
+/// guard-exec as the [`CALLER`], with `flags` before the tool.
+fn exec_as(guardd: &Guardd, flags: &[&str], tool_args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(support::bin("guard-exec"));
+    cmd.arg("--socket")
+        .arg(&guardd.socket)
+        .args(flags)
+        .args(tool_args);
+    std::os::unix::process::CommandExt::uid(&mut cmd, CALLER);
+    std::os::unix::process::CommandExt::gid(&mut cmd, CALLER);
+    cmd
 }

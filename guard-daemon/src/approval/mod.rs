@@ -321,6 +321,11 @@ impl Approvals {
         self.lock().get(call_id).map(|e| e.record.held.clone())
     }
 
+    /// The whole form of held call `call_id`, if it is.
+    pub fn form(&self, call_id: &str) -> Option<CallForm> {
+        self.lock().get(call_id).map(|e| e.record.form.clone())
+    }
+
     /// The held calls, oldest id first.
     pub fn list(&self) -> Vec<Held> {
         self.lock()
