@@ -264,7 +264,7 @@ pub async fn collect(
         }
     };
     let changed = record.form.program.changed();
-    if let Some(why) = changed.or_else(|| outdated(daemon, &record.form)) {
+    if let Some(why) = changed.or_else(|| barred(daemon, &record.held, &record.form)) {
         let digest = Some(record.held.digest.clone());
         record_answer(
             daemon,
@@ -281,11 +281,19 @@ pub async fn collect(
     Ok(Some(record.form.launch_plan()))
 }
 
-/// Why a held call may not run as held under the policy in force, if it may not: the policy
+/// Why a held call may not run now, if it may not: its session was terminated since it was
+/// held (no call of a terminated session runs until an admin clears it), or the policy
 /// changed since it was held, and under the one in force now its arguments are blocked or get
 /// another plan. An approval is of the call as the policy it was held under decided it; a
 /// policy put in force since must not be bypassed by a plan it no longer grants.
-fn outdated(daemon: &Daemon, form: &CallForm) -> Option<String> {
+fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
+    if let Some(t) = held.session.as_deref().and_then(|s| daemon.sessions.get(s)) {
+        return Some(format!(
+            "its session '{}' was terminated by {} (call {}); an admin clears it with \
+             guardctl sessions --clear",
+            t.session, t.by, t.call_id
+        ));
+    }
     let policy = daemon.policy();
     if policy.version() == form.policy {
         return None;
@@ -375,7 +383,7 @@ pub async fn answer(
         .check(call_id, approve_by, digest, allow_self)
         .map_err(|e| e.to_string())?;
     if approve_by.is_some()
-        && let Some(why) = daemon.approvals.form(call_id).and_then(|f| outdated(daemon, &f))
+        && let Some(why) = (daemon.approvals.form(call_id)).and_then(|f| barred(daemon, &held, &f))
     {
         return Err(format!(
             "call {call_id} is not approved: {why}: deny it, and have its caller submit it again"

@@ -100,12 +100,18 @@ type = "string"
     // which the policy allows: the judge must see it too.
     let out = output(guardd.exec("t_mod", &["target=fine"]));
     assert_eq!(out.status.code(), Some(126), "{out:?}");
-    assert!(!text(&out.stdout).contains("ran"), "the changed call ran: {out:?}");
+    assert!(
+        !text(&out.stdout).contains("ran"),
+        "the changed call ran: {out:?}"
+    );
     assert!(text(&out.stderr).contains("no_evil"), "{out:?}");
     let judged = rows(&guardd, "judged");
     assert_eq!(judged.len(), 3, "{judged:#?}");
     assert_eq!(
-        judged.iter().map(|r| r["allowed"].clone()).collect::<Vec<_>>(),
+        judged
+            .iter()
+            .map(|r| r["allowed"].clone())
+            .collect::<Vec<_>>(),
         [false, true, false],
         "{judged:#?}"
     );
@@ -135,8 +141,9 @@ fn reload(guardd: &Guardd, policy: &str) {
 
 #[test]
 fn a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held() {
-    if !support::privileged("a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held")
-    {
+    if !support::privileged(
+        "a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held",
+    ) {
         return;
     }
     let guardd = start(DEPLOY, &[]);
@@ -186,9 +193,16 @@ fn a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held() {
 
     // A change that leaves the call as it was held does not stop it.
     reload(&guardd, DEPLOY);
-    let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", "target=gamma"]));
+    let out = output(exec_as(
+        &guardd,
+        &["--no-wait"],
+        &["deploy", "target=gamma"],
+    ));
     let id = text(&out.stdout).trim().to_owned();
-    reload(&guardd, &format!("{DEPLOY}\n[tools.other]\ntier = \"low\"\ncommand = [\"/usr/bin/true\"]\n"));
+    reload(
+        &guardd,
+        &format!("{DEPLOY}\n[tools.other]\ntier = \"low\"\ncommand = [\"/usr/bin/true\"]\n"),
+    );
     assert!(ctl(&guardd, &["approve", &id]).status.success());
     let out = output(exec_as(&guardd, &["--resume", &id], &[]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -205,4 +219,71 @@ fn exec_as(guardd: &Guardd, flags: &[&str], tool_args: &[&str]) -> std::process:
     std::os::unix::process::CommandExt::uid(&mut cmd, CALLER);
     std::os::unix::process::CommandExt::gid(&mut cmd, CALLER);
     cmd
+}
+
+#[test]
+fn a_held_call_of_a_session_terminated_since_does_not_run() {
+    if !support::privileged("a_held_call_of_a_session_terminated_since_does_not_run") {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let j = testjudge(&dir);
+    let policy = format!(
+        r#"{DEPLOY}
+[[rules]]
+id = "gate"
+tools = ["wipe"]
+action = "escalate"
+message = "needs an approver"
+
+[[approvers]]
+tools = ["wipe"]
+approver = '''command:["{}", "terminate", "destructive"]'''
+
+[tools.wipe]
+tier = "medium"
+command = ["/usr/bin/echo", "wiped"]
+"#,
+        j.display()
+    );
+    let guardd = start(&policy, &[]);
+    // The agent leaves a call held in its session, then an approver ends the session.
+    let session = ["--session", "conv-9"];
+    let no_wait = ["--session", "conv-9", "--no-wait"];
+    let out = output(exec_as(&guardd, &no_wait, &["deploy", "target=alpha"]));
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    let out = output(exec_as(&guardd, &session, &["wipe"]));
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+
+    // The session's held call does not run while the session is terminated: not approved...
+    let approve = ctl(&guardd, &["approve", &id]);
+    assert!(!approve.status.success(), "{approve:?}");
+    assert!(text(&approve.stderr).contains("terminated"), "{approve:?}");
+    // ...and once the admin clears the session, it may be.
+    assert!(
+        ctl(&guardd, &["sessions", "--clear", "conv-9"])
+            .status
+            .success()
+    );
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    let out = output(exec_as(&guardd, &["--resume", &id], &[]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "deployed alpha\n");
+
+    // Approved, then the session is terminated before its caller comes back: it does not run.
+    let out = output(exec_as(&guardd, &no_wait, &["deploy", "target=beta"]));
+    let id = text(&out.stdout).trim().to_owned();
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    let out = output(exec_as(&guardd, &session, &["wipe"]));
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    let out = output(exec_as(&guardd, &["--resume", &id], &[]));
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+    assert!(text(&out.stderr).contains("terminated"), "{out:?}");
+    let last = approval_rows(&guardd).pop().expect("rows");
+    assert_eq!(
+        (last["call_id"].as_str(), last["approved"].as_bool()),
+        (Some(id.as_str()), Some(false))
+    );
 }
