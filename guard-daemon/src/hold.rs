@@ -101,6 +101,10 @@ pub async fn hold(
     let held = rec.held.clone();
     let digest = held.digest.clone();
     if let Err(e) = daemon.approvals.hold(rec) {
+        // Not held, so never run: a row says why, as for every other end of a held call.
+        let why = format!("not held: {e}");
+        let answer = Answer::nobody(&why, Some(held.digest.clone()));
+        record_answer(daemon, &call_id, &held.tool, answer).await;
         return refuse(conn, &call_id, decision, e.to_string())
             .await
             .map(|()| Waited::Done);

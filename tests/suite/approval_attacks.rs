@@ -287,3 +287,33 @@ command = ["/usr/bin/echo", "wiped"]
         (Some(id.as_str()), Some(false))
     );
 }
+
+#[test]
+fn a_call_that_cannot_be_held_is_refused_with_a_row() {
+    if !support::privileged("a_call_that_cannot_be_held_is_refused_with_a_row") {
+        return;
+    }
+    let guardd = start(DEPLOY, &["--max-queue", "1"]);
+    let out = output(exec_as(
+        &guardd,
+        &["--no-wait"],
+        &["deploy", "target=alpha"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    // The store is full: the next call is not held, and so never runs; the audit log says so.
+    let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", "target=beta"]));
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert_ne!(out.status.code(), Some(75), "{out:?}");
+    assert!(text(&out.stderr).contains("too many calls"), "{out:?}");
+    held(&guardd, 1);
+    let id = guardd.last_decision_id();
+    let answers = approval_rows(&guardd);
+    assert!(
+        answers.iter().any(|r| r["call_id"] == id.as_str()
+            && r["approved"] == false
+            && r["reason"]
+                .as_str()
+                .is_some_and(|w| w.contains("too many calls"))),
+        "no row says why call {id} was not held: {answers:#?}"
+    );
+}
