@@ -317,3 +317,50 @@ fn a_call_that_cannot_be_held_is_refused_with_a_row() {
         "no row says why call {id} was not held: {answers:#?}"
     );
 }
+
+#[test]
+fn one_user_cannot_put_violations_in_another_users_session() {
+    if !support::privileged("one_user_cannot_put_violations_in_another_users_session") {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let j = testjudge(&dir);
+    let policy = format!(
+        r#"
+[judges.look]
+command = ["{}", "score", "0.9", "0.9", "looked"]
+
+[tools.t_judged]
+tier = "low"
+command = ["/usr/bin/echo", "ran"]
+judges = ["look"]
+"#,
+        j.display()
+    );
+    let guardd = start(&policy, &[]);
+    // Another uid names the session root's agent uses, and gets a tool blocked in it.
+    let out = output(exec_as(
+        &guardd,
+        &["--session", "conv-root"],
+        &["rm_everything"],
+    ));
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    // The judge of root's call in that session is not told of the other uid's block.
+    let mut cmd = guardd.exec("t_judged", &[]);
+    cmd.args(["--session", "conv-root"]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let judged = rows(&guardd, "judged");
+    let got = &judged.last().expect("a judged row")["answer"]["metadata"]["received"];
+    assert_eq!(got["policy_violations"], serde_json::json!([]), "{got}");
+    // The uid's own blocks in its own session still reach its judges.
+    let out = output(exec_as(&guardd, &["--session", "conv-root"], &["t_judged"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let judged = rows(&guardd, "judged");
+    let got = &judged.last().expect("a judged row")["answer"]["metadata"]["received"];
+    assert_eq!(
+        got["policy_violations"],
+        serde_json::json!(["rm_everything"]),
+        "{got}"
+    );
+}
