@@ -259,7 +259,14 @@ pub async fn collect(
     call_id: &str,
     conn: &mut Conn,
 ) -> io::Result<Option<LaunchPlan>> {
-    let record = match daemon.approvals.take(call_id) {
+    // Taken under the answers' lock: an answer (a late deny, the clock) recorded before this
+    // ends the call first, and one after it finds the call gone, so no row records an answer
+    // the call overtook.
+    let taken = {
+        let _one = daemon.approvals.answering.lock().await;
+        daemon.approvals.take(call_id)
+    };
+    let record = match taken {
         Ok(r) => r,
         Err(e) => {
             return refuse(conn, call_id, Decision::Block, e.to_string())

@@ -364,3 +364,34 @@ judges = ["look"]
         "{got}"
     );
 }
+
+#[test]
+fn an_approval_can_be_withdrawn_until_its_call_runs() {
+    if !support::privileged("an_approval_can_be_withdrawn_until_its_call_runs") {
+        return;
+    }
+    let guardd = start(DEPLOY, &[]);
+    let out = output(exec_as(
+        &guardd,
+        &["--no-wait"],
+        &["deploy", "target=alpha"],
+    ));
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    // Approved by mistake: until its caller comes back for it, the admin can still say no.
+    let deny = ctl(&guardd, &["deny", &id, "--reason", "approved by mistake"]);
+    assert!(deny.status.success(), "{deny:?}");
+    held(&guardd, 0);
+    let out = output(exec_as(&guardd, &["--resume", &id], &[]));
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+    let answers = approval_rows(&guardd);
+    let answers: Vec<_> = answers.iter().map(|r| r["approved"].clone()).collect();
+    assert_eq!(answers, [true, false]);
+    // Approving twice is still refused.
+    let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", "target=beta"]));
+    let id = text(&out.stdout).trim().to_owned();
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    assert!(!ctl(&guardd, &["approve", &id]).status.success());
+}

@@ -53,6 +53,10 @@ fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
         a.check("c1", Some(0), None, false),
         Err(ApprovalError::Answered("c1".into()))
     );
+    assert!(
+        a.check("c1", None, None, false).is_ok(),
+        "withdrawn by a denial"
+    );
     assert!(a.take("c1").is_ok());
     assert!(a.list().is_empty());
     assert!(a.take("c1").is_err());
