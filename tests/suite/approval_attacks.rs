@@ -395,3 +395,51 @@ fn an_approval_can_be_withdrawn_until_its_call_runs() {
     assert!(ctl(&guardd, &["approve", &id]).status.success());
     assert!(!ctl(&guardd, &["approve", &id]).status.success());
 }
+
+#[test]
+fn guardd_refuses_a_store_of_held_calls_that_another_uid_owns() {
+    if !support::privileged("guardd_refuses_a_store_of_held_calls_that_another_uid_owns") {
+        return;
+    }
+    // The caller made the store's directory before guardd first ran (its audit directory let
+    // it): it could then write a record there, approved, and resume it after a restart.
+    let dir = support::TempDir::new("guard-atk-store");
+    let pending = dir.join("audit.jsonl.pending");
+    std::fs::create_dir(&pending).expect("pending");
+    std::os::unix::fs::chown(&pending, Some(CALLER), Some(CALLER)).expect("chown");
+    std::fs::write(dir.join("policy.toml"), DEPLOY).expect("policy");
+    let socket = dir.join("guard.sock");
+    let mut guardd = std::process::Command::new(support::bin("guardd"))
+        .arg("--policy")
+        .arg(dir.join("policy.toml"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(dir.join("audit.jsonl"))
+        .args(["--cgroup", &support::unique("guard-e2e")])
+        .arg("--allow-writes-on-audit-fs")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("guardd");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = guardd.try_wait().expect("wait") {
+            break status;
+        }
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            || std::time::Instant::now() > deadline
+        {
+            let _ = guardd.kill();
+            let _ = guardd.wait();
+            panic!("guardd started with its store of held calls owned by uid {CALLER}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = guardd.wait_with_output().expect("guardd");
+    let stderr = text(&out.stderr);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("audit.jsonl.pending") && stderr.contains(&format!("uid {CALLER}")),
+        "{stderr}"
+    );
+}
