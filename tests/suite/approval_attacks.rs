@@ -443,3 +443,47 @@ fn guardd_refuses_a_store_of_held_calls_that_another_uid_owns() {
         "{stderr}"
     );
 }
+
+#[test]
+fn keeping_a_terminated_session_writes_through_no_planted_symlink() {
+    if !support::privileged("keeping_a_terminated_session_writes_through_no_planted_symlink") {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let j = testjudge(&dir);
+    let policy = format!(
+        r#"
+[[rules]]
+id = "gate"
+tools = ["wipe"]
+action = "escalate"
+message = "needs an approver"
+
+[[approvers]]
+tools = ["wipe"]
+approver = '''command:["{}", "terminate", "destructive"]'''
+
+[tools.wipe]
+tier = "medium"
+command = ["/usr/bin/echo", "wiped"]
+"#,
+        j.display()
+    );
+    let guardd = start(&policy, &[]);
+    // Someone who could write beside the audit log points the sessions file's temporary name
+    // at a file of root's.
+    let victim = dir.dir.join("victim");
+    std::fs::write(&victim, "precious\n").expect("victim");
+    let mut tmp = guardd.audit.as_os_str().to_owned();
+    tmp.push(".sessions.tmp");
+    std::os::unix::fs::symlink(&victim, &tmp).expect("symlink");
+    let out = output(exec_as(&guardd, &["--session", "conv-7"], &["wipe"]));
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n",
+        "guardd wrote through the symlink"
+    );
+    let sessions = ctl(&guardd, &["sessions", "--json"]);
+    assert!(text(&sessions.stdout).contains("conv-7"), "{sessions:?}");
+}

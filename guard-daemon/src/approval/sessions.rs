@@ -4,7 +4,9 @@
 
 use std::{
     collections::BTreeMap,
-    fs, io,
+    fs,
+    io::{self, Write as _},
+    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
     sync::Mutex,
 };
@@ -86,8 +88,21 @@ impl Sessions {
         let text = serde_json::to_vec_pretty(&list).map_err(io::Error::other)?;
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
-        fs::write(&tmp, text)?;
-        fs::File::open(&tmp)?.sync_all()?;
+        // Made afresh, never followed: whatever is at the temporary name (a symlink planted
+        // to have root write elsewhere) is replaced, not written through.
+        match fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()?;
         fs::rename(&tmp, path)?;
         crate::audit::files::sync_dir(path.parent().unwrap_or(Path::new(".")))
     }
