@@ -220,6 +220,7 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
     }
     let t = Terminated {
         session,
+        uid: Some(e.peer.uid),
         call_id: call_id.clone(),
         by: by.to_owned(),
         since: crate::audit::ts::now(),

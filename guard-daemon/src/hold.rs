@@ -298,7 +298,11 @@ pub async fn collect(
 /// another plan. An approval is of the call as the policy it was held under decided it; a
 /// policy put in force since must not be bypassed by a plan it no longer grants.
 fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
-    if let Some(t) = held.session.as_deref().and_then(|s| daemon.sessions.get(s)) {
+    if let Some(t) = held
+        .session
+        .as_deref()
+        .and_then(|s| daemon.sessions.blocks(held.uid, s))
+    {
         return Some(format!(
             "its session '{}' was terminated by {} (call {}); an admin clears it with \
              guardctl sessions --clear",

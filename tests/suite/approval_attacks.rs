@@ -487,3 +487,56 @@ command = ["/usr/bin/echo", "wiped"]
     let sessions = ctl(&guardd, &["sessions", "--json"]);
     assert!(text(&sessions.stdout).contains("conv-7"), "{sessions:?}");
 }
+
+#[test]
+fn one_uid_cannot_have_another_uids_session_terminated() {
+    if !support::privileged("one_uid_cannot_have_another_uids_session_terminated") {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let j = testjudge(&dir);
+    let policy = format!(
+        r#"
+[[rules]]
+id = "gate"
+tools = ["wipe"]
+action = "escalate"
+message = "needs an approver"
+
+[[approvers]]
+tools = ["wipe"]
+approver = '''command:["{}", "terminate", "destructive"]'''
+
+[tools.wipe]
+tier = "medium"
+command = ["/usr/bin/echo", "wiped"]
+
+[tools.free]
+tier = "low"
+command = ["/usr/bin/echo", "free"]
+"#,
+        j.display()
+    );
+    let guardd = start(&policy, &[]);
+    // The caller names root's session and has a call of it terminated on purpose.
+    let out = output(exec_as(&guardd, &["--session", "conv-root"], &["wipe"]));
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    // Its own calls in that session are blocked...
+    let out = output(exec_as(&guardd, &["--session", "conv-root"], &["free"]));
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    // ...root's are not: it is another uid's session of the same name.
+    let mut cmd = guardd.exec("free", &[]);
+    cmd.args(["--session", "conv-root"]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "free\n");
+    // The admin sees whose session it is, and clears it by name.
+    let sessions = ctl(&guardd, &["sessions", "--json"]);
+    assert!(
+        text(&sessions.stdout).contains(&format!("\"uid\":{CALLER}")),
+        "{sessions:?}"
+    );
+    assert!(ctl(&guardd, &["sessions", "--clear", "conv-root"]).status.success());
+    let out = output(exec_as(&guardd, &["--session", "conv-root"], &["free"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
