@@ -536,7 +536,11 @@ command = ["/usr/bin/echo", "free"]
         text(&sessions.stdout).contains(&format!("\"uid\":{CALLER}")),
         "{sessions:?}"
     );
-    assert!(ctl(&guardd, &["sessions", "--clear", "conv-root"]).status.success());
+    assert!(
+        ctl(&guardd, &["sessions", "--clear", "conv-root"])
+            .status
+            .success()
+    );
     let out = output(exec_as(&guardd, &["--session", "conv-root"], &["free"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
