@@ -220,6 +220,7 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
     }
     let t = Terminated {
         session,
+        uid: Some(e.peer.uid),
         call_id: call_id.clone(),
         by: by.to_owned(),
         since: crate::audit::ts::now(),
@@ -231,8 +232,9 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
 }
 
 /// The approver's arguments, decided again by the policy and recorded as a decision row of
-/// the same call: run when the policy allows them (or escalates them again, which this
-/// approver has now answered), refused otherwise.
+/// the same call, then judged by the tool's judges: run when the policy allows them (or
+/// escalates them again, which this approver has now answered) and no judge rejects them,
+/// refused otherwise.
 async fn modify(
     daemon: &Daemon,
     policy: &Policy,
@@ -255,8 +257,49 @@ async fn modify(
         return refused("not run: the audit log is unavailable".into(), false);
     }
     let message = policy.caller_message(&verdict);
-    match (verdict.row.decision, verdict.plan) {
-        (Decision::Allow | Decision::Escalate, Some(plan)) => Approved::Run(Box::new(plan)),
-        _ => refused(message, false),
+    let plan = match (verdict.row.decision, verdict.plan) {
+        (Decision::Allow | Decision::Escalate, Some(plan)) => plan,
+        _ => return refused(message, false),
+    };
+    // The changed call is a call the tool's judges have not seen: they judge it as they
+    // judged the one sent, or an approver's arguments would pass every judge unseen.
+    let subject = modified_subject(policy, &e.subject, verdict.redacted_args, &plan);
+    for j in policy.judges_of(&intent.tool) {
+        let v = judge::judge(daemon, j, &subject).await;
+        if v.allowed {
+            continue;
+        }
+        if !policy.settings().disclose_reasons {
+            return refused("blocked by policy".into(), false);
+        }
+        let why = v.reason.unwrap_or_default();
+        return refused(
+            match v.reasoning.filter(|r| !r.is_empty()) {
+                Some(r) => format!("{why}: {r}"),
+                None => why,
+            },
+            false,
+        );
     }
+    Approved::Run(Box::new(plan))
+}
+
+/// The call as an approver changed it, as its judges see it: its arguments (redacted) and the
+/// plan the policy decided for them.
+fn modified_subject(
+    policy: &Policy,
+    sent: &Subject,
+    redacted: Value,
+    plan: &LaunchPlan,
+) -> Subject {
+    let command: Value = plan
+        .argv
+        .iter()
+        .map(|a| Value::String(a.to_string_lossy().into_owned()))
+        .collect();
+    let mut subject = sent.clone();
+    subject.call.arguments = redacted;
+    subject.call.command = policy.redact_for(&sent.call.tool, &command);
+    subject.plan = plan.clone();
+    subject
 }

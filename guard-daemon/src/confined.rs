@@ -27,6 +27,8 @@ pub const MAX_OUTPUT: usize = 1 << 20;
 pub struct Ran {
     pub outcome: Outcome,
     pub stdout: Vec<u8>,
+    /// Its stdout went on past [`MAX_OUTPUT`]: what was kept is not its whole answer.
+    pub stdout_truncated: bool,
     /// The start of its stderr, for the reason a failing helper gives.
     pub stderr: Vec<u8>,
     /// What the kernel saw it do.
@@ -54,17 +56,18 @@ pub async fn run(
     if let Err(e) = cgroup.remove() {
         tracing::warn!(helper = %id, "removing the helper's cgroup: {e}");
     }
-    let (outcome, stdout, stderr) = result?;
+    let (outcome, (stdout, stdout_truncated), (stderr, _)) = result?;
     Ok(Ran {
         outcome,
         stdout,
+        stdout_truncated,
         stderr,
         receipt,
         duration: started.elapsed(),
     })
 }
 
-type Output = (Outcome, Vec<u8>, Vec<u8>);
+type Output = (Outcome, (Vec<u8>, bool), (Vec<u8>, bool));
 
 async fn run_in(
     daemon: &Daemon,
@@ -104,8 +107,9 @@ async fn run_in(
     let outcome = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout).await?;
     // The helper and everything it started are gone: the pipes are at their ends.
     let _ = writer.await;
-    let stdout = out.await.unwrap_or_default();
-    let stderr = err.await.unwrap_or_default();
+    // A reader that failed kept nothing whole: count it as cut short.
+    let stdout = out.await.unwrap_or((Vec::new(), true));
+    let stderr = err.await.unwrap_or((Vec::new(), true));
     drop(responder);
     Ok((outcome, stdout, stderr))
 }
@@ -117,17 +121,19 @@ fn feed(fd: OwnedFd, input: &[u8]) {
     let _ = f.write_all(input);
 }
 
-/// Reads up to [`MAX_OUTPUT`] bytes, then drains the rest unread, to EOF.
-fn drain(fd: OwnedFd) -> Vec<u8> {
+/// Reads up to [`MAX_OUTPUT`] bytes, then drains the rest unread, to EOF; true when there
+/// was more.
+fn drain(fd: OwnedFd) -> (Vec<u8>, bool) {
     let mut f = std::fs::File::from(fd);
     let mut kept = Vec::new();
     let _ = (&mut f).take(MAX_OUTPUT as u64).read_to_end(&mut kept);
-    let _ = std::io::copy(&mut f, &mut std::io::sink());
-    kept
+    let rest = std::io::copy(&mut f, &mut std::io::sink()).unwrap_or(0);
+    (kept, rest > 0)
 }
 
 /// Why a helper's run does not count as an answer, if it does not: it timed out, was stopped
-/// for a divergence, or exited non-zero (with the start of its stderr).
+/// for a divergence, exited non-zero (with the start of its stderr), or printed more than
+/// guard reads (the part kept is no answer: its last line need not be the helper's).
 pub fn failure(ran: &Ran, timeout: Duration) -> Option<String> {
     if ran.outcome.timed_out {
         return Some(format!("timed out after {} s", timeout.as_secs_f64()));
@@ -150,6 +156,11 @@ pub fn failure(ran: &Ran, timeout: Duration) -> Option<String> {
             format!(": {first}")
         };
         return Some(format!("exited {}{said}", ran.outcome.exit_code));
+    }
+    if ran.stdout_truncated {
+        return Some(format!(
+            "its output is longer than the {MAX_OUTPUT} bytes guard reads"
+        ));
     }
     None
 }

@@ -16,6 +16,7 @@ use crate::{
     conn::Conn,
     daemon::Daemon,
     decision::Decision,
+    intent::Intent,
     plan::LaunchPlan,
     protocol::{
         self, ExecReply,
@@ -100,6 +101,10 @@ pub async fn hold(
     let held = rec.held.clone();
     let digest = held.digest.clone();
     if let Err(e) = daemon.approvals.hold(rec) {
+        // Not held, so never run: a row says why, as for every other end of a held call.
+        let why = format!("not held: {e}");
+        let answer = Answer::nobody(&why, Some(held.digest.clone()));
+        record_answer(daemon, &call_id, &held.tool, answer).await;
         return refuse(conn, &call_id, decision, e.to_string())
             .await
             .map(|()| Waited::Done);
@@ -254,7 +259,14 @@ pub async fn collect(
     call_id: &str,
     conn: &mut Conn,
 ) -> io::Result<Option<LaunchPlan>> {
-    let record = match daemon.approvals.take(call_id) {
+    // Taken under the answers' lock: an answer (a late deny, the clock) recorded before this
+    // ends the call first, and one after it finds the call gone, so no row records an answer
+    // the call overtook.
+    let taken = {
+        let _one = daemon.approvals.answering.lock().await;
+        daemon.approvals.take(call_id)
+    };
+    let record = match taken {
         Ok(r) => r,
         Err(e) => {
             return refuse(conn, call_id, Decision::Block, e.to_string())
@@ -262,7 +274,8 @@ pub async fn collect(
                 .map(|()| None);
         }
     };
-    if let Some(why) = record.form.program.changed() {
+    let changed = record.form.program.changed();
+    if let Some(why) = changed.or_else(|| barred(daemon, &record.held, &record.form)) {
         let digest = Some(record.held.digest.clone());
         record_answer(
             daemon,
@@ -277,6 +290,39 @@ pub async fn collect(
             .map(|()| None);
     }
     Ok(Some(record.form.launch_plan()))
+}
+
+/// Why a held call may not run now, if it may not: its session was terminated since it was
+/// held (no call of a terminated session runs until an admin clears it), or the policy
+/// changed since it was held, and under the one in force now its arguments are blocked or get
+/// another plan. An approval is of the call as the policy it was held under decided it; a
+/// policy put in force since must not be bypassed by a plan it no longer grants.
+fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
+    if let Some(t) = held
+        .session
+        .as_deref()
+        .and_then(|s| daemon.sessions.blocks(held.uid, s))
+    {
+        return Some(format!(
+            "its session '{}' was terminated by {} (call {}); an admin clears it with \
+             guardctl sessions --clear",
+            t.session, t.by, t.call_id
+        ));
+    }
+    let policy = daemon.policy();
+    if policy.version() == form.policy {
+        return None;
+    }
+    let verdict = policy.decide(&Intent::new(&form.tool, form.args.clone()));
+    match verdict.plan {
+        Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
+        _ => Some(format!(
+            "the policy changed since the call was held ({} then, {} now), and no longer \
+             grants it as held",
+            form.policy,
+            policy.version()
+        )),
+    }
 }
 
 /// An answer, as its audit row records it.
@@ -351,6 +397,13 @@ pub async fn answer(
         .approvals
         .check(call_id, approve_by, digest, allow_self)
         .map_err(|e| e.to_string())?;
+    if approve_by.is_some()
+        && let Some(why) = (daemon.approvals.form(call_id)).and_then(|f| barred(daemon, &held, &f))
+    {
+        return Err(format!(
+            "call {call_id} is not approved: {why}: deny it, and have its caller submit it again"
+        ));
+    }
     let reason = deny.map(|r| r.unwrap_or_else(|| "denied by an admin".into()));
     let a = Answer {
         approved: reason.is_none(),

@@ -197,7 +197,7 @@ impl Review<'_> {
         let mut verdict = policy.decide(self.intent);
         verdict.row.set_audit_entry_id(self.call_id.to_owned());
         let session = self.ctx.session.as_deref();
-        if let Some(t) = session.and_then(|s| self.daemon.sessions.get(s)) {
+        if let Some(t) = session.and_then(|s| self.daemon.sessions.blocks(self.peer.uid, s)) {
             verdict.row.decision = Decision::Block;
             verdict.row.check_name = "session".into();
             verdict.row.reason = format!(

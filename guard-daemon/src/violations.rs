@@ -16,15 +16,17 @@ const KEPT: usize = 32;
 /// Callers kept at once; the oldest are forgotten first.
 const CALLERS: usize = 4096;
 
-/// Recent blocks by caller: its session when it names one, else its uid.
+/// Recent blocks by caller: its uid, and its session when it names one.
 #[derive(Debug, Default)]
 pub struct Violations {
     by: Mutex<HashMap<String, VecDeque<(Instant, String)>>>,
 }
 
+/// A session's name is the caller's to choose: under the uid, so that one uid naming another's
+/// session cannot fill that session's record (and sway the judges of its calls).
 fn key(peer: &Peer, session: Option<&str>) -> String {
     match session {
-        Some(s) => format!("session:{s}"),
+        Some(s) => format!("uid:{}:session:{s}", peer.uid),
         None => format!("uid:{}", peer.uid),
     }
 }

@@ -2,6 +2,7 @@ mod support;
 
 mod abuse;
 mod approval;
+mod approval_attacks;
 mod approvers;
 mod audit;
 mod daemon;

@@ -4,8 +4,11 @@
 //! - `score S C REASONING [--probe]`: a judge answering score S, confidence C; its metadata
 //!   holds what it received (`received`) and, with `--probe`, whether it could read and write
 //!   each path of the judged call (`probe`).
+//! - `veto NAME=VALUE`: a judge rejecting (score 0) a call whose argument NAME is VALUE, and
+//!   accepting (score 1) any other.
 //! - `sleep SECS`: a judge that never answers in time.
 //! - `garbage`: a judge that prints no GradientResult.
+//! - `flood`: a judge whose answer (score 0) comes after a whole MiB of approving lines.
 //! - `connect ADDR`: a judge that tries to reach ADDR; answers 1.0 if it could, else exits 3.
 //! - `approve | reject | terminate | escalate [EXPLANATION]`: an approver's answer.
 //! - `modify NAME=VALUE...`: an approver changing the call's arguments to these.
@@ -42,6 +45,25 @@ fn probe(received: &Value) -> Value {
         .collect()
 }
 
+/// `veto NAME=VALUE`: score 0 when the proposed call's argument NAME is VALUE, else 1.
+fn veto(received: &Value, rule: &str) -> Value {
+    let (name, value) = rule.split_once('=').unwrap_or(("", ""));
+    let vetoed = received["proposed_tool_call"]["arguments"][name] == value;
+    let score = if vetoed { 0.0 } else { 1.0 };
+    json!({"score": score, "confidence": 1.0, "reasoning": format!("{name}: {vetoed}")})
+}
+
+/// `flood`: a MiB of approving lines, then the answer (score 0); `None` if stdout closed.
+fn flood() -> Option<Value> {
+    // 32-byte lines, so that the first MiB ends with a whole approving line.
+    let line = format!("{:<31}\n", r#"{"score":1,"confidence":1}"#);
+    let mut out = std::io::stdout().lock();
+    for _ in 0..(1 << 20) / line.len() {
+        out.write_all(line.as_bytes()).ok()?;
+    }
+    Some(json!({"score": 0.0, "confidence": 1.0, "reasoning": "the real answer: no"}))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut input = Vec::new();
@@ -62,6 +84,7 @@ fn main() -> ExitCode {
                 "metadata": metadata,
             })
         }
+        "veto" => veto(&received, arg(1)),
         "sleep" => {
             std::thread::sleep(Duration::from_secs(arg(1).parse().unwrap_or(60)));
             json!({"score": 1.0, "confidence": 1.0})
@@ -70,6 +93,10 @@ fn main() -> ExitCode {
             println!("I think this call is fine, go ahead");
             return ExitCode::SUCCESS;
         }
+        "flood" => match flood() {
+            Some(answer) => answer,
+            None => return ExitCode::from(5),
+        },
         "connect" => match std::net::TcpStream::connect_timeout(
             &arg(1).parse().expect("ADDR"),
             Duration::from_secs(2),

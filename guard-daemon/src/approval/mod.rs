@@ -219,9 +219,10 @@ impl Approvals {
         }
     }
 
-    /// Checks an admin's answer before it is recorded: the call is held and unanswered, the
-    /// digest (when given) is the held call's, and an approver is not the submitter unless
-    /// `allow_self`. Denying is always allowed. Returns the held call.
+    /// Checks an admin's answer before it is recorded: the call is held and, to approve it,
+    /// unapproved; the digest (when given) is the held call's, and an approver is not the
+    /// submitter unless `allow_self`. Denying is always allowed, an approved call's too until
+    /// its caller takes it to run. Returns the held call.
     pub fn check(
         &self,
         call_id: &str,
@@ -235,7 +236,7 @@ impl Approvals {
             .ok_or_else(|| ApprovalError::NotHeld(call_id.to_owned()))?
             .record
             .held;
-        if held.approved_by.is_some() {
+        if held.approved_by.is_some() && approve_by.is_some() {
             return Err(ApprovalError::Answered(call_id.to_owned()));
         }
         if let Some(given) = digest
@@ -319,6 +320,11 @@ impl Approvals {
     /// The held call `call_id`, if it is.
     pub fn get(&self, call_id: &str) -> Option<Held> {
         self.lock().get(call_id).map(|e| e.record.held.clone())
+    }
+
+    /// The whole form of held call `call_id`, if it is.
+    pub fn form(&self, call_id: &str) -> Option<CallForm> {
+        self.lock().get(call_id).map(|e| e.record.form.clone())
     }
 
     /// The held calls, oldest id first.

@@ -6,11 +6,31 @@
 use std::{
     fs,
     io::{self, Write as _},
-    os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _},
+    os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
 };
 
 use super::Record;
+
+/// The largest record read: a call's arguments come in a frame of at most 1 MiB.
+const MAX_RECORD: u64 = 16 << 20;
+
+/// Whether `path` is a record as guardd writes them: a regular file of its own uid, of a
+/// size it could have written; why not otherwise.
+fn written_by_guardd(path: &Path) -> Result<(), String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("owned by uid {}, not guardd's", meta.uid()));
+    }
+    if meta.len() > MAX_RECORD {
+        return Err(format!("{} bytes, more than a record holds", meta.len()));
+    }
+    Ok(())
+}
 
 /// What [`Store::load`] found: the records, and the files that are no record (name, why).
 pub type Loaded = (Vec<Record>, Vec<(String, String)>);
@@ -23,11 +43,30 @@ pub struct Store {
 
 impl Store {
     /// The store for the audit log at `audit`: `<audit>.pending/`, created if missing.
+    /// A directory guardd did not make for itself (a symlink, another uid's) is refused: who
+    /// can write a record there can have guardd run any call as approved.
     pub fn beside(audit: &Path) -> io::Result<Self> {
         let mut name = audit.as_os_str().to_owned();
         name.push(".pending");
         let dir = PathBuf::from(name);
         fs::create_dir_all(&dir)?;
+        let meta = fs::symlink_metadata(&dir)?;
+        let me = nix::unistd::geteuid().as_raw();
+        if !meta.file_type().is_dir() || meta.uid() != me {
+            return Err(io::Error::other(format!(
+                "{} is not a directory of guardd's own (uid {me}): it is a {} of uid {}; \
+                 move it away and start again",
+                dir.display(),
+                if meta.file_type().is_symlink() {
+                    "symlink"
+                } else if meta.file_type().is_dir() {
+                    "directory"
+                } else {
+                    "file"
+                },
+                meta.uid()
+            )));
+        }
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
         Ok(Self { dir })
     }
@@ -81,8 +120,8 @@ impl Store {
             if name.starts_with('.') || !name.ends_with(".json") {
                 continue;
             }
-            let read = fs::read(&path)
-                .map_err(|e| e.to_string())
+            let read = written_by_guardd(&path)
+                .and_then(|()| fs::read(&path).map_err(|e| e.to_string()))
                 .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()));
             match read {
                 Ok(r) if format!("{}.json", r.held.call_id) != name => {

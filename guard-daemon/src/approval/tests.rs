@@ -53,6 +53,10 @@ fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
         a.check("c1", Some(0), None, false),
         Err(ApprovalError::Answered("c1".into()))
     );
+    assert!(
+        a.check("c1", None, None, false).is_ok(),
+        "withdrawn by a denial"
+    );
     assert!(a.take("c1").is_ok());
     assert!(a.list().is_empty());
     assert!(a.take("c1").is_err());
@@ -141,9 +145,20 @@ fn held_calls_survive_in_the_store_and_a_tampered_record_is_refused() {
         Duration::from_secs(60),
         Some(Store::beside(&audit).unwrap()),
     );
+    // A record guardd did not write there: a symlink to a valid one is not taken in.
+    let elsewhere = dir.join("c4.json");
+    let valid = record("c4");
+    std::fs::write(&elsewhere, serde_json::to_vec(&valid).expect("json")).expect("write");
+    std::os::unix::fs::symlink(&elsewhere, dir.join("audit.jsonl.pending/c4.json"))
+        .expect("symlink");
     let bad = b.load().expect("load");
-    assert_eq!(bad.len(), 1, "{bad:?}");
-    assert!(bad[0].1.contains("digest"), "{bad:?}");
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(bad.iter().any(|b| b.1.contains("digest")), "{bad:?}");
+    assert!(
+        bad.iter()
+            .any(|b| b.0 == "c4.json" && b.1.contains("not a regular file")),
+        "{bad:?}"
+    );
     let held = b.list();
     assert_eq!(held.len(), 2);
     assert_eq!(
