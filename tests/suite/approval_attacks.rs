@@ -451,24 +451,7 @@ fn keeping_a_terminated_session_writes_through_no_planted_symlink() {
     }
     let dir = ToolDir::new("guard-atk");
     let j = testjudge(&dir);
-    let policy = format!(
-        r#"
-[[rules]]
-id = "gate"
-tools = ["wipe"]
-action = "escalate"
-message = "needs an approver"
-
-[[approvers]]
-tools = ["wipe"]
-approver = '''command:["{}", "terminate", "destructive"]'''
-
-[tools.wipe]
-tier = "medium"
-command = ["/usr/bin/echo", "wiped"]
-"#,
-        j.display()
-    );
+    let policy = terminating(&j, "");
     let guardd = start(&policy, &[]);
     // Someone who could write beside the audit log points the sessions file's temporary name
     // at a file of root's.
@@ -495,27 +478,9 @@ fn one_uid_cannot_have_another_uids_session_terminated() {
     }
     let dir = ToolDir::new("guard-atk");
     let j = testjudge(&dir);
-    let policy = format!(
-        r#"
-[[rules]]
-id = "gate"
-tools = ["wipe"]
-action = "escalate"
-message = "needs an approver"
-
-[[approvers]]
-tools = ["wipe"]
-approver = '''command:["{}", "terminate", "destructive"]'''
-
-[tools.wipe]
-tier = "medium"
-command = ["/usr/bin/echo", "wiped"]
-
-[tools.free]
-tier = "low"
-command = ["/usr/bin/echo", "free"]
-"#,
-        j.display()
+    let policy = terminating(
+        &j,
+        "[tools.free]\ntier = \"low\"\ncommand = [\"/usr/bin/echo\", \"free\"]\n",
     );
     let guardd = start(&policy, &[]);
     // The caller names root's session and has a call of it terminated on purpose.
@@ -543,4 +508,28 @@ command = ["/usr/bin/echo", "free"]
     );
     let out = output(exec_as(&guardd, &["--session", "conv-root"], &["free"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// A policy whose `wipe` is escalated to a command approver (the test judge) that terminates
+/// the caller's session; `extra` adds tools.
+fn terminating(judge: &std::path::Path, extra: &str) -> String {
+    format!(
+        r#"
+[[rules]]
+id = "gate"
+tools = ["wipe"]
+action = "escalate"
+message = "needs an approver"
+
+[[approvers]]
+tools = ["wipe"]
+approver = '''command:["{}", "terminate", "destructive"]'''
+
+[tools.wipe]
+tier = "medium"
+command = ["/usr/bin/echo", "wiped"]
+
+{extra}"#,
+        judge.display()
+    )
 }
