@@ -81,8 +81,15 @@ pub async fn exec(
         call_id: &call_id,
     };
     let next = review.run(&mut conn, &mut stages).await?;
-    let (plan, admission, approved, recording) = match next {
-        review::Next::Run { plan, recording } => (*plan, admission, None, recording),
+    let (plan, admission, start) = match next {
+        review::Next::Run { plan, recording } => {
+            let start = Start {
+                approved_by: None,
+                recording,
+                program: None,
+            };
+            (*plan, admission, start)
+        }
         review::Next::Done => return Ok(()),
         review::Next::Hold(h) => {
             // A call waiting for a human takes no slot: running calls are what slots bound.
@@ -91,15 +98,17 @@ pub async fn exec(
                 return Ok(());
             };
             stages.lap("approval");
-            let Some((plan, admission)) = collect(daemon, &call_id, &mut conn).await? else {
+            let Some((plan, program, admission)) = collect(daemon, &call_id, &mut conn).await?
+            else {
                 return Ok(());
             };
-            (plan, admission, Some(by), None)
+            let start = Start {
+                approved_by: Some(by),
+                recording: None,
+                program: Some(program),
+            };
+            (plan, admission, start)
         }
-    };
-    let start = Start {
-        approved_by: approved,
-        recording,
     };
     carry_out(
         daemon,
@@ -131,12 +140,13 @@ pub async fn resume(
     if !admits(daemon, None, &mut conn).await? {
         return Ok(());
     }
-    let Some((plan, admission)) = collect(daemon, call_id, &mut conn).await? else {
+    let Some((plan, program, admission)) = collect(daemon, call_id, &mut conn).await? else {
         return Ok(());
     };
     let start = Start {
         approved_by: Some(by),
         recording: None,
+        program: Some(program),
     };
     carry_out(
         daemon,
@@ -188,13 +198,13 @@ async fn admits(daemon: &Daemon, tool: Option<&str>, conn: &mut Conn) -> io::Res
         .map(|()| false)
 }
 
-/// A slot for an approved held call, then the call itself out of the store. Busy leaves the
-/// call approved, for a later `resume`.
+/// A slot for an approved held call, then the call itself out of the store (its plan and its
+/// program's SHA-256). Busy leaves the call approved, for a later `resume`.
 async fn collect<'d>(
     daemon: &'d Daemon,
     call_id: &str,
     conn: &mut Conn,
-) -> io::Result<Option<(LaunchPlan, Admission<'d>)>> {
+) -> io::Result<Option<(LaunchPlan, String, Admission<'d>)>> {
     let Some(admission) = daemon.calls.admit().await else {
         let e = ErrorReply::new(format!(
             "busy: too many calls queued; call {call_id} stays approved: run it with \
@@ -204,7 +214,7 @@ async fn collect<'d>(
     };
     Ok(hold::collect(daemon, call_id, conn)
         .await?
-        .map(|plan| (plan, admission)))
+        .map(|(plan, program)| (plan, program, admission)))
 }
 
 /// What an approved call's start waits for, and what its caller is told then.
@@ -213,6 +223,8 @@ struct Start {
     approved_by: Option<u32>,
     /// The decision row, when it is still being written (see `review`).
     recording: Option<Recording>,
+    /// The SHA-256 of the program an approval bound the call to: the launch runs that file.
+    program: Option<String>,
 }
 
 /// Runs an approved call and records its end.
@@ -432,7 +444,10 @@ impl Call<'_, '_> {
             .with_monitor(|m| m.watch(cgroup.id(), watch))
             .transpose()?;
         self.stages.lap("watch");
-        let ready = sandbox::prepare(plan, cgroup, &daemon.launch)?;
+        let mut ready = sandbox::prepare(plan, cgroup, &daemon.launch)?;
+        if let Some(sha256) = self.start.as_ref().and_then(|s| s.program.as_deref()) {
+            ready = ready.pin(sha256)?;
+        }
         self.stages.absorb(ready.stages());
         self.confirm().await?;
         let launched = ready.start(stdio)?;

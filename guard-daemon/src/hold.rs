@@ -253,12 +253,13 @@ async fn wait(
 }
 
 /// Takes an approved call out of the store to run it, once its program is checked to be the
-/// one held; `None` when it does not run (its caller has been told why).
+/// one held: its plan, and its program's SHA-256, which the launch binds to (`Ready::pin`).
+/// `None` when it does not run (its caller has been told why).
 pub async fn collect(
     daemon: &Daemon,
     call_id: &str,
     conn: &mut Conn,
-) -> io::Result<Option<LaunchPlan>> {
+) -> io::Result<Option<(LaunchPlan, String)>> {
     // Taken under the answers' lock: an answer (a late deny, the clock) recorded before this
     // ends the call first, and one after it finds the call gone, so no row records an answer
     // the call overtook.
@@ -289,7 +290,8 @@ pub async fn collect(
             .await
             .map(|()| None);
     }
-    Ok(Some(record.form.launch_plan()))
+    let sha256 = record.form.program.sha256.clone();
+    Ok(Some((record.form.launch_plan(), sha256)))
 }
 
 /// Why a held call may not run now, if it may not: its session was terminated since it was

@@ -455,3 +455,49 @@ fn sandbox_strict_mode_kills_outside_the_listed_syscalls() {
     );
     assert!(r.stdout.is_empty());
 }
+
+#[test]
+fn a_pinned_program_runs_as_checked_whatever_its_path_names_after() {
+    if !support::privileged("a_pinned_program_runs_as_checked_whatever_its_path_names_after") {
+        return;
+    }
+    ensure_user();
+    let scratch = ToolDir::new("guard-pin");
+    let sha256 = guard::approval::digest::Program::identify(scratch.tool.clone())
+        .expect("hash the tool")
+        .sha256;
+    let p = plan(&scratch, &["exit", "3"], Effects::default());
+    let cg = call_cgroup();
+    // Another content than the approved one: not launched.
+    let wrong = sandbox::prepare(&p, &cg, &options())
+        .expect("prepare")
+        .pin(&"0".repeat(64));
+    assert!(
+        matches!(wrong, Err(SandboxError::ProgramChanged { .. })),
+        "{:?}",
+        wrong.err()
+    );
+    // The approved content, checked; then the path is made to name another program...
+    let ready = sandbox::prepare(&p, &cg, &options())
+        .expect("prepare")
+        .pin(&sha256)
+        .expect("pin");
+    let other = scratch.dir.join("other");
+    fs::copy("/bin/true", &other).expect("copy /bin/true");
+    fs::set_permissions(&other, fs::Permissions::from_mode(0o755)).expect("chmod");
+    fs::rename(&other, &scratch.tool).expect("swap the program");
+    // ...and the checked file runs (the tool's exit 3), not what the path names now (0).
+    let null = || -> OwnedFd { fs::File::open("/dev/null").expect("/dev/null").into() };
+    let launched = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        ready.start([null(), null(), null()]).expect("start")
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let outcome = rt
+        .block_on(sandbox::run_to_end(launched, &cg, p.confinement.timeout))
+        .expect("run");
+    assert_eq!(outcome.exit_code, 3, "{outcome:?}");
+}

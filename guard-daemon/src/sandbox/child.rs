@@ -73,6 +73,8 @@ pub(super) struct ChildCtx<'a> {
     pub gid: libc::gid_t,
     pub cwd: &'a CStr,
     pub program: &'a CStr,
+    /// The program already opened and checked (`Ready::pin`): exec'd by descriptor.
+    pub program_fd: Option<RawFd>,
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
     pub landlock: &'a landlock::Prepared,
@@ -373,11 +375,29 @@ fn install_seccomp(filters: &[libc::sock_fprog]) -> Result<(), Failed> {
     Ok(())
 }
 
-/// Replaces the child with the tool; reports `exec` if that fails.
+/// Replaces the child with the tool (the pinned open file, when there is one); reports `exec`
+/// if that fails.
 fn exec(ctx: &ChildCtx) -> ! {
-    // SAFETY: program is NUL-terminated; argv and envp are NULL-terminated arrays of pointers
-    // into CStrings that spawn's frame owns, all built before fork.
-    unsafe { libc::execve(ctx.program.as_ptr(), ctx.argv.as_ptr(), ctx.envp.as_ptr()) };
+    match ctx.program_fd {
+        // SAFETY: the fd is open (close-on-exec, so it does not outlive the exec); the empty
+        // path with AT_EMPTY_PATH names that file; argv and envp are NULL-terminated arrays of
+        // pointers into CStrings that spawn's frame owns, all built before the clone.
+        Some(fd) => unsafe {
+            libc::syscall(
+                libc::SYS_execveat,
+                fd,
+                c"".as_ptr(),
+                ctx.argv.as_ptr(),
+                ctx.envp.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            );
+        },
+        // SAFETY: program is NUL-terminated; argv and envp are NULL-terminated arrays of
+        // pointers into CStrings that spawn's frame owns, all built before the clone.
+        None => unsafe {
+            libc::execve(ctx.program.as_ptr(), ctx.argv.as_ptr(), ctx.envp.as_ptr());
+        },
+    }
     fail(
         ctx.report,
         Failed {

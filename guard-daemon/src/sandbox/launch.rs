@@ -72,6 +72,8 @@ pub enum SandboxError {
     Limits(#[from] LimitsError),
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
+    #[error("the program {path:?} is not the one approved: {why}")]
+    ProgramChanged { path: PathBuf, why: String },
     #[error("confined child failed at {stage}: {}", std::io::Error::from_raw_os_error(*errno))]
     Child { stage: &'static str, errno: i32 },
 }
@@ -277,6 +279,9 @@ pub fn spawn(
 /// that the rest of a call's start (its decision row's fdatasync) can overlap with it.
 pub struct Ready {
     command: Command,
+    /// The program opened and checked by [`Ready::pin`]: the child execs this file, not
+    /// whatever its path names by then.
+    program: Option<OwnedFd>,
     uid: libc::uid_t,
     gid: libc::gid_t,
     landlock: landlock::Prepared,
@@ -325,6 +330,7 @@ pub fn prepare(
     };
     Ok(Ready {
         command,
+        program: None,
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
         landlock: prepared,
@@ -337,6 +343,32 @@ pub fn prepare(
 }
 
 impl Ready {
+    /// Binds the launch to the program whose content has SHA-256 `sha256` (hex): opens argv[0],
+    /// hashes what it read through that descriptor, and has the child exec that same open file
+    /// (`execveat`), so that nothing put at the path after this check runs instead. A script
+    /// (`#!`) is run by its interpreter, which opens it by path again: it is checked, not bound.
+    pub fn pin(mut self, sha256: &str) -> Result<Self, SandboxError> {
+        use sha2::{Digest as _, Sha256};
+        use std::io::Read as _;
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(self.command.program.as_bytes()));
+        let changed = |why: String| SandboxError::ProgramChanged {
+            path: path.clone(),
+            why,
+        };
+        let mut file = std::fs::File::open(&path).map_err(|e| changed(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| changed(e.to_string()))?;
+        let now = crate::approval::digest::hex(&Sha256::digest(&bytes));
+        if now != sha256 {
+            return Err(changed(format!("its content is {now}, not {sha256}")));
+        }
+        if !bytes.starts_with(b"#!") {
+            self.program = Some(file.into());
+        }
+        Ok(self)
+    }
+
     /// Where the preparation's time went: prepare, landlock, seccomp, limits.
     pub fn stages(&self) -> &Stages {
         &self.stages
@@ -368,6 +400,7 @@ impl Ready {
             gid: self.gid,
             cwd: &command.cwd,
             program: &command.program,
+            program_fd: self.program.as_ref().map(|f| f.as_raw_fd()),
             argv: &command.argv,
             envp: &command.envp,
             landlock: &self.landlock,
