@@ -445,10 +445,11 @@ impl Call<'_, '_> {
             .transpose()?;
         self.stages.lap("watch");
         let mut ready = sandbox::prepare(plan, cgroup, &daemon.launch)?;
+        self.stages.absorb(ready.stages());
         if let Some(sha256) = self.start.as_ref().and_then(|s| s.program.as_deref()) {
             ready = ready.pin(sha256)?;
+            self.stages.lap("pin");
         }
-        self.stages.absorb(ready.stages());
         self.confirm().await?;
         let launched = ready.start(stdio)?;
         self.stages.absorb(&launched.stages);
