@@ -178,12 +178,15 @@ fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    child
+    // A hook that exits before reading its input (a flag it refuses) closes the pipe first.
+    let written = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(input.to_string().as_bytes())
-        .expect("write");
+        .write_all(input.to_string().as_bytes());
+    if let Err(e) = written {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write: {e}");
+    }
     let out = child.wait_with_output().expect("wait");
     assert!(
         out.status.success(),
@@ -398,12 +401,15 @@ fn run_bounded(mut cmd: Command, input: &Value) -> (std::process::ExitStatus, Ve
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
-    child
+    // A hook that exits before reading its input (a flag it refuses) closes the pipe first.
+    let written = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(input.to_string().as_bytes())
-        .expect("write");
+        .write_all(input.to_string().as_bytes());
+    if let Err(e) = written {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write: {e}");
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
