@@ -169,13 +169,12 @@ fn hook_denies_what_the_policy_blocks_and_tools_it_does_not_know() {
     assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "deny");
 }
 
-/// Runs a hook command with `input` on its stdin; it must exit 0 with a JSON answer.
-fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
+/// Starts a hook command with `input` written to its stdin (then closed) and its stdout piped.
+fn spawn_with_input(cmd: &mut Command, input: &Value) -> std::process::Child {
     use std::io::Write as _;
     let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
     // A hook that exits before reading its input (a flag it refuses) closes the pipe first.
@@ -187,6 +186,12 @@ fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
     if let Err(e) = written {
         assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write: {e}");
     }
+    child
+}
+
+/// Runs a hook command with `input` on its stdin; it must exit 0 with a JSON answer.
+fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
+    let child = spawn_with_input(cmd.stderr(std::process::Stdio::piped()), input);
     let out = child.wait_with_output().expect("wait");
     assert!(
         out.status.success(),
@@ -394,22 +399,8 @@ fn hook_fails_closed_when_guardd_hangs_or_it_cannot_run() {
 /// Runs a hook command with `input` on its stdin; fails the test if it has not ended within a
 /// minute (a hook that hangs is let through by Claude Code).
 fn run_bounded(mut cmd: Command, input: &Value) -> (std::process::ExitStatus, Vec<u8>) {
-    use std::io::{Read as _, Write as _};
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    // A hook that exits before reading its input (a flag it refuses) closes the pipe first.
-    let written = child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.to_string().as_bytes());
-    if let Err(e) = written {
-        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write: {e}");
-    }
+    use std::io::Read as _;
+    let mut child = spawn_with_input(cmd.stderr(std::process::Stdio::null()), input);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
