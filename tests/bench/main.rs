@@ -85,13 +85,18 @@ const QUICK: Scale = Scale {
     flight_calls: 200,
 };
 
-const USAGE: &str = "usage: guard-bench [--quick] [--bin-dir DIR] [--out FILE]
+const USAGE: &str = "usage: guard-bench [--quick] [--only PHASE] [--bin-dir DIR] [--out FILE]
   --quick     a smaller, faster run
+  --only      one phase: decide, check, launch or flight (its goals alone are counted)
   --bin-dir   where guardd, guard-exec and guard-testtool are [default: this binary's directory]
   --out       the JSON report [default: target/bench/report.json]";
 
+/// The phases `--only` can pick, in the order a whole run takes them.
+const PHASES: &[&str] = &["decide", "check", "launch", "flight"];
+
 struct Opts {
     quick: bool,
+    only: Option<String>,
     bin_dir: PathBuf,
     out: PathBuf,
 }
@@ -106,6 +111,7 @@ fn opts() -> Result<Opts> {
     );
     let mut o = Opts {
         quick: false,
+        only: None,
         bin_dir,
         out,
     };
@@ -113,6 +119,13 @@ fn opts() -> Result<Opts> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => o.quick = true,
+            "--only" => {
+                let phase = args.next().context(USAGE)?;
+                if !PHASES.contains(&phase.as_str()) {
+                    bail!("unknown phase {phase}\n{USAGE}");
+                }
+                o.only = Some(phase);
+            }
             "--bin-dir" => o.bin_dir = args.next().context(USAGE)?.into(),
             "--out" => o.out = args.next().context(USAGE)?.into(),
             "-h" | "--help" => {
@@ -140,14 +153,23 @@ fn main() -> Result<()> {
     let started = Instant::now();
     let phase = |name: &str| eprintln!("bench: {name} ({:.0} s)", started.elapsed().as_secs_f64());
 
-    phase("1/6 decision in process");
-    decide_in_process(scale, &mut report)?;
-    phase("2/6 check over the socket");
-    check_over_socket(&o, scale, &mut report)?;
-    phase("3-5/6 launch and syscall loops");
-    launch_and_loops(&o, scale, &mut report)?;
-    phase("6/6 calls in flight");
-    in_flight(&o, scale, &mut report)?;
+    let runs = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
+    if runs("decide") {
+        phase("1/6 decision in process");
+        decide_in_process(scale, &mut report)?;
+    }
+    if runs("check") {
+        phase("2/6 check over the socket");
+        check_over_socket(&o, scale, &mut report)?;
+    }
+    if runs("launch") {
+        phase("3-5/6 launch and syscall loops");
+        launch_and_loops(&o, scale, &mut report)?;
+    }
+    if runs("flight") {
+        phase("6/6 calls in flight");
+        in_flight(&o, scale, &mut report)?;
+    }
     phase("done");
 
     print!("{}", report.table());

@@ -40,6 +40,9 @@ pub struct BenchOptions {
     /// A smaller run (about a minute), without the divan benches.
     #[arg(long)]
     pub quick: bool,
+    /// One phase of guard-bench: decide, check, launch or flight.
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 /// The workspace root.
@@ -152,7 +155,7 @@ pub fn test(opts: &TestOptions) -> Result<()> {
 pub fn bench(opts: &BenchOptions) -> Result<()> {
     setup::run(&setup::Options { bench: true })?;
     build(&BuildOptions { release: true })?;
-    if !opts.quick {
+    if !opts.quick && opts.only.is_none() {
         check(cargo().args(["bench", "-p", "guard-daemon", "--bench", "decide"]))?;
     }
     let mut cmd = Command::new(target_dir(true).join("guard-bench"));
@@ -160,6 +163,9 @@ pub fn bench(opts: &BenchOptions) -> Result<()> {
         .arg(root().join("target/bench/report.json"));
     if opts.quick {
         cmd.arg("--quick");
+    }
+    if let Some(phase) = &opts.only {
+        cmd.arg("--only").arg(phase);
     }
     check(&mut cmd)
 }

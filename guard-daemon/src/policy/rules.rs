@@ -55,26 +55,35 @@ impl Rule {
 }
 
 /// fnmatch-style globs as inspect_ai uses for tool names: `*` any run, `?` one character.
+/// Walks both strings in place: an unknown tool is matched against every rule's globs, so this
+/// runs a hundred times per decision and must not allocate.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The character at byte offset `i` (a boundary) and its length.
+    let at = |s: &str, i: usize| s[i..].chars().next().map(|c| (c, c.len_utf8()));
     let (mut pi, mut ni) = (0, 0);
+    // Where the last `*` was, and how much of the name it has taken so far.
     let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
+    while let Some((nc, nlen)) = at(name, ni) {
+        match at(pattern, pi) {
+            Some((pc, plen)) if pc == '?' || pc == nc => {
+                pi += plen;
+                ni += nlen;
+            }
+            Some(('*', _)) => {
+                star = Some((pi, ni));
+                pi += 1;
+            }
+            _ => {
+                let Some((sp, sn)) = star else {
+                    return false;
+                };
+                let taken = sn + at(name, sn).map_or(0, |(_, l)| l);
+                (pi, ni) = (sp + 1, taken);
+                star = Some((sp, taken));
+            }
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    pattern[pi..].bytes().all(|c| c == b'*')
 }
 
 /// Whether `s` holds glob characters, so an error can say "glob" or "tool" as the author meant.
@@ -96,6 +105,10 @@ mod tests {
         assert!(!glob_match("send_email", "send_emails"));
         assert!(glob_match("a*b*c", "axxbyyc"));
         assert!(!glob_match("a*b*c", "axxbyy"));
+        assert!(glob_match("é?*", "éàx"));
+        assert!(glob_match("?", "é"));
+        assert!(!glob_match("??", "é"));
+        assert!(glob_match("*é", "aéé"));
     }
 
     #[test]
