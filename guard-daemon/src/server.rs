@@ -141,6 +141,22 @@ async fn drain(daemon: &Daemon) {
     daemon.calls.drain(daemon.options.drain, kill).await;
 }
 
+/// Goes to the back of the worker's queue. `tokio::task::yield_now` would defer the wake until
+/// the worker next polls for I/O, which a busy worker does only every 61 tasks; a task that
+/// wakes itself while it runs is queued behind the tasks already waiting, at once.
+async fn to_the_back() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}
+
 /// Writes one reply.
 async fn send(conn: &mut Conn, reply: Reply) -> io::Result<()> {
     conn.write(&protocol::frame(&reply)).await
@@ -201,6 +217,10 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
                 // Only an exec takes descriptors: any others sent are closed here.
                 conn.take_fds();
                 answer(daemon, &peer, other, &mut conn).await?;
+                // Every connection waiting for this worker gets its turn before this one's
+                // next request, which may already be here: without it, a client that answers
+                // fast is served again and again while the others wait.
+                to_the_back().await;
             }
         }
     }

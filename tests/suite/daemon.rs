@@ -739,7 +739,8 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
         &config,
         format!(
             "policy = \"{}\"\nsocket = \"{}\"\naudit = \"{}\"\ncgroup = \"{cgroup}\"\n\
-             allow_writes_on_audit_fs = true\nmax_calls = 7\naudit_keep_rotated = 3\n",
+             allow_writes_on_audit_fs = true\nmax_calls = 7\naudit_keep_rotated = 3\n\
+             worker_threads = 3\n",
             dir.join("policy.toml").display(),
             dir.join("from-file.sock").display(),
             dir.join("audit.jsonl").display(),
@@ -757,6 +758,7 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("max_calls = 9"), "{stdout}");
     assert!(stdout.contains("audit_keep_rotated = 3"), "{stdout}");
+    assert!(stdout.contains("worker_threads = 3"), "{stdout}");
     assert!(stdout.contains("from-file.sock"), "{stdout}");
     // A flag overrides the file's key: guardd listens where the flag says.
     let flag_socket = dir.join("from-flag.sock");
@@ -806,6 +808,22 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
     assert!(!out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("power of two"),
+        "{out:?}"
+    );
+    // No worker thread is no guardd: refused from the file and from the flag.
+    std::fs::write(&config, "worker_threads = 0\n").expect("config");
+    let mut bad = Command::new(support::bin("guardd"));
+    bad.arg("--config").arg(&config).arg("--check-config");
+    let out = output(bad);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("worker_threads = 0"), "{stderr}");
+    let mut bad = Command::new(support::bin("guardd"));
+    bad.args(["--worker-threads", "0", "--check-config"]);
+    let out = output(bad);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("worker-threads"),
         "{out:?}"
     );
 }

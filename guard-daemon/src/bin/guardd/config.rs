@@ -30,6 +30,7 @@ pub struct FileConfig {
     pub event_ring_bytes: Option<u32>,
     pub approval_timeout: Option<u64>,
     pub allow_writes_on_audit_fs: Option<bool>,
+    pub worker_threads: Option<u64>,
 }
 
 /// Reads `path`; `None` when it is the default path and does not exist.

@@ -77,6 +77,23 @@ struct Args {
     /// reserved either way.
     #[arg(long)]
     allow_writes_on_audit_fs: bool,
+    /// Threads that serve the socket and start calls [default: one fewer than the CPUs, at
+    /// least 1]. The CPU left over is the callers': a woken caller then finds one free, where
+    /// behind a busy guardd thread it would wait for the scheduler's next tick.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    worker_threads: Option<u64>,
+}
+
+impl Args {
+    /// The runtime's worker threads: the setting, else one fewer than the CPUs.
+    fn workers(&self) -> usize {
+        match self.worker_threads {
+            Some(n) => usize::try_from(n).unwrap_or(1),
+            None => std::thread::available_parallelism()
+                .map_or(1, |n| n.get().saturating_sub(1))
+                .max(1),
+        }
+    }
 }
 
 fn event_ring_bytes(s: &str) -> Result<u32, String> {
@@ -114,11 +131,19 @@ fn settings() -> anyhow::Result<Args> {
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
         socket_group => Some, cgroup,
         max_calls, max_queue, max_connections, drain_seconds, allow_unenforced, trace_syscalls,
-        event_ring_bytes, approval_timeout, allow_writes_on_audit_fs
+        event_ring_bytes, approval_timeout, allow_writes_on_audit_fs, worker_threads => Some
     );
     // The file's value did not pass the flag's parser.
     guard::monitor::ring_bytes(u64::from(args.event_ring_bytes))
         .map_err(|e| anyhow::anyhow!("config {}: event_ring_bytes = {e}", path.display()))?;
+    if let Some(n) = args.worker_threads
+        && !(1..=1024).contains(&n)
+    {
+        anyhow::bail!(
+            "config {}: worker_threads = {n}: must be from 1 to 1024",
+            path.display()
+        );
+    }
     Ok(args)
 }
 
@@ -149,6 +174,7 @@ fn check_config(args: &Args) -> ExitCode {
         args.allow_unenforced, args.trace_syscalls, args.allow_writes_on_audit_fs
     );
     println!("event_ring_bytes = {}", args.event_ring_bytes);
+    println!("worker_threads = {}", args.workers());
     match guard::policy::Policy::load(&policy) {
         Ok(p) => {
             eprintln!(
@@ -183,8 +209,23 @@ fn main() -> ExitCode {
             None => return ExitCode::from(64),
         }
     }
-    match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt.block_on(serve()),
+    let args = match settings() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("guardd: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.check_config {
+        return check_config(&args);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.workers())
+        .thread_name("guardd-worker")
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(serve(args)),
         Err(e) => {
             eprintln!("guardd: tokio runtime: {e}");
             ExitCode::from(1)
@@ -196,7 +237,8 @@ fn main() -> ExitCode {
     clippy::too_many_lines,
     reason = "guardd's life read top-down: logging, settings, layers, socket, signals, drain"
 )]
-async fn serve() -> ExitCode {
+async fn serve(args: Args) -> ExitCode {
+    let workers = args.workers();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -205,16 +247,6 @@ async fn serve() -> ExitCode {
         // Colour for a person at a terminal; none in a file or the journal.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let args = match settings() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("guardd: {e:#}");
-            return ExitCode::from(1);
-        }
-    };
-    if args.check_config {
-        return check_config(&args);
-    }
     if args.trace_syscalls {
         tracing::warn!(
             "--trace-syscalls: while calls run, every syscall on this host takes the traced path"
@@ -267,7 +299,7 @@ async fn serve() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    tracing::info!(socket = %daemon.socket().display(), "listening");
+    tracing::info!(socket = %daemon.socket().display(), workers, "listening");
     // Handlers first: a signal that arrives once systemd has READY=1 must not kill guardd.
     let shutdown = shutdown_signal();
     let hup = signal::unix::signal(SignalKind::hangup());
