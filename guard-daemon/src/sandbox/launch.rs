@@ -18,14 +18,13 @@ use std::{
 };
 
 use nix::unistd::{Pid, User};
-use seccompiler::BpfProgram;
 use serde::Serialize;
 
 use super::{
     child::{self, ChildCtx, STAGES},
     landlock::{self, LandlockError, LandlockStatus},
     limits::{CallLimits, LimitsError, LimitsMode},
-    seccomp::{self, SeccompError},
+    seccomp::{self, BpfProgram, SeccompError},
 };
 use crate::{
     cgroup::{Cgroup, CgroupError},
@@ -252,9 +251,9 @@ fn sock_fprogs(programs: &[BpfProgram]) -> Vec<libc::sock_fprog> {
     programs
         .iter()
         .map(|p| libc::sock_fprog {
-            // BPF programs are at most BPF_MAXINSNS (4096) long; seccompiler checks it.
+            // A table's program is a few hundred instructions at most (BPF_MAXINSNS is 4096).
             len: p.len() as u16,
-            // seccompiler's sock_filter is #[repr(C)] with the kernel's layout, as libc's is.
+            // `Insn` is #[repr(C)] with the kernel's layout, as libc's sock_filter is.
             filter: p.as_ptr() as *mut libc::sock_filter,
         })
         .collect()

@@ -20,7 +20,7 @@ mod tests;
 
 use serde::Serialize;
 
-pub use bpf::compiled;
+pub use bpf::{BpfProgram, compiled};
 pub use rules::table;
 
 /// Errors of building or compiling the filter.
@@ -28,11 +28,8 @@ pub use rules::table;
 pub enum SeccompError {
     #[error("unknown syscall name {name:?} in {field}")]
     UnknownSyscall { name: String, field: &'static str },
-    #[error("compiling the seccomp filter for {action:?}: {source}")]
-    Compile {
-        action: Action,
-        source: seccompiler::BackendError,
-    },
+    #[error("compiling the seccomp filter, syscall {nr}: {why}")]
+    Compile { nr: i64, why: &'static str },
 }
 
 /// What the filter does with a syscall.
