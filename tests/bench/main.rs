@@ -634,6 +634,17 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
             samples: Vec::new(),
             failed: None,
         },
+        Candidate {
+            name: "guard-exec --version",
+            make: Box::new(|| {
+                let mut c = Command::new(o.bin_dir.join("guard-exec"));
+                c.arg("--version");
+                c
+            }),
+            runs: scale.launch_runs,
+            samples: Vec::new(),
+            failed: None,
+        },
     ];
     for c in &mut candidates {
         // One unmeasured run: warms caches and tells whether the candidate works here.
@@ -694,6 +705,14 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
                     .baseline("firejail --noprofile", b50),
             );
         }
+    }
+    // What no design with a shim and a daemon can go below: the shim's start and the tool's.
+    if let (Some((shim50, _)), Some((fork50, _))) = (stats[4], stats[1]) {
+        report.rows.push(
+            Row::new("launch floor: guard-exec start + fork+exec", "ms", shim50 + fork50)
+                .baseline("fork+exec", fork50)
+                .note("two process starts, the shim's (guard-exec --version) and the tool's, before any decision, fdatasync or confinement: the least a guarded launch costs"),
+        );
     }
 
     // 5: inside a call vs the same binary bare, interleaved.
