@@ -794,36 +794,33 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
         stderr.contains("guardd.toml") && stderr.contains("line 2") && stderr.contains("max_cals"),
         "{stderr}"
     );
-    // A ring buffer size the kernel cannot take is refused, from the file and from the flag.
-    std::fs::write(&config, "event_ring_bytes = 5000\n").expect("config");
-    let mut bad = Command::new(support::bin("guardd"));
-    bad.arg("--config").arg(&config).arg("--check-config");
-    let out = output(bad);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("event_ring_bytes = 5000"), "{stderr}");
-    let mut bad = Command::new(support::bin("guardd"));
-    bad.args(["--event-ring-bytes", "3", "--check-config"]);
-    let out = output(bad);
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("power of two"),
-        "{out:?}"
+    // A value guardd cannot run with is refused from the file (naming the key) and from the
+    // flag: a ring buffer size the kernel cannot take, and no worker thread.
+    let refused = |key_line: &str, flag: [&str; 2], says: &str| {
+        std::fs::write(&config, format!("{key_line}\n")).expect("config");
+        let mut bad = Command::new(support::bin("guardd"));
+        bad.arg("--config").arg(&config).arg("--check-config");
+        let out = output(bad);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(key_line), "{stderr}");
+        let mut bad = Command::new(support::bin("guardd"));
+        bad.args(flag).arg("--check-config");
+        let out = output(bad);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{out:?}"
+        );
+    };
+    refused(
+        "event_ring_bytes = 5000",
+        ["--event-ring-bytes", "3"],
+        "power of two",
     );
-    // No worker thread is no guardd: refused from the file and from the flag.
-    std::fs::write(&config, "worker_threads = 0\n").expect("config");
-    let mut bad = Command::new(support::bin("guardd"));
-    bad.arg("--config").arg(&config).arg("--check-config");
-    let out = output(bad);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("worker_threads = 0"), "{stderr}");
-    let mut bad = Command::new(support::bin("guardd"));
-    bad.args(["--worker-threads", "0", "--check-config"]);
-    let out = output(bad);
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("worker-threads"),
-        "{out:?}"
+    refused(
+        "worker_threads = 0",
+        ["--worker-threads", "0"],
+        "worker-threads",
     );
 }
