@@ -678,6 +678,41 @@ fn a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on() 
 }
 
 #[test]
+fn guardd_leaves_a_cpu_to_its_callers_and_its_audit_writer_asks_for_a_short_slice() {
+    if !support::privileged(
+        "guardd_leaves_a_cpu_to_its_callers_and_its_audit_writer_asks_for_a_short_slice",
+    ) {
+        return;
+    }
+    let mut guardd = Guardd::start("[tools.true]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n");
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", guardd.child.id()));
+    let threads: Vec<(String, String)> = std::fs::read_dir(&tasks)
+        .expect("tasks")
+        .map(|t| {
+            let t = t.expect("task").path();
+            let comm = std::fs::read_to_string(t.join("comm")).expect("comm");
+            let sched = std::fs::read_to_string(t.join("sched")).unwrap_or_default();
+            (comm.trim().to_owned(), sched)
+        })
+        .collect();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = threads.iter().filter(|(c, _)| c == "guardd-worker").count();
+    assert_eq!(workers, cpus.saturating_sub(1).max(1), "{threads:?}");
+    let (_, sched) = threads
+        .iter()
+        .find(|(c, _)| c == "guard-audit")
+        .expect("the audit writer thread");
+    // The kernel shows a thread's slice (EEVDF, Linux 6.12+) in its sched file.
+    let slice = sched
+        .lines()
+        .find(|l| l.starts_with("se.slice"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(str::trim);
+    assert_eq!(slice, Some("100000"), "{sched}");
+    guardd.stop();
+}
+
+#[test]
 fn guardd_tells_systemd_it_is_ready_only_once_its_socket_answers() {
     if !support::privileged("guardd_tells_systemd_it_is_ready_only_once_its_socket_answers") {
         return;

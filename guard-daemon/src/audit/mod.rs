@@ -153,7 +153,10 @@ impl AuditLog {
         let (tx, rx) = mpsc::channel(QUEUE);
         let thread = std::thread::Builder::new()
             .name("guard-audit".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || {
+                writer::short_slice();
+                writer.run(rx)
+            })
             .map_err(|e| AuditError::Io {
                 path: options.path.clone(),
                 source: e,
