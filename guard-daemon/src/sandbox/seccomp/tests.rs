@@ -123,11 +123,17 @@ fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
         ),
         EPERM_
     );
+    // AF_UNIX makes a SOCK_RAW socket a SOCK_DGRAM one.
+    assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, libc::SOCK_RAW)), EPERM_);
 
     let mut p = plan();
     p.effects.unix = true;
     let t = table(&p, false).expect("table");
-    for ty in [libc::SOCK_STREAM, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC] {
+    for ty in [
+        libc::SOCK_STREAM,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+        libc::SOCK_RAW,
+    ] {
         assert_eq!(t.verdict(s, sock(libc::AF_UNIX, ty)), Action::Allow);
         assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, ty)), Action::Allow);
     }
