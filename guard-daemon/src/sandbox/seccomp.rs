@@ -13,6 +13,8 @@
 //! [`LaunchPlan`]: crate::plan::LaunchPlan
 
 mod bpf;
+#[cfg(test)]
+mod kernel_tests;
 mod rules;
 mod socket;
 #[cfg(test)]

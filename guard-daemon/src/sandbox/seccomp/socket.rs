@@ -23,8 +23,9 @@ const NOT_STREAM_OR_DGRAM: &[(u64, u64)] = &[
 
 /// socket(2): AF_UNIX only with the `unix` effect, AF_INET/AF_INET6 only with connect effects
 /// and then of type SOCK_STREAM or SOCK_DGRAM. Never AF_PACKET, AF_NETLINK or SOCK_RAW.
-/// socketpair(2) of datagram sockets needs the `unix` effect too: sendto(2) on one reaches any
-/// pathname datagram socket (syslog, journald). Each rule below matches a denied case.
+/// socketpair(2) of datagram sockets (SOCK_DGRAM, and SOCK_RAW, which AF_UNIX makes a datagram
+/// socket) needs the `unix` effect too: sendto(2) on one reaches any pathname datagram socket
+/// (syslog, journald). Each rule below matches a denied case.
 pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
     let rule = |nr, when| Rule {
         name: if nr == libc::SYS_socket {
@@ -64,9 +65,10 @@ pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
         }
     }
     if !may_unix {
+        // Types 2 and 3: AF_UNIX makes a SOCK_RAW socket a SOCK_DGRAM one (unix_create).
         rules.push(rule(
             libc::SYS_socketpair,
-            vec![type_is(SOCK_TYPE_MASK, libc::SOCK_DGRAM as u64)],
+            vec![type_is(SOCK_TYPE_MASK & !1, libc::SOCK_DGRAM as u64)],
         ));
     }
     rules

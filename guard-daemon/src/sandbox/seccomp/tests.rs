@@ -123,11 +123,17 @@ fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
         ),
         EPERM_
     );
+    // AF_UNIX makes a SOCK_RAW socket a SOCK_DGRAM one.
+    assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, libc::SOCK_RAW)), EPERM_);
 
     let mut p = plan();
     p.effects.unix = true;
     let t = table(&p, false).expect("table");
-    for ty in [libc::SOCK_STREAM, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC] {
+    for ty in [
+        libc::SOCK_STREAM,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+        libc::SOCK_RAW,
+    ] {
         assert_eq!(t.verdict(s, sock(libc::AF_UNIX, ty)), Action::Allow);
         assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, ty)), Action::Allow);
     }
@@ -286,7 +292,7 @@ fn action(ret: u32) -> Action {
 
 /// The tables of the plans a host gives: plain, with connect effects, with unix sockets, with
 /// the kernel programs on or off, with syscalls allowed back, and in strict mode.
-fn tables() -> Vec<SeccompTable> {
+pub(super) fn tables() -> Vec<SeccompTable> {
     let mut unix = plan();
     unix.effects.unix = true;
     let mut allowed = with_connect();
@@ -300,6 +306,84 @@ fn tables() -> Vec<SeccompTable> {
         for kernel in [false, true] {
             out.push(table(&p, kernel).expect("table"));
         }
+    }
+    out
+}
+
+/// The syscall number of [`synthetic`]'s rules: none on x86_64 or aarch64 (ENOSYS).
+pub(super) const UNUSED_NR: i64 = 400;
+
+/// A table no plan gives, with a condition of every shape `compile` emits (64-bit and 32-bit
+/// compares with high words, masks across both words, several errnos and a kill on one
+/// syscall), all on [`UNUSED_NR`].
+pub(super) fn synthetic() -> SeccompTable {
+    let cond = |arg, dword, op, value| Cond {
+        arg,
+        dword,
+        op,
+        value,
+    };
+    let rule = |action, when| Rule {
+        name: "synthetic",
+        nr: UNUSED_NR,
+        action,
+        when,
+    };
+    let errno = |e: i32| Action::Errno(e as u32);
+    SeccompTable {
+        mode: Mode::DenyList,
+        default: Action::Allow,
+        rules: vec![
+            rule(
+                errno(libc::EACCES),
+                vec![cond(0, false, Op::Eq, 0x1_0000_0002)],
+            ),
+            rule(
+                errno(libc::ENOENT),
+                vec![
+                    cond(1, false, Op::Ne, 0x3_0000_0004),
+                    cond(2, false, Op::MaskedEq(0xf000_0000_0000_000f), 1 << 60 | 1),
+                ],
+            ),
+            rule(errno(libc::EBUSY), vec![cond(3, true, Op::Ne, 7)]),
+            rule(
+                Action::KillProcess,
+                vec![cond(4, false, Op::Eq, 0xffff_ffff_0000_0000)],
+            ),
+        ],
+    }
+}
+
+/// Arguments for [`synthetic`]'s syscall: every combination of values on either side of each
+/// condition (a low word or a high word off, the other word or the masked bits kept), the kill
+/// rule's argument at rest, then its values with a few of the others.
+pub(super) fn synthetic_args() -> Vec<[u64; 6]> {
+    let a0 = [0x1_0000_0002, 2, 0x1_0000_0003, 0x2_0000_0002, 0];
+    let a1 = [0x3_0000_0004, 4, 3, 0x3_0000_0003, 0x2_0000_0004];
+    let a2 = [
+        1 << 60 | 1,
+        1,
+        1 << 60,
+        0x1fff_ffff_ffff_fff1,
+        0x2000_0000_0000_0001,
+    ];
+    let a3 = [7, 0x1_0000_0007, 8, 0xffff_ffff_0000_0007];
+    let mut out = Vec::new();
+    for v0 in a0 {
+        for v1 in a1 {
+            for v2 in a2 {
+                for v3 in a3 {
+                    out.push([v0, v1, v2, v3, 0, 0]);
+                }
+            }
+        }
+    }
+    for v4 in [
+        0xffff_ffff_0000_0000,
+        0xffff_ffff_0000_0001,
+        0x7fff_ffff_0000_0000,
+    ] {
+        out.extend([[0, 0, 0, 0, v4, 0], [a0[0], a1[1], a2[0], a3[1], v4, 0]]);
     }
     out
 }
@@ -333,7 +417,7 @@ const NATIVE: u32 = if cfg!(target_arch = "x86_64") {
 
 #[test]
 fn the_compiled_program_answers_as_verdict_does() {
-    for t in tables() {
+    for t in tables().into_iter().chain([synthetic()]) {
         let programs = t.compile().expect("compile");
         assert_eq!(programs.len(), 1);
         let p = &programs[0];
@@ -348,6 +432,11 @@ fn the_compiled_program_answers_as_verdict_does() {
                     assert_eq!(got, want, "{:?} nr {nr} args {args:x?}", t.mode);
                 }
             }
+        }
+        for args in synthetic_args() {
+            let want = t.verdict(UNUSED_NR, args);
+            let got = action(run(p, UNUSED_NR as u32, NATIVE, args));
+            assert_eq!(got, want, "{:?} nr {UNUSED_NR} args {args:x?}", t.mode);
         }
         // Another arch is killed, whatever it calls.
         assert_eq!(action(run(p, 39, 0x4000_0003, NONE)), Action::KillProcess);
