@@ -356,8 +356,8 @@ fn chdir(cwd: &CStr) -> Result<(), Failed> {
     check(unsafe { libc::chdir(cwd.as_ptr()) } as _, Stage::Cwd)
 }
 
-/// Installs the compiled filters, in order (the strict allow-set last, as it would kill a later
-/// seccomp(2)).
+/// Installs the compiled filter (one program; a list, so that a table that ever needs more
+/// stacks them in order).
 fn install_seccomp(filters: &[libc::sock_fprog]) -> Result<(), Failed> {
     for prog in filters {
         // SAFETY: prog points at a sock_fprog whose program was compiled before fork and is
