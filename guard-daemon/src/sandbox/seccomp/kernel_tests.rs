@@ -80,6 +80,9 @@ fn probes() -> Vec<Probe> {
         arg0(libc::SYS_userfaultfd, 0xffff_ffff),
         call(libc::SYS_process_vm_readv, [0x7fff_ffff, 0, 0, 0, 0, 1]),
         arg0(libc::SYS_mount, 0),
+        // No such descriptor: EBADF unfiltered.
+        call(libc::SYS_pidfd_getfd, [u64::MAX, 0, 0, 0, 0, 0]),
+        call(libc::SYS_process_madvise, [u64::MAX, 0, 0, 0, 0, 0]),
         call(libc::SYS_clone3, [0, 0, 0, 0, 0, 0]),
     ];
     // clone(2): CLONE_SIGHAND without CLONE_VM is EINVAL before anything is created, so an

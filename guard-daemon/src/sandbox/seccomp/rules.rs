@@ -15,6 +15,10 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("ptrace", libc::SYS_ptrace),
     ("process_vm_readv", libc::SYS_process_vm_readv),
     ("process_vm_writev", libc::SYS_process_vm_writev),
+    // A sibling's descriptors and memory advice: ptrace's access check, and calls of one
+    // user run side by side.
+    ("pidfd_getfd", libc::SYS_pidfd_getfd),
+    ("process_madvise", libc::SYS_process_madvise),
     ("bpf", libc::SYS_bpf),
     ("perf_event_open", libc::SYS_perf_event_open),
     ("kexec_load", libc::SYS_kexec_load),

@@ -51,6 +51,8 @@ fn deny_list_denies_escape_syscalls_with_eperm() {
         libc::SYS_open_by_handle_at,
         libc::SYS_kexec_load,
         libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_process_madvise,
     ] {
         assert_eq!(t.verdict(nr, NONE), EPERM_, "syscall {nr}");
     }
