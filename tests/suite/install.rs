@@ -152,3 +152,26 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
     assert_eq!(tree(&root.0), ["etc", "etc/guard"]);
     assert_eq!(host_state(), before, "a staged install touched the host");
 }
+
+#[test]
+fn guard_exec_is_linked_statically() {
+    // It starts on every call: no dynamic loader (no PT_INTERP program header) to run first.
+    let elf = std::fs::read(support::bin("guard-exec")).expect("read guard-exec");
+    let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().expect("8 bytes"));
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF");
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+    let types: Vec<u32> = (0..phnum).map(|i| u32_at(phoff + i * phentsize)).collect();
+    const PT_INTERP: u32 = 3;
+    const PT_DYNAMIC: u32 = 2;
+    assert!(
+        !types.contains(&PT_INTERP),
+        "guard-exec asks for a loader: {types:?}"
+    );
+    // A static PIE still relocates itself: it keeps its PT_DYNAMIC (ASLR stays).
+    assert!(
+        types.contains(&PT_DYNAMIC),
+        "guard-exec is not position-independent: {types:?}"
+    );
+}
