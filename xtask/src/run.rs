@@ -172,10 +172,11 @@ pub fn test(opts: &TestOptions) -> Result<()> {
 /// its baselines, side by side in one run, as a table on stdout and `target/bench/report.json`.
 pub fn bench(opts: &BenchOptions) -> Result<()> {
     setup::run(&setup::Options { bench: true })?;
-    build(&BuildOptions { release: true })?;
     if !opts.quick && opts.only.is_none() {
         check(cargo().args(["bench", "-p", "guard-daemon", "--bench", "decide"]))?;
     }
+    // After `cargo bench`, which builds the package's binaries again (guard-exec dynamic).
+    build(&BuildOptions { release: true })?;
     let mut cmd = Command::new(target_dir(true).join("guard-bench"));
     cmd.arg("--out")
         .arg(root().join("target/bench/report.json"));
