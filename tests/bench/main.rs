@@ -652,8 +652,15 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
             c.failed = Some(format!("{e:#}"));
         }
     }
+    let n = candidates.len();
     for round in 0..scale.launch_runs {
-        for c in candidates.iter_mut().filter(|c| c.failed.is_none()) {
+        // Each round starts at the next candidate, so none always runs right after another
+        // (firejail leaves work behind it for the run after).
+        for k in 0..n {
+            let c = &mut candidates[(round + k) % n];
+            if c.failed.is_some() {
+                continue;
+            }
             if round * c.runs / scale.launch_runs == c.samples.len() && c.samples.len() < c.runs {
                 match time_run(&mut (c.make)()) {
                     Ok(us) => c.samples.push(us),
