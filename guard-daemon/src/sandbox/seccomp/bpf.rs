@@ -5,7 +5,7 @@
 //! is given (about half a microsecond an instruction, plus twenty-odd per program, on the
 //! machines we measured). seccompiler's encoding of the deny list (five instructions a syscall,
 //! eight a condition, one program per action) came to 466 instructions in three programs and
-//! 280 µs of every launch; this one is a single program of under a hundred.
+//! 280 µs of every launch; this one is a single program of under 200.
 //!
 //! The program: the arch check, then (x86_64) every x32 number killed, then one block per
 //! syscall that has rules, in number order:
