@@ -414,7 +414,7 @@ impl Call<'_, '_> {
             tracing::warn!(call = %self.id, "forgetting the call in the kernel: {e}");
         }
         self.stages.lap("unwatch");
-        if let Err(e) = cgroup.remove() {
+        if let Err(e) = cgroup.remove_async().await {
             tracing::warn!(call = %self.id, "removing the call's cgroup: {e}");
         }
         self.stages.lap("cgroup_remove");

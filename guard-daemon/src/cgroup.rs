@@ -148,8 +148,35 @@ impl Cgroup {
     /// Kills what is left, waits for the cgroup to empty, and removes it.
     pub fn remove(self) -> Result<(), CgroupError> {
         let result = self.remove_inner();
-        std::mem::forget(self);
+        self.forget();
         result
+    }
+
+    /// Skips the removal on drop (it was done or given up on), freeing the path: a plain
+    /// `mem::forget` would leak its allocation, once per call.
+    fn forget(mut self) {
+        drop(std::mem::take(&mut self.path));
+        std::mem::forget(self);
+    }
+
+    /// [`Cgroup::remove`] without holding up the runtime: an empty cgroup goes at once, and the
+    /// wait for processes still exiting (up to 5 s, for one stuck in the kernel) runs on a
+    /// blocking thread. guardd may have a single worker thread, which every caller shares.
+    pub async fn remove_async(self) -> Result<(), CgroupError> {
+        match fs::remove_dir(&self.path) {
+            Ok(()) => {
+                self.forget();
+                Ok(())
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                let path = self.path.clone();
+                tokio::task::spawn_blocking(move || self.remove())
+                    .await
+                    .unwrap_or_else(|e| Err(io_err("remove", &path)(io::Error::other(e))))
+            }
+            // Gone already, or an error the blocking retry would only repeat.
+            Err(_) => self.remove(),
+        }
     }
 
     fn remove_inner(&self) -> Result<(), CgroupError> {

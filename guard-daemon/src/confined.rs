@@ -53,7 +53,7 @@ pub async fn run(
     if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(cg)) {
         tracing::warn!(helper = %id, "forgetting the helper in the kernel: {e}");
     }
-    if let Err(e) = cgroup.remove() {
+    if let Err(e) = cgroup.remove_async().await {
         tracing::warn!(helper = %id, "removing the helper's cgroup: {e}");
     }
     let (outcome, (stdout, stdout_truncated), (stderr, _)) = result?;

@@ -678,6 +678,96 @@ fn a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on() 
 }
 
 #[test]
+fn a_call_that_cannot_be_emptied_does_not_hold_up_guardd_s_only_worker() {
+    if !support::privileged("a_call_that_cannot_be_emptied_does_not_hold_up_guardd_s_only_worker") {
+        return;
+    }
+    // The tool's shell ends at once; the process it leaves behind is what guardd must kill.
+    let policy = "[tools.sleep]\ntier = \"low\"\n\
+                  command = [\"/bin/sh\", \"-c\", \"/usr/bin/sleep 30 & /usr/bin/sleep 0.5\"]\n\
+                  [tools.sleep.effects]\nexec = [\"/usr/bin/sleep\"]\n";
+    let guardd = Guardd::start_with(policy, &["--worker-threads", "1"]);
+    let mut call = guardd
+        .exec("sleep", &[])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("guard-exec");
+    // The process left behind, found by its cgroup under this guardd's.
+    let inside = format!("/{}/call-", guardd.cgroup);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        let found = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .find_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let cgroup = std::fs::read_to_string(e.path().join("cgroup")).ok()?;
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                (cgroup.contains(&inside) && cmd == b"/usr/bin/sleep\x0030\x00").then_some(pid)
+            });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the call's process never showed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Frozen by the v1 freezer, it cannot die of guardd's SIGKILL (once the shell has ended)
+    // until it is thawed: the call's cgroups cannot be emptied or removed meanwhile.
+    let frozen = Frozen::new(pid);
+    // After its wait for the cgroup to empty (5 s, in the runtime), guardd removes the call's
+    // cgroups, retrying while they are busy: requests are answered meanwhile, before the stuck
+    // call ends (its finished row is written once its cgroups are gone).
+    let finished = |g: &Guardd| {
+        g.audit_rows()
+            .iter()
+            .any(|r| r["kind"] == "finished" && r["tool"] == "sleep")
+    };
+    let until = Instant::now() + Duration::from_secs(9);
+    let mut answered = 0;
+    while Instant::now() < until {
+        let v = super::abuse::ask(&guardd, b"{\"v\":1,\"type\":\"status\"}\n");
+        assert_eq!(v["type"], "status", "{v}");
+        assert!(
+            !finished(&guardd),
+            "a request waited for the stuck call to end"
+        );
+        answered += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(answered > 10, "{answered} requests");
+    drop(frozen);
+    // Thawed, it dies of the kill waiting for it; the call ends as its shell did.
+    let status = call.wait().expect("guard-exec");
+    assert!(status.success(), "{status:?}");
+    assert!(finished(&guardd), "the call ended without its finished row");
+}
+
+/// A process held in a v1 freezer cgroup of its own until dropped (thawed even when a test
+/// fails, so nothing is left stuck).
+struct Frozen(std::path::PathBuf);
+
+impl Frozen {
+    fn new(pid: u32) -> Self {
+        let dir = std::path::Path::new("/sys/fs/cgroup/freezer").join(support::unique("stuck"));
+        std::fs::create_dir(&dir).expect("freezer cgroup");
+        let frozen = Self(dir);
+        std::fs::write(frozen.0.join("cgroup.procs"), pid.to_string()).expect("into the freezer");
+        std::fs::write(frozen.0.join("freezer.state"), "FROZEN").expect("freeze");
+        frozen
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::remove_dir(&self.0).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
 fn guardd_leaves_a_cpu_to_its_callers_and_its_audit_writer_asks_for_a_short_slice() {
     if !support::privileged(
         "guardd_leaves_a_cpu_to_its_callers_and_its_audit_writer_asks_for_a_short_slice",

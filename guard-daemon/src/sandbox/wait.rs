@@ -129,7 +129,13 @@ pub async fn run_to_end(
     while !cgroup.pids()?.is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    drop(launched);
+    if cgroup.pids()?.is_empty() {
+        drop(launched);
+    } else {
+        // Removing the v1 limit directories waits for what is still in them: off the runtime,
+        // which may have a single worker thread that every caller shares.
+        tokio::task::spawn_blocking(move || drop(launched));
+    }
     Ok(Outcome {
         exit_code: status.exit_code(),
         signal: status.signal,
