@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::{
     approval::{CALLER, approval_rows, ctl, held, spawn, start},
+    held::DEPLOY,
     judges::testjudge,
     support::{self, Guardd, ToolDir, output},
 };
@@ -117,21 +118,6 @@ type = "string"
     );
 }
 
-/// `deploy` is held for a human; it prints its target.
-const DEPLOY: &str = r#"
-[settings]
-max_allowed_tier = "high"
-escalation_threshold = "high"
-disclose_reasons = true
-
-[tools.deploy]
-tier = "high"
-irreversible = true
-command = ["/usr/bin/echo", "deployed", "{target}"]
-[tools.deploy.args.target]
-type = "string"
-"#;
-
 /// Puts `policy` in force in `guardd`.
 fn reload(guardd: &Guardd, policy: &str) {
     std::fs::write(guardd.dir.join("policy.toml"), policy).expect("policy");
@@ -228,24 +214,7 @@ fn a_held_call_of_a_session_terminated_since_does_not_run() {
     }
     let dir = ToolDir::new("guard-atk");
     let j = testjudge(&dir);
-    let policy = format!(
-        r#"{DEPLOY}
-[[rules]]
-id = "gate"
-tools = ["wipe"]
-action = "escalate"
-message = "needs an approver"
-
-[[approvers]]
-tools = ["wipe"]
-approver = '''command:["{}", "terminate", "destructive"]'''
-
-[tools.wipe]
-tier = "medium"
-command = ["/usr/bin/echo", "wiped"]
-"#,
-        j.display()
-    );
+    let policy = terminating(&j, DEPLOY);
     let guardd = start(&policy, &[]);
     // The agent leaves a call held in its session, then an approver ends the session.
     let session = ["--session", "conv-9"];

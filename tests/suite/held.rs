@@ -11,8 +11,7 @@ use super::{
 };
 
 /// `deploy` is irreversible and high: held for a human. It prints its target.
-fn policy() -> String {
-    r#"
+pub(super) const DEPLOY: &str = r#"
 [settings]
 max_allowed_tier = "high"
 escalation_threshold = "high"
@@ -24,8 +23,10 @@ irreversible = true
 command = ["/usr/bin/echo", "deployed", "{target}"]
 [tools.deploy.args.target]
 type = "string"
-"#
-    .to_owned()
+"#;
+
+fn policy() -> String {
+    DEPLOY.to_owned()
 }
 
 /// guard-exec as the caller, with `flags` before the tool.
