@@ -154,8 +154,9 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
 }
 
 #[test]
-fn guard_exec_is_linked_statically() {
-    // It starts on every call: no dynamic loader (no PT_INTERP program header) to run first.
+fn guard_exec_is_linked_statically_against_musl() {
+    // It starts on every call: no dynamic loader (no PT_INTERP program header) to run first,
+    // and not glibc's start-up, which probes the CPU with CPUID (a VM exit each) at every start.
     let elf = std::fs::read(support::bin("guard-exec")).expect("read guard-exec");
     let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
     let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().expect("4 bytes"));
@@ -174,4 +175,7 @@ fn guard_exec_is_linked_statically() {
         types.contains(&PT_DYNAMIC),
         "guard-exec is not position-independent: {types:?}"
     );
+    // glibc's start-up reads its tunables from the environment under this name.
+    let glibc = elf.windows(14).any(|w| w == b"GLIBC_TUNABLES");
+    assert!(!glibc, "guard-exec is linked against glibc, not musl");
 }

@@ -11,6 +11,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
+    run,
     toolchain::{self, EBPF_TOOLCHAIN},
     venv,
 };
@@ -57,6 +58,46 @@ fn llvm_packages(major: u32) -> Vec<String> {
     ]
 }
 
+/// The target guard-exec is built for: this machine's, on musl (see `run::shim`).
+pub fn shim_target() -> String {
+    format!("{}-unknown-linux-musl", env::consts::ARCH)
+}
+
+/// The musl standard library for the toolchain that builds the workspace: rust-std for one
+/// more target, added beside the host's. The compiler, its version and its defaults stay as
+/// they are.
+fn musl_target(_: &Ctx) -> Result<Outcome> {
+    let target = shim_target();
+    let installed = || {
+        Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .current_dir(run::root())
+            .output()
+            .is_ok_and(|o| {
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .any(|l| l == target)
+            })
+    };
+    if installed() {
+        return Ok(Outcome::Present);
+    }
+    let ok = status(
+        Command::new("rustup")
+            .args(["target", "add", &target])
+            .current_dir(run::root()),
+    )?;
+    Ok(if ok && installed() {
+        Outcome::Fixed(format!(
+            "added the {target} standard library to the workspace's toolchain (guard-exec links \
+             against musl)"
+        ))
+    } else {
+        Outcome::Missing(format!("`rustup target add {target}` failed"))
+    })
+}
+
 fn llvm_prefix(major: u32) -> PathBuf {
     PathBuf::from(format!("/usr/lib/llvm-{major}"))
 }
@@ -65,6 +106,10 @@ const CHECKS: &[Check] = &[
     Check {
         name: "ebpf toolchain",
         run: ebpf_toolchain,
+    },
+    Check {
+        name: "musl target",
+        run: musl_target,
     },
     Check {
         name: "debian packages",
