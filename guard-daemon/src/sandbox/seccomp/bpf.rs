@@ -7,8 +7,8 @@
 //! eight a condition, one program per action) came to 466 instructions in three programs and
 //! 280 µs of every launch; this one is a single program of under 200.
 //!
-//! The program: the arch check, then (x86_64) every x32 number killed, then one block per
-//! syscall that has rules, in number order:
+//! The program: the arch check, then (x86_64) every x32 number killed, then a binary search on
+//! the syscall number (`jge`) down to runs of a few blocks, one per syscall that has rules:
 //!
 //! ```text
 //!     jeq nr, 0, <next block>
@@ -17,7 +17,7 @@
 //!     ret <base>
 //! ```
 //!
-//! and last `ret <default>`. The accumulator holds the syscall number through the dispatch, and
+//! each run ending in `ret <default>`. The accumulator holds the syscall number through the dispatch, and
 //! a block always returns, so the argument loads inside a block never disturb it. A syscall
 //! without rules falls through to the default without reading an argument, which lets the
 //! kernel cache the answer and never run the filter for it again.
@@ -45,8 +45,8 @@ pub type BpfProgram = Vec<Insn>;
 const LD_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-#[cfg(target_arch = "x86_64")]
 const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
 /// Offsets in `struct seccomp_data`.
@@ -139,23 +139,19 @@ impl SeccompTable {
         ];
         #[cfg(target_arch = "x86_64")]
         program.extend([jump(JGE_K, X32_SYSCALL_BIT, 0, 1), ret(Action::KillProcess)]);
+        let mut blocks = Vec::new();
         for (&nr, rules) in &by_nr {
             let body = self.block(nr, rules)?;
             if body == [ret(self.default)] {
                 continue; // what falling through gives anyway
             }
-            let skip = u8::try_from(body.len()).map_err(|_| SeccompError::Compile {
-                nr,
-                why: "its rules take more than 255 instructions",
-            })?;
             let nr_k = u32::try_from(nr).map_err(|_| SeccompError::Compile {
                 nr,
                 why: "not a syscall number",
             })?;
-            program.push(jump(JEQ_K, nr_k, 0, skip));
-            program.extend(body);
+            blocks.push((nr_k, body));
         }
-        program.push(ret(self.default));
+        dispatch(&blocks, ret(self.default), &mut program)?;
         Ok(vec![program])
     }
 
@@ -206,6 +202,50 @@ impl SeccompTable {
         out.push(ret(base));
         Ok(out)
     }
+}
+
+/// Blocks this many or fewer are tried one after the other; more are split in two.
+const LINEAR_BLOCKS: usize = 6;
+
+/// Appends the dispatch to `blocks` (in number order, each ending in a `ret`): a binary search
+/// on the syscall number, `default_ret` for a number without a block. The kernel runs the filter
+/// for every syscall number at install, to cache the ones it always allows, so the length of
+/// the path to each answer is paid at every launch: with a chain of one compare per block the
+/// install took 150 µs here, with the search 100 µs (timed inside the child).
+fn dispatch(
+    blocks: &[(u32, Vec<Insn>)],
+    default_ret: Insn,
+    out: &mut Vec<Insn>,
+) -> Result<(), SeccompError> {
+    if blocks.len() <= LINEAR_BLOCKS {
+        for (nr, body) in blocks {
+            let skip = u8::try_from(body.len()).map_err(|_| SeccompError::Compile {
+                nr: i64::from(*nr),
+                why: "its rules take more than 255 instructions",
+            })?;
+            out.push(jump(JEQ_K, *nr, 0, skip));
+            out.extend_from_slice(body);
+        }
+        out.push(default_ret);
+        return Ok(());
+    }
+    let (low, high) = blocks.split_at(blocks.len() / 2);
+    let mut below = Vec::new();
+    dispatch(low, default_ret, &mut below)?;
+    let split = high[0].0;
+    match u8::try_from(below.len()) {
+        Ok(skip) => out.push(jump(JGE_K, split, skip, 0)),
+        // Past a conditional jump's reach: over the lower half with an unconditional one.
+        Err(_) => {
+            let far = u32::try_from(below.len()).map_err(|_| SeccompError::Compile {
+                nr: i64::from(split),
+                why: "a program too long to jump over",
+            })?;
+            out.extend([jump(JGE_K, split, 0, 1), stmt(JA, far)]);
+        }
+    }
+    out.extend(below);
+    dispatch(high, default_ret, out)
 }
 
 /// Appends the code of one condition: it falls through when the condition holds and jumps to

@@ -250,6 +250,11 @@ fn strict_mode_kills_outside_the_set_and_keeps_the_deny_list() {
 /// The kernel's classic BPF, for the instructions `compile` emits: runs `program` on a
 /// `struct seccomp_data` and returns its `ret`.
 fn run(program: &[bpf::Insn], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+    run_counted(program, nr, arch, args).0
+}
+
+/// [`run`], and how many instructions it took.
+fn run_counted(program: &[bpf::Insn], nr: u32, arch: u32, args: [u64; 6]) -> (u32, usize) {
     let mut data = Vec::with_capacity(64);
     data.extend(nr.to_ne_bytes());
     data.extend(arch.to_ne_bytes());
@@ -257,10 +262,11 @@ fn run(program: &[bpf::Insn], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
     for a in args {
         data.extend(a.to_ne_bytes());
     }
-    let (mut pc, mut acc) = (0usize, 0u32);
+    let (mut pc, mut acc, mut steps) = (0usize, 0u32, 0);
     loop {
         let i = program[pc];
         pc += 1;
+        steps += 1;
         let code = u32::from(i.code);
         match code {
             c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
@@ -268,7 +274,8 @@ fn run(program: &[bpf::Insn], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
                 acc = u32::from_ne_bytes(data[at..at + 4].try_into().expect("4 bytes"));
             }
             c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => acc &= i.k,
-            c if c == libc::BPF_RET | libc::BPF_K => return i.k,
+            c if c == libc::BPF_RET | libc::BPF_K => return (i.k, steps),
+            c if c == libc::BPF_JMP | libc::BPF_JA => pc += i.k as usize,
             c if c & 0x07 == libc::BPF_JMP => {
                 let taken = match c & 0xf0 {
                     op if op == libc::BPF_JEQ => acc == i.k,
@@ -459,6 +466,60 @@ fn filters_stay_short() {
         let programs = t.compile().expect("compile");
         let len: usize = programs.iter().map(Vec::len).sum();
         assert!(len <= 200, "{:?}: {len} instructions", t.mode);
+    }
+}
+
+#[test]
+fn every_syscall_reaches_its_answer_in_a_few_instructions() {
+    // The kernel runs the filter for every syscall number (and arch) at each install, to cache
+    // what it always allows: a chain of one compare per syscall with rules (42 instructions to
+    // the default) made that a third of the install. The search takes a few compares.
+    for t in tables() {
+        let programs = t.compile().expect("compile");
+        let p = &programs[0];
+        let longest = (0..512)
+            .filter(|&nr| !t.rules.iter().any(|r| r.nr == i64::from(nr)))
+            .map(|nr| run_counted(p, nr, NATIVE, NONE).1)
+            .max()
+            .expect("numbers without rules");
+        assert!(longest <= 16, "{:?}: {longest} instructions", t.mode);
+    }
+}
+
+#[test]
+fn a_dispatch_longer_than_a_jump_s_reach_still_answers() {
+    // Enough syscalls with rules that the lower half of the search is more than 255
+    // instructions: the compiler jumps over it with `ja`.
+    let mut t = table(&plan(), false).expect("table");
+    let taken: Vec<i64> = t.rules.iter().map(|r| r.nr).collect();
+    let extra: Vec<i64> = (0..300)
+        .filter(|nr| !taken.contains(nr))
+        .take(160)
+        .collect();
+    for &nr in &extra {
+        t.rules.push(Rule {
+            name: "synthetic",
+            nr,
+            action: Action::Errno(libc::EPERM as u32),
+            when: vec![Cond {
+                arg: 0,
+                dword: false,
+                op: Op::Eq,
+                value: 7,
+            }],
+        });
+    }
+    let p = &t.compile().expect("compile")[0];
+    assert!(
+        p.iter()
+            .any(|i| u32::from(i.code) == libc::BPF_JMP | libc::BPF_JA)
+    );
+    for nr in 0..512u32 {
+        for a0 in [0, 7] {
+            let args = [a0, 0, 0, 0, 0, 0];
+            let want = t.verdict(i64::from(nr), args);
+            assert_eq!(action(run(p, nr, NATIVE, args)), want, "nr {nr} arg0 {a0}");
+        }
     }
 }
 
