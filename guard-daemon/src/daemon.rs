@@ -9,13 +9,15 @@ use std::{
 };
 
 use serde::{Deserialize, Serialize};
+
+mod reload;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     access::Access,
     approval::{Approvals, sessions::Sessions, store::Store},
-    audit::{self, AuditLog, Row},
-    bus::{Bus, Event, What},
+    audit::{self, AuditLog},
+    bus::Bus,
     calls::Calls,
     cgroup::{self, Cgroup},
     lock::{self, LockError, StateLock},
@@ -195,6 +197,8 @@ impl Layer {
 pub struct Daemon {
     pub options: Options,
     policy: RwLock<Arc<Policy>>,
+    /// Taken for a whole reload: two at once put their files in force in the order read.
+    reloading: tokio::sync::Mutex<()>,
     pub access: RwLock<Access>,
     /// `None` only when running unenforced by the operator's choice.
     pub monitor: Option<Mutex<Monitor>>,
@@ -297,6 +301,7 @@ impl Daemon {
 
         Ok(Arc::new(Self {
             policy: RwLock::new(Arc::new(policy)),
+            reloading: tokio::sync::Mutex::new(()),
             access: RwLock::new(access),
             monitor,
             audit,
@@ -320,48 +325,6 @@ impl Daemon {
     /// Whether the kernel layers hold the calls this daemon runs.
     pub fn enforced(&self) -> bool {
         self.monitor.is_some() && !self.options.allow_unenforced
-    }
-
-    /// Loads the policy file again and puts it in force, with the access lists it sets; on any
-    /// error the policy in force stays, whole. Calls already decided keep their plans. The
-    /// outcome is an audit row (`by`: the admin's uid, `None` for SIGHUP) and an event.
-    pub async fn reload(&self, by: Option<u32>) -> Result<usize, String> {
-        let path = &self.options.policy;
-        let loaded = Policy::load(path)
-            .map_err(|e| format!("policy {}: invalid:\n{e}", path.display()))
-            .and_then(|policy| {
-                check_audit_fs(&policy, &self.options)?;
-                let in_force = self.options.socket_group.as_deref();
-                if socket_group(in_force, policy.settings())?.as_deref() != in_force {
-                    return Err(
-                        "the policy now names a socket_group, and the socket is bound \
-                                once: restart guardd to apply it"
-                            .to_owned(),
-                    );
-                }
-                let access = Access::new(policy.settings(), socket_gid(&self.options)?)?;
-                Ok((policy, access))
-            });
-        let tools = loaded.as_ref().map(|(p, _)| p.tools().count()).ok();
-        let error = loaded.as_ref().err().cloned();
-        let row = Row::Reload {
-            policy: path.clone(),
-            by,
-            tools,
-            error: error.clone(),
-        };
-        if let Err(e) = self.audit.record(&row).await {
-            // A policy change nobody can audit does not happen.
-            return Err(format!("not reloaded: the audit log is unavailable: {e}"));
-        }
-        let what = What::Reload { tools, error, by };
-        // Published once the new policy is in force: a `tools --follow` client lists it then.
-        let in_force = loaded.map(|(policy, access)| {
-            *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
-            *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
-        });
-        self.bus.publish(Event::of(None, None, what));
-        in_force.map(|()| tools.unwrap_or(0))
     }
 
     /// The policy in force.

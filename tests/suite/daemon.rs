@@ -742,6 +742,54 @@ fn a_call_that_cannot_be_emptied_does_not_hold_up_guardd_s_only_worker() {
     assert!(finished(&guardd), "the call ended without its finished row");
 }
 
+#[test]
+fn a_reload_being_parsed_does_not_hold_up_guardd_s_only_worker() {
+    if !support::privileged("a_reload_being_parsed_does_not_hold_up_guardd_s_only_worker") {
+        return;
+    }
+    let guardd = Guardd::start_with(
+        "[tools.true]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n",
+        &["--worker-threads", "1"],
+    );
+    // Two thousand tools, each with a pattern to compile: parsing takes a second or so here.
+    let mut big = String::from("[tools.true]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n");
+    for i in 0..2000 {
+        big.push_str(&format!(
+            "[tools.t{i}]\ntier = \"low\"\ncommand = [\"/bin/echo\", \"{{msg}}\"]\n\
+             [tools.t{i}.args.msg]\ntype = \"string\"\npattern = \"^[a-z]{{1,{}}}(x|y{i})*$\"\n",
+            i % 50 + 1
+        ));
+    }
+    std::fs::write(guardd.dir.join("policy.toml"), big).expect("policy");
+    let mut reload = guardd.ctl(&["reload"]).spawn().expect("guardctl reload");
+    // Given the time to reach guardd, the reload is being parsed: requests are answered
+    // meanwhile, before its row exists (it is written once the file is parsed).
+    std::thread::sleep(Duration::from_millis(100));
+    let reloaded = |g: &Guardd| g.audit_rows().iter().any(|r| r["kind"] == "reload");
+    let mut answered = 0;
+    while reload.try_wait().expect("guardctl").is_none() {
+        let v = super::abuse::ask(&guardd, b"{\"v\":1,\"type\":\"status\"}\n");
+        assert_eq!(v["type"], "status", "{v}");
+        if !reloaded(&guardd) {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        reload.wait().expect("guardctl").success(),
+        "the reload failed"
+    );
+    assert!(
+        answered >= 5,
+        "{answered} requests answered during the reload"
+    );
+    let out = output(guardd.exec("t1999", &["msg=xyy1999"]));
+    assert!(
+        out.status.success(),
+        "the new policy is not in force: {out:?}"
+    );
+}
+
 /// A process held in a v1 freezer cgroup of its own until dropped (thawed even when a test
 /// fails, so nothing is left stuck).
 struct Frozen(std::path::PathBuf);
