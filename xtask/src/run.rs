@@ -88,8 +88,8 @@ pub fn build(opts: &BuildOptions) -> Result<()> {
 /// guard-exec again, linked statically against musl, in place of the one just built: it starts
 /// on every call. Measured here (`perf stat -r 300 guard-exec --version`, elapsed): about 1.0 ms
 /// linked dynamically, 0.7 ms statically against glibc, 0.5 ms against musl. glibc's start-up
-/// probes the CPU with some fifty CPUID instructions, each a VM exit, and relocates its own
-/// RELRO pages.
+/// probes the CPU's features and caches with CPUID (a fifth of its samples in `perf record`),
+/// and each CPUID is a VM exit.
 fn shim(release: bool) -> Result<()> {
     let target = setup::shim_target();
     let mut cmd = cargo();
