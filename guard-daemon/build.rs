@@ -9,10 +9,12 @@ fn main() -> anyhow::Result<()> {
     // A build for guard-exec alone (`cargo xtask build` links it against musl): nothing there
     // loads a kernel program, so the library embeds an empty object, which guardd refuses.
     println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
-    if std::env::var_os("AYA_BUILD_SKIP").is_some_and(|v| v == "1") {
-        let out =
-            std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-        std::fs::write(out.join("guard"), [])?;
+    // As aya-build reads it; it then builds nothing, and this writes the empty object.
+    let skip =
+        std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    if skip {
+        let out = std::env::var_os("OUT_DIR").ok_or_else(|| anyhow::anyhow!("OUT_DIR not set"))?;
+        std::fs::write(std::path::Path::new(&out).join("guard"), [])?;
         return Ok(());
     }
     let linker = toolchain::linker_path();
