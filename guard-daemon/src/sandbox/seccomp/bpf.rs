@@ -17,9 +17,9 @@
 //!     ret <base>
 //! ```
 //!
-//! each run ending in `ret <default>`. The accumulator holds the syscall number through the dispatch, and
-//! a block always returns, so the argument loads inside a block never disturb it. A syscall
-//! without rules falls through to the default without reading an argument, which lets the
+//! each run ending in `ret <default>`. The accumulator holds the syscall number through the
+//! dispatch, and a block always returns, so the argument loads inside a block never disturb it.
+//! A syscall without rules reaches the default without reading an argument, which lets the
 //! kernel cache the answer and never run the filter for it again.
 
 use std::{
