@@ -320,9 +320,10 @@ async fn finish(
         timings_us: stages.clone(),
         enforced: daemon.enforced(),
     }));
-    if let Err(e) = daemon.audit.record(&row).await {
+    let unrecorded = daemon.audit.record(&row).await.err().map(|e| {
         tracing::error!(call = %call_id, "audit log unavailable for the finished row: {e}");
-    }
+        e.to_string()
+    });
     stages.lap("audit_finished");
     tracing::debug!(call = %call_id, total_us = stages.total().as_micros() as u64, "stages: {stages}");
     let what = What::Exit {
@@ -339,6 +340,7 @@ async fn finish(
         stopped,
         error,
         receipt: receipt.map(Box::new),
+        unrecorded,
     };
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
     let _ = send(conn, ExecReply::Exit(exit)).await;

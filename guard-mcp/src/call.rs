@@ -320,6 +320,8 @@ fn ended(exit: Exit, out: (String, u64), err: (String, u64)) -> CallToolResult {
         }
         content.push(ContentBlock::text(text));
     }
+    // An end the audit log could not record is no success (`result`), whatever the code.
+    let error = exit.error.clone().or_else(|| exit.unrecorded_message());
     let note = if exit.stopped {
         Some(format!(
             "guard: the call did something it was not approved to do and was killed (call {})",
@@ -331,7 +333,7 @@ fn ended(exit: Exit, out: (String, u64), err: (String, u64)) -> CallToolResult {
             exit.call_id
         ))
     } else {
-        exit.error
+        error
             .as_ref()
             .map(|e| format!("guard: {e} (call {})", exit.call_id))
     };
@@ -341,7 +343,7 @@ fn ended(exit: Exit, out: (String, u64), err: (String, u64)) -> CallToolResult {
         exit_code: exit.code,
         diverged: exit.diverged,
         stopped: exit.stopped,
-        error: exit.error,
+        error,
         receipt: exit.receipt,
     };
     result(content, outcome, note)

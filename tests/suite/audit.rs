@@ -410,3 +410,116 @@ fn a_killed_writer_loses_no_acknowledged_row() {
         .collect();
     assert_eq!(seqs, (0..=last + 1).collect::<Vec<_>>());
 }
+
+/// An ext4 file system in a file, loop-mounted for one test (tmpfs has no immutable files).
+struct Ext4(TempDir);
+
+impl Ext4 {
+    fn mount(size_mib: u64) -> Self {
+        let dir = TempDir::new("ext4");
+        let image = dir.0.join("image");
+        let f = fs::File::create(&image).expect("image");
+        f.set_len(size_mib << 20).expect("size image");
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image)
+            .output()
+            .expect("run mkfs.ext4");
+        assert!(mkfs.status.success(), "mkfs.ext4: {mkfs:?}");
+        fs::create_dir(dir.0.join("fs")).expect("mount point");
+        let mount = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(dir.0.join("fs"))
+            .output()
+            .expect("run mount");
+        assert!(mount.status.success(), "mount: {mount:?}");
+        Self(dir)
+    }
+
+    fn path(&self) -> PathBuf {
+        self.0.0.join("fs")
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+    }
+}
+
+/// Sets or clears the immutable attribute: ext4 then refuses writes through open descriptors too.
+fn immutable(path: &Path, on: bool) {
+    let out = Command::new("chattr")
+        .arg(if on { "+i" } else { "-i" })
+        .arg(path)
+        .output()
+        .expect("run chattr");
+    assert!(out.status.success(), "chattr: {out:?}");
+}
+
+#[test]
+fn a_call_whose_end_the_log_cannot_record_is_no_success_for_its_caller() {
+    use std::io::Write as _;
+    if !support::privileged("a_call_whose_end_the_log_cannot_record_is_no_success_for_its_caller") {
+        return;
+    }
+    // The log on a file system that refuses its writes once the call is running (after its
+    // decision row): the call's `finished` row cannot be written, reserve or not. guardd said
+    // so only in its own log; the caller saw the tool's 0.
+    let fs_ = Ext4::mount(32);
+    let audit = fs_.path().join("audit.jsonl");
+    let s = super::escape::Setup::new();
+    let guardd = support::Guardd::start_with(
+        &s.policy("", ""),
+        &["--audit", audit.to_str().expect("utf-8")],
+    );
+    let mut child = guardd
+        .exec("tt", &["a0=stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn guard-exec");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !guardd.audit_rows().iter().any(|r| r["kind"] == "decision") {
+        assert!(std::time::Instant::now() < deadline, "no decision row");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    immutable(&audit, true);
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"hello").expect("write stdin");
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait guard-exec");
+    immutable(&audit, false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "read 5 bytes\n", "the tool ran to its end");
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    let call_id = guardd.last_decision_id();
+    assert!(
+        stderr.contains("the call ran (code 0), but the audit log could not record how it ended")
+            && stderr.contains(&format!("(call {call_id})")),
+        "{stderr}"
+    );
+    let rows = guardd.audit_rows();
+    assert!(
+        !rows.iter().any(|r| r["kind"] == "finished"),
+        "the finished row was written after all: {rows:#?}"
+    );
+
+    // Nothing else was lost: once the log can be written again, calls are recorded after the
+    // decision row, on an intact chain.
+    let recorded = (0..2).any(|_| {
+        let out = super::escape::call(&guardd, &["exit", "3"]);
+        let code = out.status.code();
+        assert!(matches!(code, Some(3 | 75)), "{out:?}");
+        code == Some(3)
+    });
+    assert!(recorded, "no call ran once the log had room again");
+    let (code, verified) = guardctl_verify(&audit);
+    assert_eq!(code, 0, "{verified}");
+    let rows = guardd.audit_rows();
+    assert_eq!(rows.last().expect("rows")["kind"], "finished", "{rows:#?}");
+    drop(guardd);
+}

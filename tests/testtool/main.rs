@@ -339,6 +339,13 @@ fn run(action: &[String]) -> Res {
             println!("slept {secs}");
             Ok(())
         }
+        "stdin" => {
+            // Waits for its caller: runs until stdin is closed.
+            let mut buf = Vec::new();
+            io::stdin().read_to_end(&mut buf)?;
+            println!("read {} bytes", buf.len());
+            Ok(())
+        }
         "whoami" => {
             // SAFETY: getuid and getgid have no preconditions.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -305,6 +305,13 @@ fn answer(reply: ExecReply) -> Option<ExitCode> {
             if let Some(error) = exit.error {
                 return Some(fail(EXIT_SOFTWARE, error));
             }
+            // Not a success the audit log cannot show: the caller hears it instead.
+            if let Some(message) = exit.unrecorded_message() {
+                return Some(fail(
+                    EXIT_SOFTWARE,
+                    format!("{message} (call {})", exit.call_id),
+                ));
+            }
             let code = exit.code.and_then(|c| u8::try_from(c).ok());
             Some(ExitCode::from(code.unwrap_or(EXIT_SOFTWARE)))
         }

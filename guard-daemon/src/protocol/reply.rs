@@ -106,6 +106,24 @@ pub struct Exit {
     /// What the call was seen doing, as its audit row records it (absent when it never ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Box<Receipt>>,
+    /// Why the audit log could not record how the call ended: the only account of it is this
+    /// reply (and guardd's log), so a caller treats the call as failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unrecorded: Option<String>,
+}
+
+impl Exit {
+    /// What a caller says when the call's end went unrecorded (`unrecorded`), with the code the
+    /// tool ended with, which the caller does not pass on as a success.
+    pub fn unrecorded_message(&self) -> Option<String> {
+        let why = self.unrecorded.as_deref()?;
+        let code = self
+            .code
+            .map_or_else(|| "no code".to_owned(), |c| format!("code {c}"));
+        Some(format!(
+            "the call ran ({code}), but the audit log could not record how it ended: {why}"
+        ))
+    }
 }
 
 /// The answer to `check`.

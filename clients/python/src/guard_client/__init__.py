@@ -73,7 +73,8 @@ class Blocked(GuardError):
 
 
 class CallFailed(GuardError):
-    """guardd approved the call but could not carry it out (`exit` with an `error`)."""
+    """guardd approved the call but could not carry it out (`exit` with an `error`), or the
+    audit log could not record how it ended (`unrecorded`)."""
 
     def __init__(self, message: str, call_id: str):
         super().__init__(f"{message} (call {call_id})")
@@ -314,6 +315,11 @@ class Client:
         sel.close()
         if exit_reply.get("error"):
             raise CallFailed(exit_reply["error"], exit_reply["call_id"])
+        if exit_reply.get("unrecorded"):
+            # The tool ran, but the audit log could not record how: not a success.
+            raise CallFailed("the call ran (code %s), but the audit log could not record how it "
+                             "ended: %s" % (exit_reply.get("code"), exit_reply["unrecorded"]),
+                             exit_reply["call_id"])
         return Result(
             call_id=exit_reply["call_id"],
             exit_code=exit_reply.get("code"),
