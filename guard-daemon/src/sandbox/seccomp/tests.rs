@@ -559,3 +559,37 @@ fn name_table_matches_libc() {
         assert_eq!(sysname::number(name), Some(nr), "{name}");
     }
 }
+
+#[test]
+fn a_rule_or_block_past_a_jump_s_reach_is_refused_not_truncated() {
+    // A jump offset is one byte: a condition that cannot reach the next rule, or a syscall
+    // whose block the dispatch cannot skip, would send the filter into the wrong code.
+    let cond = |value| Cond {
+        arg: 0,
+        dword: false,
+        op: Op::Eq,
+        value,
+    };
+    let rule = |when: Vec<Cond>| Rule {
+        name: "synthetic",
+        nr: UNUSED_NR,
+        action: Action::Errno(libc::EPERM as u32),
+        when,
+    };
+    let mut long_rule = table(&plan(), false).expect("table");
+    long_rule.rules.push(rule((0..70).map(cond).collect()));
+    let err = long_rule.compile().expect_err("a rule of 281 instructions");
+    assert!(err.to_string().contains("a rule of more than 255"), "{err}");
+
+    let mut long_block = table(&plan(), false).expect("table");
+    long_block
+        .rules
+        .extend((0..40).map(|i| rule((0..2).map(|j| cond(i * 2 + j)).collect())));
+    let err = long_block
+        .compile()
+        .expect_err("a block of 360 instructions");
+    assert!(
+        err.to_string().contains("its rules take more than 255"),
+        "{err}"
+    );
+}
