@@ -39,6 +39,9 @@ pub struct ToHold {
     pub args: Map<String, Value>,
     pub redacted: Value,
     pub plan: LaunchPlan,
+    /// The version of the policy that decided the call, which its approval is checked against
+    /// (not the one in force when it is held: a reload may come while its judges run).
+    pub policy: String,
 }
 
 /// What became of a waiting caller's call.
@@ -81,8 +84,7 @@ pub async fn hold(
     conn: &mut Conn,
 ) -> io::Result<Waited> {
     let (call_id, decision) = (h.call_id.clone(), h.decision);
-    let policy = daemon.policy();
-    let form = match CallForm::new(&h.plan.tool, &h.args, &h.plan, policy.version()) {
+    let form = match CallForm::new(&h.plan.tool, &h.args, &h.plan, &h.policy) {
         Ok(form) => form,
         Err(e) => {
             let program = h

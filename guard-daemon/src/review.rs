@@ -148,10 +148,7 @@ impl Review<'_> {
             return send(conn, reply).await.map(|()| Next::Done);
         }
         if decision == Decision::Allow {
-            return Ok(Next::Run {
-                plan: Box::new(plan),
-                recording: None,
-            });
+            return self.unless_reloaded(&policy, Box::new(plan), conn).await;
         }
         if decision == Decision::Escalate {
             let escalated = Escalated {
@@ -162,12 +159,7 @@ impl Review<'_> {
                 subject,
             };
             match approver::approvers(daemon, &policy, &escalated).await {
-                Approved::Run(plan) => {
-                    return Ok(Next::Run {
-                        plan,
-                        recording: None,
-                    });
-                }
+                Approved::Run(plan) => return self.unless_reloaded(&policy, plan, conn).await,
                 Approved::Human => {}
                 Approved::Refused {
                     message,
@@ -189,7 +181,51 @@ impl Review<'_> {
             args: self.intent.args.clone(),
             redacted: verdict.redacted_args,
             plan,
+            policy: policy.version().to_owned(),
         })))
+    }
+
+    /// Runs `plan`, decided under `policy`, unless a reload put another policy in force while
+    /// its judges or approvers ran: what they passed is a call that policy decided, and the
+    /// one in force now may block it, give it another plan, or name other judges. Then a
+    /// decision row of the same call records the refusal and its caller is told to submit it
+    /// again (a held call is asked again when it is approved: `hold::barred`).
+    async fn unless_reloaded(
+        &self,
+        policy: &Policy,
+        plan: Box<LaunchPlan>,
+        conn: &mut Conn,
+    ) -> io::Result<Next> {
+        let now = self.daemon.policy();
+        if now.version() == policy.version() {
+            return Ok(Next::Run {
+                plan,
+                recording: None,
+            });
+        }
+        let reason = format!(
+            "the policy changed while the call was reviewed ({} then, {} now); submit it again",
+            policy.version(),
+            now.version()
+        );
+        let mut verdict = self.decide(&now);
+        verdict.row.decision = Decision::Block;
+        verdict.row.check_name = "reload".into();
+        verdict.row.reason.clone_from(&reason);
+        let recorded = match self.submit(&verdict).await {
+            Some(recording) => recording.written(self.daemon).await,
+            None => false,
+        };
+        if !recorded {
+            return not_recorded(self.call_id, conn).await;
+        }
+        let message = if now.settings().disclose_reasons {
+            format!("not run: {reason}")
+        } else {
+            "blocked by policy".to_owned()
+        };
+        let reply = refusal(self.call_id, Decision::Block, message, false);
+        send(conn, reply).await.map(|()| Next::Done)
     }
 
     /// The policy's verdict; a terminated session's calls are blocked whatever it says.

@@ -502,3 +502,109 @@ command = ["/usr/bin/echo", "wiped"]
         judge.display()
     )
 }
+
+/// `deploy` of [`DEPLOY`] (escalated, held for a human) and `t_low` (allowed), both judged by a
+/// judge that answers "run it" after two seconds, long enough for a reload to come meanwhile;
+/// with `freeze`, a rule blocks both.
+fn judged_slowly(j: &std::path::Path, freeze: bool) -> String {
+    let mut policy = format!(
+        r#"
+[settings]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+disclose_reasons = true
+
+[judges.slow]
+command = ["{}", "sleep", "2"]
+timeout = 30
+
+[tools.deploy]
+tier = "high"
+irreversible = true
+command = ["/usr/bin/echo", "deployed", "{{target}}"]
+judges = ["slow"]
+[tools.deploy.args.target]
+type = "string"
+
+[tools.t_low]
+tier = "low"
+command = ["/usr/bin/echo", "ran"]
+judges = ["slow"]
+"#,
+        j.display()
+    );
+    if freeze {
+        policy.push_str(
+            "\n[[rules]]\nid = \"freeze\"\ntools = [\"deploy\", \"t_low\"]\naction = \"block\"\n\
+             message = \"frozen\"\n",
+        );
+    }
+    policy
+}
+
+/// Waits until the audit log holds `n` decision rows.
+fn decided(guardd: &Guardd, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rows(guardd, "decision").len() < n {
+        assert!(std::time::Instant::now() < deadline, "no decision row");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_reload_while_a_call_is_judged_is_not_bypassed_by_the_plan_decided_before_it() {
+    if !support::privileged(
+        "a_reload_while_a_call_is_judged_is_not_bypassed_by_the_plan_decided_before_it",
+    ) {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let j = testjudge(&dir);
+    let guardd = start(&judged_slowly(&j, false), &[]);
+
+    // An allowed call: the policy that decided it is replaced while its judge runs. What the
+    // judge passed is a call the new policy blocks, so it does not run, and a row says why.
+    let caller = spawn(&guardd, "t_low", &[]);
+    decided(&guardd, 1);
+    reload(&guardd, &judged_slowly(&j, true));
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+    assert!(text(&out.stderr).contains("the policy changed"), "{out:?}");
+    let refusal = rows(&guardd, "decision");
+    assert_eq!(refusal.len(), 2, "{refusal:#?}");
+    assert_eq!(refusal[1]["call_id"], refusal[0]["call_id"], "{refusal:#?}");
+    assert_eq!(refusal[1]["decision"]["decision"], "block", "{refusal:#?}");
+    assert_eq!(
+        refusal[1]["decision"]["check_name"], "reload",
+        "{refusal:#?}"
+    );
+
+    // An escalated call, held once its judge has passed it: its hold is bound to the policy
+    // that decided it, not to the one in force when it was held, so approving it asks the
+    // policy in force again, which blocks it.
+    reload(&guardd, &judged_slowly(&j, false));
+    let caller = spawn(&guardd, "deploy", &["target=alpha"]);
+    decided(&guardd, 3);
+    reload(&guardd, &judged_slowly(&j, true));
+    let id = held(&guardd, 1)[0]["call_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let approve = ctl(&guardd, &["approve", &id]);
+    assert!(!approve.status.success(), "approved: {approve:?}");
+    assert!(
+        text(&approve.stderr).contains("the policy changed"),
+        "{approve:?}"
+    );
+    assert!(ctl(&guardd, &["deny", &id]).status.success());
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+
+    // The control: with no reload meanwhile, the judged call runs.
+    reload(&guardd, &judged_slowly(&j, false));
+    let out = output(guardd.exec("t_low", &[]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ran\n");
+}
