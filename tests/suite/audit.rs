@@ -510,16 +510,109 @@ fn a_call_whose_end_the_log_cannot_record_is_no_success_for_its_caller() {
 
     // Nothing else was lost: once the log can be written again, calls are recorded after the
     // decision row, on an intact chain.
+    recorded_again(&guardd, &audit);
+    drop(guardd);
+}
+
+/// Once the log can be written again, a call runs and is recorded, on an intact chain (the
+/// first may be refused while guardd takes its reserve back: 75).
+fn recorded_again(guardd: &support::Guardd, audit: &Path) {
     let recorded = (0..2).any(|_| {
-        let out = super::escape::call(&guardd, &["exit", "3"]);
+        let out = super::escape::call(guardd, &["exit", "3"]);
         let code = out.status.code();
         assert!(matches!(code, Some(3 | 75)), "{out:?}");
         code == Some(3)
     });
     assert!(recorded, "no call ran once the log had room again");
-    let (code, verified) = guardctl_verify(&audit);
+    let (code, verified) = guardctl_verify(audit);
     assert_eq!(code, 0, "{verified}");
     let rows = guardd.audit_rows();
     assert_eq!(rows.last().expect("rows")["kind"], "finished", "{rows:#?}");
+}
+
+/// Makes `audit` immutable once it holds more than `decisions` decision rows: the call that
+/// row decided is running, and its end cannot be recorded.
+fn freeze_once_decided(audit: &Path, decisions: usize) -> std::thread::JoinHandle<()> {
+    let audit = audit.to_owned();
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let decided = || {
+            fs::read_to_string(&audit)
+                .unwrap_or_default()
+                .matches(r#""kind":"decision""#)
+                .count()
+        };
+        while decided() <= decisions {
+            assert!(std::time::Instant::now() < deadline, "no decision row");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        immutable(&audit, true);
+    })
+}
+
+#[test]
+fn a_call_whose_end_the_log_cannot_record_is_an_error_for_mcp_and_python_callers() {
+    let test = "a_call_whose_end_the_log_cannot_record_is_an_error_for_mcp_and_python_callers";
+    if !support::privileged(test) {
+        return;
+    }
+    let Some(python) = support::python(test) else {
+        return;
+    };
+    let fs_ = Ext4::mount(32);
+    let audit = fs_.path().join("audit.jsonl");
+    let s = super::escape::Setup::new();
+    let guardd = support::Guardd::start_with(
+        &s.policy("", ""),
+        &["--audit", audit.to_str().expect("utf-8")],
+    );
+    let decisions = || {
+        let rows = guardd.audit_rows();
+        rows.iter().filter(|r| r["kind"] == "decision").count()
+    };
+    // Each call sleeps long enough for the log to be frozen under it once it is decided.
+    let sleeping = json!({"a0": "sleep", "a1": "1.5"});
+
+    // MCP: an error result that says so, not the tool's output as a success.
+    let frozen = freeze_once_decided(&audit, decisions());
+    let plan = json!([{"call": "tt", "arguments": sleeping}]);
+    let steps = super::mcp::session(&python, &guardd.socket, &plan);
+    frozen.join().expect("froze the log");
+    immutable(&audit, false);
+    let result = &steps[0];
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(
+        result.to_string().contains("could not record how it ended"),
+        "{result}"
+    );
+    recorded_again(&guardd, &audit);
+
+    // The Python client: CallFailed, not a Result.
+    let frozen = freeze_once_decided(&audit, decisions());
+    let script = format!(
+        "import sys\n\
+         from guard_client import Client, CallFailed\n\
+         try:\n    r = Client(sys.argv[1]).run('tt', {sleeping})\n    \
+         print('returned', r.exit_code)\n\
+         except CallFailed as e:\n    print('CallFailed:', e)\n"
+    );
+    let mut cmd = Command::new(python);
+    cmd.arg("-c")
+        .arg(script)
+        .arg(&guardd.socket)
+        .env(
+            "PYTHONPATH",
+            support::workspace().join("clients/python/src"),
+        )
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let out = support::output(cmd);
+    frozen.join().expect("froze the log");
+    immutable(&audit, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("CallFailed:") && stdout.contains("could not record how it ended"),
+        "{out:?}"
+    );
+    recorded_again(&guardd, &audit);
     drop(guardd);
 }

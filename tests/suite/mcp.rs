@@ -57,7 +57,7 @@ command = ["/bin/true"]
 }
 
 /// Runs the session script with `plan` on guard-mcp at `socket`.
-fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> {
+pub(super) fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> {
     let server = json!({"command": support::bin("guard-mcp"), "args": ["--socket", socket]});
     session_with(python, &server, plan)
 }
