@@ -252,6 +252,7 @@ async fn modify(
         args: verdict.redacted_args.clone(),
         decision: Box::new(verdict.row.clone()),
         enforced: daemon.enforced(),
+        policy: Some(policy.version().to_owned()),
     };
     if daemon.audit.record(&row).await.is_err() {
         return refused("not run: the audit log is unavailable".into(), false);

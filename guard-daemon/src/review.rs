@@ -212,7 +212,7 @@ impl Review<'_> {
         verdict.row.decision = Decision::Block;
         verdict.row.check_name = "reload".into();
         verdict.row.reason.clone_from(&reason);
-        let recorded = match self.submit(&verdict).await {
+        let recorded = match self.submit(&now, &verdict).await {
             Some(recording) => recording.written(self.daemon).await,
             None => false,
         };
@@ -249,7 +249,7 @@ impl Review<'_> {
     /// Records the decision: a plain allowed call (no judge to run first) leaves to be prepared
     /// while its row is being written; every other waits here for the row.
     async fn record(&self, policy: &Policy, verdict: &Verdict) -> Recorded {
-        let Some(recording) = self.submit(verdict).await else {
+        let Some(recording) = self.submit(policy, verdict).await else {
             return Recorded::Failed;
         };
         let plain = verdict.row.decision == Decision::Allow
@@ -267,8 +267,8 @@ impl Review<'_> {
         }
     }
 
-    /// Queues the decision row; `None` when it could not even be queued.
-    async fn submit(&self, verdict: &Verdict) -> Option<Recording> {
+    /// Queues the decision row of `policy`'s verdict; `None` when it could not even be queued.
+    async fn submit(&self, policy: &Policy, verdict: &Verdict) -> Option<Recording> {
         let row = Row::Decision {
             call_id: self.call_id.to_owned(),
             peer: self.peer.clone(),
@@ -276,6 +276,7 @@ impl Review<'_> {
             args: verdict.redacted_args.clone(),
             decision: Box::new(verdict.row.clone()),
             enforced: self.daemon.enforced(),
+            policy: Some(policy.version().to_owned()),
         };
         match self.daemon.audit.submit(&row).await {
             Ok(durable) => Some(Recording {

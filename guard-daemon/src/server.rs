@@ -422,6 +422,7 @@ pub fn status(daemon: &Daemon) -> Status {
         policy: PolicyStatus {
             path: daemon.options.policy.clone(),
             tools: policy.tools().count(),
+            version: policy.version().to_owned(),
         },
         audit: AuditStatus {
             path: daemon.options.audit.clone(),

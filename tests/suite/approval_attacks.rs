@@ -579,6 +579,35 @@ fn a_reload_while_a_call_is_judged_is_not_bypassed_by_the_plan_decided_before_it
         refusal[1]["decision"]["check_name"], "reload",
         "{refusal:#?}"
     );
+    // Each decision row names the policy that made it: the first the one the call was
+    // decided under, the refusal the one the reload put in force, as its row and
+    // `guardctl status` say.
+    let reloaded = rows(&guardd, "reload");
+    let in_force = &reloaded.last().expect("a reload row")["version"];
+    assert!(
+        in_force.as_str().is_some_and(|v| v.starts_with("sha256:")),
+        "{reloaded:#?}"
+    );
+    assert_eq!(&refusal[1]["policy"], in_force, "{refusal:#?}");
+    assert!(
+        refusal[0]["policy"].is_string() && refusal[0]["policy"] != *in_force,
+        "{refusal:#?}"
+    );
+    let status = ctl(&guardd, &["status", "--json"]);
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    assert_eq!(&status["policy"]["version"], in_force, "{status:#}");
+    let id = refusal[0]["call_id"].as_str().expect("call id");
+    let shown = ctl(&guardd, &["show", id]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("show JSON");
+    assert_eq!(&shown["policy"], in_force, "{shown:#}");
+    let first = shown["review"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["kind"] == "decision"));
+    assert_eq!(
+        first.map(|r| &r["policy"]),
+        Some(&refusal[0]["policy"]),
+        "{shown:#}"
+    );
 
     // An escalated call, held once its judge has passed it: its hold is bound to the policy
     // that decided it, not to the one in force when it was held, so approving it asks the

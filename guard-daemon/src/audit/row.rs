@@ -29,6 +29,10 @@ pub enum Row {
         decision: Box<DecisionRow>,
         /// Whether the kernel layers held the call (false only with `--allow-unenforced`).
         enforced: bool,
+        /// The version of the policy that decided it (`sha256:` of its files); absent in rows
+        /// written before guardd recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<String>,
     },
     /// An answer to a held or escalated call: an admin's (`by`), an approver's (`approver`),
     /// or nobody's (`by` and `approver` none: nobody answered in time, or the caller left).
@@ -74,6 +78,9 @@ pub enum Row {
         by: Option<u32>,
         tools: Option<usize>,
         error: Option<String>,
+        /// The version put in force (none when the reload failed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
     },
     /// Rotated files removed under `audit_keep_rotated`, vouching for the rows they held.
     Pruned {

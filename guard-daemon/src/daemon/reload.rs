@@ -42,12 +42,14 @@ impl Daemon {
             Ok((policy, access))
         });
         let tools = loaded.as_ref().map(|(p, _)| p.tools().count()).ok();
+        let version = loaded.as_ref().map(|(p, _)| p.version().to_owned()).ok();
         let error = loaded.as_ref().err().cloned();
         let row = Row::Reload {
             policy: path.clone(),
             by,
             tools,
             error: error.clone(),
+            version,
         };
         if let Err(e) = self.audit.record(&row).await {
             // A policy change nobody can audit does not happen.

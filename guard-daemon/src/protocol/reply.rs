@@ -156,6 +156,9 @@ pub struct Status {
 pub struct PolicyStatus {
     pub path: PathBuf,
     pub tools: usize,
+    /// Its version (`sha256:` of its files), as decision rows record it.
+    #[serde(default)]
+    pub version: String,
 }
 
 /// The audit log guardd writes.

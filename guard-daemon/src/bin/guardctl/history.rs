@@ -129,6 +129,8 @@ struct CallRows {
     args: Value,
     decision: DecisionRow,
     enforced: bool,
+    /// The version of the policy that decided it.
+    policy: Option<String>,
     finished: Option<Box<Finished>>,
     /// Its judges' verdicts, the answers to it and its notifier's run, in order.
     review: Vec<Row>,
@@ -147,6 +149,7 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                 args,
                 decision,
                 enforced,
+                policy,
             } => {
                 if let Some(&i) = index.get(&call_id) {
                     // Its arguments decided again (an approver's modify): the later decision is
@@ -159,6 +162,7 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                         args: std::mem::replace(&mut call.args, args),
                         decision: Box::new(std::mem::replace(&mut call.decision, *decision)),
                         enforced: call.enforced,
+                        policy: std::mem::replace(&mut call.policy, policy),
                     };
                     call.review.push(first);
                     continue;
@@ -172,6 +176,7 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                     args,
                     decision: *decision,
                     enforced,
+                    policy,
                     finished: None,
                     review: Vec::new(),
                 });
@@ -286,6 +291,9 @@ pub fn show(audit: &Path, call_id: &str) -> ExitCode {
         args: &'a Value,
         decision: &'a DecisionRow,
         enforced: bool,
+        /// The version of the policy that decided it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        policy: Option<&'a str>,
         sandbox: Option<&'a guard::sandbox::Applied>,
         effects_observed: Option<&'a guard::receipt::Receipt>,
         exit: Option<&'a guard::sandbox::Outcome>,
@@ -302,6 +310,7 @@ pub fn show(audit: &Path, call_id: &str) -> ExitCode {
         args: &call.args,
         decision: &call.decision,
         enforced: call.enforced,
+        policy: call.policy.as_deref(),
         sandbox: f.and_then(|f| f.sandbox.as_ref()),
         effects_observed: f.and_then(|f| f.effects_observed.as_ref()),
         exit: f.and_then(|f| f.exit.as_ref()),

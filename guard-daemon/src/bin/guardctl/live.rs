@@ -84,9 +84,10 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         "UNENFORCED"
     };
     println!(
-        "policy {} ({} tools)  {enforced}",
+        "policy {} ({} tools)  {enforced}\n  version {}",
         status.policy.path.display(),
-        status.policy.tools
+        status.policy.tools,
+        status.policy.version
     );
     let admitting = if status.audit.admitting {
         "admitting calls"
