@@ -606,11 +606,12 @@ fn escape_signals_reach_no_process_outside_the_call() {
     let pid = victim.id().to_string();
     // Control: the tool may signal its own child.
     assert_ok(&call(&guardd, &["kill", "child", "15"]));
-    // Processes of another user (the test's, guardd): DAC and landlock's scope, EPERM.
-    assert_errno(&call(&guardd, &["kill", &pid, "9"]), "EPERM");
+    // Processes of another user (the test's, guardd): outside the call's pid namespace no
+    // pid names them (ESRCH); landlock's signal scope and DAC stand behind it.
+    assert_errno(&call(&guardd, &["kill", &pid, "9"]), "ESRCH");
     assert_errno(
         &call(&guardd, &["kill", &guardd.child.id().to_string(), "15"]),
-        "EPERM",
+        "ESRCH",
     );
     assert!(
         victim.try_wait().expect("try_wait").is_none(),
@@ -618,16 +619,82 @@ fn escape_signals_reach_no_process_outside_the_call() {
     );
     let _ = victim.kill();
     let _ = victim.wait();
-    // A process of guard-tool itself, outside the call: landlock's signal scope (ABI 6) alone.
+    // A process of guard-tool itself, outside the call, which DAC would let it signal: the pid
+    // namespace, and behind it landlock's signal scope (ABI 6).
     let mut victim = same_user_victim();
     let pid = victim.id().to_string();
-    assert_errno(&call(&guardd, &["kill", &pid, "9"]), "EPERM");
+    assert_errno(&call(&guardd, &["kill", &pid, "9"]), "ESRCH");
     assert!(
         victim.try_wait().expect("try_wait").is_none(),
         "the same-user victim was signalled"
     );
     let _ = victim.kill();
     let _ = victim.wait();
+}
+
+/// A process's open-files limit and nice value, from /proc.
+fn limits_and_nice(pid: u32) -> (String, String) {
+    let limits = fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("open files")
+        .to_owned();
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // The fields after the command's closing parenthesis; nice is the 19th of the whole line.
+    let after = stat.rsplit_once(')').expect("stat").1;
+    let nice = after.split_whitespace().nth(16).expect("nice").to_owned();
+    (files, nice)
+}
+
+/// Whether System V shared memory segment `key` exists in the host's IPC namespace; removes it
+/// if it does.
+fn host_shm_segment(key: libc::key_t) -> bool {
+    // SAFETY: integer arguments; IPC_RMID on a segment found just now.
+    unsafe {
+        let id = libc::shmget(key, 0, 0);
+        if id >= 0 {
+            libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+        }
+        id >= 0
+    }
+}
+
+#[test]
+fn escape_a_call_reaches_no_other_call_s_processes_or_ipc_objects() {
+    if !support::privileged("escape_a_call_reaches_no_other_call_s_processes_or_ipc_objects") {
+        return;
+    }
+    // Calls run side by side as one user, guard-tool, and so do judges and approvers: DAC
+    // lets one lower another's limits or priority, and System V IPC objects of that user are
+    // shared by all of them and outlive the call that made them, a channel from a call that
+    // may read a secret to one that may send it.
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("", ""));
+    // Controls: its own child, its own segment.
+    assert_ok(&call(&guardd, &["prlimit", "child"]));
+    let out = call(
+        &guardd,
+        &["shm-put", "0x4755", "secret", "--", "shm-get", "0x4755"],
+    );
+    assert_ok(&out);
+    assert_eq!(text(&out.stdout), "shm put 0x4755\nshm secret\n");
+    assert!(!host_shm_segment(0x4755), "the call's segment outlived it");
+
+    // Another process of guard-tool: its pid means nothing inside the call.
+    let mut victim = same_user_victim();
+    let pid = victim.id();
+    let before = limits_and_nice(pid);
+    assert_errno(&call(&guardd, &["prlimit", &pid.to_string()]), "ESRCH");
+    assert_ok(&call(&guardd, &["renice-user", "19"]));
+    assert_eq!(limits_and_nice(pid), before, "the victim was changed");
+    let _ = victim.kill();
+    let _ = victim.wait();
+
+    // A segment one call leaves behind is not there for the next.
+    assert_ok(&call(&guardd, &["shm-put", "0x4756", "secret"]));
+    assert_errno(&call(&guardd, &["shm-get", "0x4756"]), "ENOENT");
+    assert!(!host_shm_segment(0x4756), "the call's segment outlived it");
 }
 
 #[test]

@@ -200,16 +200,33 @@ fn run(action: &[String]) -> Res {
             Ok(())
         }
         "fork" => {
+            // `fork N`: N children that wait; each line names one by its pid on the host, which
+            // the child sends back through a pipe (its parent only knows the namespace's).
             let n = num(1)?;
+            let mut fds = [0; 2];
+            // SAFETY: fds has room for two descriptors.
+            if unsafe { libc::pipe(fds.as_mut_ptr()) } < 0 {
+                return Err(last_errno());
+            }
             for i in 0..n {
-                // SAFETY: the child only sleeps and exits; no locks are taken after fork.
+                // SAFETY: the child only writes, sleeps and exits; no locks are taken after fork.
                 match unsafe { libc::fork() } {
                     -1 => return Err(last_errno()),
-                    0 => loop {
-                        // SAFETY: pause and _exit are async-signal-safe.
-                        unsafe { libc::pause() };
-                    },
-                    pid => println!("forked {i} {pid}"),
+                    0 => {
+                        let me = host_pid();
+                        // SAFETY: writes 4 bytes from this stack; pause is async-signal-safe.
+                        unsafe { libc::write(fds[1], (&raw const me).cast(), 4) };
+                        loop {
+                            // SAFETY: pause is async-signal-safe.
+                            unsafe { libc::pause() };
+                        }
+                    }
+                    _ => {
+                        let mut pid: libc::pid_t = 0;
+                        // SAFETY: reads 4 bytes into a 4-byte integer.
+                        unsafe { libc::read(fds[0], (&raw mut pid).cast(), 4) };
+                        println!("forked {i} {pid}");
+                    }
                 }
             }
             Ok(())
@@ -583,6 +600,74 @@ fn run(action: &[String]) -> Res {
             println!("killed {pid} {sig}");
             Ok(())
         }
+        "prlimit" => {
+            // `prlimit PID|child`: lowers the open-files limit of PID (or of a waiting child of
+            // its own) to 64, as prlimit(1) --pid would.
+            let pid = if arg(1)? == "child" {
+                pausing_child()?
+            } else {
+                num(1)? as libc::pid_t
+            };
+            let lim = libc::rlimit64 {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            // SAFETY: prlimit64 reads `lim` from this stack and writes nothing (null old).
+            let rc =
+                unsafe { libc::prlimit64(pid, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+            let err = last_errno();
+            if arg(1)? == "child" {
+                reap(pid);
+            }
+            if rc < 0 {
+                return Err(err);
+            }
+            println!("prlimit {pid}");
+            Ok(())
+        }
+        "renice-user" => {
+            // setpriority(PRIO_USER) on the tool's own uid: every process of that user that
+            // the tool can see.
+            let nice = num(1)? as libc::c_int;
+            // SAFETY: integer arguments.
+            if unsafe { libc::setpriority(libc::PRIO_USER, 0, nice) } < 0 {
+                return Err(last_errno());
+            }
+            println!("reniced user {nice}");
+            Ok(())
+        }
+        "shm-put" | "shm-get" => {
+            // A System V shared memory segment under KEY: `shm-put KEY TEXT` creates it and
+            // writes TEXT, `shm-get KEY` prints what it holds.
+            let key = num(1)? as libc::key_t;
+            let put = action[0] == "shm-put";
+            let flags = if put { libc::IPC_CREAT | 0o600 } else { 0 };
+            // SAFETY: integer arguments.
+            let id = unsafe { libc::shmget(key, 4096, flags) };
+            if id < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: attaches the segment just found at an address the kernel picks.
+            let at = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+            if at as isize == -1 {
+                return Err(last_errno());
+            }
+            // SAFETY: the segment is 4096 bytes; writes and reads stay within them.
+            let mem = unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), 4096) };
+            if put {
+                let text = arg(2)?.as_bytes();
+                let n = text.len().min(4095);
+                mem[..n].copy_from_slice(&text[..n]);
+                mem[n] = 0;
+                println!("shm put {key:#x}");
+            } else {
+                let end = mem.iter().position(|&b| b == 0).unwrap_or(4096);
+                println!("shm {}", String::from_utf8_lossy(&mem[..end]));
+            }
+            // SAFETY: detaches what shmat attached.
+            unsafe { libc::shmdt(at) };
+            Ok(())
+        }
         "ids" => {
             // SAFETY: these getters have no preconditions.
             let (r, e) = unsafe { (libc::getuid(), libc::geteuid()) };
@@ -606,7 +691,7 @@ fn run(action: &[String]) -> Res {
                     libc::setsid();
                     match libc::fork() {
                         0 => {
-                            let me = libc::getpid();
+                            let me = host_pid();
                             libc::write(fds[1], (&raw const me).cast(), 4);
                             libc::close(fds[1]);
                             libc::sleep(secs);
@@ -667,6 +752,45 @@ fn resolve(hostport: &str) -> Result<std::net::SocketAddr, Fail> {
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| usage("no address"))
+}
+
+/// A child that waits for a signal, forked for an action to act on.
+fn pausing_child() -> Result<libc::pid_t, Fail> {
+    // SAFETY: the child only pauses; no locks are taken after fork.
+    match unsafe { libc::fork() } {
+        -1 => Err(last_errno()),
+        0 => loop {
+            // SAFETY: pause is async-signal-safe.
+            unsafe { libc::pause() };
+        },
+        pid => Ok(pid),
+    }
+}
+
+/// Kills and reaps a child of [`pausing_child`].
+fn reap(pid: libc::pid_t) {
+    // SAFETY: kill and waitpid on our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+/// This process's pid as the host sees it (the tool runs in a pid namespace of its own, where
+/// getpid says otherwise): the target of `/proc/self`. Async-signal-safe: readlink into a stack
+/// buffer.
+fn host_pid() -> libc::pid_t {
+    let mut buf = [0u8; 16];
+    // SAFETY: readlink writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::readlink(c"/proc/self".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let digits = buf.get(..usize::try_from(n).unwrap_or(0)).unwrap_or(&[]);
+    digits
+        .iter()
+        .try_fold(0 as libc::pid_t, |pid, &d| {
+            d.is_ascii_digit()
+                .then(|| pid * 10 + libc::pid_t::from(d - b'0'))
+        })
+        .unwrap_or(-1)
 }
 
 fn errno_name(e: i32) -> &'static str {

@@ -2,7 +2,9 @@
 //!
 //! The child is cloned as `posix_spawn` does it, with `CLONE_VM | CLONE_VFORK`: it runs on its
 //! own small stack in the daemon's memory while the launching thread waits for its `execve` (or
-//! exit), so no page table is copied and no copy-on-write fault follows in the daemon. The
+//! exit), so no page table is copied and no copy-on-write fault follows in the daemon. It is
+//! also cloned into a pid namespace and an IPC namespace of its own (see [`CALL_NAMESPACES`]).
+//! The
 //! daemon is multithreaded and its memory is shared, so the child may only make
 //! async-signal-safe calls (no allocation, no locks, no panics), with every signal blocked until
 //! it has reset their handlers, and changes its identity with raw syscalls: glibc's `setresuid`
@@ -60,10 +62,22 @@ pub(super) enum Stage {
     Exec,
 }
 
+/// The namespaces each call gets. Calls run side by side as one user, and so do judges and
+/// approvers, so DAC alone would let one reach the others: lower their limits (`prlimit`) or
+/// priority (`setpriority`, `sched_setattr`, `ioprio_set`, each also by user), move their pages,
+/// compare their descriptors; and System V IPC objects and POSIX message queues of that user
+/// are shared by every call and outlive the one that made them, a channel from a call that may
+/// read a secret to one that may send it, which neither landlock nor seccomp's deny list sees.
+/// In its own pid namespace a call can name no process but its own (the tool is its pid 1:
+/// when it exits, the rest of its tree is killed, as the end of a call does anyway), and the
+/// IPC namespace goes away with it.
+const CALL_NAMESPACES: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+
 /// Everything the child needs, prepared before fork. Raw pointers into `CString`s and programs
 /// owned by `spawn`'s frame, which the child's copy of memory keeps alive.
 pub(super) struct ChildCtx<'a> {
-    pub parent: libc::pid_t,
+    /// A pidfd of the daemon: in its own pid namespace the child's getppid() is 0.
+    pub parent: RawFd,
     pub report: RawFd,
     pub cgroup_procs: RawFd,
     pub limit_procs: Vec<RawFd>,
@@ -178,7 +192,7 @@ pub(super) fn spawn(ctx: &ChildCtx) -> Result<libc::pid_t, Errno> {
         libc::clone(
             entry,
             stack.top(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | CALL_NAMESPACES | libc::SIGCHLD,
             std::ptr::from_ref(ctx).cast_mut().cast(),
         )
     };
@@ -334,14 +348,22 @@ fn no_new_privs() -> Result<(), Failed> {
     check(rc as _, Stage::NoNewPrivs)
 }
 
-/// Die with the guard. After setuid, which clears it; then check that the parent did not exit
-/// before it was set (the child would have been reparented, and the signal never comes).
-fn die_with_parent(parent: libc::pid_t) -> Result<(), Failed> {
+/// Die with the guard. After setuid, which clears it; then check that the daemon did not exit
+/// before it was set (the child would have been reparented, and the signal never comes): its
+/// pidfd is readable once it has.
+fn die_with_parent(parent: RawFd) -> Result<(), Failed> {
     // SAFETY: prctl with integer arguments only.
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     check(rc as _, Stage::Pdeathsig)?;
-    // SAFETY: getppid has no preconditions and cannot fail.
-    if unsafe { libc::getppid() } != parent {
+    let mut pfd = libc::pollfd {
+        fd: parent,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd on this stack, without waiting; async-signal-safe.
+    let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
+    check(rc as _, Stage::Pdeathsig)?;
+    if pfd.revents != 0 {
         return Err(Failed {
             stage: Stage::Pdeathsig,
             errno: libc::ESRCH,

@@ -382,9 +382,13 @@ impl Ready {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
         let filters = sock_fprogs(&self.programs);
         let command = &self.command;
+        // The child checks through it that the daemon is alive (closed in the child at exec).
+        let daemon = pidfd_open(Pid::this()).ok_or_else(|| SandboxError::Sys {
+            op: "pidfd_open of the daemon",
+            source: nix::Error::last(),
+        })?;
         let ctx = ChildCtx {
-            // SAFETY: getpid has no preconditions.
-            parent: unsafe { libc::getpid() },
+            parent: daemon.as_raw_fd(),
             report: report_w.as_raw_fd(),
             cgroup_procs: self.cgroup_procs.as_raw_fd(),
             limit_procs: self
@@ -411,8 +415,7 @@ impl Ready {
         // The clone returned after the child's execve or exit: its start is this moment.
         let started = Instant::now();
         stages.lap("clone_exec");
-        drop(report_w);
-        drop(stdio);
+        drop((report_w, stdio, daemon));
         await_exec(&report_r, pid)?;
 
         Ok(Launched {
