@@ -698,6 +698,54 @@ fn escape_a_call_reaches_no_other_call_s_processes_or_ipc_objects() {
 }
 
 #[test]
+fn escape_no_process_of_a_call_outlives_a_guardd_killed_under_it() {
+    if !support::privileged("escape_no_process_of_a_call_outlives_a_guardd_killed_under_it") {
+        return;
+    }
+    // With guardd gone nothing watches a call: the tool dies with it (its parent-death
+    // signal), and so do its children, who have none (the kernel kills the rest of a pid
+    // namespace whose pid 1 exits).
+    let s = Setup::new();
+    let mut guardd = Guardd::start(&s.policy("", ""));
+    let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+    let mut caller = guardd
+        .exec("tt", &["a0=fork", "a1=2", "a2=--", "a3=sleep", "a4=60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("guard-exec");
+    drop(_forking);
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        caller.stdout.take().expect("stdout"),
+    ));
+    let mut pids: Vec<u32> = (0..2)
+        .map(|_| {
+            let line = lines.next().expect("a line").expect("read");
+            let pid = line.split_whitespace().nth(2).and_then(|p| p.parse().ok());
+            pid.unwrap_or_else(|| panic!("forked <i> <pid>: {line:?}"))
+        })
+        .collect();
+    let running = output(guardd.ctl(&["calls", "--running", "--json"]));
+    let call: serde_json::Value =
+        serde_json::from_slice(&running.stdout).expect("one running call");
+    pids.push(call["pid"].as_u64().expect("pid") as u32);
+    // Control: all three run.
+    assert!(
+        pids.iter().all(|&p| !support::dead(p, Duration::ZERO)),
+        "{pids:?}"
+    );
+    guardd.crash();
+    let survivors: Vec<u32> = pids
+        .into_iter()
+        .filter(|&p| !support::dead(p, Duration::from_secs(5)))
+        .collect();
+    // The next guardd sweeps the cgroups the dead one left (and so what survived).
+    guardd.start_again();
+    assert!(survivors.is_empty(), "{survivors:?} outlived guardd");
+    let _ = caller.wait();
+}
+
+#[test]
 fn escape_kill_minus_one_reaches_no_process_outside_the_call() {
     if !support::privileged("escape_kill_minus_one_reaches_no_process_outside_the_call") {
         return;

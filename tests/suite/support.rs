@@ -143,6 +143,19 @@ impl Guardd {
         self.wait_listening();
     }
 
+    /// Kills guardd: SIGKILL, no shutdown.
+    pub fn crash(&mut self) {
+        self.child.kill().expect("kill -9 guardd");
+        self.child.wait().expect("reap guardd");
+    }
+
+    /// Starts guardd again with the same arguments after [`Guardd::crash`]: it sweeps what the
+    /// dead one left.
+    pub fn start_again(&mut self) {
+        self.child = Self::spawn(&self.argv);
+        self.wait_listening();
+    }
+
     /// Waits until the socket answers.
     fn wait_listening(&mut self) {
         let guardd = self;
