@@ -179,3 +179,62 @@ fn guard_exec_is_linked_statically_against_musl() {
     let glibc = elf.windows(14).any(|w| w == b"GLIBC_TUNABLES");
     assert!(!glibc, "guard-exec is linked against glibc, not musl");
 }
+
+#[test]
+fn xtask_run_serves_the_readme_s_try_line_wherever_its_runtime_dir_is() {
+    if !support::privileged("xtask_run_serves_the_readme_s_try_line_wherever_its_runtime_dir_is") {
+        return;
+    }
+    // A runtime dir that is no mount point, as /run/guard-dev is on a host whose /run is no
+    // tmpfs: on the root file system, with the default policy's workspace and /tmp, guardd
+    // would refuse its audit log there, so `xtask run` gives it a file system of its own.
+    let runtime = std::path::PathBuf::from("/run").join(support::unique("guard-xtask-run"));
+    /// Unmounts and removes the runtime dir however the test ends.
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(runtime.clone());
+    let mut run = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        Command::new(support::bin("xtask"))
+            .args(["run", "--prebuilt", "--runtime-dir"])
+            .arg(&runtime)
+            .args(["--", "--cgroup", &support::unique("guard-xtask-run")])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("xtask run")
+    };
+    let socket = runtime.join("guard.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Ok(Some(_)) = run.try_wait() {
+            let out = run.wait_with_output().expect("xtask run");
+            panic!("xtask run exited: {out:?}");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("no socket within 20 s: {:?}", run.wait_with_output());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The README's "try" line, as `xtask run` prints it.
+    let mut exec = Command::new(support::bin("guard-exec"));
+    exec.args(["list_dir", "dir=/srv/agent/workspace"])
+        .env("GUARD_SOCKET", &socket);
+    let out = output(exec);
+    // SAFETY: kill takes integers; xtask exec'd guardd, so this is guardd.
+    unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) };
+    let stopped = run.wait_with_output().expect("guardd");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stopped.status.success(), "{stopped:?}");
+    assert!(
+        String::from_utf8_lossy(&stopped.stdout).contains("mounted a tmpfs"),
+        "{stopped:?}"
+    );
+}

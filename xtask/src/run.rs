@@ -26,6 +26,13 @@ pub struct RunOptions {
     /// The policy to load.
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// Run the debug binaries already built, without setup or a build (what the tests do:
+    /// cargo holds the build directory while they run).
+    #[arg(long, hide = true)]
+    pub prebuilt: bool,
+    /// More guardd flags, after `--` (e.g. `-- --trace-syscalls`).
+    #[arg(last = true)]
+    pub guardd_args: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -124,10 +131,13 @@ fn shim(release: bool) -> Result<()> {
 }
 
 pub fn run(opts: &RunOptions) -> Result<()> {
-    setup::run(&setup::Options::default())?;
-    build(&BuildOptions { release: false })?;
+    if !opts.prebuilt {
+        setup::run(&setup::Options::default())?;
+        build(&BuildOptions { release: false })?;
+    }
     let dir = &opts.runtime_dir;
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    own_file_system(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
     // The default policy's workspace, so its tools have something to work on.
     fs::create_dir_all("/srv/agent/workspace").context("creating /srv/agent/workspace")?;
@@ -162,8 +172,32 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         // `nobody` stands in for an agent's user in the README's walk-through: an admin may
         // not approve a call of their own uid.
         .args(["--socket-group", "nogroup"])
+        .args(&opts.guardd_args)
         .exec();
     Err(err).context("exec guardd")
+}
+
+/// Mounts a tmpfs on `dir` unless it is a mount point already. guardd refuses an audit log on
+/// a file system the policy's tools may write to (a call that filled it would leave no room for
+/// the rows that record it), and on a host whose /run, /tmp and /srv are one file system the
+/// default policy's are all on the log's. A tmpfs is gone at reboot, as a dev run's log may be.
+fn own_file_system(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let parent = dir.join("..");
+    let (here, above) = (fs::metadata(dir)?, fs::metadata(&parent)?);
+    if here.dev() != above.dev() || here.ino() == above.ino() {
+        return Ok(());
+    }
+    check(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m,mode=0755", "guard-dev"])
+            .arg(dir),
+    )?;
+    println!(
+        "guard: mounted a tmpfs on {} for the audit log: a file system of its own",
+        dir.display()
+    );
+    Ok(())
 }
 
 pub fn test(opts: &TestOptions) -> Result<()> {
