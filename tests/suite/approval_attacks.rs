@@ -118,6 +118,26 @@ type = "string"
     );
 }
 
+/// `approve` of held call `id` is refused because the policy changed; it is denied, and its
+/// waiting `caller` is told so without the call having run.
+#[track_caller]
+fn approve_is_refused_as_the_policy_changed(
+    guardd: &Guardd,
+    id: &str,
+    caller: std::process::Child,
+) {
+    let approve = ctl(guardd, &["approve", id]);
+    assert!(!approve.status.success(), "approved: {approve:?}");
+    assert!(
+        text(&approve.stderr).contains("the policy changed"),
+        "{approve:?}"
+    );
+    assert!(ctl(guardd, &["deny", id]).status.success());
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+}
+
 /// Puts `policy` in force in `guardd`.
 fn reload(guardd: &Guardd, policy: &str) {
     std::fs::write(guardd.dir.join("policy.toml"), policy).expect("policy");
@@ -146,16 +166,7 @@ fn a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held() {
         .expect("id")
         .to_owned();
     reload(&guardd, &blocked);
-    let approve = ctl(&guardd, &["approve", &id]);
-    assert!(!approve.status.success(), "{approve:?}");
-    assert!(
-        text(&approve.stderr).contains("the policy changed"),
-        "{approve:?}"
-    );
-    assert!(ctl(&guardd, &["deny", &id]).status.success());
-    let out = caller.wait_with_output().expect("guard-exec");
-    assert_eq!(out.status.code(), Some(126), "{out:?}");
-    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+    approve_is_refused_as_the_policy_changed(&guardd, &id, caller);
 
     // Approved while the policy granted it, then the policy changed before its caller came
     // back: it does not run, and the refusal is a row.
@@ -620,16 +631,7 @@ fn a_reload_while_a_call_is_judged_is_not_bypassed_by_the_plan_decided_before_it
         .as_str()
         .expect("id")
         .to_owned();
-    let approve = ctl(&guardd, &["approve", &id]);
-    assert!(!approve.status.success(), "approved: {approve:?}");
-    assert!(
-        text(&approve.stderr).contains("the policy changed"),
-        "{approve:?}"
-    );
-    assert!(ctl(&guardd, &["deny", &id]).status.success());
-    let out = caller.wait_with_output().expect("guard-exec");
-    assert_eq!(out.status.code(), Some(126), "{out:?}");
-    assert!(out.stdout.is_empty(), "it ran: {out:?}");
+    approve_is_refused_as_the_policy_changed(&guardd, &id, caller);
 
     // The control: with no reload meanwhile, the judged call runs.
     reload(&guardd, &judged_slowly(&j, false));

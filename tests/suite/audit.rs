@@ -458,6 +458,18 @@ fn immutable(path: &Path, on: bool) {
     assert!(out.status.success(), "chattr: {out:?}");
 }
 
+/// A guardd running the escape suite's tool, its audit log on an ext4 file system of its own.
+fn guardd_logging_on_ext4() -> (Ext4, super::escape::Setup, support::Guardd) {
+    let fs_ = Ext4::mount(32);
+    let audit = fs_.path().join("audit.jsonl");
+    let s = super::escape::Setup::new();
+    let guardd = support::Guardd::start_with(
+        &s.policy("", ""),
+        &["--audit", audit.to_str().expect("utf-8")],
+    );
+    (fs_, s, guardd)
+}
+
 #[test]
 fn a_call_whose_end_the_log_cannot_record_is_no_success_for_its_caller() {
     use std::io::Write as _;
@@ -467,13 +479,8 @@ fn a_call_whose_end_the_log_cannot_record_is_no_success_for_its_caller() {
     // The log on a file system that refuses its writes once the call is running (after its
     // decision row): the call's `finished` row cannot be written, reserve or not. guardd said
     // so only in its own log; the caller saw the tool's 0.
-    let fs_ = Ext4::mount(32);
+    let (fs_, _tool, guardd) = guardd_logging_on_ext4();
     let audit = fs_.path().join("audit.jsonl");
-    let s = super::escape::Setup::new();
-    let guardd = support::Guardd::start_with(
-        &s.policy("", ""),
-        &["--audit", audit.to_str().expect("utf-8")],
-    );
     let mut child = guardd
         .exec("tt", &["a0=stdin"])
         .stdin(std::process::Stdio::piped())
@@ -559,13 +566,8 @@ fn a_call_whose_end_the_log_cannot_record_is_an_error_for_mcp_and_python_callers
     let Some(python) = support::python(test) else {
         return;
     };
-    let fs_ = Ext4::mount(32);
+    let (fs_, _tool, guardd) = guardd_logging_on_ext4();
     let audit = fs_.path().join("audit.jsonl");
-    let s = super::escape::Setup::new();
-    let guardd = support::Guardd::start_with(
-        &s.policy("", ""),
-        &["--audit", audit.to_str().expect("utf-8")],
-    );
     let decisions = || {
         let rows = guardd.audit_rows();
         rows.iter().filter(|r| r["kind"] == "decision").count()

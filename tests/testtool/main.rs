@@ -554,23 +554,11 @@ fn run(action: &[String]) -> Res {
         }
         "ptrace-sibling" => {
             // Forks a child that waits, then tries to attach to it as a debugger would.
-            // SAFETY: the child only pauses; no locks are taken after fork.
-            let pid = match unsafe { libc::fork() } {
-                -1 => return Err(last_errno()),
-                0 => loop {
-                    // SAFETY: pause is async-signal-safe.
-                    unsafe { libc::pause() };
-                },
-                pid => pid,
-            };
+            let pid = pausing_child()?;
             // SAFETY: PTRACE_ATTACH takes a pid and no pointers.
             let rc = unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) };
             let err = last_errno();
-            // SAFETY: kill and waitpid on our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
+            reap(pid);
             if rc < 0 {
                 return Err(err);
             }
@@ -581,15 +569,7 @@ fn run(action: &[String]) -> Res {
             // `kill child SIG` forks a waiting child of its own and signals that.
             let sig = num(2)? as libc::c_int;
             let pid = if arg(1)? == "child" {
-                // SAFETY: the child only pauses; no locks are taken after fork.
-                match unsafe { libc::fork() } {
-                    -1 => return Err(last_errno()),
-                    0 => loop {
-                        // SAFETY: pause is async-signal-safe.
-                        unsafe { libc::pause() };
-                    },
-                    pid => pid,
-                }
+                pausing_child()?
             } else {
                 num(1)? as libc::pid_t
             };
