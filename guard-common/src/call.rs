@@ -35,8 +35,10 @@ pub struct CallStats {
     /// Syscalls asking for an effect that another layer refused (`KIND_REFUSED`;
     /// `--trace-syscalls`).
     pub refused: u64,
+    /// Packets for the call's sockets from no approved destination, dropped (`ingress`).
+    pub inbound_dropped: u64,
 }
-const _: () = assert!(core::mem::size_of::<CallStats>() == 24);
+const _: () = assert!(core::mem::size_of::<CallStats>() == 32);
 
 /// What the open observer keeps of an open(2) between syscall entry and exit (kernel only; here
 /// so its size is checked next to the event's).
@@ -61,5 +63,5 @@ pub const MAX_CALLS: u32 = 4096;
 unsafe impl aya::Pod for CallConfig {}
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), three u64, no padding (asserted above).
+// SAFETY: repr(C), four u64, no padding (asserted above).
 unsafe impl aya::Pod for CallStats {}

@@ -60,6 +60,11 @@ pub struct Receipt {
     /// not among its approved hosts was refused, and is a divergence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dns: Vec<crate::dns::Asked>,
+    /// Packets for the call's sockets from no approved destination, dropped in the kernel
+    /// (`cgroup_skb` ingress). Anyone may send them, so they are no divergence of the call;
+    /// what they carried never reached it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inbound_dropped: u64,
     /// Which layer verified each class of effect for this receipt, and what it could not see.
     pub verified: Verified,
     /// The call's kernel events the ring buffer had no room for: its lists (`execs`, `connects`,
@@ -98,8 +103,10 @@ impl Verified {
     pub fn of(traced: bool) -> Self {
         Self {
             exec: "kernel: every exec, by file identity (sched_process_exec)".into(),
-            connect: "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create)"
-                .into(),
+            connect:
+                "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create); \
+                      what it receives, only from approved destinations (cgroup_skb)"
+                    .into(),
             write: if traced {
                 "kernel: every write-open, by file identity (open observer); landlock enforces"
             } else {
@@ -327,6 +334,7 @@ impl Receipts {
         let events_lost = stats.events_lost;
         draft.receipt.writes_outside = stats.writes_outside;
         draft.receipt.events_lost = events_lost;
+        draft.receipt.inbound_dropped = stats.inbound_dropped;
         let seen = draft.receipt.files.as_ref().map_or(0, |f| f.diverged);
         if stats.writes_outside > seen {
             let writes = stats.writes_outside - seen;

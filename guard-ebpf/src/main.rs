@@ -11,6 +11,7 @@
 
 mod exec;
 mod ident;
+mod ingress;
 mod maps;
 mod net;
 mod open;

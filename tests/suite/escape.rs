@@ -745,6 +745,156 @@ fn escape_no_process_of_a_call_outlives_a_guardd_killed_under_it() {
     let _ = caller.wait();
 }
 
+/// Starts `actions` as a call whose output is read line by line; returns the caller and the
+/// first line (the tool says it is ready).
+fn started(
+    guardd: &Guardd,
+    actions: &[&str],
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    String,
+) {
+    let pairs: Vec<String> = (actions.iter().enumerate())
+        .map(|(i, a)| format!("a{i}={a}"))
+        .collect();
+    let pairs: Vec<&str> = pairs.iter().map(String::as_str).collect();
+    let mut caller = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        guardd
+            .exec("tt", &pairs)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("guard-exec")
+    };
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        caller.stdout.take().expect("stdout"),
+    ));
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    (caller, lines, first)
+}
+
+/// A TCP connection to 127.0.0.1:`port` from 127.0.0.1:`from` (0: any port), within a second;
+/// the errno it failed with.
+fn tcp_from(from: u16, port: u16) -> Result<(), i32> {
+    let addr = |port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    // SAFETY: plain socket calls on an fd made here and closed at the end; every pointer is to
+    // a value on this stack that outlives the call it is passed to.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+        let one: libc::c_int = 1;
+        let (from, to) = (addr(from), addr(port));
+        let result = if fd < 0
+            || libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                (&raw const one).cast(),
+                4,
+            ) < 0
+            || libc::bind(fd, (&raw const from).cast(), len) < 0
+            || (libc::connect(fd, (&raw const to).cast(), len) < 0 && errno() != libc::EINPROGRESS)
+        {
+            Err(errno())
+        } else {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let mut err: libc::c_int = 0;
+            let mut err_len = 4 as libc::socklen_t;
+            if libc::poll(&mut pfd, 1, 1000) == 0 {
+                Err(libc::ETIMEDOUT)
+            } else if libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&raw mut err).cast(),
+                &mut err_len,
+            ) < 0
+            {
+                Err(errno())
+            } else if err != 0 {
+                Err(err)
+            } else {
+                Ok(())
+            }
+        };
+        libc::close(fd);
+        result
+    }
+}
+
+#[test]
+fn escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare() {
+    if !support::privileged("escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare") {
+        return;
+    }
+    // connect effects say where a call may send; until now anyone could send to it: on a UDP
+    // port it bound (landlock governs TCP binds only) or a TCP port `listen` picked without a
+    // bind (landlock sees explicit binds only), an inbound channel no effect declares.
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy(r#"connect = ["127.0.0.1:9"]"#, ""));
+    let receipt = |caller: std::process::Child, lines: std::io::Lines<_>| {
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let out = caller.wait_with_output().expect("guard-exec");
+        let row = guardd
+            .audit_rows()
+            .into_iter()
+            .rev()
+            .find(|r| r["kind"] == "finished")
+            .expect("a finished row");
+        (out, rest, row)
+    };
+
+    // UDP: bound, then datagrams from elsewhere for two seconds; none arrives.
+    let (caller, lines, first) = started(&guardd, &["udp-recv", "5599", "3"]);
+    assert_eq!(first, "bound 5599", "the control: the call bound its port");
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    for _ in 0..20 {
+        sender.send_to(b"hello", "127.0.0.1:5599").expect("send");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (out, rest, row) = receipt(caller, lines);
+    assert!(rest.is_empty(), "it received: {rest:?}");
+    assert!(text(&out.stderr).contains("ERR EAGAIN"), "{out:?}");
+    let seen = &row["effects_observed"];
+    assert!(seen["inbound_dropped"].as_u64() >= Some(20), "{seen:#}");
+    assert_eq!(seen["verdict"], "conformed", "{seen:#}");
+
+    // TCP: a connection from elsewhere is never accepted; one from the approved 127.0.0.1:9
+    // is (the same address and port the call may connect to).
+    let (caller, lines, first) = started(&guardd, &["tcp-listen", "3"]);
+    let port: u16 = first
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("listening <port>: {first:?}"));
+    assert_eq!(tcp_from(0, port), Err(libc::ETIMEDOUT));
+    let (out, rest, row) = receipt(caller, lines);
+    assert!(rest.is_empty(), "it accepted: {rest:?}");
+    assert!(text(&out.stderr).contains("ERR ETIMEDOUT"), "{out:?}");
+    assert!(row["effects_observed"]["inbound_dropped"].as_u64() >= Some(1));
+    let (caller, lines, first) = started(&guardd, &["tcp-listen", "3"]);
+    let port: u16 = first
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("listening <port>: {first:?}"));
+    assert_eq!(tcp_from(9, port), Ok(()));
+    let (out, rest, _) = receipt(caller, lines);
+    assert_eq!(rest, ["accepted"], "{out:?}");
+}
+
 #[test]
 fn escape_kill_minus_one_reaches_no_process_outside_the_call() {
     if !support::privileged("escape_kill_minus_one_reaches_no_process_outside_the_call") {

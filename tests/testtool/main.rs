@@ -648,6 +648,54 @@ fn run(action: &[String]) -> Res {
             unsafe { libc::shmdt(at) };
             Ok(())
         }
+        "udp-recv" => {
+            // `udp-recv PORT SECS`: binds UDP PORT on every address, says so, and waits SECS
+            // for one datagram.
+            let sock = UdpSocket::bind(("0.0.0.0", num(1)? as u16))?;
+            println!("bound {}", sock.local_addr()?.port());
+            io::stdout().flush()?;
+            sock.set_read_timeout(Some(Duration::from_secs(num(2)? as u64)))?;
+            let mut buf = [0u8; 512];
+            let (n, from) = sock.recv_from(&mut buf)?;
+            println!("udp got {n} bytes from {from}");
+            Ok(())
+        }
+        "tcp-listen" => {
+            // `tcp-listen SECS`: listens without a bind (the kernel picks a port), prints the
+            // port, and waits SECS for one connection.
+            // SAFETY: socket takes integers and returns a new fd or -1.
+            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+            // SAFETY: listen takes integers.
+            if fd < 0 || unsafe { libc::listen(fd, 4) } < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: sockaddr_in is plain integers; getsockname writes at most `len` bytes.
+            let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            // SAFETY: as above.
+            if unsafe { libc::getsockname(fd, (&raw mut sa).cast(), &mut len) } < 0 {
+                return Err(last_errno());
+            }
+            println!("listening {}", u16::from_be(sa.sin_port));
+            io::stdout().flush()?;
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one pollfd on this stack.
+            let ready = unsafe { libc::poll(&mut pfd, 1, (num(1)? * 1000) as libc::c_int) };
+            if ready <= 0 {
+                return Err(Fail(libc::ETIMEDOUT, "no connection".into()));
+            }
+            // SAFETY: accept on the listening fd, without asking for the peer's address.
+            let conn = unsafe { libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut()) };
+            if conn < 0 {
+                return Err(last_errno());
+            }
+            println!("accepted");
+            Ok(())
+        }
         "ids" => {
             // SAFETY: these getters have no preconditions.
             let (r, e) = unsafe { (libc::getuid(), libc::geteuid()) };

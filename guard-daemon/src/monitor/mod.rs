@@ -18,8 +18,9 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
-        BtfTracePoint, CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError, RawTracePoint,
-        TracePoint, raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
+        BtfTracePoint, CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock,
+        CgroupSockAddr, ProgramError, RawTracePoint, TracePoint,
+        raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
     },
 };
 use guard_common::{
@@ -54,6 +55,8 @@ const SIGNAL_FORMAT: &str = "/sys/kernel/tracing/events/signal/signal_generate/f
 const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4"];
 /// The cgroup sock programs (each names its hook).
 const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
+/// The cgroup skb program: what reaches a call's sockets comes from its approved destinations.
+const INGRESS: &str = "ingress";
 /// The tracepoint programs: (program, category, name).
 const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("task_newtask", "task", "task_newtask"),
@@ -264,6 +267,12 @@ impl Monitor {
         for &name in CGROUP_SOCK_PROGRAMS {
             load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
         }
+        let ingress = CgroupSkbAttachType::Ingress;
+        load_and_attach!(CgroupSkb, INGRESS, |p| p.attach(
+            cgroup.as_fd(),
+            ingress,
+            mode()
+        ));
         for &(name, category, event) in TRACEPOINTS {
             load_and_attach!(TracePoint, name, |p| p.attach(category, event));
         }
