@@ -1,11 +1,7 @@
 //! The child's side of a launch: what runs between the clone and `execve`.
 //!
-//! The child is cloned as `posix_spawn` does it, with `CLONE_VM | CLONE_VFORK`: it runs on its
-//! own small stack in the daemon's memory while the launching thread waits for its `execve` (or
-//! exit), so no page table is copied and no copy-on-write fault follows in the daemon. It is
-//! also cloned into a pid namespace and an IPC namespace of its own (see [`CALL_NAMESPACES`]).
-//! The
-//! daemon is multithreaded and its memory is shared, so the child may only make
+//! The child is cloned (`clone`) into the daemon's memory, which it shares, while the launching
+//! thread waits for its `execve` (or exit). The daemon is multithreaded, so the child may only make
 //! async-signal-safe calls (no allocation, no locks, no panics), with every signal blocked until
 //! it has reset their handlers, and changes its identity with raw syscalls: glibc's `setresuid`
 //! would signal every thread of the daemon to change theirs too. Every input is prepared by
@@ -62,23 +58,15 @@ pub(super) enum Stage {
     Exec,
 }
 
-/// The namespaces each call gets. Calls run side by side as one user, and so do judges and
-/// approvers, so DAC alone would let one reach the others: lower their limits (`prlimit`) or
-/// priority (`setpriority`, `sched_setattr`, `ioprio_set`, each also by user), move their pages,
-/// compare their descriptors; and System V IPC objects and POSIX message queues of that user
-/// are shared by every call and outlive the one that made them, a channel from a call that may
-/// read a secret to one that may send it, which neither landlock nor seccomp's deny list sees.
-/// In its own pid namespace a call can name no process but its own (the tool is its pid 1:
-/// when it exits, the rest of its tree is killed, as the end of a call does anyway), and the
-/// IPC namespace goes away with it.
-const CALL_NAMESPACES: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
-
 /// Everything the child needs, prepared before fork. Raw pointers into `CString`s and programs
 /// owned by `spawn`'s frame, which the child's copy of memory keeps alive.
 pub(super) struct ChildCtx<'a> {
     /// A pidfd of the daemon: in its own pid namespace the child's getppid() is 0.
     pub parent: RawFd,
     pub report: RawFd,
+    /// The call's cgroup directory: the child is cloned into it (`CLONE_INTO_CGROUP`).
+    pub cgroup_dir: RawFd,
+    /// Its `cgroup.procs`, which the child writes itself into where that clone is unavailable.
     pub cgroup_procs: RawFd,
     pub limit_procs: Vec<RawFd>,
     pub stdio: [RawFd; 3],
@@ -116,105 +104,18 @@ fn check(rc: libc::c_long, stage: Stage) -> Result<(), Failed> {
     }
 }
 
-/// The child's stack: the bottom page is a guard, so an overflow faults instead of writing over
-/// the daemon's memory.
-struct Stack {
-    base: *mut libc::c_void,
-    len: usize,
-}
-
-/// The child's stack size: its deepest path (landlock's rule, seccomp) uses a few KiB.
-const STACK_BYTES: usize = 256 * 1024;
-
-impl Stack {
-    fn new() -> Result<Self, Errno> {
-        let page = 4096;
-        let len = STACK_BYTES + page;
-        // SAFETY: an anonymous private mapping at an address the kernel picks; checked below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
-        let stack = Self { base, len };
-        // SAFETY: the first page of the mapping made above.
-        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
-            return Err(Errno::last());
-        }
-        Ok(stack)
-    }
-
-    /// The highest address: the stack grows down from it.
-    fn top(&self) -> *mut libc::c_void {
-        // SAFETY: one past the end of the mapping, which is where a downward stack starts.
-        unsafe { self.base.cast::<u8>().add(self.len).cast() }
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`; the child that used it has exec'd or exited (the
-        // clone waited for that), so nothing runs on it.
-        unsafe { libc::munmap(self.base, self.len) };
-    }
-}
-
-/// Clones the child, which runs [`run`] on `ctx`, and returns once it has exec'd the tool or
-/// exited (`CLONE_VFORK`). Every signal is blocked across the clone, so that none runs one of
-/// the daemon's handlers on the child's stack before the child has reset them.
-pub(super) fn spawn(ctx: &ChildCtx) -> Result<libc::pid_t, Errno> {
-    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is the `&ChildCtx` passed to clone below, alive in the daemon's memory
-        // (shared with the child) until the clone returns, which is after the child's execve.
-        let ctx = unsafe { &*arg.cast::<ChildCtx>() };
-        run(ctx)
-    }
-    let stack = Stack::new()?;
-    // SAFETY: sigset_t is a plain bit array, valid when zeroed; sigfillset initialises it.
-    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
-    // SAFETY: `all` is a valid sigset_t on this stack.
-    unsafe { libc::sigfillset(&mut all) };
-    // SAFETY: reads `all`, writes `old`, both on this stack.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
-    // SAFETY: the child runs `entry` on its own stack (`stack`, alive until after the clone
-    // returns), shares the daemon's memory but not its fd table or signal handlers, and only
-    // makes async-signal-safe calls on `ctx` before execve or _exit; CLONE_VFORK suspends this
-    // thread until then, so `ctx` and `stack` outlive its use of them.
-    let pid = unsafe {
-        libc::clone(
-            entry,
-            stack.top(),
-            libc::CLONE_VM | libc::CLONE_VFORK | CALL_NAMESPACES | libc::SIGCHLD,
-            std::ptr::from_ref(ctx).cast_mut().cast(),
-        )
-    };
-    let errno = Errno::last();
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    drop(stack);
-    if pid < 0 { Err(errno) } else { Ok(pid) }
-}
-
 /// Runs in the cloned child: joins the cgroups, confines itself, and execs the tool; never
 /// returns. Only async-signal-safe calls, no allocation, no panics.
-pub(super) fn run(ctx: &ChildCtx) -> ! {
-    if let Err(f) = confine(ctx) {
+pub(super) fn run(ctx: &ChildCtx, in_cgroup: bool) -> ! {
+    if let Err(f) = confine(ctx, in_cgroup) {
         fail(ctx.report, f);
     }
     exec(ctx)
 }
 
 /// The steps before `execve`, in their fixed order: each one relies on those before it.
-fn confine(ctx: &ChildCtx) -> Result<(), Failed> {
-    join_cgroups(ctx)?;
+fn confine(ctx: &ChildCtx, in_cgroup: bool) -> Result<(), Failed> {
+    join_cgroups(ctx, in_cgroup)?;
     new_session()?;
     stdio(ctx.stdio)?;
     close_fds_at_exec()?;
@@ -234,12 +135,16 @@ fn confine(ctx: &ChildCtx) -> Result<(), Failed> {
     install_seccomp(ctx.filters)
 }
 
-/// Into the call's cgroup first, so every later fork is counted and killable, then into the v1
-/// limit cgroups.
-fn join_cgroups(ctx: &ChildCtx) -> Result<(), Failed> {
-    // SAFETY: write on an fd the parent opened, from a static one-byte buffer.
-    let rc = unsafe { libc::write(ctx.cgroup_procs, b"0".as_ptr().cast(), 1) };
-    check(rc as _, Stage::Cgroup)?;
+/// Into the call's cgroup first (unless cloned into it), so every later fork is counted and
+/// killable, then into the v1 limit cgroups through their `tasks` files: "0" there moves the
+/// calling thread alone, which is the whole child, without the global lock a `cgroup.procs`
+/// write takes (see [`clone_into_cgroup`]).
+fn join_cgroups(ctx: &ChildCtx, in_cgroup: bool) -> Result<(), Failed> {
+    if !in_cgroup {
+        // SAFETY: write on an fd the parent opened, from a static one-byte buffer.
+        let rc = unsafe { libc::write(ctx.cgroup_procs, b"0".as_ptr().cast(), 1) };
+        check(rc as _, Stage::Cgroup)?;
+    }
     for &fd in &ctx.limit_procs {
         // SAFETY: as above; iterating a Vec built before fork does not allocate.
         let rc = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };

@@ -21,7 +21,8 @@ use nix::unistd::{Pid, User};
 use serde::Serialize;
 
 use super::{
-    child::{self, ChildCtx, STAGES},
+    child::{ChildCtx, STAGES},
+    clone,
     landlock::{self, LandlockError, LandlockStatus},
     limits::{CallLimits, LimitsError, LimitsMode},
     seccomp::{self, BpfProgram, SeccompError},
@@ -287,6 +288,7 @@ pub struct Ready {
     programs: std::sync::Arc<Vec<BpfProgram>>,
     limits: CallLimits,
     cgroup_procs: OwnedFd,
+    cgroup_dir: OwnedFd,
     applied: Applied,
     stages: Stages,
 }
@@ -313,6 +315,7 @@ pub fn prepare(
 
     let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
     let cgroup_procs = cgroup.procs_fd()?;
+    let cgroup_dir = cgroup.dir_fd()?;
     stages.lap("limits");
 
     let applied = Applied {
@@ -336,6 +339,7 @@ pub fn prepare(
         programs,
         limits,
         cgroup_procs,
+        cgroup_dir,
         applied,
         stages,
     })
@@ -390,6 +394,7 @@ impl Ready {
         let ctx = ChildCtx {
             parent: daemon.as_raw_fd(),
             report: report_w.as_raw_fd(),
+            cgroup_dir: self.cgroup_dir.as_raw_fd(),
             cgroup_procs: self.cgroup_procs.as_raw_fd(),
             limit_procs: self
                 .limits
@@ -411,7 +416,7 @@ impl Ready {
             filters: &filters,
         };
 
-        let pid = Pid::from_raw(child::spawn(&ctx).map_err(sys("clone"))?);
+        let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);
         // The clone returned after the child's execve or exit: its start is this moment.
         let started = Instant::now();
         stages.lap("clone_exec");

@@ -177,7 +177,7 @@ impl CallLimits {
             let path = dir.join(file);
             fs::write(&path, value.to_string()).map_err(io_err("write", &path))?;
         }
-        let procs = dir.join("cgroup.procs");
+        let procs = dir.join("tasks");
         let f = fs::OpenOptions::new()
             .write(true)
             .open(&procs)
@@ -186,7 +186,7 @@ impl CallLimits {
         Ok(())
     }
 
-    /// `cgroup.procs` files the child writes "0" to, to join the v1 cgroups.
+    /// `tasks` files the child writes "0" to, to join the v1 cgroups (see `child::join_cgroups`).
     pub fn procs_fds(&self) -> &[OwnedFd] {
         &self.procs
     }

@@ -2,11 +2,12 @@
 //!
 //! The security tables are data built by pure functions: [`landlock::rules`] (which paths and
 //! ports) and [`seccomp::table`] (which syscalls). [`limits`] picks how memory and task limits are
-//! enforced on this host. [`launch::spawn`] builds everything before fork, and the child's side
-//! (`child`) applies it in a fixed order before `execve`; [`launch::run_to_end`] waits for the
+//! enforced on this host. [`launch::spawn`] builds everything before fork, `clone` makes the
+//! child, and the child's side (`child`) applies it in a fixed order before `execve`; [`launch::run_to_end`] waits for the
 //! call and kills its whole cgroup when the timeout runs out.
 
 mod child;
+mod clone;
 pub mod landlock;
 pub mod launch;
 pub mod limits;
