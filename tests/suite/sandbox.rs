@@ -227,6 +227,12 @@ fn sandbox_escape_syscalls_are_eperm() {
     ] {
         assert_fails(&s, args, Effects::default(), "EPERM");
     }
+    // The host's mount table mount by mount (statmount, listmount), as closed as
+    // /proc/self/mountinfo: EPERM, where the bare call answers EFAULT or EINVAL.
+    for nr in ["457", "458"] {
+        let r = run(&plan(&s, &["syscall", nr], Effects::default()));
+        assert!(r.stdout.contains("errno EPERM"), "{nr}: {:?}", r.stdout);
+    }
     // The x32 twin of io_uring_setup (425 | 0x4000_0000) is killed, not let through.
     let r = run(&plan(&s, &["syscall", "0x400001a9"], Effects::default()));
     assert_eq!(
