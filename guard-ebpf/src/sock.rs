@@ -1,6 +1,11 @@
-//! A guarded call creates only the sockets it needs: AF_INET and AF_INET6 stream and datagram
-//! sockets only for a call with connect effects (`FLAG_NET`); never a raw socket, AF_PACKET,
-//! AF_NETLINK or any other family. AF_UNIX is left to the call's seccomp filter, which refuses
+//! A guarded call creates only the sockets it needs: AF_INET and AF_INET6 TCP and UDP sockets
+//! only for a call with connect effects (`FLAG_NET`); never a raw socket, AF_PACKET, AF_NETLINK
+//! or any other family, and no other inet protocol of type stream or datagram. The connect and
+//! sendmsg programs see TCP's and UDP's destinations only: the kernel runs no cgroup connect
+//! program for a UDP-Lite socket (its `proto` has no `pre_connect`), whose sends once connected
+//! then go anywhere; ping sockets (`IPPROTO_ICMP`, where `ping_group_range` lets the user have
+//! them) have no sendmsg program; and MPTCP's further subflows are connected from a kernel
+//! worker, outside the call's cgroup, to addresses its peer announces. AF_UNIX is left to the call's seccomp filter, which refuses
 //! it (EPERM, so C libraries fall back quietly) unless the call has the `unix` effect.
 //!
 //! The kernel runs `cgroup/sock_create` only from `inet_create` and `inet6_create`, so that
@@ -31,6 +36,9 @@ const AF_INET: u32 = 2;
 const AF_INET6: u32 = 10;
 const SOCK_STREAM: u32 = 1;
 const SOCK_DGRAM: u32 = 2;
+/// `sk_protocol` as inet_create resolved it: a protocol of 0 is already its type's default.
+const IPPROTO_TCP: u32 = 6;
+const IPPROTO_UDP: u32 = 17;
 
 #[cgroup_sock(sock_create)]
 pub fn sock_create(ctx: SockContext) -> i32 {
@@ -42,7 +50,7 @@ pub fn sock_create(ctx: SockContext) -> i32 {
         let sk = &*ctx.sock;
         (sk.family, sk.type_, sk.protocol)
     };
-    if allowed(config.flags, family, ty) {
+    if allowed(config.flags, family, ty, protocol) {
         return ALLOW;
     }
     report(cgroup_id, ACTION_DENIED, family, ty, protocol);
@@ -104,10 +112,14 @@ fn report(cgroup_id: u64, action: u32, family: u32, ty: u32, protocol: u32) {
 }
 
 #[inline(always)]
-fn allowed(flags: u32, family: u32, ty: u32) -> bool {
+fn allowed(flags: u32, family: u32, ty: u32, protocol: u32) -> bool {
     match family {
         AF_UNIX => true,
-        AF_INET | AF_INET6 => flags & FLAG_NET != 0 && (ty == SOCK_STREAM || ty == SOCK_DGRAM),
+        AF_INET | AF_INET6 => {
+            flags & FLAG_NET != 0
+                && ((ty == SOCK_STREAM && protocol == IPPROTO_TCP)
+                    || (ty == SOCK_DGRAM && protocol == IPPROTO_UDP))
+        }
         _ => false,
     }
 }

@@ -1740,3 +1740,155 @@ fn escape_a_dns_query_for_a_name_of_the_tools_choosing_never_leaves_the_host() {
         "a query reached the nameserver"
     );
 }
+
+// --- Inet protocols the cgroup programs do not see ---
+
+/// A UDP-Lite socket bound to `ip` on a free port: it receives what a call's UDP-Lite socket
+/// sends there (a UDP socket on the same port would not).
+fn udplite_receiver(ip: std::net::Ipv4Addr) -> std::net::UdpSocket {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: socket takes plain integers and returns a new fd or -1.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            libc::IPPROTO_UDPLITE,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "udplite socket: {}",
+        std::io::Error::last_os_error()
+    );
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sin is a live sockaddr_in of the length given; fd is ours.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&raw const sin).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "bind udplite: {}", std::io::Error::last_os_error());
+    // SAFETY: fd is an open datagram socket owned by nothing else.
+    unsafe { std::net::UdpSocket::from_raw_fd(fd) }
+}
+
+/// Whether a datagram waits on `sock` (within a short grace for loopback delivery).
+fn datagram_arrived(sock: &std::net::UdpSocket) -> bool {
+    let mut buf = [0u8; 64];
+    for _ in 0..20 {
+        if sock.recv(&mut buf).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn escape_an_inet_protocol_other_than_tcp_and_udp_reaches_no_destination() {
+    if !support::privileged("escape_an_inet_protocol_other_than_tcp_and_udp_reaches_no_destination")
+    {
+        return;
+    }
+    // UDP-Lite (IPPROTO_UDPLITE) is a SOCK_DGRAM inet socket, which seccomp and sock_create let
+    // through for a call that connects; its connect(2) runs no cgroup connect4 program (the
+    // kernel's udplite_prot has no pre_connect, udp_prot has), and a connected socket's sends
+    // run no sendmsg4. Landed on 3f5e572 as exit 0, `conformed`, `connects: []`, the datagram
+    // delivered (run there).
+    let approved = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let to_approved = approved.local_addr().expect("addr").to_string();
+    let receiver = udplite_receiver(std::net::Ipv4Addr::new(127, 0, 0, 2));
+    let to_other = receiver.local_addr().expect("addr").to_string();
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy(
+        &format!("connect = [\"{to_approved}\"]\non_divergence = \"deny\""),
+        "",
+    ));
+    // Control: TCP to the approved destination, by connect(2) and by sendto(MSG_FASTOPEN).
+    for mode in ["connect", "sendto"] {
+        assert_ok(&call(&guardd, &["net", "tcp", mode, &to_approved]));
+        assert_verdict(&guardd, "conformed");
+    }
+    // The same UDP-Lite send from the host arrives: the receiver works.
+    let out = output({
+        let mut c = Command::new(support::bin("guard-testtool"));
+        c.args(["net", "udplite", "connect", &to_other]);
+        c
+    });
+    assert_ok(&out);
+    assert!(
+        datagram_arrived(&receiver),
+        "the host's own datagram did not arrive"
+    );
+
+    for mode in ["connect", "sendto"] {
+        let out = call(&guardd, &["net", "udplite", mode, &to_other]);
+        assert_errno(&out, "EPERM");
+        assert_verdict(&guardd, "diverged");
+        assert!(
+            !datagram_arrived(&receiver),
+            "a UDP-Lite datagram of the call arrived ({mode})"
+        );
+        let row = last_receipt(&guardd);
+        let socket = &row["effects_observed"]["sockets"][0];
+        assert_eq!(socket["protocol"], libc::IPPROTO_UDPLITE, "{row:#}");
+    }
+    // MPTCP to the approved destination: landlock's TCP rules do not govern it, and the
+    // subflows its path manager adds connect from a kernel worker, where the cgroup programs
+    // cannot tell the call. Refused at socket(2), and reported.
+    let out = call(&guardd, &["net", "mptcp", "connect", &to_approved]);
+    assert_errno(&out, "EPERM");
+    assert_verdict(&guardd, "diverged");
+    let row = last_receipt(&guardd);
+    let socket = &row["effects_observed"]["sockets"][0];
+    assert_eq!(socket["protocol"], libc::IPPROTO_MPTCP, "{row:#}");
+
+    // A ping socket, where `net.ipv4.ping_group_range` admits the tool's group (systemd's
+    // default admits every group): sendto(2) to any address runs no cgroup program. Landed on
+    // 3f5e572 as exit 0, `conformed`, the echo request sent to 127.0.0.2 (run there).
+    let _range = PingRange::admit(tool_gid());
+    let out = call(&guardd, &["net", "icmp", "sendto", "127.0.0.2:0"]);
+    assert_errno(&out, "EPERM");
+    assert_verdict(&guardd, "diverged");
+    let row = last_receipt(&guardd);
+    let socket = &row["effects_observed"]["sockets"][0];
+    assert_eq!(socket["protocol"], libc::IPPROTO_ICMP, "{row:#}");
+}
+
+/// The group the test tool runs as (guard-tool's).
+fn tool_gid() -> u32 {
+    let out = output({
+        let mut c = Command::new("id");
+        c.args(["-g", "guard-tool"]);
+        c
+    });
+    text(&out.stdout).trim().parse().expect("guard-tool's gid")
+}
+
+/// `net.ipv4.ping_group_range` widened to one group for a test, restored on drop.
+struct PingRange(String);
+
+const PING_RANGE: &str = "/proc/sys/net/ipv4/ping_group_range";
+
+impl PingRange {
+    fn admit(gid: u32) -> Self {
+        let before = fs::read_to_string(PING_RANGE).expect("read ping_group_range");
+        fs::write(PING_RANGE, format!("{gid} {gid}")).expect("write ping_group_range");
+        Self(before.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+}
+
+impl Drop for PingRange {
+    fn drop(&mut self) {
+        let _ = fs::write(PING_RANGE, &self.0);
+    }
+}

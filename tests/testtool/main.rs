@@ -758,6 +758,81 @@ fn run(action: &[String]) -> Res {
             println!("unix-connect reply {}", reply.trim());
             Ok(())
         }
+        "net" => {
+            // net PROTO MODE HOST:PORT: one datagram or stream byte over a socket of protocol
+            // PROTO (tcp mptcp udp udplite icmp), sent by MODE: `connect` (connect(2), then
+            // send), `sendto` (sendto(2) with the address; TCP and MPTCP with MSG_FASTOPEN, a
+            // connect without connect(2)).
+            let addr = resolve(arg(3)?)?;
+            let v6 = addr.is_ipv6();
+            let (ty, proto) = match arg(1)? {
+                "tcp" => (libc::SOCK_STREAM, libc::IPPROTO_TCP),
+                "mptcp" => (libc::SOCK_STREAM, libc::IPPROTO_MPTCP),
+                "udp" => (libc::SOCK_DGRAM, libc::IPPROTO_UDP),
+                "udplite" => (libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE),
+                "icmp" if v6 => (libc::SOCK_DGRAM, libc::IPPROTO_ICMPV6),
+                "icmp" => (libc::SOCK_DGRAM, libc::IPPROTO_ICMP),
+                _ => return Err(usage("proto: tcp mptcp udp udplite icmp")),
+            };
+            let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+            // SAFETY: socket takes plain integers and returns a new fd or -1.
+            let fd = unsafe { libc::socket(family, ty | libc::SOCK_CLOEXEC, proto) };
+            if fd < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: fd was just opened and is owned here.
+            let _owned =
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let (sa, len) = sockaddr(&addr);
+            // An ICMP echo request (type 8, or 128 for ICMPv6); the kernel fills in the
+            // identifier and the checksum of a ping socket.
+            let payload: &[u8] = match (arg(1)?, v6) {
+                ("icmp", false) => b"\x08\0\0\0\0\0\0\x01guard-testtool",
+                ("icmp", true) => b"\x80\0\0\0\0\0\0\x01guard-testtool",
+                _ => b"guard-testtool",
+            };
+            let sa_ptr = (&raw const sa).cast::<libc::sockaddr>();
+            let n = match arg(2)? {
+                "connect" => {
+                    // SAFETY: sa is a live sockaddr of `len` bytes; payload outlives the call.
+                    unsafe {
+                        if libc::connect(fd, sa_ptr, len) < 0 {
+                            return Err(last_errno());
+                        }
+                        libc::send(
+                            fd,
+                            payload.as_ptr().cast(),
+                            payload.len(),
+                            libc::MSG_NOSIGNAL,
+                        )
+                    }
+                }
+                "sendto" => {
+                    let flags = if ty == libc::SOCK_STREAM {
+                        libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL
+                    } else {
+                        libc::MSG_NOSIGNAL
+                    };
+                    // SAFETY: as above.
+                    unsafe {
+                        libc::sendto(
+                            fd,
+                            payload.as_ptr().cast(),
+                            payload.len(),
+                            flags,
+                            sa_ptr,
+                            len,
+                        )
+                    }
+                }
+                _ => return Err(usage("mode: connect sendto")),
+            };
+            if n < 0 {
+                return Err(last_errno());
+            }
+            println!("net {} {} {addr} sent {n}", arg(1)?, arg(2)?);
+            Ok(())
+        }
         "exit" => std::process::exit(num(1)? as i32),
         other => Err(usage(&format!("unknown action {other}"))),
     }
@@ -773,6 +848,42 @@ fn nul_terminated(args: &[CString]) -> Vec<*const libc::c_char> {
     let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     ptrs
+}
+
+/// `addr` as a C socket address and its length.
+fn sockaddr(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than, and aligned for, sockaddr_in.
+            unsafe { std::ptr::write((&raw mut ss).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than, and aligned for, sockaddr_in6.
+            unsafe { std::ptr::write((&raw mut ss).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
 }
 
 fn resolve(hostport: &str) -> Result<std::net::SocketAddr, Fail> {
