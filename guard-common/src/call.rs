@@ -37,8 +37,11 @@ pub struct CallStats {
     pub refused: u64,
     /// Packets for the call's sockets from no approved destination, dropped (`ingress`).
     pub inbound_dropped: u64,
+    /// Packets from the call's sockets with IP options or to no approved destination, dropped
+    /// (`egress`).
+    pub outbound_dropped: u64,
 }
-const _: () = assert!(core::mem::size_of::<CallStats>() == 32);
+const _: () = assert!(core::mem::size_of::<CallStats>() == 40);
 
 /// What the open observer keeps of an open(2) between syscall entry and exit (kernel only; here
 /// so its size is checked next to the event's).

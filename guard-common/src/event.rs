@@ -14,6 +14,10 @@ pub const KIND_SECCOMP: u32 = 5;
 /// or an eBPF cgroup program) or EACCES (landlock), seen at the syscall's exit
 /// (`--trace-syscalls` only). The syscall's number is in `sock_type`, the result in `ret`.
 pub const KIND_REFUSED: u32 = 6;
+/// A packet a guarded call's socket sent, dropped: it carried IP options or an IPv6 extension
+/// header (`sock_type` 1), or went to no approved destination (`sock_type` 0). Reported for a
+/// call's first such packet only; `CallStats::outbound_dropped` counts them all.
+pub const KIND_PACKET: u32 = 7;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;

@@ -134,6 +134,14 @@ pub enum Effect {
     Syscall { signal: String },
     /// The call connected to guardd's own socket.
     Guardd {},
+    /// A packet the call sent with IP options or an IPv6 extension header (`options`), or to an
+    /// address no connect or send check judged, dropped; its first only.
+    Packet {
+        addr: String,
+        port: u16,
+        protocol: u8,
+        options: bool,
+    },
     /// The call asked its resolver for a name outside its approved hosts.
     Dns {
         name: String,
@@ -194,6 +202,7 @@ impl Effect {
             Effect::RefusedUnseen { .. } => "refused_unseen",
             Effect::Syscall { .. } => "syscall",
             Effect::Guardd {} => "guardd",
+            Effect::Packet { .. } => "packet",
             Effect::Dns { .. } => "dns",
         }
     }

@@ -12,7 +12,7 @@ use std::{
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
-    KIND_OPEN, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
+    KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
 };
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +65,11 @@ pub struct Receipt {
     /// what they carried never reached it.
     #[serde(skip_serializing_if = "is_zero")]
     pub inbound_dropped: u64,
+    /// Packets from the call's sockets with IP options, an IPv6 extension header or a
+    /// destination no approved one, dropped in the kernel (`cgroup_skb` egress): each a
+    /// divergence, reported by its first.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub outbound_dropped: u64,
     /// Which layer verified each class of effect for this receipt, and what it could not see.
     pub verified: Verified,
     /// The call's kernel events the ring buffer had no room for: its lists (`execs`, `connects`,
@@ -105,7 +110,8 @@ impl Verified {
             exec: "kernel: every exec, by file identity (sched_process_exec)".into(),
             connect:
                 "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create); \
-                      what it receives, only from approved destinations (cgroup_skb)"
+                      every packet it sends and receives, to and from approved destinations \
+                      only (cgroup_skb)"
                     .into(),
             write: if traced {
                 "kernel: every write-open, by file identity (open observer); landlock enforces"
@@ -271,6 +277,16 @@ impl Draft {
                     signal: "SIGSYS".into(),
                 }
             }
+            KIND_PACKET => Effect::Packet {
+                addr: if event.family == 0 {
+                    "?".to_owned()
+                } else {
+                    addr_of(event)
+                },
+                port: event.port,
+                protocol: event.proto,
+                options: event.sock_type != 0,
+            },
             // The open observer judges by file identity and says itself what diverged.
             KIND_OPEN => return receipt.files.as_mut()?.record(event),
             _ => return None,
@@ -335,6 +351,7 @@ impl Receipts {
         draft.receipt.writes_outside = stats.writes_outside;
         draft.receipt.events_lost = events_lost;
         draft.receipt.inbound_dropped = stats.inbound_dropped;
+        draft.receipt.outbound_dropped = stats.outbound_dropped;
         let seen = draft.receipt.files.as_ref().map_or(0, |f| f.diverged);
         if stats.writes_outside > seen {
             let writes = stats.writes_outside - seen;
@@ -395,7 +412,8 @@ impl Receipts {
         if let Some(draft) = calls.get_mut(&event.cgroup_id)
             && let Some(effect) = draft.fold(event)
         {
-            let pid = i32::try_from(event.pid).ok();
+            // 0: seen in softirq, on no task of the call's.
+            let pid = i32::try_from(event.pid).ok().filter(|&pid| pid != 0);
             draft.diverge(effect, pid, event.action == ACTION_KILLED, bus);
         }
     }
@@ -519,5 +537,42 @@ mod tests {
         let receipt = tracker.finish(5).expect("receipt");
         assert_eq!((receipt.verdict, receipt.denied), (Verdict::Diverged, 1));
         assert_eq!(receipt.sockets[0].protocol, 0x0300);
+    }
+
+    #[test]
+    fn a_dropped_packet_is_a_divergence_with_its_destination_and_options() {
+        let (tracker, bus) = (Receipts::default(), Bus::default());
+        let mut rx = bus.subscribe();
+        tracker.begin(5, call());
+        let mut e = connect_event(5, ACTION_DENIED);
+        e.kind = KIND_PACKET;
+        e.proto = libc::IPPROTO_UDP as u8;
+        e.sock_type = 1; // the packet carried IP options
+        tracker.record(&e, &bus);
+        let ev = rx.try_recv().expect("divergence published");
+        let What::Divergence(d) = &ev.what else {
+            panic!("a divergence: {ev:?}")
+        };
+        // Seen in softirq: no task of the call's, so no pid.
+        assert_eq!(d.pid, None);
+        assert_eq!(
+            d.effect,
+            Effect::Packet {
+                addr: "127.0.0.1".into(),
+                port: 9,
+                protocol: libc::IPPROTO_UDP as u8,
+                options: true,
+            }
+        );
+        // A packet whose header could not be read names no address.
+        e.family = 0;
+        tracker.record(&e, &bus);
+        let ev = rx.try_recv().expect("second divergence");
+        let What::Divergence(d) = &ev.what else {
+            panic!("a divergence: {ev:?}")
+        };
+        assert!(matches!(&d.effect, Effect::Packet { addr, .. } if addr == "?"));
+        let receipt = tracker.finish(5).expect("receipt");
+        assert_eq!((receipt.verdict, receipt.denied), (Verdict::Diverged, 2));
     }
 }

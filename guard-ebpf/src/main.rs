@@ -11,10 +11,10 @@
 
 mod exec;
 mod ident;
-mod ingress;
 mod maps;
 mod net;
 mod open;
+mod packet;
 mod refused;
 mod signal;
 mod sock;

@@ -55,8 +55,12 @@ const SIGNAL_FORMAT: &str = "/sys/kernel/tracing/events/signal/signal_generate/f
 const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4"];
 /// The cgroup sock programs (each names its hook).
 const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
-/// The cgroup skb program: what reaches a call's sockets comes from its approved destinations.
-const INGRESS: &str = "ingress";
+/// The cgroup skb programs: what reaches a call's sockets comes from its approved destinations,
+/// and what leaves them goes there, as the connect and send programs judged.
+const SKB_PROGRAMS: &[(&str, CgroupSkbAttachType)] = &[
+    ("ingress", CgroupSkbAttachType::Ingress),
+    ("egress", CgroupSkbAttachType::Egress),
+];
 /// The tracepoint programs: (program, category, name).
 const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("task_newtask", "task", "task_newtask"),
@@ -267,12 +271,13 @@ impl Monitor {
         for &name in CGROUP_SOCK_PROGRAMS {
             load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
         }
-        let ingress = CgroupSkbAttachType::Ingress;
-        load_and_attach!(CgroupSkb, INGRESS, |p| p.attach(
-            cgroup.as_fd(),
-            ingress,
-            mode()
-        ));
+        for &(name, direction) in SKB_PROGRAMS {
+            load_and_attach!(CgroupSkb, name, |p| p.attach(
+                cgroup.as_fd(),
+                direction,
+                mode()
+            ));
+        }
         for &(name, category, event) in TRACEPOINTS {
             load_and_attach!(TracePoint, name, |p| p.attach(category, event));
         }
