@@ -1892,3 +1892,195 @@ impl Drop for PingRange {
         let _ = fs::write(PING_RANGE, &self.0);
     }
 }
+
+// --- IP options that send a packet elsewhere than the address the programs judged ---
+
+/// A packet's destination, protocol (IPv6: the fixed header's next header) and destination
+/// port (TCP and UDP only).
+struct Packet {
+    daddr: std::net::IpAddr,
+    proto: u8,
+    dport: Option<u16>,
+}
+
+impl Packet {
+    /// Reads an IPv4 or IPv6 packet from its IP header on.
+    fn parse(p: &[u8]) -> Option<Self> {
+        let port_at = |at: usize, proto: u8| {
+            let tcp_or_udp = proto == libc::IPPROTO_TCP as u8 || proto == libc::IPPROTO_UDP as u8;
+            let b = p.get(at + 2..at + 4).filter(|_| tcp_or_udp)?;
+            Some(u16::from_be_bytes([b[0], b[1]]))
+        };
+        match p.first()? >> 4 {
+            4 => {
+                let ihl = usize::from(p[0] & 0xf) * 4;
+                let daddr: [u8; 4] = p.get(16..20)?.try_into().ok()?;
+                Some(Self {
+                    daddr: daddr.into(),
+                    proto: p[9],
+                    dport: port_at(ihl, p[9]),
+                })
+            }
+            6 => {
+                let daddr: [u8; 16] = p.get(24..40)?.try_into().ok()?;
+                Some(Self {
+                    daddr: daddr.into(),
+                    proto: p[6],
+                    dport: port_at(40, p[6]),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The IP packets on the loopback device, as the kernel sends (and receives) them.
+struct Sniffer(std::os::fd::OwnedFd);
+
+impl Sniffer {
+    fn on_loopback() -> Self {
+        use std::os::fd::{AsRawFd as _, FromRawFd as _};
+        let all = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: socket takes plain integers and returns a new fd or -1.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                i32::from(all),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "packet socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fd is a new socket owned by nothing else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // Room for the other tests' loopback traffic too: a packet the sniffer dropped would
+        // pass for one never sent.
+        let room: libc::c_int = 16 << 20;
+        // SAFETY: room is a live c_int; ll is a live sockaddr_ll of the length given; the name
+        // is NUL-terminated.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&raw const room).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            );
+            let mut ll: libc::sockaddr_ll = std::mem::zeroed();
+            ll.sll_family = libc::AF_PACKET as u16;
+            ll.sll_protocol = all;
+            ll.sll_ifindex = libc::if_nametoindex(c"lo".as_ptr()) as i32;
+            let rc = libc::bind(
+                fd.as_raw_fd(),
+                (&raw const ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            );
+            assert_eq!(rc, 0, "bind lo: {}", std::io::Error::last_os_error());
+        }
+        Self(fd)
+    }
+
+    /// Whether a packet `wanted` went by since the last look; waits until the device has been
+    /// quiet for a moment.
+    fn saw(&self, wanted: impl Fn(&Packet) -> bool) -> bool {
+        use std::os::fd::AsRawFd as _;
+        let mut seen = false;
+        let mut buf = [0u8; 2048];
+        let mut quiet = 0;
+        while quiet < 3 {
+            // SAFETY: buf is a live buffer of the length given; the fd is ours.
+            let n =
+                unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                quiet += 1;
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            seen |= Packet::parse(&buf[..n as usize]).is_some_and(|p| wanted(&p));
+        }
+        seen
+    }
+}
+
+#[test]
+fn escape_a_source_route_sends_no_packet_past_the_judged_destination() {
+    if !support::privileged("escape_a_source_route_sends_no_packet_past_the_judged_destination") {
+        return;
+    }
+    // The connect and sendmsg programs judge the address a call names; a source route in the
+    // packet's header then sends it to a first hop of the call's choosing. ::1 and 127.0.0.2
+    // stand in for the attacker's host; 2001:db8::1 (documentation) for an approved one, and
+    // localhost gives the call a DNS responder.
+    let approved = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = approved.local_addr().expect("addr").port();
+    let to_approved = format!("127.0.0.1:{port}");
+    let sniffer = Sniffer::on_loopback();
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy(
+        &format!(
+            "connect = [\"{to_approved}\", \"[2001:db8::1]:{port}\", \"localhost:{port}\"]\n\
+             on_divergence = \"deny\""
+        ),
+        "",
+    ));
+    let tcp = libc::IPPROTO_TCP as u8;
+    // Control: the approved destination, no options; the sniffer sees the SYN go there.
+    assert_ok(&call(&guardd, &["connect", &to_approved]));
+    assert_verdict(&guardd, "conformed");
+    let localhost = std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
+    assert!(
+        sniffer.saw(|p| p.daddr == localhost && p.proto == tcp && p.dport == Some(port)),
+        "the sniffer saw no control packet"
+    );
+
+    // IPv6: a segment routing header (which the kernel lets any user set) through ::1 on a
+    // connect to the approved 2001:db8::1: the SYN would go to ::1 first.
+    let hop = std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+    let out = call(
+        &guardd,
+        &["ipopt", "srh=::1", "tcp", &format!("[2001:db8::1]:{port}")],
+    );
+    // 43: a routing header follows the fixed one.
+    let to_hop = sniffer.saw(|p| p.daddr == hop && p.proto == libc::IPPROTO_ROUTING as u8);
+    let row = last_receipt(&guardd);
+    assert!(
+        !to_hop && diverged_by_packet(&row),
+        "a SYN went to {hop} ({to_hop}): {out:?} {row:#}"
+    );
+
+    // IPv4 options of any kind: the packet is dropped as it leaves, and the TCP connect (which
+    // the kernel retries, so the tool cannot tell) sends nothing.
+    let out = call(&guardd, &["ipopt", "rr", "tcp", &to_approved]);
+    let sent = sniffer.saw(|p| p.daddr == localhost && p.proto == tcp && p.dport == Some(port));
+    let row = last_receipt(&guardd);
+    assert!(
+        !sent && diverged_by_packet(&row),
+        "a SYN with options went out ({sent}): {out:?} {row:#}"
+    );
+    // A DNS query, which sendmsg4 hands to guardd's responder: the send itself fails.
+    let out = call(&guardd, &["ipopt", "rr", "udp", "127.0.0.77:53"]);
+    let row = last_receipt(&guardd);
+    assert!(
+        out.status.code() != Some(0) && diverged_by_packet(&row),
+        "a query with options went out: {out:?} {row:#}"
+    );
+
+    // An IPv4 source route: the kernel refuses it to a process without CAP_NET_RAW, which no
+    // call has; were it set, the egress check above would drop the packet.
+    let out = call(&guardd, &["ipopt", "lsrr=127.0.0.2", "tcp", &to_approved]);
+    assert_errno(&out, "EPERM");
+    let to_hop = std::net::IpAddr::from(std::net::Ipv4Addr::new(127, 0, 0, 2));
+    assert!(
+        !sniffer.saw(|p| p.daddr == to_hop),
+        "a packet went to {to_hop}"
+    );
+}
+
+/// Whether the receipt says the call diverged because the kernel dropped a packet it sent.
+fn diverged_by_packet(row: &serde_json::Value) -> bool {
+    let seen = &row["effects_observed"];
+    seen["verdict"] == "diverged" && seen["outbound_dropped"].as_u64() >= Some(1)
+}

@@ -833,6 +833,66 @@ fn run(action: &[String]) -> Res {
             println!("net {} {} {addr} sent {n}", arg(1)?, arg(2)?);
             Ok(())
         }
+        "ipopt" => {
+            // ipopt OPT PROTO HOST:PORT: a TCP connect (non-blocking: the SYN leaves at connect
+            // and nobody need answer it) or a UDP sendto to HOST:PORT, from a socket whose
+            // packets carry OPT: `rr` (an IPv4 record-route option), `lsrr=HOP` (an IPv4 loose
+            // source route through HOP) or `srh=HOP` (an IPv6 segment routing header through
+            // HOP). A source route sends the packet to HOP first, not to HOST.
+            let addr = resolve(arg(3)?)?;
+            let ty = match arg(2)? {
+                "tcp" => libc::SOCK_STREAM,
+                "udp" => libc::SOCK_DGRAM,
+                _ => return Err(usage("proto: tcp udp")),
+            };
+            let (level, name, opt) = ip_option(arg(1)?)?;
+            let family = if addr.is_ipv4() {
+                libc::AF_INET
+            } else {
+                libc::AF_INET6
+            };
+            // SAFETY: socket takes plain integers and returns a new fd or -1.
+            let fd = unsafe { libc::socket(family, ty | libc::SOCK_CLOEXEC, 0) };
+            if fd < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: fd was just opened and is owned here.
+            let _owned =
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let (sa, len) = sockaddr(&addr);
+            let sa_ptr = (&raw const sa).cast::<libc::sockaddr>();
+            let payload = b"guard-testtool";
+            // SAFETY: opt, sa and payload are live buffers of the lengths given; fd is ours.
+            let n = unsafe {
+                if libc::setsockopt(
+                    fd,
+                    level,
+                    name,
+                    opt.as_ptr().cast(),
+                    opt.len() as libc::socklen_t,
+                ) < 0
+                {
+                    return Err(last_errno());
+                }
+                if ty == libc::SOCK_STREAM {
+                    libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+                    if libc::connect(fd, sa_ptr, len) < 0
+                        && io::Error::last_os_error().raw_os_error() != Some(libc::EINPROGRESS)
+                    {
+                        return Err(last_errno());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                    0
+                } else {
+                    libc::sendto(fd, payload.as_ptr().cast(), payload.len(), 0, sa_ptr, len)
+                }
+            };
+            if n < 0 {
+                return Err(last_errno());
+            }
+            println!("ipopt {} {} {addr} sent {n}", arg(1)?, arg(2)?);
+            Ok(())
+        }
         "exit" => std::process::exit(num(1)? as i32),
         other => Err(usage(&format!("unknown action {other}"))),
     }
@@ -848,6 +908,40 @@ fn nul_terminated(args: &[CString]) -> Vec<*const libc::c_char> {
     let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     ptrs
+}
+
+/// The socket option (level, name, value) that puts `spec` (`rr`, `lsrr=HOP`, `srh=HOP`) on every
+/// packet a socket sends.
+fn ip_option(spec: &str) -> Result<(i32, i32, Vec<u8>), Fail> {
+    let (kind, hop) = spec.split_once('=').unwrap_or((spec, ""));
+    Ok(match kind {
+        // Record route (7): length 7, pointer 4, room for one address; then a NOP to align.
+        "rr" => (
+            libc::IPPROTO_IP,
+            libc::IP_OPTIONS,
+            vec![7, 7, 4, 0, 0, 0, 0, 1],
+        ),
+        // NOP, then LSRR (131), length 7, pointer 4, the first hop: the kernel sends the packet
+        // to that hop and puts the destination last in the route.
+        "lsrr" => {
+            let hop: std::net::Ipv4Addr = hop.parse().map_err(|_| usage("lsrr=IPv4"))?;
+            let mut opt = vec![1, 131, 7, 4];
+            opt.extend(hop.octets());
+            (libc::IPPROTO_IP, libc::IP_OPTIONS, opt)
+        }
+        // A segment routing header (type 4) of two segments, one left: the kernel puts the
+        // destination in segment 0 and sends the packet to segment 1, the hop.
+        "srh" => {
+            let hop: std::net::Ipv6Addr = hop.parse().map_err(|_| usage("srh=IPv6"))?;
+            // next header (the kernel's), length in 8 octets past the first, type, segments
+            // left, last entry, flags, tag.
+            let mut opt = vec![0, 4, 4, 1, 1, 0, 0, 0];
+            opt.extend([0; 16]);
+            opt.extend(hop.octets());
+            (libc::IPPROTO_IPV6, libc::IPV6_RTHDR, opt)
+        }
+        _ => return Err(usage("OPT: rr lsrr=HOP srh=HOP")),
+    })
 }
 
 /// `addr` as a C socket address and its length.
