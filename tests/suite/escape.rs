@@ -426,6 +426,76 @@ fn escape_symlinks_and_hardlinks_do_not_widen_file_access() {
     assert_errno(&out, "EACCES");
 }
 
+/// The `user.leak` extended attribute of `path`, if it has one.
+fn leak_xattr(path: &Path) -> Option<Vec<u8>> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    let mut buf = [0u8; 64];
+    // SAFETY: c is NUL-terminated; the kernel writes at most buf.len() bytes into buf.
+    let n = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"user.leak".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    usize::try_from(n).ok().map(|n| buf[..n].to_vec())
+}
+
+#[test]
+fn escape_file_metadata_outside_the_write_effects_is_refused() {
+    if !support::privileged("escape_file_metadata_outside_the_write_effects_is_refused") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt as _;
+    let s = Setup::new();
+    let ws = s.subdir("ws", 0o777);
+    let user = nix::unistd::User::from_name("guard-tool")
+        .expect("lookup")
+        .expect("guard-tool exists");
+    // A file an earlier call left behind: guard-tool's, outside this call's effects. landlock
+    // governs opens, not the syscalls that change a file's mode, owner, times or extended
+    // attributes by name, and DAC lets the owner make those.
+    let theirs = s.subdir("earlier-call", 0o755).join("result.txt");
+    fs::write(&theirs, "result\n").expect("write");
+    fs::set_permissions(&theirs, fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::os::unix::fs::chown(&theirs, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+        .expect("chown");
+    let before = fs::metadata(&theirs).expect("stat");
+    let guardd = Guardd::start(&s.policy(&format!("write = [\"{}\"]", ws.display()), ""));
+
+    // Control: a file the call may write takes a mode and times through its descriptor
+    // (fchmod, futimens: what `touch` and `cp -p` use), which landlock judged at the open.
+    let mine = ws.join("mine.txt");
+    let mine_s = mine.display().to_string();
+    let out = call(
+        &guardd,
+        &[
+            "write", &mine_s, "x", "--", "fchmod", &mine_s, "750", "--", "futime", &mine_s,
+        ],
+    );
+    assert_ok(&out);
+    let meta = fs::metadata(&mine).expect("stat");
+    assert_eq!(meta.mode() & 0o7777, 0o750, "{out:?}");
+    assert_eq!(meta.mtime(), 0, "{out:?}");
+
+    // By name, on the file outside: refused, whichever spelling.
+    let theirs_s = theirs.display().to_string();
+    for action in [
+        &["chmod", theirs_s.as_str(), "666"][..],
+        &["chmod-empty-path", theirs_s.as_str(), "666"],
+        &["utime", theirs_s.as_str()],
+        &["setxattr", theirs_s.as_str(), "user.leak", "secret"],
+    ] {
+        let out = call(&guardd, action);
+        assert_errno(&out, "EPERM");
+    }
+    let after = fs::metadata(&theirs).expect("stat");
+    assert_eq!(after.mode(), before.mode(), "the mode changed");
+    assert_eq!(after.mtime(), before.mtime(), "the times changed");
+    assert_eq!(leak_xattr(&theirs), None, "an attribute was written");
+}
+
 #[test]
 fn escape_ptrace_of_a_sibling_is_refused() {
     if !support::privileged("escape_ptrace_of_a_sibling_is_refused") {

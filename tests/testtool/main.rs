@@ -552,6 +552,84 @@ fn run(action: &[String]) -> Res {
             println!("link {} -> {}", arg(2)?, arg(1)?);
             Ok(())
         }
+        "chmod" | "chmod-empty-path" | "fchmod" => {
+            // The mode in octal. `chmod` by path (fchmodat); `chmod-empty-path` through an
+            // O_PATH descriptor (fchmodat2 with AT_EMPTY_PATH), which opens nothing landlock
+            // checks; `fchmod` on a descriptor opened for writing.
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            let mode =
+                libc::mode_t::from_str_radix(arg(2)?, 8).map_err(|_| usage("not an octal mode"))?;
+            // SAFETY: path is NUL-terminated and outlives each call; the rest are integers.
+            let rc = unsafe {
+                match action[0].as_str() {
+                    "chmod" => libc::fchmodat(libc::AT_FDCWD, path.as_ptr(), mode, 0),
+                    "chmod-empty-path" => {
+                        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                        if fd < 0 {
+                            return Err(last_errno());
+                        }
+                        libc::syscall(
+                            452, // fchmodat2: libc has no name for it
+                            fd,
+                            c"".as_ptr(),
+                            mode,
+                            libc::AT_EMPTY_PATH,
+                        ) as libc::c_int
+                    }
+                    _ => {
+                        let f = std::fs::OpenOptions::new().append(true).open(arg(1)?)?;
+                        libc::fchmod(std::os::fd::AsRawFd::as_raw_fd(&f), mode)
+                    }
+                }
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            println!("chmod {} {:o}", arg(1)?, mode);
+            Ok(())
+        }
+        "setxattr" => {
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            let name = CString::new(arg(2)?).map_err(|_| usage("NUL in name"))?;
+            let value = arg(3)?;
+            // SAFETY: path and name are NUL-terminated; value is read for its length.
+            let rc = unsafe {
+                libc::setxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    0,
+                )
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            println!("setxattr {} {}", arg(1)?, arg(2)?);
+            Ok(())
+        }
+        "utime" | "futime" => {
+            // Sets both times to the epoch: by path (utimensat with a name), or through a
+            // descriptor opened for writing (futimens: utimensat with a NULL name).
+            let zero = [libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }; 2];
+            let rc = if action[0] == "utime" {
+                let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+                // SAFETY: path is NUL-terminated; zero is two timespecs on this stack.
+                unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), zero.as_ptr(), 0) }
+            } else {
+                let f = std::fs::OpenOptions::new().append(true).open(arg(1)?)?;
+                // SAFETY: an open descriptor; zero is two timespecs on this stack.
+                unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(&f), zero.as_ptr()) }
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            println!("utime {}", arg(1)?);
+            Ok(())
+        }
         "ptrace-sibling" => {
             // Forks a child that waits, then tries to attach to it as a debugger would.
             let pid = pausing_child()?;

@@ -54,6 +54,34 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("quotactl", libc::SYS_quotactl),
 ];
 
+/// Syscalls that change a file's mode, owner, times or extended attributes by name. landlock
+/// governs opens, not these, so by name they would reach any file the tool's user owns (or, for
+/// `user.*` attributes and times set to now, may write), outside every write effect: the files
+/// earlier calls left, all of one user. Their descriptor forms (`fchmod`, `fchown`,
+/// `fsetxattr`, `fremovexattr`, `futimens`) stay: the descriptor is a file landlock let the
+/// call open. An `O_PATH` descriptor opens nothing landlock checks, and the `*at` forms take it
+/// with `AT_EMPTY_PATH` (`fchmodat2`, `fchownat`, `setxattrat`...), so these are denied whole;
+/// `fchmod`, `fchown` and `fsetxattr` refuse it (EBADF). `utimensat` with a NULL name is
+/// `futimens` and is only denied with a name ([`utimensat_by_name`]). Names a kernel or
+/// architecture lacks (`chmod` on aarch64) are skipped.
+pub(super) const METADATA_BY_NAME: &[&str] = &[
+    "chmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "lchown",
+    "fchownat",
+    "utime",
+    "utimes",
+    "futimesat",
+    "setxattr",
+    "lsetxattr",
+    "setxattrat",
+    "removexattr",
+    "lremovexattr",
+    "removexattrat",
+];
+
 /// Namespace flags that clone(2) must not carry. CLONE_NEWTIME is absent: for clone(2) its bit
 /// (0x80) is part of the exit signal, and only clone3/unshare accept it (both denied anyway).
 const CLONE_NS_FLAGS: &[u64] = &[
@@ -153,6 +181,7 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
         .collect();
 
     rules.extend(clone_rules(allowed));
+    rules.extend(metadata_rules(allowed));
 
     let effects = &plan.effects;
     rules.extend(
@@ -201,6 +230,35 @@ fn clone_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
         }
     }
     rules
+}
+
+/// The rules of [`METADATA_BY_NAME`] and [`utimensat_by_name`], less what the plan allows.
+fn metadata_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
+    let mut rules: Vec<Rule> = METADATA_BY_NAME
+        .iter()
+        .filter(|name| !allowed(name))
+        .filter_map(|&name| Some(always(name, sysname::number(name)?, EPERM)))
+        .collect();
+    if !allowed("utimensat") {
+        rules.push(utimensat_by_name());
+    }
+    rules
+}
+
+/// `utimensat` with a name (its second argument, a pointer, not NULL): times set by name, as
+/// [`METADATA_BY_NAME`]. With a NULL name it is `futimens` on a descriptor, which `touch` uses.
+fn utimensat_by_name() -> Rule {
+    Rule {
+        name: "utimensat",
+        nr: libc::SYS_utimensat,
+        action: EPERM,
+        when: vec![Cond {
+            arg: 1,
+            dword: false,
+            op: Op::Ne,
+            value: 0,
+        }],
+    }
 }
 
 /// Strict mode's allow-set: the plan's `syscalls`, then [`STRICT_BASE`] (those this
