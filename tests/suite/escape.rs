@@ -1224,6 +1224,35 @@ fn escape_a_write_that_gets_past_landlock_is_seen_in_the_kernel_and_kills_the_ca
 }
 
 #[test]
+fn escape_a_crash_leaves_no_core_dump_for_the_kernel_or_a_helper_to_write() {
+    if !support::privileged(
+        "escape_a_crash_leaves_no_core_dump_for_the_kernel_or_a_helper_to_write",
+    ) {
+        return;
+    }
+    let s = Setup::new();
+    let ws = s.subdir("ws", 0o777);
+    let guardd = Guardd::start(&s.policy(&format!("write = [\"{}\"]", ws.display()), ""));
+    // Control: the call writes where it may.
+    let mine = ws.join("mine.txt").display().to_string();
+    assert_ok(&call(&guardd, &["write", &mine, "hello"]));
+    assert_verdict(&guardd, "conformed");
+    // A core dump is a file no syscall of the call opens: with a core_pattern that names a file
+    // the kernel writes it beside the crash (landlock still judges that open), with a `|helper`
+    // pattern (systemd-coredump, apport) a root helper stores the call's memory wherever it
+    // keeps dumps. A call's core limit is 0, soft and hard: it cannot raise it, nothing dumps.
+    let out = call(&guardd, &["core-dump", &ws.display().to_string()]);
+    assert_errno(&out, "EPERM");
+    let cores: Vec<_> = fs::read_dir(&ws)
+        .expect("read ws")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("core"))
+        .collect();
+    assert!(cores.is_empty(), "a core dump was written: {cores:?}");
+}
+
+#[test]
 fn escape_a_syscall_outside_strict_mode_takes_the_whole_tree() {
     if !support::privileged("escape_a_syscall_outside_strict_mode_takes_the_whole_tree") {
         return;

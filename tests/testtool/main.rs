@@ -630,6 +630,43 @@ fn run(action: &[String]) -> Res {
             println!("utime {}", arg(1)?);
             Ok(())
         }
+        "core-dump" => {
+            // Raises its core limit, enters DIR and has a child crash there: the kernel writes
+            // the child's memory to DIR/core with core_pattern "core", or hands it to the
+            // pattern's helper (systemd-coredump, apport), which runs as root.
+            let lim = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            // SAFETY: setrlimit reads `lim` from this stack.
+            if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } < 0 {
+                return Err(last_errno());
+            }
+            std::env::set_current_dir(arg(1)?)?;
+            let _ = io::stdout().flush();
+            // SAFETY: the child only raises a signal (the tool is its pid namespace's init,
+            // which ignores its own); the parent waits for it.
+            let status = unsafe {
+                match libc::fork() {
+                    -1 => return Err(last_errno()),
+                    0 => {
+                        libc::raise(libc::SIGABRT);
+                        libc::_exit(0)
+                    }
+                    pid => {
+                        let mut status = 0;
+                        libc::waitpid(pid, &mut status, 0);
+                        status
+                    }
+                }
+            };
+            println!(
+                "crashed signal {} core {}",
+                libc::WTERMSIG(status),
+                libc::WCOREDUMP(status)
+            );
+            Ok(())
+        }
         "ptrace-sibling" => {
             // Forks a child that waits, then tries to attach to it as a debugger would.
             let pid = pausing_child()?;

@@ -211,9 +211,18 @@ fn reset_signals() -> Result<(), Failed> {
     check(rc as _, Stage::Signals)
 }
 
-/// Rlimits (rlimit mode only), while still privileged to raise the hard limit.
+/// Rlimits: no core dumps, in every mode, and the limits of rlimit mode, while still
+/// privileged to raise a hard limit.
+///
+/// A core dump is a file written for the call that no syscall of it opens: the kernel creates
+/// it beside the crash (landlock still judges that), or, with a `|helper` core_pattern
+/// (systemd-coredump, apport), a root helper stores the call's memory (what it read) wherever
+/// it keeps dumps, outside every effect. A hard limit of 0 cannot be raised by the tool's user;
+/// the kernel writes no core file under it, and systemd-coredump stores nothing below a page
+/// (a pipe helper is started whatever the limit, and decides for itself).
 fn set_rlimits(ctx: &ChildCtx) -> Result<(), Failed> {
     for (res, value) in [
+        (libc::RLIMIT_CORE, Some(0)),
         (libc::RLIMIT_AS, ctx.rlimits.address_space),
         (libc::RLIMIT_NPROC, ctx.rlimits.nproc),
     ] {
