@@ -494,6 +494,23 @@ fn escape_file_metadata_outside_the_write_effects_is_refused() {
     assert_eq!(after.mode(), before.mode(), "the mode changed");
     assert_eq!(after.mtime(), before.mtime(), "the times changed");
     assert_eq!(leak_xattr(&theirs), None, "an attribute was written");
+    drop(guardd);
+
+    // A call that writes nothing changes no metadata, not even through the descriptor of a file
+    // it may read (landlock let it open that one, for reading).
+    let guardd = Guardd::start(&s.policy(&format!("read = [\"{theirs_s}\"]"), ""));
+    let out = call(&guardd, &["read", &theirs_s]);
+    assert_ok(&out);
+    assert_eq!(text(&out.stdout), "result\n");
+    for action in [
+        &["fchmod-read", theirs_s.as_str(), "666"][..],
+        &["setflags-read", theirs_s.as_str()],
+    ] {
+        let out = call(&guardd, action);
+        assert_errno(&out, "EPERM");
+    }
+    let after = fs::metadata(&theirs).expect("stat");
+    assert_eq!(after.mode(), before.mode(), "the mode changed");
 }
 
 #[test]

@@ -552,10 +552,10 @@ fn run(action: &[String]) -> Res {
             println!("link {} -> {}", arg(2)?, arg(1)?);
             Ok(())
         }
-        "chmod" | "chmod-empty-path" | "fchmod" => {
+        "chmod" | "chmod-empty-path" | "fchmod" | "fchmod-read" => {
             // The mode in octal. `chmod` by path (fchmodat); `chmod-empty-path` through an
             // O_PATH descriptor (fchmodat2 with AT_EMPTY_PATH), which opens nothing landlock
-            // checks; `fchmod` on a descriptor opened for writing.
+            // checks; `fchmod` on a descriptor opened for writing, `fchmod-read` for reading.
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
             let mode =
                 libc::mode_t::from_str_radix(arg(2)?, 8).map_err(|_| usage("not an octal mode"))?;
@@ -576,8 +576,11 @@ fn run(action: &[String]) -> Res {
                             libc::AT_EMPTY_PATH,
                         ) as libc::c_int
                     }
-                    _ => {
-                        let f = std::fs::OpenOptions::new().append(true).open(arg(1)?)?;
+                    writing => {
+                        let f = std::fs::OpenOptions::new()
+                            .read(writing == "fchmod-read")
+                            .append(writing == "fchmod")
+                            .open(arg(1)?)?;
                         libc::fchmod(std::os::fd::AsRawFd::as_raw_fd(&f), mode)
                     }
                 }
@@ -586,6 +589,24 @@ fn run(action: &[String]) -> Res {
                 return Err(last_errno());
             }
             println!("chmod {} {:o}", arg(1)?, mode);
+            Ok(())
+        }
+        "setflags-read" => {
+            // Sets the no-atime inode flag (`chattr +A`) through a descriptor opened for reading.
+            let f = std::fs::File::open(arg(1)?)?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+            let mut flags: libc::c_long = 0;
+            // SAFETY: both ioctls read or write one long through the pointer.
+            unsafe {
+                if libc::ioctl(fd, libc::FS_IOC_GETFLAGS, &mut flags) < 0 {
+                    return Err(last_errno());
+                }
+                flags |= 0x80; // FS_NOATIME_FL
+                if libc::ioctl(fd, libc::FS_IOC_SETFLAGS, &flags) < 0 {
+                    return Err(last_errno());
+                }
+            }
+            println!("setflags {} {flags:#x}", arg(1)?);
             Ok(())
         }
         "setxattr" => {

@@ -80,7 +80,21 @@ pub(super) const METADATA_BY_NAME: &[&str] = &[
     "removexattr",
     "lremovexattr",
     "removexattrat",
+    "file_setattr",
 ];
+
+/// The descriptor forms of the same changes, denied to a call without write effects: the
+/// descriptor can be one of a file it may only read, and a call that writes nothing has no
+/// metadata of its own to set. (A call with write effects keeps them, and with them the
+/// metadata of a file it may only read, when the tool's user owns it.) `utimensat` is denied
+/// whole then, and so are the ioctls that set a file's inode flags (`chattr`).
+pub(super) const METADATA_BY_DESCRIPTOR: &[&str] =
+    &["fchmod", "fchown", "fsetxattr", "fremovexattr"];
+
+/// `FS_IOC_SETFLAGS` and `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`, which libc does
+/// not name): the inode flags of an open file (no-atime, no-dump, sync...), settable by its owner
+/// on a descriptor opened for reading. The ioctl's request is a C `unsigned int`.
+pub(super) const INODE_FLAG_IOCTLS: &[u32] = &[libc::FS_IOC_SETFLAGS as u32, 0x401c_5820];
 
 /// Namespace flags that clone(2) must not carry. CLONE_NEWTIME is absent: for clone(2) its bit
 /// (0x80) is part of the exit signal, and only clone3/unshare accept it (both denied anyway).
@@ -181,7 +195,7 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
         .collect();
 
     rules.extend(clone_rules(allowed));
-    rules.extend(metadata_rules(allowed));
+    rules.extend(metadata_rules(allowed, !plan.effects.write.is_empty()));
 
     let effects = &plan.effects;
     rules.extend(
@@ -232,15 +246,40 @@ fn clone_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
     rules
 }
 
-/// The rules of [`METADATA_BY_NAME`] and [`utimensat_by_name`], less what the plan allows.
-fn metadata_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
+/// The rules of [`METADATA_BY_NAME`] and [`utimensat_by_name`], and for a call that `writes`
+/// nothing [`METADATA_BY_DESCRIPTOR`], all of `utimensat` and [`INODE_FLAG_IOCTLS`]; less what
+/// the plan allows.
+fn metadata_rules(allowed: impl Fn(&str) -> bool, writes: bool) -> Vec<Rule> {
+    let by_descriptor = if writes {
+        &[][..]
+    } else {
+        METADATA_BY_DESCRIPTOR
+    };
     let mut rules: Vec<Rule> = METADATA_BY_NAME
         .iter()
+        .chain(by_descriptor)
         .filter(|name| !allowed(name))
         .filter_map(|&name| Some(always(name, sysname::number(name)?, EPERM)))
         .collect();
     if !allowed("utimensat") {
-        rules.push(utimensat_by_name());
+        rules.push(if writes {
+            utimensat_by_name()
+        } else {
+            always("utimensat", libc::SYS_utimensat, EPERM)
+        });
+    }
+    if !writes && !allowed("ioctl") {
+        rules.extend(INODE_FLAG_IOCTLS.iter().map(|&request| Rule {
+            name: "ioctl",
+            nr: libc::SYS_ioctl,
+            action: EPERM,
+            when: vec![Cond {
+                arg: 1,
+                dword: true,
+                op: Op::Eq,
+                value: u64::from(request),
+            }],
+        }));
     }
     rules
 }
