@@ -103,8 +103,10 @@ pub const WRITE_TREE: BitFlags<AccessFs> = ::landlock::make_bitflags!(AccessFs::
 /// Granted on the parent of a write target that does not exist yet. Landlock rules attach to
 /// existing inodes, so there is no rule for "this one new name": creating a file needs MakeReg
 /// on its directory and opening it for writing needs WriteFile there too. The price is that the
-/// call may also write (not truncate, remove or list) the other files of that one directory;
-/// `LandlockRules::widened` records it, and only the direct parent is ever widened.
+/// call may also write (not truncate, remove or list) the other files beneath that directory and
+/// create entries anywhere beneath it: a landlock rule holds for the whole subtree, its
+/// subdirectories included. `LandlockRules::widened` records it; only the direct parent is ever
+/// given the rule, and only the open observer (`--trace-syscalls`) sees writes it lets through.
 pub const CREATE_IN: BitFlags<AccessFs> =
     ::landlock::make_bitflags!(AccessFs::{MakeReg | MakeDir | WriteFile});
 
