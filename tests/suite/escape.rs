@@ -513,6 +513,75 @@ fn escape_file_metadata_outside_the_write_effects_is_refused() {
     assert_eq!(after.mode(), before.mode(), "the mode changed");
 }
 
+/// A pseudo-terminal: (master, slave), as a terminal a caller runs guard-exec in.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd as _;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two descriptors; the name, termios and winsize are not asked for.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned here alone.
+    unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    }
+}
+
+/// Whether the terminal `fd` echoes, and its line discipline.
+fn terminal_state(fd: &std::os::fd::OwnedFd) -> (bool, libc::c_int) {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: termios is plain data, valid when zeroed; both calls write into locals.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        assert_eq!(libc::tcgetattr(fd.as_raw_fd(), &mut t), 0, "tcgetattr");
+        let mut disc: libc::c_int = -1;
+        assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::TIOCGETD, &mut disc), 0);
+        (t.c_lflag & libc::ECHO != 0, disc)
+    }
+}
+
+#[test]
+fn escape_the_caller_s_terminal_keeps_its_state() {
+    if !support::privileged("escape_the_caller_s_terminal_keeps_its_state") {
+        return;
+    }
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("", ""));
+    let (_master, slave) = pty();
+    let before = terminal_state(&slave);
+    assert!(before.0, "a new terminal echoes");
+    // guard-exec hands the tool its own stdio: here, the caller's terminal as stdin. The tool
+    // may read its state (control), not change it for the caller: termios, line discipline.
+    for (action, errno) in [("tty-echo-off", "EPERM"), ("tty-setd", "EPERM")] {
+        let mut cmd = guardd.exec("tt", &[&format!("a0={action}")]);
+        cmd.stdin(std::process::Stdio::from(slave.try_clone().expect("dup")))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = {
+            let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+            cmd.spawn().expect("spawn")
+        };
+        let out = child.wait_with_output().expect("wait");
+        assert!(text(&out.stdout).starts_with("echo true\n"), "{out:?}");
+        assert_errno(&out, errno);
+        assert_eq!(
+            terminal_state(&slave),
+            before,
+            "{action} changed the terminal"
+        );
+    }
+}
+
 #[test]
 fn escape_ptrace_of_a_sibling_is_refused() {
     if !support::privileged("escape_ptrace_of_a_sibling_is_refused") {

@@ -609,6 +609,31 @@ fn run(action: &[String]) -> Res {
             println!("setflags {} {flags:#x}", arg(1)?);
             Ok(())
         }
+        "tty-echo-off" | "tty-setd" => {
+            // On stdin, which the caller's terminal may be: reads its termios (what isatty
+            // does), then turns its echo off, or sets its line discipline (to N_TTY, what a
+            // terminal has: the attempt is what counts).
+            let mut t: libc::termios = unsafe_zeroed_termios();
+            // SAFETY: tcgetattr writes one termios into `t`.
+            if unsafe { libc::tcgetattr(0, &mut t) } < 0 {
+                return Err(last_errno());
+            }
+            println!("echo {}", t.c_lflag & libc::ECHO != 0);
+            let rc = if action[0] == "tty-echo-off" {
+                t.c_lflag &= !libc::ECHO;
+                // SAFETY: tcsetattr reads `t`.
+                unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) }
+            } else {
+                let n_tty: libc::c_int = 0;
+                // SAFETY: TIOCSETD reads one int through the pointer.
+                unsafe { libc::ioctl(0, libc::TIOCSETD, &n_tty) }
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            println!("{} done", action[0]);
+            Ok(())
+        }
         "setxattr" => {
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
             let name = CString::new(arg(2)?).map_err(|_| usage("NUL in name"))?;
@@ -1134,6 +1159,12 @@ fn pausing_child() -> Result<libc::pid_t, Fail> {
         },
         pid => Ok(pid),
     }
+}
+
+/// A termios to be filled in by tcgetattr.
+fn unsafe_zeroed_termios() -> libc::termios {
+    // SAFETY: termios is a plain C struct of integers and arrays, valid when zeroed.
+    unsafe { std::mem::zeroed() }
 }
 
 /// Kills and reaps a child of [`pausing_child`].

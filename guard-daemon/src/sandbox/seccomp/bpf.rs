@@ -5,8 +5,8 @@
 //! is given (about half a microsecond an instruction, plus twenty-odd per program, on the
 //! machines we measured). seccompiler's encoding of the deny list (five instructions a syscall,
 //! eight a condition, one program per action) came to 466 instructions in three programs and
-//! 280 µs of every launch; this one is a single program of under 280 (under 200 before the
-//! metadata syscalls joined the deny list).
+//! 280 µs of every launch; this one is a single program of under 320 (under 200 before the
+//! metadata syscalls and terminal ioctls joined the deny list).
 //!
 //! The program: the arch check, then (x86_64) every x32 number killed, then a binary search on
 //! the syscall number (`jge`) down to runs of a few blocks, one per syscall that has rules:

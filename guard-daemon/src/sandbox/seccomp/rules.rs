@@ -96,6 +96,32 @@ pub(super) const METADATA_BY_DESCRIPTOR: &[&str] =
 /// on a descriptor opened for reading. The ioctl's request is a C `unsigned int`.
 pub(super) const INODE_FLAG_IOCTLS: &[u32] = &[libc::FS_IOC_SETFLAGS as u32, 0x401c_5820];
 
+/// The ioctls that change a terminal's state for everyone who uses it. A call's stdio is its
+/// caller's (guard-exec passes its own descriptors), so when the caller runs in a terminal the
+/// tool holds that terminal, opened before landlock, which therefore governs none of its
+/// ioctls; its own session (setsid) keeps the kernel from letting it inject input (TIOCSTI) or
+/// take the terminal over, but not from these, which outlast the call: the line discipline
+/// (`TIOCSETD`: N_NULL leaves the terminal deaf, and an unloaded one is a module to load), the
+/// termios (echo, canonical mode, signals), the window size, flushing typed-ahead input,
+/// stopping output (`TCXONC`) and exclusive mode (`TIOCEXCL`: no one else may open it). Reading
+/// a terminal's state (`TCGETS`, `TIOCGWINSZ`: `isatty`) stays allowed.
+pub(super) const TERMINAL_IOCTLS: &[(&str, libc::Ioctl)] = &[
+    ("TCSETS", libc::TCSETS),
+    ("TCSETSW", libc::TCSETSW),
+    ("TCSETSF", libc::TCSETSF),
+    ("TCSETA", libc::TCSETA),
+    ("TCSETAW", libc::TCSETAW),
+    ("TCSETAF", libc::TCSETAF),
+    ("TCSETS2", libc::TCSETS2),
+    ("TCSETSW2", libc::TCSETSW2),
+    ("TCSETSF2", libc::TCSETSF2),
+    ("TIOCSETD", libc::TIOCSETD),
+    ("TIOCSWINSZ", libc::TIOCSWINSZ),
+    ("TCFLSH", libc::TCFLSH),
+    ("TCXONC", libc::TCXONC),
+    ("TIOCEXCL", libc::TIOCEXCL),
+];
+
 /// Namespace flags that clone(2) must not carry. CLONE_NEWTIME is absent: for clone(2) its bit
 /// (0x80) is part of the exit signal, and only clone3/unshare accept it (both denied anyway).
 const CLONE_NS_FLAGS: &[u64] = &[
@@ -196,6 +222,13 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
 
     rules.extend(clone_rules(allowed));
     rules.extend(metadata_rules(allowed, !plan.effects.write.is_empty()));
+    if !allowed("ioctl") {
+        rules.extend(
+            TERMINAL_IOCTLS
+                .iter()
+                .map(|&(_, request)| ioctl_request(request as u32)),
+        );
+    }
 
     let effects = &plan.effects;
     rules.extend(
@@ -269,19 +302,28 @@ fn metadata_rules(allowed: impl Fn(&str) -> bool, writes: bool) -> Vec<Rule> {
         });
     }
     if !writes && !allowed("ioctl") {
-        rules.extend(INODE_FLAG_IOCTLS.iter().map(|&request| Rule {
-            name: "ioctl",
-            nr: libc::SYS_ioctl,
-            action: EPERM,
-            when: vec![Cond {
-                arg: 1,
-                dword: true,
-                op: Op::Eq,
-                value: u64::from(request),
-            }],
-        }));
+        rules.extend(
+            INODE_FLAG_IOCTLS
+                .iter()
+                .map(|&request| ioctl_request(request)),
+        );
     }
     rules
+}
+
+/// ioctl(2) with `request` (a C `unsigned int`): EPERM.
+fn ioctl_request(request: u32) -> Rule {
+    Rule {
+        name: "ioctl",
+        nr: libc::SYS_ioctl,
+        action: EPERM,
+        when: vec![Cond {
+            arg: 1,
+            dword: true,
+            op: Op::Eq,
+            value: u64::from(request),
+        }],
+    }
 }
 
 /// `utimensat` with a name (its second argument, a pointer, not NULL): times set by name, as
