@@ -19,6 +19,41 @@ pub fn socket_path(flag: Option<PathBuf>) -> PathBuf {
     flag.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
 }
 
+/// The file status flags (`O_NONBLOCK`, `O_APPEND`, `O_ASYNC`...) of the descriptors a call is
+/// handed. The tool shares their open file descriptions with the caller, so a flag it sets with
+/// `fcntl(F_SETFL)` (Node.js sets `O_NONBLOCK` on its stdio) would stay set after the call, for
+/// the caller and whatever else shares them: a shell that then reads its terminal gets EAGAIN.
+/// [`StdioFlags::restore`] puts them back once the call has ended (its processes are gone).
+pub struct StdioFlags(Vec<(std::os::fd::RawFd, libc::c_int)>);
+
+impl StdioFlags {
+    /// The flags of `fds` now; a descriptor that is not open is left out.
+    pub fn save(fds: &[std::os::fd::RawFd]) -> Self {
+        Self(
+            fds.iter()
+                .filter_map(|&fd| {
+                    // SAFETY: F_GETFL on a descriptor number reads flags, or fails with EBADF.
+                    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+                    (flags >= 0).then_some((fd, flags))
+                })
+                .collect(),
+        )
+    }
+
+    /// Sets each saved descriptor's flags back where a call changed them (best effort: the
+    /// caller is leaving, and has nothing better to do with a failure).
+    pub fn restore(&self) {
+        for &(fd, saved) in &self.0 {
+            // SAFETY: as in `save`; F_SETFL only changes the file status flags it may change.
+            unsafe {
+                if libc::fcntl(fd, libc::F_GETFL) != saved {
+                    libc::fcntl(fd, libc::F_SETFL, saved);
+                }
+            }
+        }
+    }
+}
+
 /// A connection to guardd.
 pub struct Client {
     stream: UnixStream,

@@ -583,6 +583,42 @@ fn escape_the_caller_s_terminal_keeps_its_state() {
 }
 
 #[test]
+fn escape_the_caller_s_stdio_keeps_its_flags() {
+    if !support::privileged("escape_the_caller_s_stdio_keeps_its_flags") {
+        return;
+    }
+    use std::os::fd::AsRawFd as _;
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("", ""));
+    // The caller's stdin: a pipe whose read end the caller (here, the test) shares with the
+    // tool, as an agent's shell shares its terminal or pipe.
+    let (read, _write) = std::io::pipe().expect("pipe");
+    let flags = || {
+        // SAFETY: F_GETFL on a descriptor this test owns.
+        unsafe { libc::fcntl(read.as_raw_fd(), libc::F_GETFL) }
+    };
+    assert_eq!(flags() & libc::O_NONBLOCK, 0);
+    let mut cmd = guardd.exec("tt", &["a0=nonblock-stdin"]);
+    cmd.stdin(std::process::Stdio::from(read.try_clone().expect("dup")))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        cmd.spawn().expect("spawn")
+    };
+    let out = child.wait_with_output().expect("wait");
+    // The tool may set it on its own stdin (the control: it ran, and did); the caller's
+    // descriptor has its flags back once the call has ended.
+    assert_ok(&out);
+    assert_eq!(text(&out.stdout), "nonblock\n");
+    assert_eq!(
+        flags() & libc::O_NONBLOCK,
+        0,
+        "the caller's stdin stayed non-blocking"
+    );
+}
+
+#[test]
 fn escape_ptrace_of_a_sibling_is_refused() {
     if !support::privileged("escape_ptrace_of_a_sibling_is_refused") {
         return;

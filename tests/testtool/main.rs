@@ -609,6 +609,19 @@ fn run(action: &[String]) -> Res {
             println!("setflags {} {flags:#x}", arg(1)?);
             Ok(())
         }
+        "nonblock-stdin" => {
+            // Sets O_NONBLOCK on stdin's open file description, which is the caller's.
+            // SAFETY: fcntl on stdin with integer arguments.
+            let rc = unsafe {
+                let flags = libc::fcntl(0, libc::F_GETFL);
+                libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK)
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            println!("nonblock");
+            Ok(())
+        }
         "tty-echo-off" | "tty-setd" => {
             // On stdin, which the caller's terminal may be: reads its termios (what isatty
             // does), then turns its echo off, or sets its line discipline (to N_TTY, what a

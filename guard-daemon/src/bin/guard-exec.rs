@@ -146,11 +146,15 @@ fn main() -> ExitCode {
             return fail(EXIT_UNAVAILABLE, message);
         }
     };
+    // The tool gets these very descriptors: whatever flags it sets on them are put back.
+    let stdio = client::StdioFlags::save(&[0, 1, 2]);
     if let Err(e) = client.send(&request, &[0, 1, 2]) {
         let message = format!("sending to guardd: {e}; the tool did not run");
         return fail(EXIT_UNAVAILABLE, message);
     }
-    follow(client, &socket, cli.no_wait)
+    let code = follow(client, &socket, cli.no_wait);
+    stdio.restore();
+    code
 }
 
 /// Reads guardd's replies to the end of the call, coming back for a held call when guardd
