@@ -513,6 +513,51 @@ fn escape_file_metadata_outside_the_write_effects_is_refused() {
     assert_eq!(after.mode(), before.mode(), "the mode changed");
 }
 
+#[test]
+fn escape_no_call_leaves_a_set_id_program_even_with_chmod_allowed() {
+    if !support::privileged("escape_no_call_leaves_a_set_id_program_even_with_chmod_allowed") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt as _;
+    // A program of guard-tool's with the set-user-ID bit would run as guard-tool for anyone on
+    // the host, outside every call. The policy allows changing modes by name (as a tool that
+    // runs git or `chmod +x` must), which lifts nothing for these bits.
+    let s = Setup::new();
+    let ws = s.subdir("ws", 0o777);
+    let policy = s
+        .policy(&format!("write = [\"{}\"]", ws.display()), "")
+        .replacen(
+            "timeout = 20\n",
+            "timeout = 20\nallow_syscalls = [\"chmod\", \"fchmodat\", \"fchmodat2\"]\n",
+            1,
+        );
+    let guardd = Guardd::start(&policy);
+    let prog = ws.join("prog");
+    let prog_s = prog.display().to_string();
+    // Control: by name and through the descriptor, any other mode goes through.
+    let out = call(
+        &guardd,
+        &[
+            "write", &prog_s, "x", "--", "fchmod", &prog_s, "700", "--", "chmod", &prog_s, "755",
+        ],
+    );
+    assert_ok(&out);
+    assert_eq!(fs::metadata(&prog).expect("stat").mode() & 0o7777, 0o755);
+    for action in [
+        ["fchmod", prog_s.as_str(), "4755"],
+        ["chmod", prog_s.as_str(), "2755"],
+        ["chmod-empty-path", prog_s.as_str(), "6755"],
+    ] {
+        let out = call(&guardd, &action);
+        assert_errno(&out, "EPERM");
+    }
+    assert_eq!(
+        fs::metadata(&prog).expect("stat").mode() & 0o7777,
+        0o755,
+        "a set-id bit was set"
+    );
+}
+
 /// A pseudo-terminal: (master, slave), as a terminal a caller runs guard-exec in.
 fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::FromRawFd as _;

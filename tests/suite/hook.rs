@@ -19,6 +19,7 @@ tier = "medium"
 command = ["/bin/sh", "-c", "{{command}}"]
 cwd = "{ws}"
 env = {{ HOME = "{ws}", PATH = "/usr/local/bin:/usr/bin:/bin" }}
+allow_syscalls = ["chmod", "fchmodat", "fchmodat2"]
 [tools.shell.args.command]
 type = "string"
 max_len = 100000
@@ -238,7 +239,23 @@ fn integrations_md_hook_recipe_works_as_written() {
         run_with_stdin(sh, input)
     };
     let workspace = Path::new("/srv/agent/workspace");
-    let answer = recipe(&bash_input(workspace, "echo from the recipe"));
+    // git and `chmod +x`, as agents' shells run them (modes set by name: git's lock files), in
+    // a directory of the workspace that guard-tool owns, as an operator gives it the workspace.
+    let scratch = workspace.join(format!("hook-git-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let user = nix::unistd::User::from_name("guard-tool")
+        .expect("lookup")
+        .expect("guard-tool exists");
+    std::os::unix::fs::chown(&scratch, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+        .expect("chown");
+    let answer = recipe(&bash_input(
+        workspace,
+        &format!(
+            "cd {} && git init -q && git config user.name agent && echo 'echo hi' > run.sh \
+             && chmod +x run.sh && test -x run.sh && echo from the recipe",
+            scratch.display()
+        ),
+    ));
     let out = &answer["hookSpecificOutput"];
     assert_eq!(out["permissionDecision"], "allow", "{answer}");
     let rewritten = out["updatedInput"]["command"].as_str().expect("command");
@@ -251,6 +268,7 @@ fn integrations_md_hook_recipe_works_as_written() {
         "{}",
         String::from_utf8_lossy(&ran.stderr)
     );
+    let _ = std::fs::remove_dir_all(&scratch);
     let rows = guardd.audit_rows();
     assert!(
         rows.iter()

@@ -83,6 +83,17 @@ pub(super) const METADATA_BY_NAME: &[&str] = &[
     "file_setattr",
 ];
 
+/// The syscalls that set a file's mode, with the index of their mode argument: none may set the
+/// set-user-ID or set-group-ID bit, whatever the plan allows. A program a call left with either
+/// would run as the tool's user (or group) for whoever starts it, outside every call: a way
+/// back into the user of all calls, for anyone on the host.
+pub(super) const MODE_SETTERS: &[(&str, u8)] = &[
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+];
+
 /// The descriptor forms of the same changes, denied to a call without write effects: the
 /// descriptor can be one of a file it may only read, and a call that writes nothing has no
 /// metadata of its own to set. (A call with write effects keeps them, and with them the
@@ -301,6 +312,7 @@ fn metadata_rules(allowed: impl Fn(&str) -> bool, writes: bool) -> Vec<Rule> {
             always("utimensat", libc::SYS_utimensat, EPERM)
         });
     }
+    rules.extend(setid_rules());
     if !writes && !allowed("ioctl") {
         rules.extend(
             INODE_FLAG_IOCTLS
@@ -309,6 +321,28 @@ fn metadata_rules(allowed: impl Fn(&str) -> bool, writes: bool) -> Vec<Rule> {
         );
     }
     rules
+}
+
+/// [`MODE_SETTERS`] with `S_ISUID` or `S_ISGID` in the mode: EPERM. Not lifted by
+/// `allow_syscalls`, which names a syscall, not these bits of it.
+fn setid_rules() -> Vec<Rule> {
+    MODE_SETTERS
+        .iter()
+        .filter_map(|&(name, arg)| Some((name, sysname::number(name)?, arg)))
+        .flat_map(|(name, nr, arg)| {
+            [libc::S_ISUID, libc::S_ISGID].map(|bit| Rule {
+                name,
+                nr,
+                action: EPERM,
+                when: vec![Cond {
+                    arg,
+                    dword: true,
+                    op: Op::MaskedEq(u64::from(bit)),
+                    value: u64::from(bit),
+                }],
+            })
+        })
+        .collect()
 }
 
 /// ioctl(2) with `request` (a C `unsigned int`): EPERM.

@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use super::{
-    rules::{DENY, INODE_FLAG_IOCTLS, METADATA_BY_DESCRIPTOR, METADATA_BY_NAME, TERMINAL_IOCTLS},
+    rules::{
+        DENY, INODE_FLAG_IOCTLS, METADATA_BY_DESCRIPTOR, METADATA_BY_NAME, MODE_SETTERS,
+        TERMINAL_IOCTLS,
+    },
     *,
 };
 use crate::{
@@ -115,6 +118,36 @@ fn metadata_changes_by_name_are_denied_and_through_a_descriptor_allowed() {
     assert_eq!(t.verdict(libc::SYS_fchmodat, NONE), Action::Allow);
     assert_eq!(t.verdict(libc::SYS_utimensat, named), Action::Allow);
     assert_eq!(t.verdict(libc::SYS_fchmodat2, NONE), EPERM_);
+}
+
+#[test]
+fn no_mode_setter_sets_the_set_id_bits_even_when_allowed() {
+    let mut p = plan();
+    p.effects.write.push("/srv/out".into());
+    p.confinement.allow_syscalls = MODE_SETTERS.iter().map(|&(n, _)| n.into()).collect();
+    for t in [table(&p, false), table(&plan(), false)] {
+        let t = t.expect("table");
+        for &(name, arg) in MODE_SETTERS {
+            let Some(nr) = sysname::number(name) else {
+                continue;
+            };
+            let mode = |m: u32| {
+                let mut args = [3, 0x7fff_0000_1000, 0, 0, 0, 0];
+                args[usize::from(arg)] = u64::from(m);
+                args
+            };
+            for m in [0o4755, 0o2755, 0o6755, 0o4000] {
+                assert_eq!(t.verdict(nr, mode(m)), EPERM_, "{name} {m:o}");
+            }
+        }
+    }
+    // The allowed ones still set every other bit (chmod +x, a sticky directory).
+    let t = table(&p, false).expect("table");
+    for (nr, arg) in [(libc::SYS_fchmodat, 2), (libc::SYS_fchmod, 1)] {
+        let mut args = [3, 0x7fff_0000_1000, 0, 0, 0, 0];
+        args[arg] = 0o1777;
+        assert_eq!(t.verdict(nr, args), Action::Allow);
+    }
 }
 
 #[test]
