@@ -294,6 +294,10 @@ fn meaning_errors() {
             "may not be set",
         ),
         (
+            "[tools.a]\ntier = \"low\"\ncommand = [\"/bin/x\"]\nenv = { GLIBC_TUNABLES = \"{x}\" }\n",
+            "may not be set",
+        ),
+        (
             "[tools.a]\ntier = \"low\"\n[tools.a.effects]\nconnect = [\"example.com:443\"]\n",
             "no command to apply them to",
         ),

@@ -22,8 +22,9 @@ use crate::{
 };
 
 /// Environment names a policy may not set: each would let the call load code that its exec
-/// effects never declared.
-const FORBIDDEN_ENV_PREFIXES: &[&str] = &["LD_", "GCONV_PATH", "MALLOC_"];
+/// effects never declared, or (`GLIBC_TUNABLES`) change how the loader and allocator of every
+/// program it runs behave, the ground of past loader exploits.
+const FORBIDDEN_ENV_PREFIXES: &[&str] = &["LD_", "GCONV_PATH", "MALLOC_", "GLIBC_TUNABLES"];
 
 /// Compiles tool `t`; its rules are linked later, once every rule is known.
 pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {

@@ -52,6 +52,7 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("syslog", libc::SYS_syslog),
     ("acct", libc::SYS_acct),
     ("quotactl", libc::SYS_quotactl),
+    ("quotactl_fd", libc::SYS_quotactl_fd),
 ];
 
 /// Syscalls that change a file's mode, owner, times or extended attributes by name. landlock
