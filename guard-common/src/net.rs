@@ -24,6 +24,20 @@ pub struct Dest4 {
 }
 const _: () = assert!(core::mem::size_of::<Dest4>() == 16);
 
+impl Dest4 {
+    /// The key of `addr:port` over `proto` for the call in `cgroup_id`.
+    #[inline(always)]
+    pub const fn new(cgroup_id: u64, addr: u32, port: u16, proto: u8) -> Self {
+        Self {
+            cgroup_id,
+            addr,
+            port,
+            proto,
+            _pad: 0,
+        }
+    }
+}
+
 /// One allowed IPv6 destination of one call.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -37,6 +51,39 @@ pub struct Dest6 {
     pub _pad: [u8; 5],
 }
 const _: () = assert!(core::mem::size_of::<Dest6>() == 32);
+
+impl Dest6 {
+    /// The key of `[addr]:port` over `proto` for the call in `cgroup_id`.
+    #[inline(always)]
+    pub const fn new(cgroup_id: u64, addr: [u32; 4], port: u16, proto: u8) -> Self {
+        Self {
+            cgroup_id,
+            addr,
+            port,
+            proto,
+            _pad: [0; 5],
+        }
+    }
+}
+
+/// An IPv4 address as `user_ip4` holds it, in the sixteen address bytes events carry.
+#[inline(always)]
+pub fn ip4_bytes(addr: u32) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..4].copy_from_slice(&addr.to_ne_bytes());
+    bytes
+}
+
+/// An IPv6 address as `user_ip6` holds it (four network-order words), in the sixteen address
+/// bytes events carry.
+#[inline(always)]
+pub fn ip6_bytes(addr: [u32; 4]) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    for (i, word) in addr.iter().enumerate() {
+        bytes[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
+    }
+    bytes
+}
 
 /// Size of each allow-list map.
 pub const MAX_DESTS: u32 = 16384;

@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use guard_common::{
     event::{ACTION_ALLOWED, ACTION_DENIED, KIND_CONNECT},
-    net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP},
+    net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
 use crate::maps::{ALLOW4, ALLOW6, DNS_ORIGINS, current_call, reserve_event};
@@ -106,18 +106,11 @@ fn check4(ctx: &SockAddrContext) -> i32 {
         }
         return ALLOW;
     }
-    let key = Dest4 {
-        cgroup_id,
-        addr,
-        port,
-        proto,
-        _pad: 0,
-    };
+    let key = Dest4::new(cgroup_id, addr, port, proto);
     let Some(allowed) = to_report(ALLOW4.get_ptr_mut(&key)) else {
         return ALLOW;
     };
-    let mut bytes = [0u8; 16];
-    bytes[..4].copy_from_slice(&addr.to_ne_bytes());
+    let bytes = ip4_bytes(addr);
     report(cgroup_id, allowed, AF_INET, port, proto, bytes)
 }
 
@@ -135,20 +128,11 @@ fn check6(ctx: &SockAddrContext) -> i32 {
             sa.protocol as u8,
         )
     };
-    let key = Dest6 {
-        cgroup_id,
-        addr,
-        port,
-        proto,
-        _pad: [0; 5],
-    };
+    let key = Dest6::new(cgroup_id, addr, port, proto);
     let Some(allowed) = to_report(ALLOW6.get_ptr_mut(&key)) else {
         return ALLOW;
     };
-    let mut bytes = [0u8; 16];
-    for (i, word) in addr.iter().enumerate() {
-        bytes[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
-    }
+    let bytes = ip6_bytes(addr);
     report(cgroup_id, allowed, AF_INET6, port, proto, bytes)
 }
 

@@ -32,7 +32,7 @@ use aya_ebpf::{
 };
 use guard_common::{
     event::{ACTION_DENIED, KIND_PACKET},
-    net::{Dest4, Dest6, LOOPBACK4, PROTO_TCP, PROTO_UDP},
+    net::{Dest4, Dest6, LOOPBACK4, PROTO_TCP, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
 use crate::maps::{ALLOW4, ALLOW6, CALL_STATS, CALLS, add, reserve_event};
@@ -159,8 +159,7 @@ fn seen4(ctx: &SkBuffContext, cgroup_id: u64, dns_port: u16, peer: Peer) -> Opti
         Peer::Destination => (16, header_len + 2),
     };
     let addr: u32 = ctx.load(addr_at).ok()?;
-    let mut bytes = [0u8; 16];
-    bytes[..4].copy_from_slice(&addr.to_ne_bytes());
+    let bytes = ip4_bytes(addr);
     let mut seen = Seen {
         family: AF_INET,
         addr: bytes,
@@ -175,13 +174,7 @@ fn seen4(ctx: &SkBuffContext, cgroup_id: u64, dns_port: u16, peer: Peer) -> Opti
     // The port: in the first four bytes of the TCP or UDP header (reassembled by now).
     let port = u16::from_be(ctx.load::<u16>(port_at).ok()?);
     seen.port = port;
-    let key = Dest4 {
-        cgroup_id,
-        addr,
-        port,
-        proto,
-        _pad: 0,
-    };
+    let key = Dest4::new(cgroup_id, addr, port, proto);
     let responder = proto == PROTO_UDP && dns_port != 0 && addr == LOOPBACK4 && port == dns_port;
     // SAFETY: only whether the key is there is read.
     seen.approved = responder || unsafe { ALLOW4.get(&key) }.is_some();
@@ -198,10 +191,7 @@ fn seen6(ctx: &SkBuffContext, cgroup_id: u64, peer: Peer) -> Option<Seen> {
         Peer::Destination => (24, IPV6_HEADER_LEN + 2),
     };
     let addr: [u32; 4] = ctx.load(addr_at).ok()?;
-    let mut bytes = [0u8; 16];
-    for (i, word) in addr.iter().enumerate() {
-        bytes[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
-    }
+    let bytes = ip6_bytes(addr);
     let mut seen = Seen {
         family: AF_INET6,
         addr: bytes,
@@ -215,13 +205,7 @@ fn seen6(ctx: &SkBuffContext, cgroup_id: u64, peer: Peer) -> Option<Seen> {
     }
     let port = u16::from_be(ctx.load::<u16>(port_at).ok()?);
     seen.port = port;
-    let key = Dest6 {
-        cgroup_id,
-        addr,
-        port,
-        proto,
-        _pad: [0; 5],
-    };
+    let key = Dest6::new(cgroup_id, addr, port, proto);
     // SAFETY: only whether the key is there is read.
     seen.approved = unsafe { ALLOW6.get(&key) }.is_some();
     Some(seen)

@@ -102,23 +102,21 @@ pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
 impl Destination {
     pub(super) fn key(&self, cgroup_id: u64) -> DestKey {
         match self.addr {
-            IpAddr::V4(v4) => DestKey::V4(Dest4 {
+            IpAddr::V4(v4) => DestKey::V4(Dest4::new(
                 cgroup_id,
-                addr: u32::from_ne_bytes(v4.octets()),
-                port: self.port,
-                proto: self.proto,
-                _pad: 0,
-            }),
+                u32::from_ne_bytes(v4.octets()),
+                self.port,
+                self.proto,
+            )),
             IpAddr::V6(v6) => {
                 let o = v6.octets();
                 let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-                DestKey::V6(Dest6 {
+                DestKey::V6(Dest6::new(
                     cgroup_id,
-                    addr: [word(0), word(4), word(8), word(12)],
-                    port: self.port,
-                    proto: self.proto,
-                    _pad: [0; 5],
-                })
+                    [word(0), word(4), word(8), word(12)],
+                    self.port,
+                    self.proto,
+                ))
             }
         }
     }
