@@ -84,6 +84,13 @@ pub struct Confinement {
     pub cwd: Option<PathBuf>,
 }
 
+impl Confinement {
+    /// Whether `allow_syscalls` takes the syscall `name` out of the seccomp deny rules.
+    pub fn allows_syscall(&self, name: &str) -> bool {
+        self.allow_syscalls.iter().any(|a| a == name)
+    }
+}
+
 impl Default for Confinement {
     fn default() -> Self {
         Self {

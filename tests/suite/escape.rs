@@ -513,6 +513,83 @@ fn escape_file_metadata_outside_the_write_effects_is_refused() {
     assert_eq!(after.mode(), before.mode(), "the mode changed");
 }
 
+/// A file of guard-tool's, as an earlier call leaves one: `name` in a directory of its own,
+/// holding `content`.
+fn left_by_an_earlier_call(s: &Setup, dir: &str, name: &str, content: &str) -> std::path::PathBuf {
+    let user = nix::unistd::User::from_name("guard-tool")
+        .expect("lookup")
+        .expect("guard-tool exists");
+    let path = s.subdir(dir, 0o777).join(name);
+    fs::write(&path, content).expect("write");
+    std::os::unix::fs::chown(&path, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+        .expect("chown");
+    path
+}
+
+#[test]
+fn escape_a_file_a_call_may_only_read_is_not_truncated() {
+    if !support::privileged("escape_a_file_a_call_may_only_read_is_not_truncated") {
+        return;
+    }
+    // Read rules carry landlock's Truncate (it ends landlock's walk up the tree at them), so
+    // truncating by name is seccomp's to refuse, and a widened directory's files keep theirs.
+    let s = Setup::new();
+    let theirs = left_by_an_earlier_call(&s, "earlier-call", "result.txt", "result\n");
+    let theirs_s = theirs.display().to_string();
+    let read_dir = theirs.parent().expect("parent").display().to_string();
+    let ws = s.subdir("ws", 0o777);
+    let mine = ws.join("mine.txt");
+    let mine_s = mine.display().to_string();
+    let effects = format!("read = [\"{read_dir}\"]\nwrite = [\"{}\"]", ws.display());
+    let guardd = Guardd::start(&s.policy(&effects, ""));
+    // Control: a file the call may write is truncated through a descriptor.
+    let out = call(
+        &guardd,
+        &["write", &mine_s, "xyz", "--", "ftruncate", &mine_s],
+    );
+    assert_ok(&out);
+    assert_eq!(fs::read(&mine).expect("read").len(), 0);
+    let out = call(&guardd, &["read", &theirs_s]);
+    assert_ok(&out);
+    for (action, errno) in [("truncate", "EPERM"), ("ftruncate", "EACCES")] {
+        let out = call(&guardd, &[action, &theirs_s]);
+        assert_errno(&out, errno);
+    }
+    assert_eq!(fs::read_to_string(&theirs).expect("read"), "result\n");
+    drop(guardd);
+
+    // A plan that allows truncate(2) gets read rules without Truncate: landlock refuses it.
+    let policy = s.policy(&effects, "").replacen(
+        "timeout = 20\n",
+        "timeout = 20\nallow_syscalls = [\"truncate\"]\n",
+        1,
+    );
+    let guardd = Guardd::start(&policy);
+    let out = call(
+        &guardd,
+        &["write", &mine_s, "xyz", "--", "truncate", &mine_s],
+    );
+    assert_ok(&out);
+    assert_eq!(fs::read(&mine).expect("read").len(), 0);
+    let out = call(&guardd, &["truncate", &theirs_s]);
+    assert_errno(&out, "EACCES");
+    assert_eq!(fs::read_to_string(&theirs).expect("read"), "result\n");
+    drop(guardd);
+
+    // A new file widens its directory to WriteFile without Truncate: the call may write over a
+    // file there (documented), but not truncate it, even when it may also read the directory.
+    let sibling = left_by_an_earlier_call(&s, "widened", "sibling.txt", "sibling\n");
+    let sibling_s = sibling.display().to_string();
+    let widened = sibling.parent().expect("parent").display().to_string();
+    let effects = format!("read = [\"{widened}\"]\nwrite = [\"{widened}/new.txt\"]");
+    let guardd = Guardd::start(&s.policy(&effects, ""));
+    let out = call(&guardd, &["read", &sibling_s]);
+    assert_ok(&out);
+    let out = call(&guardd, &["ftruncate", &sibling_s]);
+    assert_errno(&out, "EACCES");
+    assert_eq!(fs::read_to_string(&sibling).expect("read"), "sibling\n");
+}
+
 #[test]
 fn escape_no_call_leaves_a_set_id_program_even_with_chmod_allowed() {
     if !support::privileged("escape_no_call_leaves_a_set_id_program_even_with_chmod_allowed") {

@@ -86,6 +86,23 @@ fn run(action: &[String]) -> Res {
             println!("appended {}", arg(1)?);
             Ok(())
         }
+        "truncate" => {
+            // By name: truncate(2) to zero bytes.
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            // SAFETY: path is NUL-terminated and outlives the call.
+            if unsafe { libc::truncate(path.as_ptr(), 0) } < 0 {
+                return Err(last_errno());
+            }
+            println!("truncated {}", arg(1)?);
+            Ok(())
+        }
+        "ftruncate" => {
+            // Through a descriptor opened for writing (without O_TRUNC): ftruncate(2) to zero.
+            let f = std::fs::OpenOptions::new().write(true).open(arg(1)?)?;
+            f.set_len(0)?;
+            println!("truncated {}", arg(1)?);
+            Ok(())
+        }
         "exec" => {
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
             let argv: Vec<CString> = action[1..]

@@ -2,7 +2,7 @@
 //! rules and, in strict mode, the allow-set.
 
 use super::{Action, Cond, Mode, Op, Rule, SeccompError, SeccompTable, socket::socket_rules};
-use crate::{plan::LaunchPlan, sysname};
+use crate::{plan::LaunchPlan, sandbox::landlock, sysname};
 
 /// Syscalls no confined tool needs, each a known way out of a sandbox or into the kernel's
 /// attack surface: async I/O that bypasses seccomp (io_uring), other processes' memory, kernel
@@ -53,6 +53,10 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("acct", libc::SYS_acct),
     ("quotactl", libc::SYS_quotactl),
     ("quotactl_fd", libc::SYS_quotactl_fd),
+    // By name, truncate(2) reaches every file the call may read: read rules carry landlock's
+    // Truncate, which ends landlock's walk at them (`landlock::TRUNCATE_BY_NAME`). A plan that
+    // allows it gets read rules without. ftruncate(2) needs a descriptor opened for writing.
+    (landlock::TRUNCATE_BY_NAME, libc::SYS_truncate),
 ];
 
 /// Syscalls that change a file's mode, owner, times or extended attributes by name. landlock
@@ -224,7 +228,7 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
             field: "allow_syscalls",
         })?;
     }
-    let allowed = |name: &str| c.allow_syscalls.iter().any(|a| a == name);
+    let allowed = |name: &str| c.allows_syscall(name);
 
     let mut rules: Vec<Rule> = DENY
         .iter()
