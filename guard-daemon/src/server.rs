@@ -163,7 +163,13 @@ async fn send(conn: &mut Conn, reply: Reply) -> io::Result<()> {
 }
 
 async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
-    let peer = Peer::of(&stream)?;
+    let peer = match Peer::of(&stream) {
+        Ok(peer) => peer,
+        Err(e) => {
+            tracing::warn!("refused a connection: {e}");
+            return Ok(());
+        }
+    };
     let mut conn = Conn::new(stream);
     if peer.inside(&daemon.cgroup_path) {
         return refuse_confined(daemon, &peer, conn).await;
