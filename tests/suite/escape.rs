@@ -591,6 +591,57 @@ fn escape_a_file_a_call_may_only_read_is_not_truncated() {
 }
 
 #[test]
+fn escape_a_link_a_call_plants_moves_no_other_tool_s_grant() {
+    if !support::privileged("escape_a_link_a_call_plants_moves_no_other_tool_s_grant") {
+        return;
+    }
+    // A read, write or exec effect names a path; a call that may write the directory holding
+    // it could make that name a symlink to anywhere, and the next call of the tool that reads
+    // it would read there (here: a directory no tool may read).
+    let s = Setup::new();
+    let secret = s.subdir("secret", 0o755);
+    fs::write(secret.join("s.txt"), "TOPSECRET\n").expect("write");
+    let ws = s.subdir("ws", 0o777);
+    let shared = ws.join("shared");
+    let guardd = Guardd::start(&s.policy(&format!("write = [\"{}\"]", ws.display()), ""));
+    let out = call(
+        &guardd,
+        &[
+            "symlink",
+            &secret.display().to_string(),
+            &shared.display().to_string(),
+        ],
+    );
+    assert_ok(&out);
+    drop(guardd);
+
+    let guardd = Guardd::start(&s.policy(&format!("read = [\"{}\"]", shared.display()), ""));
+    let out = call(
+        &guardd,
+        &["read", &shared.join("s.txt").display().to_string()],
+    );
+    assert!(!text(&out.stdout).contains("TOPSECRET"), "{out:?}");
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("goes through the symlink"),
+        "{out:?}"
+    );
+    drop(guardd);
+
+    // Control: root's link, in a directory only root may change, is followed.
+    let trusted = s.subdir("trusted", 0o755);
+    std::os::unix::fs::symlink(&secret, trusted.join("link")).expect("symlink");
+    let link = trusted.join("link");
+    let guardd = Guardd::start(&s.policy(&format!("read = [\"{}\"]", link.display()), ""));
+    let out = call(
+        &guardd,
+        &["read", &link.join("s.txt").display().to_string()],
+    );
+    assert_ok(&out);
+    assert_eq!(text(&out.stdout), "TOPSECRET\n");
+}
+
+#[test]
 fn escape_no_call_leaves_a_set_id_program_even_with_chmod_allowed() {
     if !support::privileged("escape_no_call_leaves_a_set_id_program_even_with_chmod_allowed") {
         return;

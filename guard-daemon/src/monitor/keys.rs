@@ -39,16 +39,17 @@ pub(super) struct Installed {
     pub(super) traced: bool,
 }
 
-/// The identity of the file or directory `path` names now (symlinks followed), as the kernel
-/// sees it: device in the kernel's encoding, inode, and whether it is a directory.
+/// The identity of the file or directory `path` names now, as the kernel sees it: device in
+/// the kernel's encoding, inode, and whether it is a directory. Symlinks are followed as
+/// landlock's rules follow them ([`crate::sandbox::resolve`]): root's only, so that no one else's
+/// link moves what the kernel approves.
 pub(super) fn identity(path: &Path) -> Option<(u32, u64, bool)> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = fs::metadata(path).ok()?;
-    let dev = meta.dev();
+    let fd = crate::sandbox::resolve::open(path, nix::fcntl::OFlag::empty()).ok()?;
+    let st = nix::sys::stat::fstat(&fd).ok()?;
     Some((
-        kernel_dev(libc::major(dev), libc::minor(dev)),
-        meta.ino(),
-        meta.is_dir(),
+        kernel_dev(libc::major(st.st_dev), libc::minor(st.st_dev)),
+        st.st_ino,
+        st.st_mode & libc::S_IFMT == libc::S_IFDIR,
     ))
 }
 

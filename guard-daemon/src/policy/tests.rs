@@ -314,6 +314,41 @@ fn meaning_errors() {
 }
 
 #[test]
+fn programs_another_tool_may_write_are_refused() {
+    // One tool writes where another's program or exec directory lies: a call of the first
+    // replaces what the second runs, with the second's effects.
+    let errs = errors(
+        r#"[tools.fmt]
+tier = "low"
+command = ["/opt/tools/bin/fmt"]
+[tools.runner]
+tier = "low"
+command = ["/usr/bin/env"]
+[tools.runner.effects]
+exec = ["/srv/out/bin"]
+[tools.writer]
+tier = "low"
+command = ["/usr/bin/tee"]
+[tools.writer.effects]
+write = ["/opt/tools", "/srv/out"]
+"#,
+    );
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].starts_with(
+            "test.toml:3:12: tools.fmt.command: program \"/opt/tools/bin/fmt\" and write effect \
+             \"/opt/tools\" of tool 'writer' (line 13) both reach /opt/tools/bin/fmt: a call of \
+             'writer' could replace a program this tool may run"
+        ),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].starts_with("test.toml:8:9: tools.runner.effects.exec: program \"/srv/out/bin\""),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn programs_the_call_may_write_are_refused() {
     // command[0] inside a literal write effect: the error points at the program, names the key
     // and the write effect's line.

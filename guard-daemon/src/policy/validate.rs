@@ -64,6 +64,17 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         compiled.judges = tool_judges(d, t, &judges, &defaults);
         tools.push(compiled);
     }
+    // Any tool's writes against every tool's programs, its own included.
+    let writers: Vec<_> = raw_tools
+        .iter()
+        .zip(&tools)
+        .filter(|(w, _)| !w.effects.write.is_empty())
+        .collect();
+    for (runner, r) in raw_tools.iter().zip(&tools) {
+        for &(writer, w) in &writers {
+            tool::exec_not_writable(d, (runner, &r.args), (writer, &w.args));
+        }
+    }
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     let approvers: Vec<Approver> = raw_approvers
         .iter()

@@ -18,11 +18,15 @@ use std::{
 
 use ::landlock::{
     ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, NetPort,
-    PathBeneath, PathFd, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
+    PathBeneath, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
 };
-use nix::errno::Errno;
+use nix::{
+    errno::Errno,
+    fcntl::{OFlag, OpenHow, ResolveFlag},
+};
 use serde::Serialize;
 
+use super::resolve;
 use crate::plan::LaunchPlan;
 
 /// The oldest landlock ABI the guard accepts without an explicit opt-out: ABI 4 (Linux 6.7) is
@@ -40,7 +44,7 @@ pub enum LandlockError {
     #[error("landlock rule for {path}: {source}")]
     Path {
         path: PathBuf,
-        source: ::landlock::PathFdError,
+        source: resolve::ResolveError,
     },
     #[error("landlock ruleset: {0}")]
     Ruleset(#[from] ::landlock::RulesetError),
@@ -48,7 +52,7 @@ pub enum LandlockError {
     Beneath {
         path: PathBuf,
         root: PathBuf,
-        source: nix::Error,
+        source: resolve::ResolveError,
     },
 }
 
@@ -361,10 +365,11 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
             created = created.add_rule(PathBeneath::new(fd, rule.access))?;
             continue;
         }
-        let fd = PathFd::new(&rule.path).map_err(|source| LandlockError::Path {
-            path: rule.path.clone(),
-            source,
-        })?;
+        let fd =
+            resolve::open(&rule.path, OFlag::empty()).map_err(|source| LandlockError::Path {
+                path: rule.path.clone(),
+                source,
+            })?;
         created = created.add_rule(PathBeneath::new(fd, rule.access))?;
     }
     for &port in &rules.connect_ports {
@@ -381,15 +386,11 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
 
 /// Opens `path` (an `O_PATH` descriptor) by walking from `root` with `RESOLVE_BENEATH`: no
 /// `..`, absolute symlink or magic link can lead out of `root`, whatever happened to the path's
-/// components since the decision checked them.
-fn open_beneath(root: &Path, path: &Path) -> Result<OwnedFd, nix::Error> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+/// components since the decision checked them. `root`, the policy's, is opened as its other
+/// paths are ([`resolve::open`]).
+fn open_beneath(root: &Path, path: &Path) -> Result<OwnedFd, resolve::ResolveError> {
     let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
-    let root_fd = nix::fcntl::open(
-        root,
-        flags | OFlag::O_DIRECTORY,
-        nix::sys::stat::Mode::empty(),
-    )?;
+    let root_fd = resolve::open(root, OFlag::O_DIRECTORY)?;
     let rel = path.strip_prefix(root).map_err(|_| nix::Error::EXDEV)?;
     if rel.as_os_str().is_empty() {
         return Ok(root_fd);
@@ -397,7 +398,7 @@ fn open_beneath(root: &Path, path: &Path) -> Result<OwnedFd, nix::Error> {
     let how = OpenHow::new()
         .flags(flags)
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    nix::fcntl::openat2(&root_fd, rel, how)
+    Ok(nix::fcntl::openat2(&root_fd, rel, how)?)
 }
 
 impl Prepared {

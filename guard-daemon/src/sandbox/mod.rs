@@ -11,6 +11,7 @@ mod clone;
 pub mod landlock;
 pub mod launch;
 pub mod limits;
+pub mod resolve;
 pub mod seccomp;
 mod wait;
 

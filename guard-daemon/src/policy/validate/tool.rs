@@ -51,7 +51,6 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let read = tpl.paths(d, &t.effects.read, "read");
     let write = tpl.paths(d, &t.effects.write, "write");
     let exec = tpl.paths(d, &t.effects.exec, "exec");
-    exec_not_writable(d, &tk, t, &args);
     let cwd = t
         .cwd
         .as_ref()
@@ -313,12 +312,18 @@ fn needs_command(d: &mut Diag, tk: &str, t: &RawTool) {
     }
 }
 
-/// Refuses a program the call may run (`command[0]`, `effects.exec`) that one of its write
-/// effects can also name: the call could rewrite the program, and the kernel's exec allow-list,
-/// which approves the file and not its contents, would run it. Templates are compared by what
-/// they can name at load time ([`Reach`]); malformed ones are skipped, they have their own error.
-fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
-    let reach = |s: &S<String>| -> Option<(Reach, String)> {
+/// Refuses a program a call of `runner` may run (`command[0]`, `effects.exec`) that a write
+/// effect of `writer` (the same tool, or any other) can also name: that call could replace the
+/// program, and the kernel's exec allow-list, which approves the file and not its contents, would
+/// run the rewritten one, with `runner`'s effects. Templates are compared by what they can name
+/// at load time ([`Reach`]); malformed ones are skipped, they have their own error.
+pub(super) fn exec_not_writable(
+    d: &mut Diag,
+    (runner, runner_args): (&RawTool, &[ArgSpec]),
+    (writer, writer_args): (&RawTool, &[ArgSpec]),
+) {
+    let tk = format!("tools.{}", runner.name.v);
+    let reach = |s: &S<String>, args: &[ArgSpec]| -> Option<(Reach, String)> {
         match placeholder(&s.v) {
             Ok(None) if s.v.starts_with('/') => Some((
                 Reach::literal(&normalize(Path::new(&s.v))),
@@ -338,23 +343,35 @@ fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
             _ => None,
         }
     };
-    let writes: Vec<(&S<String>, Reach, String)> = t
+    let writes: Vec<(&S<String>, Reach, String)> = writer
         .effects
         .write
         .iter()
-        .filter_map(|s| reach(s).map(|(r, what)| (s, r, what)))
+        .filter_map(|s| reach(s, writer_args).map(|(r, what)| (s, r, what)))
         .collect();
     if writes.is_empty() {
         return;
     }
+    let (whose, who) = if std::ptr::eq(runner, writer) {
+        (
+            String::new(),
+            "the call could replace a program it may run".to_string(),
+        )
+    } else {
+        let w = &writer.name.v;
+        (
+            format!(" of tool '{w}'"),
+            format!("a call of '{w}' could replace a program this tool may run"),
+        )
+    };
     // command[0] is a literal absolute path, or already an error.
-    let program = t.command.iter().filter_map(|c| c.first());
+    let program = runner.command.iter().filter_map(|c| c.first());
     let programs = program
         .filter(|s| s.v.starts_with('/'))
         .map(|s| (s, "command"))
-        .chain(t.effects.exec.iter().map(|s| (s, "effects.exec")));
+        .chain(runner.effects.exec.iter().map(|s| (s, "effects.exec")));
     for (s, key) in programs {
-        let Some((runs, what)) = reach(s) else {
+        let Some((runs, what)) = reach(s, runner_args) else {
             continue;
         };
         let Some((w, shared, wwhat)) = writes
@@ -369,9 +386,9 @@ fn exec_not_writable(d: &mut Diag, tk: &str, t: &RawTool, args: &[ArgSpec]) {
             &s.at,
             &format!("{tk}.{key}"),
             format!(
-                "program {what} and write effect {wwhat} (line {line}) both reach {shared}: \
-                 the call could replace a program it may run, and the kernel's exec allow-list, \
-                 which approves the file and not its contents, would run the rewritten program"
+                "program {what} and write effect {wwhat}{whose} (line {line}) both reach \
+                 {shared}: {who}, and the kernel's exec allow-list, which approves the file and \
+                 not its contents, would run the rewritten program"
             ),
         );
     }

@@ -1,0 +1,94 @@
+//! The walk on a real directory tree: root's links followed, anyone else's refused.
+
+use std::{fs, os::unix::fs::PermissionsExt as _};
+
+use super::*;
+
+/// A fresh root-owned directory (0755) for one test, or `None` when not run as root.
+fn tree(name: &str) -> Option<PathBuf> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the walk trusts root's links, and these tests make them as root");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("guard-resolve-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("data")).expect("mkdir");
+    fs::write(dir.join("data/f"), "x").expect("write");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    Some(dir)
+}
+
+fn subdir(dir: &Path, name: &str, mode: u32) -> PathBuf {
+    let sub = dir.join(name);
+    fs::create_dir(&sub).expect("mkdir");
+    fs::set_permissions(&sub, fs::Permissions::from_mode(mode)).expect("chmod");
+    sub
+}
+
+#[test]
+fn root_s_links_in_root_s_directories_are_followed() {
+    let Some(dir) = tree("root") else { return };
+    std::os::unix::fs::symlink(dir.join("data"), dir.join("abs")).expect("symlink");
+    std::os::unix::fs::symlink("data/../data", dir.join("rel")).expect("symlink");
+    assert_eq!(
+        resolve(&dir.join("abs/f")).expect("abs"),
+        dir.join("data/f")
+    );
+    assert_eq!(
+        resolve(&dir.join("rel/f")).expect("rel"),
+        dir.join("data/f")
+    );
+    // What does not exist is kept as it is, below what does.
+    assert_eq!(
+        resolve(&dir.join("abs/new/x")).expect("missing"),
+        dir.join("data/new/x")
+    );
+    assert!(open(&dir.join("rel/f"), OFlag::empty()).is_ok());
+    // A sticky directory: no one else may replace root's entry.
+    let sticky = subdir(&dir, "sticky", 0o1777);
+    std::os::unix::fs::symlink(dir.join("data"), sticky.join("l")).expect("symlink");
+    assert_eq!(
+        resolve(&sticky.join("l")).expect("sticky"),
+        dir.join("data")
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_link_anyone_else_could_point_elsewhere_is_refused() {
+    let Some(dir) = tree("other") else { return };
+    let nobody = 65534;
+    // Root's link in a directory others may write: they could replace it.
+    let open_dir = subdir(&dir, "ww", 0o777);
+    std::os::unix::fs::symlink("/", open_dir.join("l")).expect("symlink");
+    // Someone else's link in root's directory.
+    std::os::unix::fs::symlink("/", dir.join("theirs")).expect("symlink");
+    std::os::unix::fs::lchown(dir.join("theirs"), Some(nobody), Some(nobody)).expect("lchown");
+    // Root's link in someone else's directory.
+    let their_dir = subdir(&dir, "home", 0o755);
+    std::os::unix::fs::chown(&their_dir, Some(nobody), Some(nobody)).expect("chown");
+    std::os::unix::fs::symlink("/", their_dir.join("l")).expect("symlink");
+    for (path, why) in [
+        (open_dir.join("l/etc"), "others may write"),
+        (dir.join("theirs/etc"), "only root may change"),
+        (their_dir.join("l/etc"), "not owned by root"),
+    ] {
+        match open(&path, OFlag::empty()) {
+            Err(ResolveError::Untrusted { writable, .. }) => assert_eq!(writable, why, "{path:?}"),
+            other => panic!("{path:?} was opened: {other:?}"),
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_loop_of_links_is_an_error() {
+    let Some(dir) = tree("loop") else { return };
+    std::os::unix::fs::symlink(dir.join("b"), dir.join("a")).expect("symlink");
+    std::os::unix::fs::symlink(dir.join("a"), dir.join("b")).expect("symlink");
+    assert!(matches!(
+        resolve(&dir.join("a")),
+        Err(ResolveError::TooManyLinks)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+}
