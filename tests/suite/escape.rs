@@ -755,6 +755,61 @@ fn escape_the_caller_s_terminal_keeps_its_state() {
     }
 }
 
+/// What the terminal `slave` has for its next reader, without waiting.
+fn pending_input(slave: &std::os::fd::OwnedFd) -> String {
+    use std::os::fd::AsRawFd as _;
+    let mut buf = [0u8; 256];
+    // SAFETY: a non-blocking read into a buffer of its length, on a descriptor this test owns.
+    let n = unsafe {
+        let fd = slave.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::fcntl(fd, libc::F_SETFL, flags);
+        n
+    };
+    usize::try_from(n).map_or_else(|_| String::new(), |n| text(&buf[..n]))
+}
+
+#[test]
+fn escape_the_caller_s_terminal_is_not_taken_over() {
+    if !support::privileged("escape_the_caller_s_terminal_is_not_taken_over") {
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("", ""));
+    // A terminal that is no session's controlling one, as an agent harness's `openpty` leaves
+    // it: a process with a session of its own may take it and type into it.
+    let (_master, slave) = pty();
+    let on_the_terminal = |mut cmd: std::process::Command| {
+        cmd.stdin(std::process::Stdio::from(slave.try_clone().expect("dup")))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = {
+            let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+            cmd.spawn().expect("spawn")
+        };
+        child.wait_with_output().expect("wait")
+    };
+    // Control: the tool outside guard, in a session of its own as guard gives it, does.
+    let mut bare = std::process::Command::new(&s.tool);
+    bare.args(["tty-inject", "echo INJECTED\n"]);
+    // SAFETY: setsid is async-signal-safe.
+    unsafe { bare.pre_exec(|| nix::unistd::setsid().map(drop).map_err(Into::into)) };
+    let out = on_the_terminal(bare);
+    assert_eq!(text(&out.stdout), "injected\n", "{out:?}");
+    assert_eq!(pending_input(&slave), "echo INJECTED\n");
+
+    let out = on_the_terminal(guardd.exec("tt", &["a0=tty-inject", "a1=echo INJECTED\n"]));
+    assert_errno(&out, "EPERM");
+    assert_eq!(
+        pending_input(&slave),
+        "",
+        "the call typed into the caller's terminal"
+    );
+}
+
 #[test]
 fn escape_the_caller_s_stdio_keeps_its_flags() {
     if !support::privileged("escape_the_caller_s_stdio_keeps_its_flags") {

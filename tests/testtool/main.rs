@@ -664,6 +664,22 @@ fn run(action: &[String]) -> Res {
             println!("{} done", action[0]);
             Ok(())
         }
+        "tty-inject" => {
+            // Takes stdin's terminal as the controlling one (TIOCSCTTY), then types TEXT into
+            // it (TIOCSTI), for whoever reads that terminal next.
+            // SAFETY: TIOCSCTTY takes an int argument (0: do not steal).
+            if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
+                return Err(last_errno());
+            }
+            for byte in arg(1)?.as_bytes() {
+                // SAFETY: TIOCSTI reads one byte through the pointer.
+                if unsafe { libc::ioctl(0, libc::TIOCSTI, byte) } < 0 {
+                    return Err(last_errno());
+                }
+            }
+            println!("injected");
+            Ok(())
+        }
         "setxattr" => {
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
             let name = CString::new(arg(2)?).map_err(|_| usage("NUL in name"))?;

@@ -115,8 +115,8 @@ pub(super) const INODE_FLAG_IOCTLS: &[u32] = &[libc::FS_IOC_SETFLAGS as u32, 0x4
 /// The ioctls that change a terminal's state for everyone who uses it. A call's stdio is its
 /// caller's (guard-exec passes its own descriptors), so when the caller runs in a terminal the
 /// tool holds that terminal, opened before landlock, which therefore governs none of its
-/// ioctls; its own session (setsid) keeps the kernel from letting it inject input (TIOCSTI) or
-/// take the terminal over, but not from these, which outlast the call: the line discipline
+/// ioctls (taking it over and typing into it: [`TERMINAL_TAKEOVER_IOCTLS`]), nor these, which
+/// outlast the call: the line discipline
 /// (`TIOCSETD`: N_NULL leaves the terminal deaf, and an unloaded one is a module to load), the
 /// termios (echo, canonical mode, signals), the window size, flushing typed-ahead input,
 /// stopping output (`TCXONC`) and exclusive mode (`TIOCEXCL`: no one else may open it). Reading
@@ -137,6 +137,14 @@ pub(super) const TERMINAL_IOCTLS: &[(&str, libc::Ioctl)] = &[
     ("TCXONC", libc::TCXONC),
     ("TIOCEXCL", libc::TIOCEXCL),
 ];
+
+/// The ioctls that take a terminal over: `TIOCSCTTY` makes the caller's terminal the tool's
+/// controlling one (setsid gave it a session without one, and a terminal that is no session's,
+/// as an agent harness's `openpty` leaves it, is free to take), after which `TIOCSTI` types
+/// into it, and the caller's shell runs what was typed once the call is over, outside guard.
+/// Not lifted by `allow_syscalls = ["ioctl"]`, which names a syscall, not these.
+pub(super) const TERMINAL_TAKEOVER_IOCTLS: &[(&str, libc::Ioctl)] =
+    &[("TIOCSCTTY", libc::TIOCSCTTY), ("TIOCSTI", libc::TIOCSTI)];
 
 /// Namespace flags that clone(2) must not carry. CLONE_NEWTIME is absent: for clone(2) its bit
 /// (0x80) is part of the exit signal, and only clone3/unshare accept it (both denied anyway).
@@ -238,13 +246,12 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
 
     rules.extend(clone_rules(allowed));
     rules.extend(metadata_rules(allowed, !plan.effects.write.is_empty()));
-    if !allowed("ioctl") {
-        rules.extend(
-            TERMINAL_IOCTLS
-                .iter()
-                .map(|&(_, request)| ioctl_request(request as u32)),
-        );
-    }
+    let terminal = TERMINAL_IOCTLS.iter().filter(|_| !allowed("ioctl"));
+    rules.extend(
+        terminal
+            .chain(TERMINAL_TAKEOVER_IOCTLS)
+            .map(|&(_, request)| ioctl_request(request as u32)),
+    );
 
     let effects = &plan.effects;
     rules.extend(
