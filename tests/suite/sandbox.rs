@@ -208,6 +208,37 @@ fn sandbox_write_outside_effects_is_eacces() {
 }
 
 #[test]
+fn sandbox_proc_self_shows_the_call_not_the_host() {
+    if !support::privileged("sandbox_proc_self_shows_the_call_not_the_host") {
+        return;
+    }
+    let s = ToolDir::new("guard-sandbox");
+    // Its own status, limits, command line and descriptors: read (the control).
+    for path in [
+        "/proc/self/status",
+        "/proc/self/limits",
+        "/proc/self/cmdline",
+        "/proc/self/fdinfo/0",
+    ] {
+        let r = run(&plan(&s, &["read", path], Effects::default()));
+        assert_eq!(r.outcome.exit_code, 0, "{path}: {:?}", r.stderr);
+    }
+    // The host's mount table and network namespace, which lie beneath /proc/self too: every
+    // mount, every socket with its peer, routes and neighbours.
+    for path in [
+        "/proc/self/mountinfo",
+        "/proc/self/mounts",
+        "/proc/self/mountstats",
+        "/proc/self/net/tcp",
+        "/proc/self/net/unix",
+        "/proc/thread-self/mountinfo",
+        "/proc/thread-self/net/route",
+    ] {
+        assert_fails(&s, &["read", path], Effects::default(), "EACCES");
+    }
+}
+
+#[test]
 fn sandbox_escape_syscalls_are_eperm() {
     if !support::privileged("sandbox_escape_syscalls_are_eperm") {
         return;

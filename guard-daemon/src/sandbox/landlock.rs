@@ -151,8 +151,28 @@ pub const LOADERS: &[&str] = &[
     "/lib/ld-musl-aarch64.so.1",
 ];
 
-/// What the child grants itself on `/proc/self`: read its own status, fds, maps.
-const PROC_SELF: BitFlags<AccessFs> = READ_TREE;
+/// What the child grants itself in `/proc/self`: entry by entry, read, its own status, memory
+/// map, limits, command line, environment, cgroup and descriptors (`fd`, `fdinfo`: listed).
+/// Not the directory as a whole: beneath it lie `mountinfo`, `mounts` and `mountstats` (the
+/// host's mount table) and `net/` and `task/<tid>/net` (every socket, route and neighbour of the
+/// host's network namespace, which calls share), none of which any read effect names. With
+/// Truncate, as read rules have it ([`end_walks_at_read_rules`]).
+const PROC_SELF: &[(&CStr, bool)] = &[
+    (c"status", false),
+    (c"stat", false),
+    (c"statm", false),
+    (c"maps", false),
+    (c"smaps", false),
+    (c"limits", false),
+    (c"cmdline", false),
+    (c"comm", false),
+    (c"environ", false),
+    (c"auxv", false),
+    (c"cgroup", false),
+    (c"io", false),
+    (c"fd", true),
+    (c"fdinfo", true),
+];
 
 /// The access rights that only make sense on a directory.
 fn dir_only() -> BitFlags<AccessFs> {
@@ -402,8 +422,8 @@ fn open_beneath(root: &Path, path: &Path) -> Result<OwnedFd, resolve::ResolveErr
 }
 
 impl Prepared {
-    /// In the forked child, after no_new_privs: grants read on the child's own `/proc/self`
-    /// and enforces the ruleset on the calling thread. Async-signal-safe: raw syscalls only.
+    /// In the forked child, after no_new_privs: grants read on entries of the child's own
+    /// `/proc/self` ([`PROC_SELF`]) and enforces the ruleset on the calling thread. Async-signal-safe: raw syscalls only.
     ///
     /// Why `/proc/self` is added here: landlock rules attach to inodes, and `/proc/self` is a
     /// symlink resolved at open time; opened in the parent it would name the *parent's*
@@ -423,32 +443,50 @@ impl Prepared {
         if dir < 0 {
             return Err(Errno::last_raw());
         }
-        let attr = PathBeneathAttr {
-            allowed_access: PROC_SELF.bits(),
-            parent_fd: dir,
-        };
-        // SAFETY: attr is a valid landlock_path_beneath_attr that outlives the call.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                fd.as_raw_fd(),
-                LANDLOCK_RULE_PATH_BENEATH,
-                &attr as *const PathBeneathAttr,
-                0u32,
-            )
-        };
-        let add_errno = if rc < 0 { Errno::last_raw() } else { 0 };
+        let added = PROC_SELF
+            .iter()
+            .try_for_each(|&(name, tree)| add_proc_rule(fd, dir, name, tree));
         // SAFETY: dir is the fd opened above, owned here.
         unsafe { libc::close(dir) };
-        if add_errno != 0 {
-            return Err(add_errno);
-        }
+        added?;
         // SAFETY: fd is a landlock ruleset fd; flags 0.
         if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
             return Err(Errno::last_raw());
         }
         Ok(())
     }
+}
+
+/// Grants read on `name` in the directory `dir` (a tree when `tree`), to the ruleset `ruleset`.
+/// An entry this kernel lacks is skipped. Raw syscalls only: it runs in the child.
+fn add_proc_rule(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, tree: bool) -> Result<(), i32> {
+    // SAFETY: name is NUL-terminated; openat returns a new fd or -1.
+    let entry = unsafe { libc::openat(dir, name.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if entry < 0 {
+        return match Errno::last_raw() {
+            libc::ENOENT => Ok(()),
+            errno => Err(errno),
+        };
+    }
+    let access = if tree { READ_TREE } else { READ_FILE } | AccessFs::Truncate;
+    let attr = PathBeneathAttr {
+        allowed_access: access.bits(),
+        parent_fd: entry,
+    };
+    // SAFETY: attr is a valid landlock_path_beneath_attr that outlives the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    };
+    let errno = if rc < 0 { Errno::last_raw() } else { 0 };
+    // SAFETY: entry is the fd opened above, owned here.
+    unsafe { libc::close(entry) };
+    if errno != 0 { Err(errno) } else { Ok(()) }
 }
 
 #[cfg(test)]
