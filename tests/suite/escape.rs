@@ -551,7 +551,11 @@ fn escape_a_file_a_call_may_only_read_is_not_truncated() {
     assert_eq!(fs::read(&mine).expect("read").len(), 0);
     let out = call(&guardd, &["read", &theirs_s]);
     assert_ok(&out);
-    for (action, errno) in [("truncate", "EPERM"), ("ftruncate", "EACCES")] {
+    for (action, errno) in [
+        ("truncate", "EPERM"),
+        ("ftruncate", "EACCES"),
+        ("open-rdonly-trunc", "EPERM"),
+    ] {
         let out = call(&guardd, &[action, &theirs_s]);
         assert_errno(&out, errno);
     }

@@ -96,6 +96,19 @@ fn run(action: &[String]) -> Res {
             println!("truncated {}", arg(1)?);
             Ok(())
         }
+        "open-rdonly-trunc" => {
+            // open(2) for reading with O_TRUNC: Linux truncates when the user may write.
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            // SAFETY: path is NUL-terminated; the descriptor is closed at once.
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_TRUNC) };
+            if fd < 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: fd was just opened here.
+            unsafe { libc::close(fd) };
+            println!("opened {}", arg(1)?);
+            Ok(())
+        }
         "ftruncate" => {
             // Through a descriptor opened for writing (without O_TRUNC): ftruncate(2) to zero.
             let f = std::fs::OpenOptions::new().write(true).open(arg(1)?)?;

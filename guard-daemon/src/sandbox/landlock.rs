@@ -242,7 +242,10 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
             _ => out.skipped.push(p.clone()),
         }
     }
-    if !plan.confinement.allows_syscall(TRUNCATE_BY_NAME) {
+    if !TRUNCATE_UNCHECKED
+        .iter()
+        .any(|name| plan.confinement.allows_syscall(name))
+    {
         end_walks_at_read_rules(&mut fs, &out.widened);
     }
     let root_of = |path: &Path| {
@@ -266,17 +269,27 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
     out
 }
 
-/// The syscall that truncates a file by name, which seccomp denies unless a plan allows it: then
-/// read rules do not carry Truncate ([`end_walks_at_read_rules`]).
+/// The syscall that truncates a file by name, which seccomp denies unless a plan allows it.
 pub const TRUNCATE_BY_NAME: &str = "truncate";
+
+/// The syscall whose flags seccomp cannot read (they lie in memory): it could open a file for
+/// reading with `O_TRUNC`, which Linux honours, so seccomp answers it ENOSYS (programs fall
+/// back to `openat`) unless a plan allows it.
+pub const OPEN_HOW: &str = "openat2";
+
+/// The syscalls through which a file the call may only read could be truncated if its rule
+/// carried Truncate: a plan that allows one of them gets read rules without
+/// ([`end_walks_at_read_rules`]).
+pub const TRUNCATE_UNCHECKED: &[&str] = &[TRUNCATE_BY_NAME, OPEN_HOW];
 
 /// Adds Truncate to every rule that grants ReadFile, except near a widened directory (on it,
 /// above it or below it). Every open asks landlock for Truncate too (whether the file may be
 /// truncated through it later); when no rule on the way grants it, landlock walks from the file
 /// up to the root, each open, and with it the walk ends at the rule that grants the open: an
 /// open inside a call took 1.67× a bare one here, and 1.37× with this. Truncating still takes
-/// a descriptor opened for writing (WriteFile, whose rules already carry Truncate) or the name
-/// ([`TRUNCATE_BY_NAME`], denied by seccomp). Near a widened directory, [`CREATE_IN`]'s
+/// a descriptor opened for writing (WriteFile, whose rules already carry Truncate), the name
+/// ([`TRUNCATE_BY_NAME`]) or an open for reading with `O_TRUNC`, which seccomp refuses (and
+/// [`OPEN_HOW`], where it cannot see the flags). Near a widened directory, [`CREATE_IN`]'s
 /// WriteFile, which leaves Truncate out, would meet it.
 fn end_walks_at_read_rules(
     fs: &mut BTreeMap<PathBuf, BitFlags<AccessFs>>,

@@ -245,6 +245,7 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
         .collect();
 
     rules.extend(clone_rules(allowed));
+    rules.extend(truncating_opens(allowed));
     rules.extend(metadata_rules(allowed, !plan.effects.write.is_empty()));
     let terminal = TERMINAL_IOCTLS.iter().filter(|_| !allowed("ioctl"));
     rules.extend(
@@ -298,6 +299,39 @@ fn clone_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
                 }],
             });
         }
+    }
+    rules
+}
+
+/// An open for reading with `O_TRUNC`, which Linux honours (it truncates the file when the
+/// user may write it), and which landlock lets through where a read rule carries Truncate
+/// (`landlock::TRUNCATE_UNCHECKED`): EPERM for `open` and `openat`, whatever the plan allows,
+/// since no program means it. `openat2` keeps its flags in memory, where seccomp cannot look:
+/// ENOSYS, so that programs fall back to `openat`, unless the plan allows it. That also keeps
+/// the open observer (`--trace-syscalls`) off flags another thread of the call could change
+/// between its read and the kernel's.
+fn truncating_opens(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
+    let mask = (libc::O_ACCMODE | libc::O_TRUNC) as u64;
+    let mut rules: Vec<Rule> = [("open", libc::SYS_open, 1), ("openat", libc::SYS_openat, 2)]
+        .into_iter()
+        .map(|(name, nr, arg)| Rule {
+            name,
+            nr,
+            action: EPERM,
+            when: vec![Cond {
+                arg,
+                dword: true,
+                op: Op::MaskedEq(mask),
+                value: libc::O_TRUNC as u64,
+            }],
+        })
+        .collect();
+    if !allowed(landlock::OPEN_HOW) {
+        rules.push(always(
+            landlock::OPEN_HOW,
+            libc::SYS_openat2,
+            Action::Errno(libc::ENOSYS as u32),
+        ));
     }
     rules
 }

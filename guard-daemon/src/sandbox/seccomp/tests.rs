@@ -75,8 +75,38 @@ fn deny_list_denies_escape_syscalls_with_eperm() {
         .chain(METADATA_BY_DESCRIPTOR)
         .filter(|n| sysname::number(n).is_some())
         .count();
-    // + utimensat, ioctl (inode flags: no write effects), clone3, clone, socket, socketpair
-    assert_eq!(t.denied_count(), DENY.len() + metadata + 6);
+    // + utimensat, ioctl (inode flags: no write effects), clone3, clone, socket, socketpair,
+    // open, openat (O_TRUNC for reading), openat2
+    assert_eq!(t.denied_count(), DENY.len() + metadata + 9);
+    // Opening for reading with O_TRUNC truncates: refused; openat2, whose flags seccomp cannot
+    // see, falls back.
+    let trunc = libc::O_RDONLY | libc::O_TRUNC;
+    let read_trunc = [
+        libc::AT_FDCWD as u64,
+        0x7fff_0000_1000,
+        trunc as u64,
+        0,
+        0,
+        0,
+    ];
+    assert_eq!(t.verdict(libc::SYS_openat, read_trunc), EPERM_);
+    let write_trunc = [
+        3,
+        0x7fff_0000_1000,
+        (libc::O_WRONLY | libc::O_TRUNC) as u64,
+        0,
+        0,
+        0,
+    ];
+    assert_eq!(t.verdict(libc::SYS_openat, write_trunc), Action::Allow);
+    assert_eq!(
+        t.verdict(libc::SYS_open, [0x7fff_0000_1000, trunc as u64, 0, 0, 0, 0]),
+        EPERM_
+    );
+    assert_eq!(
+        t.verdict(libc::SYS_openat2, NONE),
+        Action::Errno(libc::ENOSYS as u32)
+    );
 }
 
 #[test]
@@ -599,10 +629,12 @@ fn the_compiled_program_answers_as_verdict_does() {
 fn filters_stay_short() {
     // The kernel checks, converts and JIT-compiles every instruction at every launch (about
     // half a microsecond each here); seccompiler's encoding of these tables took up to 466.
+    // Each rule added since closed a way out (terminal takeover, truncating opens): 352 leaves
+    // room for a few more before the encoding needs another look.
     for t in tables() {
         let programs = t.compile().expect("compile");
         let len: usize = programs.iter().map(Vec::len).sum();
-        assert!(len <= 320, "{:?}: {len} instructions", t.mode);
+        assert!(len <= 352, "{:?}: {len} instructions", t.mode);
     }
 }
 
