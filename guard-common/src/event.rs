@@ -18,6 +18,9 @@ pub const KIND_REFUSED: u32 = 6;
 /// header (`sock_type` 1), or went to no approved destination (`sock_type` 0). Reported for a
 /// call's first such packet only; `CallStats::outbound_dropped` counts them all.
 pub const KIND_PACKET: u32 = 7;
+/// A process of a guarded call tried to bind a socket to a port of its choosing (refused,
+/// EPERM): the address and port are the ones it asked for.
+pub const KIND_BIND: u32 = 8;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;

@@ -134,6 +134,12 @@ pub enum Effect {
     Syscall { signal: String },
     /// The call connected to guardd's own socket.
     Guardd {},
+    /// A bind to a port of the call's choosing, refused.
+    Bind {
+        addr: String,
+        port: u16,
+        proto: Proto,
+    },
     /// A packet the call sent with IP options or an IPv6 extension header (`options`), or to an
     /// address no connect or send check judged, dropped; its first only.
     Packet {
@@ -202,6 +208,7 @@ impl Effect {
             Effect::RefusedUnseen { .. } => "refused_unseen",
             Effect::Syscall { .. } => "syscall",
             Effect::Guardd {} => "guardd",
+            Effect::Bind { .. } => "bind",
             Effect::Packet { .. } => "packet",
             Effect::Dns { .. } => "dns",
         }

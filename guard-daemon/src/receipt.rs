@@ -11,8 +11,8 @@ use std::{
 };
 
 use guard_common::event::{
-    ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_CONNECT, KIND_EXEC,
-    KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
+    ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_BIND, KIND_CONNECT,
+    KIND_EXEC, KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
 };
 use serde::{Deserialize, Serialize};
 
@@ -241,11 +241,7 @@ impl Draft {
                 let seen = ConnectSeen {
                     addr: addr_of(event),
                     port: event.port,
-                    proto: if event.proto == guard_common::net::PROTO_UDP {
-                        Proto::Udp
-                    } else {
-                        Proto::Tcp
-                    },
+                    proto: proto_of(event),
                     allowed: event.action == ACTION_ALLOWED,
                 };
                 let effect = Effect::Connect {
@@ -277,6 +273,11 @@ impl Draft {
                     signal: "SIGSYS".into(),
                 }
             }
+            KIND_BIND => Effect::Bind {
+                addr: addr_of(event),
+                port: event.port,
+                proto: proto_of(event),
+            },
             KIND_PACKET => Effect::Packet {
                 addr: if event.family == 0 {
                     "?".to_owned()
@@ -292,6 +293,15 @@ impl Draft {
             _ => return None,
         };
         (event.action == ACTION_DENIED || event.action == ACTION_KILLED).then_some(effect)
+    }
+}
+
+/// The transport of a connect or bind event.
+fn proto_of(event: &KernelEvent) -> Proto {
+    if event.proto == guard_common::net::PROTO_UDP {
+        Proto::Udp
+    } else {
+        Proto::Tcp
     }
 }
 

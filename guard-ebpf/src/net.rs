@@ -11,7 +11,7 @@ use aya_ebpf::{
     helpers::generated::bpf_get_socket_cookie, macros::cgroup_sock_addr, programs::SockAddrContext,
 };
 use guard_common::{
-    event::{ACTION_ALLOWED, ACTION_DENIED, KIND_CONNECT},
+    event::{ACTION_ALLOWED, ACTION_DENIED, KIND_BIND, KIND_CONNECT},
     net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
@@ -45,6 +45,68 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
 #[cgroup_sock_addr(sendmsg6)]
 pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
     check6(&ctx)
+}
+
+/// A bind of a call's socket to a port of its choosing is refused (landlock already refuses
+/// TCP binds; this is UDP's): such a port answers an outside prober differently from a closed
+/// one (the ingress program drops the probe, where the kernel would answer "port unreachable"),
+/// so which ports a call holds is a message anyone who can reach the host reads. Port 0, the
+/// kernel's pick, stays allowed, as every client's implicit bind is.
+#[cgroup_sock_addr(bind4)]
+pub fn bind4(ctx: SockAddrContext) -> i32 {
+    let Some((cgroup_id, _)) = current_call() else {
+        return ALLOW;
+    };
+    // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
+    let (addr, port, proto) = unsafe {
+        let sa = &*ctx.sock_addr;
+        (
+            sa.user_ip4,
+            u16::from_be(sa.user_port as u16),
+            sa.protocol as u8,
+        )
+    };
+    if port == 0 {
+        return ALLOW;
+    }
+    report(
+        KIND_BIND,
+        cgroup_id,
+        false,
+        AF_INET,
+        port,
+        proto,
+        ip4_bytes(addr),
+    )
+}
+
+/// As [`bind4`], for IPv6.
+#[cgroup_sock_addr(bind6)]
+pub fn bind6(ctx: SockAddrContext) -> i32 {
+    let Some((cgroup_id, _)) = current_call() else {
+        return ALLOW;
+    };
+    // SAFETY: as in bind4.
+    let (addr, port, proto) = unsafe {
+        let sa = &*ctx.sock_addr;
+        (
+            sa.user_ip6,
+            u16::from_be(sa.user_port as u16),
+            sa.protocol as u8,
+        )
+    };
+    if port == 0 {
+        return ALLOW;
+    }
+    report(
+        KIND_BIND,
+        cgroup_id,
+        false,
+        AF_INET6,
+        port,
+        proto,
+        ip6_bytes(addr),
+    )
 }
 
 /// A call's answers from guardd's DNS responder come back as from the nameserver it asked:
@@ -111,7 +173,15 @@ fn check4(ctx: &SockAddrContext) -> i32 {
         return ALLOW;
     };
     let bytes = ip4_bytes(addr);
-    report(cgroup_id, allowed, AF_INET, port, proto, bytes)
+    report(
+        KIND_CONNECT,
+        cgroup_id,
+        allowed,
+        AF_INET,
+        port,
+        proto,
+        bytes,
+    )
 }
 
 #[inline(always)]
@@ -133,7 +203,15 @@ fn check6(ctx: &SockAddrContext) -> i32 {
         return ALLOW;
     };
     let bytes = ip6_bytes(addr);
-    report(cgroup_id, allowed, AF_INET6, port, proto, bytes)
+    report(
+        KIND_CONNECT,
+        cgroup_id,
+        allowed,
+        AF_INET6,
+        port,
+        proto,
+        bytes,
+    )
 }
 
 /// Whether to report a destination, and as allowed or not: `None` for an approved one already
@@ -155,14 +233,24 @@ fn to_report(seen: Option<*mut u8>) -> Option<bool> {
     Some(true)
 }
 
+/// Reports a `kind` event (connect or bind) of `addr:port` and answers the syscall: allowed or
+/// EPERM.
 #[inline(always)]
-fn report(cgroup_id: u64, allowed: bool, family: u16, port: u16, proto: u8, addr: [u8; 16]) -> i32 {
+fn report(
+    kind: u32,
+    cgroup_id: u64,
+    allowed: bool,
+    family: u16,
+    port: u16,
+    proto: u8,
+    addr: [u8; 16],
+) -> i32 {
     let action = if allowed {
         ACTION_ALLOWED
     } else {
         ACTION_DENIED
     };
-    if let Some(mut entry) = reserve_event(KIND_CONNECT, action, cgroup_id) {
+    if let Some(mut entry) = reserve_event(kind, action, cgroup_id) {
         let event = entry.as_mut_ptr();
         // SAFETY: a reserved slot whose header reserve_event initialised.
         unsafe {

@@ -1282,12 +1282,16 @@ fn escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare() {
         (out, rest, row)
     };
 
-    // UDP: bound, then datagrams from elsewhere for two seconds; none arrives.
-    let (caller, lines, first) = started(&guardd, &["udp-recv", "5599", "3"]);
-    assert_eq!(first, "bound 5599", "the control: the call bound its port");
+    // UDP: bound (to a port the kernel picks), then datagrams from elsewhere for two seconds;
+    // none arrives.
+    let (caller, lines, first) = started(&guardd, &["udp-recv", "0", "3"]);
+    let port: u16 = first
+        .strip_prefix("bound ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the control: the call bound a port: {first:?}"));
     let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
     for _ in 0..20 {
-        sender.send_to(b"hello", "127.0.0.1:5599").expect("send");
+        sender.send_to(b"hello", ("127.0.0.1", port)).expect("send");
         std::thread::sleep(Duration::from_millis(100));
     }
     let (out, rest, row) = receipt(caller, lines);
@@ -1296,6 +1300,23 @@ fn escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare() {
     let seen = &row["effects_observed"];
     assert!(seen["inbound_dropped"].as_u64() >= Some(20), "{seen:#}");
     assert_eq!(seen["verdict"], "conformed", "{seen:#}");
+
+    // A port of its own choosing it does not get: the ingress drop makes a held port answer a
+    // prober differently from a closed one, so the ports a call holds would spell out a message
+    // to anyone who can reach the host.
+    let out = call(&guardd, &["udp-recv", "5599", "1"]);
+    // Killed for it, unless it exited on the refusal before guardd read the report.
+    assert!(matches!(out.status.code(), Some(1 | 137)), "{out:?}");
+    assert!(text(&out.stderr).starts_with("ERR EPERM "), "{out:?}");
+    let row = guardd
+        .audit_rows()
+        .into_iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("a finished row");
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{seen:#}");
+    assert_eq!(seen["denied"], 1, "{seen:#}");
 
     // TCP: a connection from elsewhere is never accepted; one from the approved 127.0.0.1:9
     // is (the same address and port the call may connect to).

@@ -52,7 +52,9 @@ const NEWTASK_FORMAT: &str = "/sys/kernel/tracing/events/task/task_newtask/forma
 const SIGNAL_FORMAT: &str = "/sys/kernel/tracing/events/signal/signal_generate/format";
 
 /// The cgroup sock_addr programs (each names its hook).
-const CGROUP_PROGRAMS: &[&str] = &["connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4"];
+const CGROUP_PROGRAMS: &[&str] = &[
+    "connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4", "bind4", "bind6",
+];
 /// The cgroup sock programs (each names its hook).
 const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
 /// The cgroup skb programs: what reaches a call's sockets comes from its approved destinations,

@@ -236,6 +236,7 @@ fn target(effect: &Effect) -> String {
         Effect::RefusedUnseen { refused, .. } => format!("{refused} refusals"),
         Effect::Syscall { signal } => signal.clone(),
         Effect::Guardd {} => "guardd's socket".to_owned(),
+        Effect::Bind { addr, port, .. } => format!("bind {addr}:{port}"),
         Effect::Packet { addr, port, .. } => format!("packet to {addr}:{port}"),
         Effect::Dns { name, .. } => name.clone(),
     }
