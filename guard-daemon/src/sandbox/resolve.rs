@@ -6,16 +6,17 @@
 //! workspace) would move another tool's read, write or exec grant anywhere its user can reach:
 //! `read = ["/srv/ws/shared"]` with `shared -> /` reads the host. So a path with no symlink at
 //! all is opened in one `openat2` (`RESOLVE_NO_SYMLINKS`); only when it has one is it walked
-//! component by component, and each symlink must be owned by root and lie in a directory owned
-//! by root that no one else may write (or that is sticky, where no one else may replace root's
-//! entries): `/lib -> usr/lib`, `/etc/alternatives`. The result is opened again without
-//! following symlinks, so a link planted after the walk fails the open instead of being taken.
+//! component by component, each opened beneath the last without following, and each symlink
+//! must be owned by root and lie in a directory owned by root that no one else may write (or
+//! that is sticky, where no one else may replace root's entries): `/lib -> usr/lib`,
+//! `/etc/alternatives`. What is returned is the descriptor the walk checked, so nothing changed
+//! after the check is taken instead.
 
 use std::{
-    ffi::OsStr,
+    ffi::{OsStr, OsString},
     os::{
-        fd::OwnedFd,
-        unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+        fd::{AsFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
     },
     path::{Component, Path, PathBuf},
 };
@@ -23,6 +24,7 @@ use std::{
 use nix::{
     errno::Errno,
     fcntl::{OFlag, OpenHow, ResolveFlag},
+    sys::stat::{FileStat, Mode, SFlag},
 };
 
 /// How many symlinks one path may go through (the kernel's own limit).
@@ -50,79 +52,119 @@ pub enum ResolveError {
 /// Opens `path` (absolute) as an `O_PATH` descriptor with `flags` added, following root's
 /// symlinks only (see the module's doc).
 pub fn open(path: &Path, flags: OFlag) -> Result<OwnedFd, ResolveError> {
-    match open_no_symlinks(path, flags) {
-        Err(Errno::ELOOP) => Ok(open_no_symlinks(&resolve(path)?, flags)?),
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | flags)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
+        Err(Errno::ELOOP) => walk(path, flags),
         other => Ok(other?),
     }
 }
 
-fn open_no_symlinks(path: &Path, flags: OFlag) -> Result<OwnedFd, Errno> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | flags)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how)
+/// One directory of the walk: its descriptor, what it is, and its path (for errors).
+struct Dir {
+    fd: OwnedFd,
+    stat: FileStat,
+    path: PathBuf,
 }
 
-/// The path `path` names with every symlink on the way replaced by its target, each checked
-/// to be root's in a directory only root may change. What does not exist is kept as it is.
-pub fn resolve(path: &Path) -> Result<PathBuf, ResolveError> {
-    let mut done = PathBuf::from("/");
+impl Dir {
+    fn root() -> Result<Self, Errno> {
+        let fd = nix::fcntl::open(
+            "/",
+            OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )?;
+        let stat = nix::sys::stat::fstat(&fd)?;
+        Ok(Self {
+            fd,
+            stat,
+            path: PathBuf::from("/"),
+        })
+    }
+}
+
+/// The walk of a path that has a symlink: each component opened beneath the last without
+/// following it; a symlink, once checked ([`trusted`]), replaced by its target's components.
+fn walk(path: &Path, flags: OFlag) -> Result<OwnedFd, ResolveError> {
+    // The directories walked so far, the root first; `..` pops one (never the root).
+    let mut dirs = vec![Dir::root()?];
     // The components still to walk, last first.
-    let mut todo: Vec<PathBuf> = components(path);
+    let mut todo = components(path);
     let mut links = 0;
     while let Some(name) = todo.pop() {
-        if name.as_os_str() == ".." {
-            done.pop();
-            continue;
-        }
-        let next = done.join(&name);
-        let meta = match std::fs::symlink_metadata(&next) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                todo.push(name);
-                done.extend(todo.into_iter().rev());
-                return Ok(done);
+        if name == ".." {
+            if dirs.len() > 1 {
+                dirs.pop();
             }
-            Err(e) => return Err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)).into()),
-        };
-        if !meta.file_type().is_symlink() {
-            done = next;
             continue;
         }
-        links += 1;
-        if links > MAX_LINKS {
-            return Err(ResolveError::TooManyLinks);
+        let Some(dir) = dirs.last() else {
+            unreachable!("the root is never popped")
+        };
+        let last = todo.is_empty();
+        let fd = nix::fcntl::openat(
+            dir.fd.as_fd(),
+            name.as_os_str(),
+            OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )?;
+        let stat = nix::sys::stat::fstat(&fd)?;
+        let here = dir.path.join(&name);
+        if SFlag::from_bits_truncate(stat.st_mode & libc::S_IFMT) == SFlag::S_IFLNK {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(ResolveError::TooManyLinks);
+            }
+            trusted(&here, stat.st_uid, &dir.stat)?;
+            let target = nix::fcntl::readlinkat(&fd, "")?;
+            if Path::new(&target).is_absolute() {
+                dirs.truncate(1);
+            }
+            todo.extend(components(Path::new(&target)));
+            continue;
         }
-        trusted(&next, meta.uid(), &done)?;
-        let target = std::fs::read_link(&next)
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-        if target.is_absolute() {
-            done = PathBuf::from("/");
+        if last {
+            return Ok(checked(fd, &stat, flags)?);
         }
-        todo.extend(components(&target));
+        dirs.push(Dir {
+            fd,
+            stat,
+            path: here,
+        });
     }
-    Ok(done)
+    // The path named a directory of the walk (or the root).
+    let dir = dirs.pop().expect("the root is never popped");
+    Ok(checked(dir.fd, &dir.stat, flags)?)
+}
+
+/// `fd` as the caller asked for it: the walk opens `O_PATH` only, so of `flags` only
+/// `O_DIRECTORY` (the one the callers pass) is checked, on what `fd` is.
+fn checked(fd: OwnedFd, stat: &FileStat, flags: OFlag) -> Result<OwnedFd, Errno> {
+    let dir = SFlag::from_bits_truncate(stat.st_mode & libc::S_IFMT) == SFlag::S_IFDIR;
+    if flags.contains(OFlag::O_DIRECTORY) && !dir {
+        return Err(Errno::ENOTDIR);
+    }
+    Ok(fd)
 }
 
 /// The named components of `path`, last first (`.` dropped, `..` kept).
-fn components(path: &Path) -> Vec<PathBuf> {
+fn components(path: &Path) -> Vec<OsString> {
     path.components()
         .filter_map(|c| match c {
-            Component::Normal(name) => Some(PathBuf::from(name)),
-            Component::ParentDir => Some(PathBuf::from(OsStr::from_bytes(b".."))),
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some(OsStr::from_bytes(b"..").to_owned()),
             Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
         })
         .rev()
         .collect()
 }
 
-/// Checks that the symlink `link`, owned by `owner`, in directory `dir`, is one only root can
-/// have made or re-point.
-fn trusted(link: &Path, owner: u32, dir: &Path) -> Result<(), ResolveError> {
-    let dir_meta = std::fs::metadata(dir)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    let mode = dir_meta.mode();
-    let writable = if dir_meta.uid() != 0 {
+/// Checks that the symlink `link`, owned by `owner`, in the directory of `dir`, is one only
+/// root can have made or re-point.
+fn trusted(link: &Path, owner: u32, dir: &FileStat) -> Result<(), ResolveError> {
+    let mode = dir.st_mode;
+    let writable = if dir.st_uid != 0 {
         Some("not owned by root")
     } else if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
         Some("others may write")
