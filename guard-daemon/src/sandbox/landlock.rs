@@ -68,9 +68,19 @@ pub enum Kind {
 pub struct FsRule {
     pub path: PathBuf,
     pub access: BitFlags<AccessFs>,
-    /// The root `path` must be opened beneath (a path argument's `within`), or `None` for a
-    /// path of the policy itself.
-    pub beneath: Option<PathBuf>,
+    /// How `path` is opened.
+    pub origin: Origin,
+}
+
+/// Where a rule's path comes from, which says how it is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The base set ([`BASE`], [`LOADERS`]): the host's own system paths, as they resolve.
+    Host,
+    /// A path of the policy: following root's symlinks only ([`resolve::open`]).
+    Policy,
+    /// A path argument: beneath its `within` root, this one.
+    Beneath(PathBuf),
 }
 
 /// The rule set as data.
@@ -248,17 +258,10 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
     {
         end_walks_at_read_rules(&mut fs, &out.widened);
     }
-    let root_of = |path: &Path| {
-        plan.effects
-            .beneath
-            .iter()
-            .find(|(p, root)| p == path || (path.starts_with(root) && p.starts_with(path)))
-            .map(|(_, root)| root.clone())
-    };
     out.fs = fs
         .into_iter()
         .map(|(path, access)| FsRule {
-            beneath: root_of(&path),
+            origin: Origin::of(plan, &path),
             path,
             access,
         })
@@ -267,6 +270,23 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
     out.connect_ports.sort_unstable();
     out.connect_ports.dedup();
     out
+}
+
+impl Origin {
+    /// Where `path`, a rule of `plan`'s, comes from.
+    fn of(plan: &LaunchPlan, path: &Path) -> Self {
+        let root = plan
+            .effects
+            .beneath
+            .iter()
+            .find(|(p, root)| p == path || (path.starts_with(root) && p.starts_with(path)));
+        if let Some((_, root)) = root {
+            return Origin::Beneath(root.clone());
+        }
+        let host = BASE.iter().any(|&(p, _)| Path::new(p) == path)
+            || LOADERS.iter().any(|&p| Path::new(p) == path);
+        if host { Origin::Host } else { Origin::Policy }
+    }
 }
 
 /// The syscall that truncates a file by name, which seccomp denies unless a plan allows it.
@@ -389,20 +409,26 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         // The child sets no_new_privs itself, before restricting.
         .no_new_privs(false);
     for rule in &rules.fs {
-        if let Some(root) = &rule.beneath {
-            let fd = open_beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
-                path: rule.path.clone(),
-                root: root.clone(),
-                source,
-            })?;
-            created = created.add_rule(PathBeneath::new(fd, rule.access))?;
-            continue;
-        }
-        let fd =
-            resolve::open(&rule.path, OFlag::empty()).map_err(|source| LandlockError::Path {
-                path: rule.path.clone(),
-                source,
-            })?;
+        let path = |source| LandlockError::Path {
+            path: rule.path.clone(),
+            source,
+        };
+        let fd = match &rule.origin {
+            Origin::Beneath(root) => {
+                open_beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
+                    path: rule.path.clone(),
+                    root: root.clone(),
+                    source,
+                })?
+            }
+            Origin::Policy => resolve::open(&rule.path, OFlag::empty()).map_err(path)?,
+            Origin::Host => nix::fcntl::open(
+                &rule.path,
+                OFlag::O_PATH | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| path(e.into()))?,
+        };
         created = created.add_rule(PathBeneath::new(fd, rule.access))?;
     }
     for &port in &rules.connect_ports {

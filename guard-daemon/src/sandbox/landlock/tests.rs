@@ -107,6 +107,16 @@ fn effects_map_to_read_write_exec() {
         ..Effects::default()
     };
     let r = rules_with(&plan("/usr/bin/tool", effects), fake(FS));
+    // The host's system paths are opened as they resolve; the policy's following root's
+    // symlinks only.
+    let origin = |p: &str| {
+        r.fs.iter()
+            .find(|f| f.path == Path::new(p))
+            .map(|f| f.origin.clone())
+    };
+    assert_eq!(origin("/usr/lib"), Some(Origin::Host));
+    assert_eq!(origin("/data"), Some(Origin::Policy));
+    assert_eq!(origin("/usr/bin/tool"), Some(Origin::Policy));
     assert_eq!(r.access(Path::new("/usr/bin/tool")), Some(ended(EXEC_FILE)));
     assert_eq!(
         r.access(Path::new("/usr/bin/helper")),
