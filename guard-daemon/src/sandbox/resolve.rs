@@ -1,4 +1,4 @@
-//! Opening a policy's own paths (effects, `within` roots, the base set) so that the only
+//! Opening a policy's own paths (`command[0]`, effects, `within` roots) so that the only
 //! symlinks followed on the way are root's, in directories only root can change.
 //!
 //! A rule attaches to the inode its path names at launch. A symlink that anyone else could plant
@@ -8,7 +8,7 @@
 //! all is opened in one `openat2` (`RESOLVE_NO_SYMLINKS`); only when it has one is it walked
 //! component by component, each opened beneath the last without following, and each symlink
 //! must be owned by root and lie in a directory owned by root that no one else may write (or
-//! that is sticky, where no one else may replace root's entries): `/lib -> usr/lib`,
+//! that is sticky, where no one else may replace root's entries): `/bin -> usr/bin`,
 //! `/etc/alternatives`. What is returned is the descriptor the walk checked, so nothing changed
 //! after the check is taken instead.
 
