@@ -10,8 +10,12 @@ pub struct CallConfig {
     /// queries (UDP to any port 53) go there, and are answered for its approved names only.
     pub dns_port: u16,
     pub _pad: u16,
+    /// The call's secret key of [`crate::file::name_hash`], random per call (set by the
+    /// monitor when it starts watching): a name of a call's choosing in a widened directory
+    /// cannot be made to hash like the approved one.
+    pub name_key: u64,
 }
-const _: () = assert!(core::mem::size_of::<CallConfig>() == 8);
+const _: () = assert!(core::mem::size_of::<CallConfig>() == 16);
 
 /// Kill the whole call when it diverges, instead of only denying the operation. (The daemon acts
 /// on it; the kernel reports the divergence either way.)

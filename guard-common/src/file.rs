@@ -47,10 +47,13 @@ pub const NAME_MAX: usize = 255;
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
-/// FNV-1a of a file name up to its first NUL (never 0, so 0 can mean "no name").
+/// FNV-1a of a file name up to its first NUL, from a basis the call's secret `key` changes
+/// (never 0, so 0 can mean "no name"). Unkeyed, the hash of an approved name is public, and a
+/// second name with the same hash is an afternoon's search; keyed, a guess that misses is a
+/// write outside the effects, seen and counted.
 #[inline(always)]
-pub fn name_hash(name: &[u8]) -> u64 {
-    let mut hash = FNV_OFFSET;
+pub fn name_hash(key: u64, name: &[u8]) -> u64 {
+    let mut hash = FNV_OFFSET ^ key;
     for &b in name {
         if b == 0 {
             break;
@@ -117,8 +120,9 @@ mod tests {
 
     #[test]
     fn names_hash_up_to_their_nul_and_never_to_zero() {
-        assert_eq!(name_hash(b"out.txt"), name_hash(b"out.txt\0junk"));
-        assert_ne!(name_hash(b"out.txt"), name_hash(b"out.txu"));
-        assert_ne!(name_hash(b""), 0);
+        assert_eq!(name_hash(7, b"out.txt"), name_hash(7, b"out.txt\0junk"));
+        assert_ne!(name_hash(7, b"out.txt"), name_hash(7, b"out.txu"));
+        assert_ne!(name_hash(7, b"out.txt"), name_hash(8, b"out.txt"));
+        assert_ne!(name_hash(0, b""), 0);
     }
 }

@@ -549,7 +549,7 @@ pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Respond
         config: CallConfig {
             flags,
             dns_port: responder.as_ref().map_or(0, Responder::port),
-            _pad: 0,
+            ..CallConfig::default()
         },
         destinations,
         execs,

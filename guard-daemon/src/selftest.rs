@@ -56,8 +56,7 @@ pub fn run(monitor: &mut Monitor, root: &Cgroup) -> Result<(), String> {
     let watch = Watch {
         config: CallConfig {
             flags: FLAG_ENFORCE_EXEC,
-            dns_port: 0,
-            _pad: 0,
+            ..CallConfig::default()
         },
         destinations: vec![],
         execs: vec![exe.clone()],

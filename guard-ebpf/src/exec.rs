@@ -38,7 +38,7 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
     // A walk that cannot be read to its end approves nothing.
     let allowed = !enforce
         || read_ptr(bprm, layout.bprm_file)
-            .and_then(|file| approved(&EXEC_ALLOW, file, &layout, cgroup_id, false))
+            .and_then(|file| approved(&EXEC_ALLOW, file, &layout, cgroup_id, None))
             .unwrap_or(false);
     if !allowed {
         // SAFETY: signals the current task, which is the one executing the unapproved image.

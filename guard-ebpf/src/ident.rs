@@ -53,7 +53,8 @@ pub fn read<T>(base: *const u8, offset: u32) -> Result<T, i32> {
 }
 
 /// Whether `allow` approves `file` for the call: the file itself, its name in its directory
-/// (`FILE_CHILD`, only when `names`), or one of its directories up to `MAX_DEPTH` levels.
+/// (`FILE_CHILD`, only with `names`, the call's [`name_hash`] key), or one of its directories up
+/// to `MAX_DEPTH` levels.
 /// `Err` when a read fails or the walk is deeper than that: the caller treats it as a no.
 #[inline(always)]
 pub fn approved(
@@ -61,7 +62,7 @@ pub fn approved(
     file: *const u8,
     l: &Layout,
     cgroup_id: u64,
-    names: bool,
+    names: Option<u64>,
 ) -> Result<bool, i32> {
     let inode = read_ptr(file, l.file_inode)?;
     let sb = read_ptr(inode, l.inode_sb)?;
@@ -78,7 +79,7 @@ pub fn approved(
         return Ok(true);
     }
     let mut dentry = read_ptr(file, l.file_dentry)?;
-    if names {
+    if let Some(name_key) = names {
         let parent = read_ptr(dentry, l.dentry_parent)?;
         let dir: u64 = read(read_ptr(parent, l.dentry_inode)?, l.inode_ino)?;
         let name = read_ptr(dentry, l.dentry_name)?;
@@ -90,7 +91,7 @@ pub fn approved(
             let buf = &mut *buf;
             buf[0] = 0;
             bpf_probe_read_kernel_str_bytes(name, buf)?;
-            name_hash(buf)
+            name_hash(name_key, buf)
         };
         // SAFETY: the value is copied out at once.
         if let Some(kind) = unsafe { allow.get(&key(dir, hash)) }

@@ -159,6 +159,10 @@ fn write_approved(cgroup_id: u64, fd: i64) -> bool {
         let array = read_ptr(fdt, l.fdt_fd)?;
         read_ptr(array, (fd as u32).wrapping_mul(8))
     })();
-    file.and_then(|file| approved(&WRITE_ALLOW, file, &l, cgroup_id, true))
+    // SAFETY: the value is copied out at once.
+    let Some(name_key) = (unsafe { CALLS.get(&cgroup_id) }).map(|c| c.name_key) else {
+        return false;
+    };
+    file.and_then(|file| approved(&WRITE_ALLOW, file, &l, cgroup_id, Some(name_key)))
         .unwrap_or(false)
 }

@@ -162,8 +162,7 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
     let mut kernel = Kernel::new(|_| Watch {
         config: CallConfig {
             flags: FLAG_NET,
-            dns_port: 0,
-            _pad: 0,
+            ..CallConfig::default()
         },
         destinations: vec![Destination {
             addr: Ipv4Addr::LOCALHOST.into(),
@@ -266,8 +265,7 @@ fn an_unapproved_exec_is_killed_before_the_image_runs() {
     let mut kernel = Kernel::new(|_| Watch {
         config: CallConfig {
             flags: FLAG_ENFORCE_EXEC,
-            dns_port: 0,
-            _pad: 0,
+            ..CallConfig::default()
         },
         execs: vec!["/bin/bash".into()],
         ..Watch::default()
@@ -405,8 +403,7 @@ fn sock_create_allows_inet_sockets_to_a_call_with_connect_effects() {
     let kernel = Kernel::new(|_| Watch {
         config: CallConfig {
             flags: FLAG_NET,
-            dns_port: 0,
-            _pad: 0,
+            ..CallConfig::default()
         },
         ..Watch::default()
     });

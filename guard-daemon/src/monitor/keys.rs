@@ -53,10 +53,22 @@ pub(super) fn identity(path: &Path) -> Option<(u32, u64, bool)> {
     ))
 }
 
+/// A fresh secret key for one call's [`name_hash`], from the kernel's random pool.
+pub(super) fn random_key() -> Result<u64, MonitorError> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        return Err(MonitorError::Random(io::Error::last_os_error()));
+    }
+    Ok(u64::from_ne_bytes(bytes))
+}
+
 /// The allow-list key of `path` for the call: a file approves itself, a directory what lies
 /// beneath it. A path that does not exist approves nothing, unless `names`: then its name in
-/// its (existing) directory is approved, for a write target the call may create.
-pub(super) fn file_key(cgroup_id: u64, path: &Path, names: bool) -> Option<(FileKey, u8)> {
+/// its (existing) directory is approved, for a write target the call may create: `names` is the
+/// call's key of [`name_hash`].
+pub(super) fn file_key(cgroup_id: u64, path: &Path, names: Option<u64>) -> Option<(FileKey, u8)> {
     let key = |(dev, ino, _): (u32, u64, bool), name| FileKey {
         cgroup_id,
         ino,
@@ -67,12 +79,10 @@ pub(super) fn file_key(cgroup_id: u64, path: &Path, names: bool) -> Option<(File
     if let Some(id) = identity(path) {
         return Some((key(id, 0), if id.2 { FILE_DIR } else { FILE_SELF }));
     }
-    if !names {
-        return None;
-    }
+    let name_key = names?;
     let dir = identity(path.parent()?).filter(|id| id.2)?;
     let name = path.file_name()?.as_encoded_bytes();
-    Some((key(dir, name_hash(name)), FILE_CHILD))
+    Some((key(dir, name_hash(name_key, name)), FILE_CHILD))
 }
 
 /// The offsets the exec program reads kernel structs at, from the running kernel's BTF.

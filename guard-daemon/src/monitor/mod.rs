@@ -114,6 +114,8 @@ pub enum MonitorError {
     Cgroup { path: PathBuf, source: io::Error },
     #[error("registering the event ring buffer with tokio: {0}")]
     Events(io::Error),
+    #[error("a call's name key from getrandom: {0}")]
+    Random(io::Error),
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> MonitorError {
@@ -355,6 +357,10 @@ impl Monitor {
     /// Starts guarding the cgroup `cgroup_id`. Install before the call's first process enters
     /// the cgroup; on error, whatever was installed is removed again.
     pub fn watch(&mut self, cgroup_id: u64, watch: &Watch) -> Result<(), MonitorError> {
+        let config = CallConfig {
+            name_key: random_key()?,
+            ..watch.config
+        };
         let installed = Installed {
             dests: watch
                 .destinations
@@ -366,7 +372,7 @@ impl Monitor {
             execs: watch
                 .execs
                 .iter()
-                .filter_map(|p| file_key(cgroup_id, p, false))
+                .filter_map(|p| file_key(cgroup_id, p, None))
                 .collect::<StdHashMap<_, _>>()
                 .into_iter()
                 .collect(),
@@ -376,7 +382,7 @@ impl Monitor {
                     .iter()
                     .map(PathBuf::as_path)
                     .chain([Path::new("/dev/null")])
-                    .filter_map(|p| file_key(cgroup_id, p, true))
+                    .filter_map(|p| file_key(cgroup_id, p, Some(config.name_key)))
                     .collect::<StdHashMap<_, _>>()
                     .into_iter()
                     .collect(),
@@ -387,7 +393,7 @@ impl Monitor {
         };
         self.installed.insert(cgroup_id, installed);
         let result = self
-            .install(cgroup_id, watch.config)
+            .install(cgroup_id, config)
             .and_then(|()| self.trace_one_more());
         match (&result, self.installed.get_mut(&cgroup_id)) {
             (Ok(()), Some(installed)) => installed.traced = true,
