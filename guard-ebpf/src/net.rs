@@ -57,27 +57,8 @@ pub fn bind4(ctx: SockAddrContext) -> i32 {
     let Some((cgroup_id, _)) = current_call() else {
         return ALLOW;
     };
-    // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
-    let (addr, port, proto) = unsafe {
-        let sa = &*ctx.sock_addr;
-        (
-            sa.user_ip4,
-            u16::from_be(sa.user_port as u16),
-            sa.protocol as u8,
-        )
-    };
-    if port == 0 {
-        return ALLOW;
-    }
-    report(
-        KIND_BIND,
-        cgroup_id,
-        false,
-        AF_INET,
-        port,
-        proto,
-        ip4_bytes(addr),
-    )
+    let (addr, port, proto) = dest4(&ctx);
+    refuse_bind(cgroup_id, AF_INET, port, proto, ip4_bytes(addr))
 }
 
 /// As [`bind4`], for IPv6.
@@ -86,27 +67,45 @@ pub fn bind6(ctx: SockAddrContext) -> i32 {
     let Some((cgroup_id, _)) = current_call() else {
         return ALLOW;
     };
-    // SAFETY: as in bind4.
-    let (addr, port, proto) = unsafe {
+    let (addr, port, proto) = dest6(&ctx);
+    refuse_bind(cgroup_id, AF_INET6, port, proto, ip6_bytes(addr))
+}
+
+/// Allows a bind to port 0; refuses, and reports, any other.
+#[inline(always)]
+fn refuse_bind(cgroup_id: u64, family: u16, port: u16, proto: u8, addr: [u8; 16]) -> i32 {
+    if port == 0 {
+        return ALLOW;
+    }
+    report(KIND_BIND, cgroup_id, false, family, port, proto, addr)
+}
+
+/// The address (`user_ip4`, network order), port (host order) and protocol of `ctx`.
+#[inline(always)]
+fn dest4(ctx: &SockAddrContext) -> (u32, u16, u8) {
+    // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
+    unsafe {
+        let sa = &*ctx.sock_addr;
+        (
+            sa.user_ip4,
+            u16::from_be(sa.user_port as u16),
+            sa.protocol as u8,
+        )
+    }
+}
+
+/// As [`dest4`], for IPv6 (`user_ip6`).
+#[inline(always)]
+fn dest6(ctx: &SockAddrContext) -> ([u32; 4], u16, u8) {
+    // SAFETY: as in dest4.
+    unsafe {
         let sa = &*ctx.sock_addr;
         (
             sa.user_ip6,
             u16::from_be(sa.user_port as u16),
             sa.protocol as u8,
         )
-    };
-    if port == 0 {
-        return ALLOW;
     }
-    report(
-        KIND_BIND,
-        cgroup_id,
-        false,
-        AF_INET6,
-        port,
-        proto,
-        ip6_bytes(addr),
-    )
 }
 
 /// A call's answers from guardd's DNS responder come back as from the nameserver it asked:
@@ -140,19 +139,11 @@ fn check4(ctx: &SockAddrContext) -> i32 {
     let Some((cgroup_id, config)) = current_call() else {
         return ALLOW;
     };
-    // SAFETY: the context pointer is valid for the program's run; the verifier checks field access.
-    let (addr, port, proto) = unsafe {
-        let sa = &*ctx.sock_addr;
-        (
-            sa.user_ip4,
-            u16::from_be(sa.user_port as u16),
-            sa.protocol as u8,
-        )
-    };
+    let (addr, port, proto) = dest4(ctx);
     // A DNS query, to any server: it goes to guardd's responder, which answers the call's
     // approved names only, so no name of the call's choosing leaves the host.
     if proto == PROTO_UDP && port == DNS_PORT && config.dns_port != 0 {
-        // SAFETY: as above; connect4 and sendmsg4 may rewrite the destination.
+        // SAFETY: as in dest4; connect4 and sendmsg4 may rewrite the destination.
         unsafe {
             let cookie = bpf_get_socket_cookie(ctx.sock_addr.cast());
             let sa = &mut *ctx.sock_addr;
@@ -189,15 +180,7 @@ fn check6(ctx: &SockAddrContext) -> i32 {
     let Some((cgroup_id, _)) = current_call() else {
         return ALLOW;
     };
-    // SAFETY: as in check4.
-    let (addr, port, proto) = unsafe {
-        let sa = &*ctx.sock_addr;
-        (
-            sa.user_ip6,
-            u16::from_be(sa.user_port as u16),
-            sa.protocol as u8,
-        )
-    };
+    let (addr, port, proto) = dest6(ctx);
     let key = Dest6::new(cgroup_id, addr, port, proto);
     let Some(allowed) = to_report(ALLOW6.get_ptr_mut(&key)) else {
         return ALLOW;

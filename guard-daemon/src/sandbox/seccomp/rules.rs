@@ -314,17 +314,7 @@ fn truncating_opens(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
     let mask = (libc::O_ACCMODE | libc::O_TRUNC) as u64;
     let mut rules: Vec<Rule> = [("open", libc::SYS_open, 1), ("openat", libc::SYS_openat, 2)]
         .into_iter()
-        .map(|(name, nr, arg)| Rule {
-            name,
-            nr,
-            action: EPERM,
-            when: vec![Cond {
-                arg,
-                dword: true,
-                op: Op::MaskedEq(mask),
-                value: libc::O_TRUNC as u64,
-            }],
-        })
+        .map(|(name, nr, arg)| masked_eperm(name, nr, arg, mask, libc::O_TRUNC as u64))
         .collect();
     if !allowed(landlock::OPEN_HOW) {
         rules.push(always(
@@ -376,19 +366,25 @@ fn setid_rules() -> Vec<Rule> {
         .iter()
         .filter_map(|&(name, arg)| Some((name, sysname::number(name)?, arg)))
         .flat_map(|(name, nr, arg)| {
-            [libc::S_ISUID, libc::S_ISGID].map(|bit| Rule {
-                name,
-                nr,
-                action: EPERM,
-                when: vec![Cond {
-                    arg,
-                    dword: true,
-                    op: Op::MaskedEq(u64::from(bit)),
-                    value: u64::from(bit),
-                }],
-            })
+            [libc::S_ISUID, libc::S_ISGID]
+                .map(|bit| masked_eperm(name, nr, arg, u64::from(bit), u64::from(bit)))
         })
         .collect()
+}
+
+/// `name` (number `nr`) whose argument `arg`, a C `int`, masked with `mask` is `value`: EPERM.
+fn masked_eperm(name: &'static str, nr: i64, arg: u8, mask: u64, value: u64) -> Rule {
+    Rule {
+        name,
+        nr,
+        action: EPERM,
+        when: vec![Cond {
+            arg,
+            dword: true,
+            op: Op::MaskedEq(mask),
+            value,
+        }],
+    }
 }
 
 /// ioctl(2) with `request` (a C `unsigned int`): EPERM.
