@@ -113,10 +113,11 @@ pub enum Effect {
         port: u16,
         proto: Proto,
     },
-    /// A socket the call may not create.
+    /// A socket the call may not create. (Its type is `sock_type` on the wire: an event frame's
+    /// own `type` is `event`, and a JSON object with two of a key is one no strict reader takes.)
     Socket {
         family: String,
-        #[serde(rename = "type")]
+        #[serde(rename = "sock_type")]
         ty: String,
         protocol: u32,
     },
@@ -149,11 +150,7 @@ pub enum Effect {
         options: bool,
     },
     /// The call asked its resolver for a name outside its approved hosts.
-    Dns {
-        name: String,
-        #[serde(rename = "type")]
-        qtype: String,
-    },
+    Dns { name: String, qtype: String },
 }
 
 /// A syscall another layer refused.

@@ -151,6 +151,29 @@ fn follow_shows_a_block_and_a_divergence_as_they_happen() {
         lag < Duration::from_millis(100),
         "divergence shown {lag:?} after the call ended"
     );
+    // A socket the call may not create: its divergence, and the events after it, reach the
+    // follower (a socket's fields once made a frame guardctl refused, and it stopped there).
+    let out = guardd
+        .exec("sh", &["script=exec 3<>/dev/tcp/127.0.0.1/9"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("guard-exec");
+    assert_ne!(out.status.code(), Some(0));
+    let (_, event) = wait_for(&rx, |v| v["kind"] == "divergence");
+    assert_eq!(
+        (event["effect"].as_str(), event["sock_type"].as_str()),
+        (Some("socket"), Some("stream")),
+        "{event}"
+    );
+    let status = guardd
+        .exec("rm_rf", &[])
+        .stderr(Stdio::null())
+        .status()
+        .expect("guard-exec");
+    assert_eq!(status.code(), Some(126));
+    let (_, event) = wait_for(&rx, |v| v["kind"] == "decision" && v["tool"] == "rm_rf");
+    assert_eq!(event["decision"], "block");
+
     // guardd goes away: the follower says so and fails, rather than ending like a quiet guard.
     drop(guardd);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -313,4 +313,88 @@ mod tests {
         let newer = br#"{"v":2,"type":"subscribed"}"#;
         assert!(parse_reply::<Reply>(newer).unwrap_err().contains("v2"));
     }
+
+    #[test]
+    fn a_divergence_of_every_effect_reads_back_on_the_wire() {
+        use crate::bus::{Action, Divergence, Effect, Proto, RefusedSeen, StoppedBy};
+        // An effect's fields sit flat beside the frame's own (`type`, `kind`, `effect`): one
+        // named like those made a frame with two keys alike, which guardctl refused, and
+        // every follower stopped at a call's first socket or DNS divergence.
+        let effects = [
+            Effect::Exec { path: "/x".into() },
+            Effect::Connect {
+                addr: "10.1.2.3".into(),
+                port: 443,
+                proto: Proto::Tcp,
+            },
+            Effect::Socket {
+                family: "inet".into(),
+                ty: "stream".into(),
+                protocol: 0,
+            },
+            Effect::Open {
+                path: "/x".into(),
+                flags: 1,
+            },
+            Effect::WritesOutside {
+                writes: 1,
+                events_lost: 0,
+            },
+            Effect::EventsLost { events_lost: 1 },
+            Effect::Refused(RefusedSeen {
+                syscall: "openat".into(),
+                errno: "EACCES".into(),
+                stopped_by: StoppedBy::Landlock,
+            }),
+            Effect::RefusedUnseen {
+                refused: 1,
+                events_lost: 1,
+            },
+            Effect::Syscall {
+                signal: "SIGSYS".into(),
+            },
+            Effect::Guardd {},
+            Effect::Bind {
+                addr: "0.0.0.0".into(),
+                port: 5599,
+                proto: Proto::Udp,
+            },
+            Effect::Packet {
+                addr: "10.1.2.3".into(),
+                port: 9,
+                protocol: 17,
+                options: true,
+            },
+            Effect::Dns {
+                name: "example.org".into(),
+                qtype: "A".into(),
+            },
+        ];
+        for effect in effects {
+            // A variant added without a line above fails to compile here.
+            match &effect {
+                Effect::Exec { .. }
+                | Effect::Connect { .. }
+                | Effect::Socket { .. }
+                | Effect::Open { .. }
+                | Effect::WritesOutside { .. }
+                | Effect::EventsLost { .. }
+                | Effect::Refused(_)
+                | Effect::RefusedUnseen { .. }
+                | Effect::Syscall { .. }
+                | Effect::Guardd {}
+                | Effect::Bind { .. }
+                | Effect::Packet { .. }
+                | Effect::Dns { .. } => {}
+            }
+            let what = What::Divergence(Divergence {
+                effect,
+                action: Action::Deny,
+                pid: Some(1),
+            });
+            let event = Reply::Event(Event::of(Some("c1"), Some("t"), what));
+            let f = frame(&event);
+            assert_eq!(parse_reply::<Reply>(&f), Ok(event));
+        }
+    }
 }

@@ -317,6 +317,11 @@ pub fn events(
                 eprintln!("guardctl: guardd closed the event stream (stopped or restarted)");
                 return ExitCode::from(69);
             }
+            // One frame this guardctl cannot read (a newer guardd's event, say) is reported
+            // and skipped: a follower that stopped there would hide every later event.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                eprintln!("guardctl: skipped an event it cannot read: {e}");
+            }
             Err(e) => {
                 eprintln!("guardctl: {e}");
                 return ExitCode::from(1);
