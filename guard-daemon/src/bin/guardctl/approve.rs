@@ -11,7 +11,7 @@ use guard::{
     },
 };
 
-use crate::print_json;
+use crate::{print_json, printable};
 
 /// Sends one admin request and returns what comes back; an error is printed, with its exit.
 fn ask(socket: Option<PathBuf>, request: &Request) -> Result<Reply, ExitCode> {
@@ -55,8 +55,8 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
             call.decision,
             call.uid,
             call.since,
-            call.reason,
-            call.program,
+            printable(&call.reason),
+            printable(&call.program),
             call.args,
             call.digest
         );
@@ -90,7 +90,12 @@ pub fn approve(
             if !as_json {
                 println!(
                     "approving {} ({}, uid {}): program {}, args {}\n  {}",
-                    call.call_id, call.tool, call.uid, call.program, call.args, call.digest
+                    call.call_id,
+                    call.tool,
+                    call.uid,
+                    printable(&call.program),
+                    call.args,
+                    call.digest
                 );
             }
             call.digest

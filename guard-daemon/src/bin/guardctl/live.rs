@@ -8,7 +8,7 @@ use guard::{
     protocol::{Reply, Request, StatusRequest, SubscribeRequest, reply::Status},
 };
 
-use crate::print_json;
+use crate::{print_json, printable};
 
 /// Connects or explains, in one line, why not.
 fn connect(socket: &Path) -> Result<Client, ExitCode> {
@@ -263,10 +263,10 @@ fn human(event: &Event, color: bool) -> String {
     };
     format!(
         "{} {kind_col} {:<16} {:<16} {}",
-        event.ts,
-        event.call_id.as_deref().unwrap_or("-"),
-        event.tool.as_deref().unwrap_or("-"),
-        detail(event)
+        printable(&event.ts),
+        printable(event.call_id.as_deref().unwrap_or("-")),
+        printable(event.tool.as_deref().unwrap_or("-")),
+        printable(&detail(event))
     )
 }
 
@@ -327,5 +327,33 @@ pub fn events(
                 return ExitCode::from(1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use guard::bus::{Action, Divergence};
+
+    use super::*;
+
+    #[test]
+    fn a_name_a_call_chose_reaches_the_terminal_escaped() {
+        // Erase the line, go up, and print a harmless one instead: an open a call made, as a
+        // divergence names it.
+        let path = "/srv/ws/\x1b[2K\x1b[1A\rx";
+        let what = What::Divergence(Divergence {
+            effect: Effect::Open {
+                path: path.into(),
+                flags: 1,
+            },
+            action: Action::Kill,
+            pid: None,
+        });
+        let line = human(&Event::of(Some("c1"), Some("t"), what), false);
+        assert!(!line.contains('\x1b') && !line.contains('\r'), "{line:?}");
+        assert!(
+            line.contains(r"/srv/ws/\u{1b}[2K\u{1b}[1A\u{d}x"),
+            "{line:?}"
+        );
     }
 }
