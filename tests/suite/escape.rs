@@ -1318,6 +1318,14 @@ fn escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare() {
     assert_eq!(seen["verdict"], "diverged", "{seen:#}");
     assert_eq!(seen["denied"], 1, "{seen:#}");
 
+    // Nor the error queue, which ICMP errors quoting its socket fill from anyone, past the
+    // ingress program (control: the tool outside guard gets it).
+    let mut bare = std::process::Command::new(&s.tool);
+    bare.arg("udp-recverr");
+    assert_eq!(text(&output(bare).stdout), "recverr on\n");
+    let out = call(&guardd, &["udp-recverr"]);
+    assert_errno(&out, "EPERM");
+
     // TCP: a connection from elsewhere is never accepted; one from the approved 127.0.0.1:9
     // is (the same address and port the call may connect to).
     let (caller, lines, first) = started(&guardd, &["tcp-listen", "3"]);

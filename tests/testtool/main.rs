@@ -880,6 +880,26 @@ fn run(action: &[String]) -> Res {
             println!("udp got {n} bytes from {from}");
             Ok(())
         }
+        "udp-recverr" => {
+            // Asks for ICMP errors on a UDP socket's error queue (IP_RECVERR).
+            let sock = UdpSocket::bind(("127.0.0.1", 0))?;
+            let on: libc::c_int = 1;
+            // SAFETY: setsockopt reads one int through the pointer.
+            let rc = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&sock),
+                    libc::SOL_IP,
+                    libc::IP_RECVERR,
+                    (&raw const on).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc < 0 {
+                return Err(last_errno());
+            }
+            println!("recverr on");
+            Ok(())
+        }
         "tcp-listen" => {
             // `tcp-listen SECS`: listens without a bind (the kernel picks a port), prints the
             // port, and waits SECS for one connection.

@@ -177,11 +177,22 @@ impl SeccompTable {
             .collect();
         denies.sort_by_key(|r| std::cmp::Reverse(r.action.severity()));
         let mut out = Vec::new();
+        // The argument word the accumulator holds where the next rule starts, when every way
+        // there leaves the same one: rules on one argument in a row (the ioctl requests) load
+        // it once.
+        let mut holds = None;
         for r in denies {
             let mut rule = Vec::new();
-            for c in &r.when {
-                condition(c, &mut rule).map_err(|why| SeccompError::Compile { nr, why })?;
+            for (i, c) in r.when.iter().enumerate() {
+                let known = if i == 0 { holds } else { None };
+                condition(c, known, &mut rule).map_err(|why| SeccompError::Compile { nr, why })?;
             }
+            holds = match r.when.as_slice() {
+                [c] if c.dword && matches!(c.op, Op::Eq | Op::Ne) => {
+                    word_offsets(c.arg).ok().map(|w| w.0)
+                }
+                _ => None,
+            };
             rule.push(ret(r.action));
             // A false condition jumps past this rule's `ret`, to the next rule.
             let len = rule.len();
@@ -250,22 +261,30 @@ fn dispatch(
 }
 
 /// Appends the code of one condition: it falls through when the condition holds and jumps to
-/// [`TO_NEXT_RULE`] when it does not. Arguments are 64 bits, read as two 32-bit words.
-fn condition(c: &Cond, out: &mut Vec<Insn>) -> Result<(), &'static str> {
+/// [`TO_NEXT_RULE`] when it does not. Arguments are 64 bits, read as two 32-bit words. `known`:
+/// the word the accumulator already holds, whose load a 32-bit compare then leaves out.
+fn condition(c: &Cond, known: Option<u32>, out: &mut Vec<Insn>) -> Result<(), &'static str> {
     let (lo_at, hi_at) = word_offsets(c.arg)?;
     let (v_lo, v_hi) = (c.value as u32, (c.value >> 32) as u32);
     if c.dword && v_hi != 0 {
         return Err("a 32-bit condition on a value wider than 32 bits");
     }
+    let load_lo = |out: &mut Vec<Insn>| {
+        if !(c.dword && known == Some(lo_at)) {
+            out.push(stmt(LD_ABS, lo_at));
+        }
+    };
     match c.op {
         Op::Eq => {
-            out.extend([stmt(LD_ABS, lo_at), jump(JEQ_K, v_lo, 0, TO_NEXT_RULE)]);
+            load_lo(out);
+            out.push(jump(JEQ_K, v_lo, 0, TO_NEXT_RULE));
             if !c.dword {
                 out.extend([stmt(LD_ABS, hi_at), jump(JEQ_K, v_hi, 0, TO_NEXT_RULE)]);
             }
         }
         Op::Ne if c.dword => {
-            out.extend([stmt(LD_ABS, lo_at), jump(JEQ_K, v_lo, TO_NEXT_RULE, 0)]);
+            load_lo(out);
+            out.push(jump(JEQ_K, v_lo, TO_NEXT_RULE, 0));
         }
         Op::Ne => {
             // Holds when either word differs: a low word that differs skips the high one.

@@ -1,5 +1,6 @@
 //! The rules on socket(2) and socketpair(2): which address families and socket types a call may
-//! create, by its effects.
+//! create, by its effects; and on setsockopt(2), the options that open a socket's error queue
+//! to ICMP errors from anyone.
 
 use super::{
     Cond, Op, Rule,
@@ -19,6 +20,18 @@ const NOT_STREAM_OR_DGRAM: &[(u64, u64)] = &[
     (0xc, 0x4),
     (0xc, 0x8),
     (0xc, 0xc),
+];
+
+/// The socket options that queue ICMP errors, with the datagram they quote, on a socket's error
+/// queue (`MSG_ERRQUEUE`): IP_RECVERR, IP_RECVERR_RFC4884, IPV6_RECVERR and
+/// IPV6_RECVERR_RFC4884, as (level, name). Anyone who can send the host an ICMP error that quotes
+/// a call's socket reaches it there with bytes of their choosing, and the queue is filled past
+/// the `cgroup_skb` ingress program that keeps every other packet from anyone else out.
+const RECVERR: &[(i32, i32)] = &[
+    (libc::SOL_IP, 11),
+    (libc::SOL_IP, 26),
+    (libc::SOL_IPV6, 25),
+    (libc::SOL_IPV6, 31),
 ];
 
 /// socket(2): AF_UNIX only with the `unix` effect, AF_INET/AF_INET6 only with connect effects
@@ -70,6 +83,17 @@ pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
             libc::SYS_socketpair,
             vec![type_is(SOCK_TYPE_MASK & !1, libc::SOCK_DGRAM as u64)],
         ));
+    }
+    // A pair of any other family reaches that family's code (and, on a kernel with modules, the
+    // loading of its module), which socket(2)'s rules keep from a call.
+    rules.push(rule(libc::SYS_socketpair, vec![int_ne(0, libc::AF_UNIX)]));
+    if may_connect {
+        rules.extend(RECVERR.iter().map(|&(level, name)| Rule {
+            name: "setsockopt",
+            nr: libc::SYS_setsockopt,
+            action: EPERM,
+            when: vec![int_eq(1, level), int_eq(2, name)],
+        }));
     }
     rules
 }

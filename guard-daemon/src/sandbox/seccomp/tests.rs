@@ -366,6 +366,40 @@ fn sockets_with_connect_effects_add_inet_stream_and_dgram_only() {
     );
     assert_eq!(t.verdict(s, sock(libc::AF_NETLINK, libc::SOCK_RAW)), EPERM_);
     assert_ne!(t, table(&plan(), false).expect("table"));
+    // The error queue, which ICMP errors from anyone fill past the ingress program: refused;
+    // other options are the tool's.
+    let opt = |level: i32, name: i32| [3, level as u64, name as u64, 0x7fff_0000_1000, 4, 0];
+    let set = libc::SYS_setsockopt;
+    for (level, name) in [
+        (libc::SOL_IP, 11),
+        (libc::SOL_IP, 26),
+        (libc::SOL_IPV6, 25),
+        (libc::SOL_IPV6, 31),
+    ] {
+        assert_eq!(t.verdict(set, opt(level, name)), EPERM_, "{level} {name}");
+    }
+    assert_eq!(
+        t.verdict(set, opt(libc::SOL_SOCKET, libc::SO_REUSEADDR)),
+        Action::Allow
+    );
+    assert_eq!(
+        t.verdict(set, opt(libc::SOL_IP, libc::IP_TOS)),
+        Action::Allow
+    );
+    // A socket pair is AF_UNIX's alone.
+    let pair = libc::SYS_socketpair;
+    assert_eq!(
+        t.verdict(pair, sock(libc::AF_INET, libc::SOCK_STREAM)),
+        EPERM_
+    );
+    assert_eq!(
+        t.verdict(pair, sock(libc::AF_VSOCK, libc::SOCK_STREAM)),
+        EPERM_
+    );
+    assert_eq!(
+        t.verdict(pair, sock(libc::AF_UNIX, libc::SOCK_STREAM)),
+        Action::Allow
+    );
 }
 
 #[test]
