@@ -392,9 +392,77 @@ mod tests {
                 action: Action::Deny,
                 pid: Some(1),
             });
-            let event = Reply::Event(Event::of(Some("c1"), Some("t"), what));
-            let f = frame(&event);
-            assert_eq!(parse_reply::<Reply>(&f), Ok(event));
+            reads_back_unique(Reply::Event(Event::of(Some("c1"), Some("t"), what)));
         }
+    }
+
+    /// The reply's frame has no key twice in one object, and reads back as guardctl reads it.
+    fn reads_back_unique(reply: Reply) {
+        let f = frame(&reply);
+        let text = String::from_utf8_lossy(&f);
+        assert_eq!(no_duplicate_keys(&f), Ok(()), "{text}");
+        assert_eq!(parse_reply::<Reply>(&f), Ok(reply), "{text}");
+    }
+
+    /// Err with the first key an object of `json` (at any depth) carries twice: serde_json
+    /// keeps the last of two into a `Value`, so only a reader of its own sees them.
+    fn no_duplicate_keys(json: &[u8]) -> Result<(), String> {
+        use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+        struct Unique;
+        impl<'de> DeserializeSeed<'de> for Unique {
+            type Value = ();
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+        impl<'de> Visitor<'de> for Unique {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format!("duplicate key {key}")));
+                    }
+                    map.next_value_seed(Unique)?;
+                }
+                Ok(())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+                while seq.next_element_seed(Unique)?.is_some() {}
+                Ok(())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_unit<E>(self) -> Result<(), E> {
+                Ok(())
+            }
+        }
+        let mut de = serde_json::Deserializer::from_slice(json);
+        Unique.deserialize(&mut de).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_duplicate_key_check_sees_a_duplicate() {
+        assert!(no_duplicate_keys(br#"{"a":1,"b":[{"type":1,"type":2}]}"#).is_err());
+        assert_eq!(
+            no_duplicate_keys(br#"{"a":1,"b":[{"type":1}],"type":"x"}"#),
+            Ok(())
+        );
     }
 }
