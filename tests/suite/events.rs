@@ -190,6 +190,87 @@ fn follow_shows_a_block_and_a_divergence_as_they_happen() {
     assert_eq!(status.code(), Some(69), "events --follow after guardd left");
 }
 
+/// `guardctl events --follow` as an operator runs it (lines for people, not `--json`): a
+/// socket divergence shows, and a later call's lines still come. Its frame once carried two
+/// `type` keys, which guardctl refused, and the follower exited there.
+#[test]
+fn follow_for_people_goes_on_past_a_socket_divergence() {
+    if !support::privileged("follow_for_people_goes_on_past_a_socket_divergence") {
+        return;
+    }
+    let guardd = Guardd::start(POLICY);
+    let mut tail = guardd
+        .ctl(&["events", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("guardctl events");
+    let stdout = tail.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = |want: &dyn Fn(&str) -> bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(line) if want(&line) => return,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("guardctl events --follow never showed {what}");
+    };
+    // The subscription is live once a first line comes through.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = guardd
+            .exec("no_such_tool", &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "guardctl events --follow showed nothing"
+        );
+    }
+    while rx.try_recv().is_ok() {}
+
+    let out = guardd
+        .exec("sh", &["script=exec 3<>/dev/tcp/127.0.0.1/9"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("guard-exec");
+    assert_ne!(out.status.code(), Some(0));
+    wait(
+        &|l| l.contains("divergence") && l.contains("inet/stream"),
+        "the socket divergence",
+    );
+    let status = guardd
+        .exec("rm_rf", &[])
+        .stderr(Stdio::null())
+        .status()
+        .expect("guard-exec");
+    assert_eq!(status.code(), Some(126));
+    wait(
+        &|l| l.contains("rm_rf") && l.contains("block"),
+        "the later block",
+    );
+    assert!(
+        tail.try_wait().expect("try_wait").is_none(),
+        "guardctl events --follow exited"
+    );
+    let _ = tail.kill();
+    let _ = tail.wait();
+}
+
 #[test]
 fn a_subscriber_that_never_reads_is_dropped_and_calls_go_on() {
     if !support::privileged("a_subscriber_that_never_reads_is_dropped_and_calls_go_on") {
