@@ -337,6 +337,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_follower_skips_a_frame_it_cannot_read_and_goes_on() {
+        use std::io::{BufRead as _, Write as _};
+        let dir = std::env::temp_dir().join(format!("guardctl-skip-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let socket = dir.join("guard.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            let mut line = String::new();
+            std::io::BufReader::new(&conn)
+                .read_line(&mut line)
+                .expect("subscribe");
+            // The reply, a frame with a key twice, and nothing more: the follower must reach
+            // the end of the stream (69), not stop at the frame (1).
+            conn.write_all(b"{\"v\":1,\"type\":\"subscribed\"}\n")
+                .expect("write");
+            conn.write_all(b"{\"v\":1,\"type\":\"event\",\"ts\":\"t\",\"kind\":\"divergence\",\"effect\":\"dns\",\"name\":\"x\",\"type\":\"A\",\"action\":\"deny\"}\n").expect("write");
+        });
+        let filter = Filter {
+            kind: None,
+            tool: None,
+            decision: None,
+            call: None,
+            since: None,
+        };
+        let code = events(Some(socket), &dir.join("audit"), true, true, filter);
+        server.join().expect("server");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(format!("{code:?}"), format!("{:?}", ExitCode::from(69)));
+    }
+
+    #[test]
     fn a_name_a_call_chose_reaches_the_terminal_escaped() {
         // Erase the line, go up, and print a harmless one instead: an open a call made, as a
         // divergence names it.
