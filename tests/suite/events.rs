@@ -47,10 +47,15 @@ fn exec_frame(socket: &std::path::Path, tool: &str, args: Value) -> Value {
     try_exec_frame(socket, tool, args).expect("guardd answered the exec")
 }
 
-/// `guardctl events --follow --json`, its lines delivered with the time they arrived.
-fn follow(guardd: &Guardd) -> (std::process::Child, mpsc::Receiver<(Instant, Value)>) {
+/// `guardctl events --follow` with `args`, each line `parse` takes delivered with the time it
+/// arrived.
+fn follow_with<T: Send + 'static>(
+    guardd: &Guardd,
+    args: &[&str],
+    parse: fn(&str) -> Option<T>,
+) -> (std::process::Child, mpsc::Receiver<(Instant, T)>) {
     let mut child = guardd
-        .ctl(&["events", "--follow", "--json"])
+        .ctl(&[&["events", "--follow"], args].concat())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -59,7 +64,7 @@ fn follow(guardd: &Guardd) -> (std::process::Child, mpsc::Receiver<(Instant, Val
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&line)
+            if let Some(v) = parse(&line)
                 && tx.send((Instant::now(), v)).is_err()
             {
                 return;
@@ -69,11 +74,34 @@ fn follow(guardd: &Guardd) -> (std::process::Child, mpsc::Receiver<(Instant, Val
     (child, rx)
 }
 
+/// `guardctl events --follow --json`, its lines delivered with the time they arrived.
+fn follow(guardd: &Guardd) -> (std::process::Child, mpsc::Receiver<(Instant, Value)>) {
+    follow_with(guardd, &["--json"], |line| serde_json::from_str(line).ok())
+}
+
+/// Makes calls until the follower shows a first line (the subscription is live), then drops
+/// what it showed.
+fn until_live<T>(guardd: &Guardd, rx: &mpsc::Receiver<(Instant, T)>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = guardd
+            .exec("no_such_tool", &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "guardctl events --follow showed nothing"
+        );
+    }
+    while rx.try_recv().is_ok() {}
+}
+
 /// Waits for an event matching `want`, returning when it arrived.
-fn wait_for(
-    rx: &mpsc::Receiver<(Instant, Value)>,
-    want: impl Fn(&Value) -> bool,
-) -> (Instant, Value) {
+fn wait_for<T>(rx: &mpsc::Receiver<(Instant, T)>, want: impl Fn(&T) -> bool) -> (Instant, T) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
@@ -92,26 +120,7 @@ fn follow_shows_a_block_and_a_divergence_as_they_happen() {
     }
     let guardd = Guardd::start(POLICY);
     let (mut tail, rx) = follow(&guardd);
-    // The subscription is live once a first event comes through.
-    let probe = || {
-        let mut cmd = guardd.exec("no_such_tool", &[]);
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("guard-exec")
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        probe();
-        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "guardctl events --follow showed nothing"
-        );
-    }
-    while rx.try_recv().is_ok() {}
+    until_live(&guardd, &rx);
 
     // A block: its decision event is published before guard-exec even hears the decision.
     let status = guardd
@@ -199,49 +208,8 @@ fn follow_for_people_goes_on_past_a_socket_divergence() {
         return;
     }
     let guardd = Guardd::start(POLICY);
-    let mut tail = guardd
-        .ctl(&["events", "--follow"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("guardctl events");
-    let stdout = tail.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel::<String>();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let wait = |want: &dyn Fn(&str) -> bool, what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match rx.recv_timeout(left) {
-                Ok(line) if want(&line) => return,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        panic!("guardctl events --follow never showed {what}");
-    };
-    // The subscription is live once a first line comes through.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let _ = guardd
-            .exec("no_such_tool", &[])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "guardctl events --follow showed nothing"
-        );
-    }
-    while rx.try_recv().is_ok() {}
+    let (mut tail, rx) = follow_with(&guardd, &[], |line| Some(line.to_owned()));
+    until_live(&guardd, &rx);
 
     let out = guardd
         .exec("sh", &["script=exec 3<>/dev/tcp/127.0.0.1/9"])
@@ -249,20 +217,16 @@ fn follow_for_people_goes_on_past_a_socket_divergence() {
         .output()
         .expect("guard-exec");
     assert_ne!(out.status.code(), Some(0));
-    wait(
-        &|l| l.contains("divergence") && l.contains("inet/stream"),
-        "the socket divergence",
-    );
+    wait_for(&rx, |l| {
+        l.contains("divergence") && l.contains("inet/stream")
+    });
     let status = guardd
         .exec("rm_rf", &[])
         .stderr(Stdio::null())
         .status()
         .expect("guard-exec");
     assert_eq!(status.code(), Some(126));
-    wait(
-        &|l| l.contains("rm_rf") && l.contains("block"),
-        "the later block",
-    );
+    wait_for(&rx, |l| l.contains("rm_rf") && l.contains("block"));
     assert!(
         tail.try_wait().expect("try_wait").is_none(),
         "guardctl events --follow exited"
