@@ -100,6 +100,26 @@ fn until_live<T>(guardd: &Guardd, rx: &mpsc::Receiver<(Instant, T)>) {
     while rx.try_recv().is_ok() {}
 }
 
+/// A call of `sh` that opens an inet socket, which it may not: a socket divergence.
+fn open_a_socket(guardd: &Guardd) {
+    let out = guardd
+        .exec("sh", &["script=exec 3<>/dev/tcp/127.0.0.1/9"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("guard-exec");
+    assert_ne!(out.status.code(), Some(0));
+}
+
+/// A call of a tool the policy does not know: blocked (126).
+fn call_rm_rf(guardd: &Guardd) {
+    let status = guardd
+        .exec("rm_rf", &[])
+        .stderr(Stdio::null())
+        .status()
+        .expect("guard-exec");
+    assert_eq!(status.code(), Some(126));
+}
+
 /// Waits for an event matching `want`, returning when it arrived.
 fn wait_for<T>(rx: &mpsc::Receiver<(Instant, T)>, want: impl Fn(&T) -> bool) -> (Instant, T) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -162,24 +182,14 @@ fn follow_shows_a_block_and_a_divergence_as_they_happen() {
     );
     // A socket the call may not create: its divergence, and the events after it, reach the
     // follower (a socket's fields once made a frame guardctl refused, and it stopped there).
-    let out = guardd
-        .exec("sh", &["script=exec 3<>/dev/tcp/127.0.0.1/9"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("guard-exec");
-    assert_ne!(out.status.code(), Some(0));
+    open_a_socket(&guardd);
     let (_, event) = wait_for(&rx, |v| v["kind"] == "divergence");
     assert_eq!(
         (event["effect"].as_str(), event["sock_type"].as_str()),
         (Some("socket"), Some("stream")),
         "{event}"
     );
-    let status = guardd
-        .exec("rm_rf", &[])
-        .stderr(Stdio::null())
-        .status()
-        .expect("guard-exec");
-    assert_eq!(status.code(), Some(126));
+    call_rm_rf(&guardd);
     let (_, event) = wait_for(&rx, |v| v["kind"] == "decision" && v["tool"] == "rm_rf");
     assert_eq!(event["decision"], "block");
 
@@ -211,21 +221,11 @@ fn follow_for_people_goes_on_past_a_socket_divergence() {
     let (mut tail, rx) = follow_with(&guardd, &[], |line| Some(line.to_owned()));
     until_live(&guardd, &rx);
 
-    let out = guardd
-        .exec("sh", &["script=exec 3<>/dev/tcp/127.0.0.1/9"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("guard-exec");
-    assert_ne!(out.status.code(), Some(0));
+    open_a_socket(&guardd);
     wait_for(&rx, |l| {
         l.contains("divergence") && l.contains("inet/stream")
     });
-    let status = guardd
-        .exec("rm_rf", &[])
-        .stderr(Stdio::null())
-        .status()
-        .expect("guard-exec");
-    assert_eq!(status.code(), Some(126));
+    call_rm_rf(&guardd);
     wait_for(&rx, |l| l.contains("rm_rf") && l.contains("block"));
     assert!(
         tail.try_wait().expect("try_wait").is_none(),
