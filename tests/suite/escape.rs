@@ -555,6 +555,7 @@ fn escape_a_file_a_call_may_only_read_is_not_truncated() {
         ("truncate", "EPERM"),
         ("ftruncate", "EACCES"),
         ("open-rdonly-trunc", "EPERM"),
+        ("open-mode3-trunc", "EPERM"),
     ] {
         let out = call(&guardd, &[action, &theirs_s]);
         assert_errno(&out, errno);
@@ -589,6 +590,19 @@ fn escape_a_file_a_call_may_only_read_is_not_truncated() {
     let guardd = Guardd::start(&s.policy(&effects, ""));
     let out = call(&guardd, &["read", &sibling_s]);
     assert_ok(&out);
+    let out = call(&guardd, &["ftruncate", &sibling_s]);
+    assert_errno(&out, "EACCES");
+    assert_eq!(fs::read_to_string(&sibling).expect("read"), "sibling\n");
+    drop(guardd);
+
+    // The same directory widened through another spelling (root's link to it).
+    let alias = s.dir.join("alias");
+    std::os::unix::fs::symlink(&widened, &alias).expect("symlink");
+    let effects = format!(
+        "read = [\"{widened}\"]\nwrite = [\"{}/new.txt\"]",
+        alias.display()
+    );
+    let guardd = Guardd::start(&s.policy(&effects, ""));
     let out = call(&guardd, &["ftruncate", &sibling_s]);
     assert_errno(&out, "EACCES");
     assert_eq!(fs::read_to_string(&sibling).expect("read"), "sibling\n");

@@ -96,11 +96,17 @@ fn run(action: &[String]) -> Res {
             println!("truncated {}", arg(1)?);
             Ok(())
         }
-        "open-rdonly-trunc" => {
-            // open(2) for reading with O_TRUNC: Linux truncates when the user may write.
+        "open-rdonly-trunc" | "open-mode3-trunc" => {
+            // open(2) with O_TRUNC for reading, or with access mode 3 (neither read nor write):
+            // Linux truncates when the user may write.
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            let mode = if action[0] == "open-rdonly-trunc" {
+                libc::O_RDONLY
+            } else {
+                3
+            };
             // SAFETY: path is NUL-terminated; the descriptor is closed at once.
-            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_TRUNC) };
+            let fd = unsafe { libc::open(path.as_ptr(), mode | libc::O_TRUNC) };
             if fd < 0 {
                 return Err(last_errno());
             }

@@ -252,11 +252,14 @@ pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> L
             _ => out.skipped.push(p.clone()),
         }
     }
-    if !TRUNCATE_UNCHECKED
-        .iter()
-        .any(|name| plan.confinement.allows_syscall(name))
+    // A widened directory's CREATE_IN leaves Truncate out, and a read rule above or below it
+    // spelled another way (a symlink) would bring it back: a plan that widens gets none.
+    if out.widened.is_empty()
+        && !TRUNCATE_UNCHECKED
+            .iter()
+            .any(|name| plan.confinement.allows_syscall(name))
     {
-        end_walks_at_read_rules(&mut fs, &out.widened);
+        end_walks_at_read_rules(&mut fs);
     }
     out.fs = fs
         .into_iter()
@@ -302,24 +305,16 @@ pub const OPEN_HOW: &str = "openat2";
 /// ([`end_walks_at_read_rules`]).
 pub const TRUNCATE_UNCHECKED: &[&str] = &[TRUNCATE_BY_NAME, OPEN_HOW];
 
-/// Adds Truncate to every rule that grants ReadFile, except near a widened directory (on it,
-/// above it or below it). Every open asks landlock for Truncate too (whether the file may be
+/// Adds Truncate to every rule that grants ReadFile (for a plan that widens no directory). Every open asks landlock for Truncate too (whether the file may be
 /// truncated through it later); when no rule on the way grants it, landlock walks from the file
 /// up to the root, each open, and with it the walk ends at the rule that grants the open: an
 /// open inside a call took 1.67× a bare one here, and 1.37× with this. Truncating still takes
 /// a descriptor opened for writing (WriteFile, whose rules already carry Truncate), the name
 /// ([`TRUNCATE_BY_NAME`]) or an open for reading with `O_TRUNC`, which seccomp refuses (and
-/// [`OPEN_HOW`], where it cannot see the flags). Near a widened directory, [`CREATE_IN`]'s
-/// WriteFile, which leaves Truncate out, would meet it.
-fn end_walks_at_read_rules(
-    fs: &mut BTreeMap<PathBuf, BitFlags<AccessFs>>,
-    widened: &[(PathBuf, PathBuf)],
-) {
-    for (path, access) in fs.iter_mut() {
-        let near_widened = widened
-            .iter()
-            .any(|(_, dir)| dir.starts_with(path) || path.starts_with(dir));
-        if access.contains(AccessFs::ReadFile) && !near_widened {
+/// [`OPEN_HOW`], where it cannot see the flags).
+fn end_walks_at_read_rules(fs: &mut BTreeMap<PathBuf, BitFlags<AccessFs>>) {
+    for access in fs.values_mut() {
+        if access.contains(AccessFs::ReadFile) {
             *access |= AccessFs::Truncate;
         }
     }

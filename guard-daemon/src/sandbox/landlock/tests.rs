@@ -57,11 +57,18 @@ fn read_rules_carry_truncate_unless_near_a_widened_directory_or_truncate_is_allo
         ..Effects::default()
     };
     let r = rules_with(&plan("/usr/bin/tool", effects.clone()), fake(FS));
-    assert_eq!(r.access(Path::new("/data")), Some(ended(READ_TREE)));
-    // /out is widened: its CREATE_IN grants WriteFile without Truncate, and a Truncate on
-    // it, above it or below it would combine with that into truncating /out's files.
+    // /out is widened: its CREATE_IN grants WriteFile without Truncate, and a Truncate on a
+    // read rule above or below it (however spelled) would combine with that into truncating
+    // /out's files: a plan that widens gets no Truncate on any read rule.
+    assert_eq!(r.access(Path::new("/data")), Some(READ_TREE));
     assert_eq!(r.access(Path::new("/out")), Some(CREATE_IN));
     assert_eq!(r.access(Path::new("/out/log.txt")), Some(READ_FILE));
+    let no_widening = Effects {
+        read: vec!["/data".into()],
+        ..Effects::default()
+    };
+    let r = rules_with(&plan("/usr/bin/tool", no_widening), fake(FS));
+    assert_eq!(r.access(Path::new("/data")), Some(ended(READ_TREE)));
 
     for name in TRUNCATE_UNCHECKED {
         let mut allowing = plan("/usr/bin/tool", effects.clone());

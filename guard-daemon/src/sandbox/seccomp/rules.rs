@@ -312,9 +312,18 @@ fn clone_rules(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
 /// between its read and the kernel's.
 fn truncating_opens(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
     let mask = (libc::O_ACCMODE | libc::O_TRUNC) as u64;
+    let accmode = libc::O_ACCMODE as u64;
     let mut rules: Vec<Rule> = [("open", libc::SYS_open, 1), ("openat", libc::SYS_openat, 2)]
         .into_iter()
-        .map(|(name, nr, arg)| masked_eperm(name, nr, arg, mask, libc::O_TRUNC as u64))
+        .flat_map(|(name, nr, arg)| {
+            [
+                masked_eperm(name, nr, arg, mask, libc::O_TRUNC as u64),
+                // Access mode 3 asks landlock for neither read nor write (it is for ioctls),
+                // so only Truncate was checked on its O_TRUNC, and its descriptor took fchmod
+                // and fchown on any file the tool's user owns. No tool needs it.
+                masked_eperm(name, nr, arg, accmode, accmode),
+            ]
+        })
         .collect();
     if !allowed(landlock::OPEN_HOW) {
         rules.push(always(

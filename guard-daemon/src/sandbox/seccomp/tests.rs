@@ -99,6 +99,12 @@ fn deny_list_denies_escape_syscalls_with_eperm() {
         0,
     ];
     assert_eq!(t.verdict(libc::SYS_openat, write_trunc), Action::Allow);
+    // Access mode 3 (no read, no write: ioctls) is nobody's: with O_TRUNC it truncated past
+    // landlock, and its descriptor took fchmod.
+    for flags in [3, 3 | libc::O_TRUNC, 3 | libc::O_CLOEXEC] {
+        let mode3 = [3, 0x7fff_0000_1000, flags as u64, 0, 0, 0];
+        assert_eq!(t.verdict(libc::SYS_openat, mode3), EPERM_, "{flags:o}");
+    }
     assert_eq!(
         t.verdict(libc::SYS_open, [0x7fff_0000_1000, trunc as u64, 0, 0, 0, 0]),
         EPERM_
