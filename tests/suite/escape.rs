@@ -1336,14 +1336,6 @@ fn escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare() {
     assert_eq!(seen["verdict"], "diverged", "{seen:#}");
     assert_eq!(seen["denied"], 1, "{seen:#}");
 
-    // Nor the error queue, which ICMP errors quoting its socket fill from anyone, past the
-    // ingress program (control: the tool outside guard gets it).
-    let mut bare = std::process::Command::new(&s.tool);
-    bare.arg("udp-recverr");
-    assert_eq!(text(&output(bare).stdout), "recverr on\n");
-    let out = call(&guardd, &["udp-recverr"]);
-    assert_errno(&out, "EPERM");
-
     // TCP: a connection from elsewhere is never accepted; one from the approved 127.0.0.1:9
     // is (the same address and port the call may connect to).
     let (caller, lines, first) = started(&guardd, &["tcp-listen", "3"]);
@@ -1364,6 +1356,146 @@ fn escape_nothing_reaches_a_call_from_a_peer_it_did_not_declare() {
     assert_eq!(tcp_from(9, port), Ok(()));
     let (out, rest, _) = receipt(caller, lines);
     assert_eq!(rest, ["accepted"], "{out:?}");
+}
+
+/// The internet checksum of `data` (RFC 1071).
+fn inet_checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Sends loopback an ICMP port unreachable (ICMPv6 with `v6`) from loopback, as the host a
+/// datagram went to answers it: it quotes a datagram from loopback's `port` to port 9 that
+/// carried `payload`. Anyone who can send the host a packet can send this one.
+fn icmp_port_unreachable(v6: bool, port: u16, payload: &[u8]) {
+    let mut udp = Vec::new();
+    for word in [port, 9, (8 + payload.len()) as u16, 0] {
+        udp.extend(word.to_be_bytes());
+    }
+    udp.extend(payload);
+    let lo6 = std::net::Ipv6Addr::LOCALHOST.octets();
+    let lo4 = std::net::Ipv4Addr::LOCALHOST.octets();
+    let mut msg;
+    if v6 {
+        // Destination unreachable, port unreachable; the kernel sums ICMPv6 itself.
+        msg = vec![1, 4, 0, 0, 0, 0, 0, 0, 0x60, 0, 0, 0];
+        msg.extend((udp.len() as u16).to_be_bytes());
+        msg.extend([libc::IPPROTO_UDP as u8, 64]);
+        msg.extend(lo6.iter().chain(&lo6));
+    } else {
+        msg = vec![3, 3, 0, 0, 0, 0, 0, 0, 0x45, 0];
+        msg.extend(((20 + udp.len()) as u16).to_be_bytes());
+        msg.extend([0, 0, 0, 0, 64, libc::IPPROTO_UDP as u8, 0, 0]);
+        msg.extend(lo4.iter().chain(&lo4));
+    }
+    msg.extend(&udp);
+    if !v6 {
+        let sum = inet_checksum(&msg);
+        msg[2..4].copy_from_slice(&sum.to_be_bytes());
+    }
+    // SAFETY: a raw socket made here and closed at the end; the addresses and the message
+    // live on this stack across the calls they are passed to.
+    let sent = unsafe {
+        let (family, proto) = if v6 {
+            (libc::AF_INET6, libc::IPPROTO_ICMPV6)
+        } else {
+            (libc::AF_INET, libc::IPPROTO_ICMP)
+        };
+        let fd = libc::socket(family, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto);
+        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let mut to4: libc::sockaddr_in = std::mem::zeroed();
+        to4.sin_family = libc::AF_INET as libc::sa_family_t;
+        to4.sin_addr.s_addr = u32::from_ne_bytes(lo4);
+        let mut to6: libc::sockaddr_in6 = std::mem::zeroed();
+        to6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        to6.sin6_addr.s6_addr = lo6;
+        let (to, len): (*const libc::sockaddr, usize) = if v6 {
+            ((&raw const to6).cast(), size_of::<libc::sockaddr_in6>())
+        } else {
+            ((&raw const to4).cast(), size_of::<libc::sockaddr_in>())
+        };
+        let n = libc::sendto(
+            fd,
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            to,
+            len as libc::socklen_t,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        usize::try_from(n).map_err(|_| err)
+    };
+    assert_eq!(sent.expect("send the ICMP error"), msg.len());
+}
+
+/// Runs `tool` (`udp-recverr`), sends the port its first line names ICMP errors carrying
+/// `payload` for a second, and returns its first line with the port left out, and the rest.
+fn icmp_errors_to(mut tool: Command, v6: bool, payload: &[u8]) -> (String, Vec<String>, Output) {
+    let mut child = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        tool.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        child.stdout.take().expect("stdout"),
+    ));
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let (port, said) = first
+        .strip_prefix("port ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(port, said)| Some((port.parse::<u16>().ok()?, said.to_owned())))
+        .unwrap_or_else(|| panic!("port P ...: {first:?}"));
+    for _ in 0..10 {
+        icmp_port_unreachable(v6, port, payload);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rest = lines.map_while(Result::ok).collect();
+    (said, rest, child.wait_with_output().expect("wait"))
+}
+
+#[test]
+fn escape_an_icmp_error_carries_nothing_into_a_call() {
+    if !support::privileged("escape_an_icmp_error_carries_nothing_into_a_call") {
+        return;
+    }
+    // The ingress program drops every packet for a call's sockets from anyone but an approved
+    // destination; an ICMP error is delivered to the socket it quotes without it. A socket
+    // that asked for its error queue (IP_RECVERR, IPV6_RECVERR) got the quoted datagram's
+    // payload there, bytes of the sender's choosing: an inbound channel from anyone who can
+    // send the host a packet, on any call with a connect effect.
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy(r#"connect = ["127.0.0.1:9"]"#, ""));
+    let payload = b"INBOUND-FROM-ANYONE";
+    let heard = format!("errqueue {}", String::from_utf8_lossy(payload));
+    for (v6, family) in [(false, "4"), (true, "6")] {
+        // Control: the same tool outside guard hears it, so the test can see the channel.
+        let mut bare = Command::new(&s.tool);
+        bare.args(["udp-recverr", family, "2"]);
+        let (said, rest, out) = icmp_errors_to(bare, v6, payload);
+        assert_eq!(said, "setsockopt ok recverr 1", "{out:?}");
+        assert!(
+            rest.contains(&heard),
+            "the control heard nothing: {rest:?} {out:?}"
+        );
+
+        // The call: the option is answered 0 (glibc's resolver gives up on a refusal) and not
+        // set, and nothing reaches it.
+        let tool = guardd.exec("tt", &["a0=udp-recverr", &format!("a1={family}"), "a2=2"]);
+        let (said, rest, out) = icmp_errors_to(tool, v6, payload);
+        assert!(rest.is_empty(), "IPv{family}: the call heard {rest:?}");
+        assert_eq!(said, "setsockopt ok recverr 0", "IPv{family}: {out:?}");
+        assert_ok(&out);
+        assert_verdict(&guardd, "conformed");
+    }
 }
 
 #[test]
@@ -2256,6 +2388,10 @@ fn escape_a_dns_query_for_a_name_of_the_tools_choosing_never_leaves_the_host() {
         serde_json::json!({ "name": "localhost", "type": "A", "approved": true }),
         "{row:#}"
     );
+    // And glibc's resolver, which asks for its socket's error queue (IP_RECVERR) and gives the
+    // lookup up when that is refused.
+    assert_ok(&call(&guardd, &["connect", &format!("localhost:{port}")]));
+    assert_verdict(&guardd, "conformed");
 
     // The tunnel: refused by guardd's responder, heard by no nameserver, and a divergence.
     let out = call(

@@ -887,23 +887,59 @@ fn run(action: &[String]) -> Res {
             Ok(())
         }
         "udp-recverr" => {
-            // Asks for ICMP errors on a UDP socket's error queue (IP_RECVERR).
-            let sock = UdpSocket::bind(("127.0.0.1", 0))?;
+            // `udp-recverr 4|6 SECS`: a UDP socket on 127.0.0.1 or ::1 (a port the kernel
+            // picks) that asks for ICMP errors on its error queue (IP_RECVERR, IPV6_RECVERR).
+            // Prints `port P setsockopt ok|ERRNO recverr N` (N: the option as getsockopt reads
+            // it back), then for SECS each error-queue entry's payload as `errqueue TEXT`.
+            let v6 = arg(1)? == "6";
+            let (sock, level, name) = if v6 {
+                let s = UdpSocket::bind(("::1", 0))?;
+                (s, libc::SOL_IPV6, libc::IPV6_RECVERR)
+            } else {
+                let s = UdpSocket::bind(("127.0.0.1", 0))?;
+                (s, libc::SOL_IP, libc::IP_RECVERR)
+            };
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+            let int_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
             let on: libc::c_int = 1;
             // SAFETY: setsockopt reads one int through the pointer.
-            let rc = unsafe {
-                libc::setsockopt(
-                    std::os::fd::AsRawFd::as_raw_fd(&sock),
-                    libc::SOL_IP,
-                    libc::IP_RECVERR,
-                    (&raw const on).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
+            let rc = unsafe { libc::setsockopt(fd, level, name, (&raw const on).cast(), int_len) };
+            let set = if rc < 0 {
+                errno_name(last_errno().0)
+            } else {
+                "ok"
             };
-            if rc < 0 {
+            let (mut now, mut len): (libc::c_int, _) = (0, int_len);
+            // SAFETY: getsockopt writes at most `len` bytes, one int, through the pointer.
+            if unsafe { libc::getsockopt(fd, level, name, (&raw mut now).cast(), &mut len) } < 0 {
                 return Err(last_errno());
             }
-            println!("recverr on");
+            let port = sock.local_addr()?.port();
+            println!("port {port} setsockopt {set} recverr {now}");
+            io::stdout().flush()?;
+            let end = std::time::Instant::now() + Duration::from_secs(num(2)? as u64);
+            let mut buf = [0u8; 1024];
+            while std::time::Instant::now() < end {
+                let mut iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                // SAFETY: an all-zero msghdr is a valid empty one.
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = &raw mut iov;
+                msg.msg_iovlen = 1;
+                // SAFETY: msg points at one iovec over buf, both live across the call.
+                let n = unsafe {
+                    libc::recvmsg(fd, &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
+                };
+                if n > 0 {
+                    let data = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+                    println!("errqueue {}", data.escape_debug());
+                    io::stdout().flush()?;
+                } else {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             Ok(())
         }
         "tcp-listen" => {

@@ -1,7 +1,10 @@
 //! The table of a plan: the deny list less what the plan allows, the clone rules, the socket
 //! rules and, in strict mode, the allow-set.
 
-use super::{Action, Cond, Mode, Op, Rule, SeccompError, SeccompTable, socket::socket_rules};
+use super::{
+    Action, Cond, Mode, Op, Rule, SeccompError, SeccompTable,
+    socket::{error_queue_rules, socket_rules},
+};
 use crate::{plan::LaunchPlan, sandbox::landlock, sysname};
 
 /// Syscalls no confined tool needs, each a known way out of a sandbox or into the kernel's
@@ -224,7 +227,8 @@ pub(super) fn int_ne(arg: u8, value: i32) -> Cond {
 pub(super) const EPERM: Action = Action::Errno(libc::EPERM as u32);
 
 /// The filter for `plan`: the deny list less `allow_syscalls`, clone/clone3 rules, socket rules
-/// that depend on whether the plan may connect, and in strict mode the allow-set.
+/// that depend on whether the plan may connect, the error queue's options, and in strict mode
+/// the allow-set.
 /// `inet_by_ebpf`: the kernel programs watch the call, and their `sock_create` refuses, and
 /// reports, the inet sockets of a call without connect effects; seccomp then lets those through
 /// to it (stream and datagram only), because seccomp's refusal is one nobody sees.
@@ -260,6 +264,7 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
             .into_iter()
             .filter(|r| !allowed(r.name)),
     );
+    rules.extend(error_queue_rules());
 
     let (mode, default) = if c.syscalls.is_empty() {
         (Mode::DenyList, Action::Allow)

@@ -3,7 +3,7 @@
 //! to ICMP errors from anyone.
 
 use super::{
-    Cond, Op, Rule,
+    Action, Cond, Op, Rule,
     rules::{EPERM, int_eq, int_ne},
 };
 
@@ -26,7 +26,14 @@ const NOT_STREAM_OR_DGRAM: &[(u64, u64)] = &[
 /// queue (`MSG_ERRQUEUE`): IP_RECVERR, IP_RECVERR_RFC4884, IPV6_RECVERR and
 /// IPV6_RECVERR_RFC4884, as (level, name). Anyone who can send the host an ICMP error that quotes
 /// a call's socket reaches it there with bytes of their choosing, and the queue is filled past
-/// the `cgroup_skb` ingress program that keeps every other packet from anyone else out.
+/// the `cgroup_skb` ingress program that keeps every other packet from anyone else out. The
+/// pairs, not every level with every name: IPV6_V6ONLY is 26 and IPV6_FLOWINFO 11.
+///
+/// Nothing else puts what a remote host sent on the queue of a socket a call may have (TCP or
+/// UDP; raw and ping sockets it has none): with these options off the kernel queues no ICMP
+/// error there, nor a local one (`ip_local_error`, `ipv6_local_error` check the same bit), and
+/// what SO_TIMESTAMPING and SO_ZEROCOPY queue is the call's own: its sent packets (or none,
+/// with OPT_TSONLY), times taken on the host and the ranges of its own sends.
 const RECVERR: &[(i32, i32)] = &[
     (libc::SOL_IP, 11),
     (libc::SOL_IP, 26),
@@ -87,13 +94,24 @@ pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
     // A pair of any other family reaches that family's code (and, on a kernel with modules, the
     // loading of its module), which socket(2)'s rules keep from a call.
     rules.push(rule(libc::SYS_socketpair, vec![int_ne(0, libc::AF_UNIX)]));
-    if may_connect {
-        rules.extend(RECVERR.iter().map(|&(level, name)| Rule {
+    rules
+}
+
+/// setsockopt(2) of [`RECVERR`]: answered 0, and the option is not set (`SECCOMP_RET_ERRNO` with
+/// errno 0 skips the syscall). Not EPERM: glibc's resolver asks for IP_RECVERR or IPV6_RECVERR on
+/// every DNS socket and gives the lookup up when it is refused, so no call could resolve a name;
+/// without the option it still learns of a refused query, from the connected socket's error.
+/// For every call, whatever its effects (a socket may come with its stdio), and not lifted by
+/// `allow_syscalls = ["setsockopt"]`, which names a syscall, not these options: nothing from
+/// anyone but an approved destination reaches a call, whatever its policy.
+pub(super) fn error_queue_rules() -> Vec<Rule> {
+    RECVERR
+        .iter()
+        .map(|&(level, name)| Rule {
             name: "setsockopt",
             nr: libc::SYS_setsockopt,
-            action: EPERM,
+            action: Action::Errno(0),
             when: vec![int_eq(1, level), int_eq(2, name)],
-        }));
-    }
-    rules
+        })
+        .collect()
 }
