@@ -52,6 +52,83 @@ pub fn unified_mount() -> Result<PathBuf, CgroupError> {
     Err(CgroupError::NoUnified)
 }
 
+/// The guard's cgroup when guardd runs in a cgroup systemd delegated to it (`Delegate=yes`): the
+/// calls' parent, beside the leaf [`DELEGATED_SELF`] guardd moves itself into.
+pub const DELEGATED_CALLS: &str = "calls";
+/// The leaf of a delegated cgroup that guardd's own process moves into: cgroup v2 enables a
+/// controller for children only in a cgroup that holds no process itself.
+pub const DELEGATED_SELF: &str = "guardd";
+/// The guard's cgroup under the v2 mount otherwise.
+pub const DEFAULT_NAME: &str = "guard";
+
+/// The v2 cgroup this process is in, as `/proc/self/cgroup` names it (`/system.slice/x.service`).
+pub fn own_path() -> Result<String, CgroupError> {
+    let file = Path::new("/proc/self/cgroup");
+    let text = fs::read_to_string(file).map_err(io_err("read", file))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_owned)
+        .ok_or(CgroupError::NoUnified)
+}
+
+/// Whether systemd delegated the cgroup `dir` (`Delegate=yes`): it marks such a cgroup with the
+/// `trusted.delegate` attribute, which only root can set.
+pub fn delegated(dir: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut value = [0u8; 8];
+    // SAFETY: both strings are NUL-terminated; the kernel writes at most `value.len()` bytes.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"trusted.delegate".as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    usize::try_from(n).is_ok_and(|n| &value[..n] == b"1")
+}
+
+/// Where the guard's cgroup goes, relative to the v2 mount `unified`: `setting` when the
+/// operator gave one; else, in a cgroup systemd delegated to guardd, [`DELEGATED_CALLS`] beneath
+/// it, with guardd itself moved into the leaf [`DELEGATED_SELF`] and memory and pids enabled for
+/// the calls when offered, so that systemd accounts for, limits and cleans up the calls as part
+/// of guardd's unit; else [`DEFAULT_NAME`] at the root.
+pub fn place(unified: &Path, setting: Option<&str>) -> Result<String, CgroupError> {
+    if let Some(name) = setting {
+        return Ok(name.trim_matches('/').to_owned());
+    }
+    let own = own_path()?;
+    let own_rel = own.trim_matches('/');
+    let own_dir = unified.join(own_rel);
+    if own_rel.is_empty() || !delegated(&own_dir) {
+        return Ok(DEFAULT_NAME.to_owned());
+    }
+    let leaf = own_dir.join(DELEGATED_SELF);
+    match fs::create_dir(&leaf) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+            return Err(io_err("create", &leaf)(e));
+        }
+        _ => {}
+    }
+    let procs = leaf.join("cgroup.procs");
+    fs::write(&procs, "0").map_err(io_err("write", &procs))?;
+    let offered = fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
+    let wanted: Vec<&str> = offered
+        .split_whitespace()
+        .filter(|c| matches!(*c, "memory" | "pids"))
+        .collect();
+    if !wanted.is_empty() {
+        let control = own_dir.join("cgroup.subtree_control");
+        let enable: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+        if let Err(e) = fs::write(&control, enable.join(" ")) {
+            tracing::warn!("cannot enable {wanted:?} in {}: {e}", control.display());
+        }
+    }
+    Ok(format!("{own_rel}/{DELEGATED_CALLS}"))
+}
+
 /// A cgroup directory that this process created and removes when dropped.
 #[derive(Debug)]
 pub struct Cgroup {

@@ -36,8 +36,9 @@ pub struct Options {
     pub audit: PathBuf,
     /// Group owning the socket (mode 0660); its members may submit calls by default.
     pub socket_group: Option<String>,
-    /// Name of the guard's cgroup under the cgroup v2 mount.
-    pub cgroup: String,
+    /// The guard's cgroup under the cgroup v2 mount; `None`: beneath guardd's own when systemd
+    /// delegated it, else `guard` at the root ([`cgroup::place`]).
+    pub cgroup: Option<String>,
     /// Calls running at once; more wait in the queue.
     pub max_calls: usize,
     /// Calls waiting for a slot before new ones are refused as busy.
@@ -216,6 +217,8 @@ pub struct Daemon {
     pub root: Cgroup,
     /// The same, relative to the v2 mount (as /proc/PID/cgroup shows it), e.g. `/guard`.
     pub cgroup_path: String,
+    /// The same without the leading `/`: where the calls' v1 limit directories go too.
+    cgroup_name: String,
     pub layers: Vec<Layer>,
     /// How calls are launched on this host (limits mode, landlock opt-out).
     pub launch: sandbox::LaunchOptions,
@@ -233,7 +236,7 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         // The v2 root cgroup removes itself (a field); the v1 limit directories are named after
         // it and go with it, so nothing piles up under the v1 hierarchies.
-        sandbox::limits::sweep_v1(&self.options.cgroup, true);
+        sandbox::limits::sweep_v1(&self.cgroup_name, true);
     }
 }
 
@@ -254,8 +257,8 @@ impl Daemon {
         let enforced = !options.allow_unenforced;
         let mut layers = Vec::new();
 
-        let (held, root) = claim(&options)?;
-        let cgroup_path = format!("/{}", options.cgroup);
+        let (held, root, cgroup_name) = claim(&options)?;
+        let cgroup_path = format!("/{cgroup_name}");
         let audit = AuditLog::open(audit::Options {
             rotate_bytes: options.audit_rotate_bytes,
             ..audit::Options::new(&options.audit)
@@ -281,7 +284,7 @@ impl Daemon {
         let launch = sandbox::LaunchOptions {
             limits: sandbox::detect_limits(root.path()),
             allow_without_landlock: options.allow_unenforced,
-            instance: options.cgroup.clone(),
+            instance: cgroup_name.clone(),
             kernel_watches: monitor.is_some(),
             ..sandbox::LaunchOptions::default()
         };
@@ -312,6 +315,7 @@ impl Daemon {
             violations: Violations::default(),
             root,
             cgroup_path,
+            cgroup_name,
             layers,
             launch,
             calls: Calls::new(options.max_calls, options.max_queue),
@@ -442,11 +446,13 @@ fn layer_err(layer: &'static str, reason: String) -> StartError {
 /// same state stops here and leaves the first one's alone. The audit log locks itself, later,
 /// once those cgroups are gone (with any child of the dead guardd that still held its
 /// descriptors).
-fn claim(options: &Options) -> Result<(StateLock, Cgroup), StartError> {
+fn claim(options: &Options) -> Result<(StateLock, Cgroup, String), StartError> {
     let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
     let mut held = StateLock::default();
     held.lock_file("socket", &lock::lock_path(&options.socket))?;
-    let dir = unified.join(&options.cgroup);
+    let name = cgroup::place(&unified, options.cgroup.as_deref())
+        .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+    let dir = unified.join(&name);
     if let Err(e) = std::fs::create_dir(&dir)
         && e.kind() != std::io::ErrorKind::AlreadyExists
     {
@@ -456,14 +462,14 @@ fn claim(options: &Options) -> Result<(StateLock, Cgroup), StartError> {
         ));
     }
     held.lock_dir("cgroup", &dir)?;
-    let root = Cgroup::create(&unified, &options.cgroup)
-        .map_err(|e| layer_err("cgroup v2", e.to_string()))?;
+    let root =
+        Cgroup::create(&unified, &name).map_err(|e| layer_err("cgroup v2", e.to_string()))?;
     let swept = root.sweep_children();
-    sandbox::limits::sweep_v1(&options.cgroup, false);
+    sandbox::limits::sweep_v1(&name, false);
     if swept > 0 {
         tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
     }
-    Ok((held, root))
+    Ok((held, root, name))
 }
 
 /// landlock, ABI 4 at least (TCP rules), or unenforced by the operator's choice.

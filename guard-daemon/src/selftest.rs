@@ -84,6 +84,14 @@ pub fn run(monitor: &mut Monitor, root: &Cgroup) -> Result<(), String> {
     let _ = monitor.unwatch(cgroup.id());
     let output = output.map_err(|e| format!("canary: {e}"))?;
     let said = String::from_utf8_lossy(&output.stdout);
+    if said.is_empty() && output.status.signal() == Some(libc::SIGKILL) {
+        // Killed before its first line: at its own exec, the one the allow-list approves.
+        return Err(format!(
+            "the canary was killed at its own exec: the kernel's exec check did not find {} in \
+             its allow-list",
+            exe.display()
+        ));
+    }
     if !said.starts_with(CONNECT_DENIED) {
         return Err(format!(
             "connect was not denied in the kernel (canary said {:?})",

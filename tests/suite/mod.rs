@@ -17,3 +17,4 @@ mod mcp;
 mod policy;
 mod python;
 mod sandbox;
+mod systemd;

@@ -40,17 +40,26 @@ pub(super) struct Installed {
 }
 
 /// The identity of the file or directory `path` names now, as the kernel sees it: device in
-/// the kernel's encoding, inode, and whether it is a directory. Symlinks are followed as
-/// landlock's rules follow them ([`crate::sandbox::resolve`]): root's only, so that no one else's
-/// link moves what the kernel approves.
-pub(super) fn identity(path: &Path) -> Option<(u32, u64, bool)> {
-    let fd = crate::sandbox::resolve::open(path, nix::fcntl::OFlag::empty()).ok()?;
-    let st = nix::sys::stat::fstat(&fd).ok()?;
-    Some((
+/// the kernel's encoding, inode, and whether it is a directory; `None` when it does not exist.
+/// Symlinks are followed as landlock's rules follow them ([`crate::sandbox::resolve`]): root's
+/// only, so that no one else's link moves what the kernel approves.
+pub(super) fn identity(path: &Path) -> Result<Option<(u32, u64, bool)>, MonitorError> {
+    use crate::sandbox::resolve::{self, ResolveError};
+    let failed = |source| MonitorError::Identify {
+        path: path.to_owned(),
+        source,
+    };
+    let fd = match resolve::open(path, nix::fcntl::OFlag::empty()) {
+        Ok(fd) => fd,
+        Err(ResolveError::Sys(nix::Error::ENOENT | nix::Error::ENOTDIR)) => return Ok(None),
+        Err(e) => return Err(failed(e)),
+    };
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| failed(e.into()))?;
+    Ok(Some((
         kernel_dev(libc::major(st.st_dev), libc::minor(st.st_dev)),
         st.st_ino,
         st.st_mode & libc::S_IFMT == libc::S_IFDIR,
-    ))
+    )))
 }
 
 /// A fresh secret key for one call's [`name_hash`], from the kernel's random pool.
@@ -68,7 +77,11 @@ pub(super) fn random_key() -> Result<u64, MonitorError> {
 /// beneath it. A path that does not exist approves nothing, unless `names`: then its name in
 /// its (existing) directory is approved, for a write target the call may create: `names` is the
 /// call's key of [`name_hash`].
-pub(super) fn file_key(cgroup_id: u64, path: &Path, names: Option<u64>) -> Option<(FileKey, u8)> {
+pub(super) fn file_key(
+    cgroup_id: u64,
+    path: &Path,
+    names: Option<u64>,
+) -> Result<Option<(FileKey, u8)>, MonitorError> {
     let key = |(dev, ino, _): (u32, u64, bool), name| FileKey {
         cgroup_id,
         ino,
@@ -76,13 +89,35 @@ pub(super) fn file_key(cgroup_id: u64, path: &Path, names: Option<u64>) -> Optio
         _pad: 0,
         name,
     };
-    if let Some(id) = identity(path) {
-        return Some((key(id, 0), if id.2 { FILE_DIR } else { FILE_SELF }));
+    if let Some(id) = identity(path)? {
+        return Ok(Some((key(id, 0), if id.2 { FILE_DIR } else { FILE_SELF })));
     }
-    let name_key = names?;
-    let dir = identity(path.parent()?).filter(|id| id.2)?;
-    let name = path.file_name()?.as_encoded_bytes();
-    Some((key(dir, name_hash(name_key, name)), FILE_CHILD))
+    let (Some(name_key), Some(parent), Some(name)) = (names, path.parent(), path.file_name())
+    else {
+        return Ok(None);
+    };
+    let Some(dir) = identity(parent)?.filter(|id| id.2) else {
+        return Ok(None);
+    };
+    let name = name.as_encoded_bytes();
+    Ok(Some((key(dir, name_hash(name_key, name)), FILE_CHILD)))
+}
+
+/// The keys of `paths` ([`file_key`]), each once: a file named twice (argv[0] also in
+/// effects.exec, or two spellings of one file such as /bin and /usr/bin) is one key, installed
+/// once and so removed once.
+pub(super) fn file_keys<'a>(
+    cgroup_id: u64,
+    paths: impl Iterator<Item = &'a Path>,
+    names: Option<u64>,
+) -> Result<Vec<(FileKey, u8)>, MonitorError> {
+    let mut keys = StdHashMap::new();
+    for path in paths {
+        if let Some((key, kind)) = file_key(cgroup_id, path, names)? {
+            keys.insert(key, kind);
+        }
+    }
+    Ok(keys.into_iter().collect())
 }
 
 /// The offsets the exec program reads kernel structs at, from the running kernel's BTF.

@@ -116,6 +116,13 @@ pub enum MonitorError {
     Events(io::Error),
     #[error("a call's name key from getrandom: {0}")]
     Random(io::Error),
+    /// A path of the call's allow-lists that exists but could not be identified: leaving it
+    /// out would refuse what the policy approves, or take an error for "not there".
+    #[error("identifying {path} for the kernel's allow-list: {source}")]
+    Identify {
+        path: PathBuf,
+        source: crate::sandbox::resolve::ResolveError,
+    },
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> MonitorError {
@@ -367,25 +374,13 @@ impl Monitor {
                 .iter()
                 .map(|d| d.key(cgroup_id))
                 .collect(),
-            // A program named twice (argv[0] also in effects.exec, or two spellings of one
-            // file such as /bin and /usr/bin) is one key: installed once, so removed once.
-            execs: watch
-                .execs
-                .iter()
-                .filter_map(|p| file_key(cgroup_id, p, None))
-                .collect::<StdHashMap<_, _>>()
-                .into_iter()
-                .collect(),
+            execs: file_keys(cgroup_id, watch.execs.iter().map(PathBuf::as_path), None)?,
             writes: match self.tracing {
-                Some(_) => watch
-                    .writes
-                    .iter()
-                    .map(PathBuf::as_path)
-                    .chain([Path::new("/dev/null")])
-                    .filter_map(|p| file_key(cgroup_id, p, Some(config.name_key)))
-                    .collect::<StdHashMap<_, _>>()
-                    .into_iter()
-                    .collect(),
+                Some(_) => {
+                    let paths = watch.writes.iter().map(PathBuf::as_path);
+                    let paths = paths.chain([Path::new("/dev/null")]);
+                    file_keys(cgroup_id, paths, Some(config.name_key))?
+                }
                 // Nothing reads them without the open observer.
                 None => Vec::new(),
             },

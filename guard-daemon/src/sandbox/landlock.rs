@@ -20,10 +20,7 @@ use ::landlock::{
     ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, NetPort,
     PathBeneath, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
 };
-use nix::{
-    errno::Errno,
-    fcntl::{OFlag, OpenHow, ResolveFlag},
-};
+use nix::{errno::Errno, fcntl::OFlag};
 use serde::Serialize;
 
 use super::resolve;
@@ -410,7 +407,7 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         };
         let fd = match &rule.origin {
             Origin::Beneath(root) => {
-                open_beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
+                resolve::beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
                     path: rule.path.clone(),
                     root: root.clone(),
                     source,
@@ -436,23 +433,6 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         LandlockStatus::NoScopes
     };
     Ok(Prepared { fd, abi, status })
-}
-
-/// Opens `path` (an `O_PATH` descriptor) by walking from `root` with `RESOLVE_BENEATH`: no
-/// `..`, absolute symlink or magic link can lead out of `root`, whatever happened to the path's
-/// components since the decision checked them. `root`, the policy's, is opened as its other
-/// paths are ([`resolve::open`]).
-fn open_beneath(root: &Path, path: &Path) -> Result<OwnedFd, resolve::ResolveError> {
-    let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
-    let root_fd = resolve::open(root, OFlag::O_DIRECTORY)?;
-    let rel = path.strip_prefix(root).map_err(|_| nix::Error::EXDEV)?;
-    if rel.as_os_str().is_empty() {
-        return Ok(root_fd);
-    }
-    let how = OpenHow::new()
-        .flags(flags)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    Ok(nix::fcntl::openat2(&root_fd, rel, how)?)
 }
 
 impl Prepared {

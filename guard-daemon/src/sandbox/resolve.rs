@@ -56,9 +56,48 @@ pub fn open(path: &Path, flags: OFlag) -> Result<OwnedFd, ResolveError> {
         .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | flags)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
-        Err(Errno::ELOOP) => walk(path, flags),
+        // ENOSYS: a seccomp filter above guardd refuses openat2, whose flags it cannot read
+        // (systemd's `RestrictSUIDSGID=`): the walk, with openat alone, gives the same answer.
+        Err(Errno::ELOOP | Errno::ENOSYS) => walk(vec![Dir::root()?], path, Links::RootOnly, flags),
         other => Ok(other?),
     }
+}
+
+/// Opens `path`, which lies beneath `root`, as an `O_PATH` descriptor by walking from `root`
+/// as `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` does: no `..`, absolute symlink or
+/// magic link can lead out of `root`, whatever happened to the path's components since the
+/// decision checked them. `root`, the policy's, is opened as its other paths are ([`open`]).
+pub fn beneath(root: &Path, path: &Path) -> Result<OwnedFd, ResolveError> {
+    let root_fd = open(root, OFlag::O_DIRECTORY)?;
+    let rel = path.strip_prefix(root).map_err(|_| Errno::EXDEV)?;
+    if rel.as_os_str().is_empty() {
+        return Ok(root_fd);
+    }
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    match nix::fcntl::openat2(&root_fd, rel, how) {
+        Err(Errno::ENOSYS) => {
+            let stat = nix::sys::stat::fstat(&root_fd)?;
+            let base = Dir {
+                fd: root_fd,
+                stat,
+                path: root.to_owned(),
+            };
+            walk(vec![base], rel, Links::Beneath, OFlag::empty())
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Which symlinks a walk follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// Root's, in directories only root may change ([`trusted`]), wherever they point.
+    RootOnly,
+    /// Anyone's, as long as the walk stays beneath its first directory: an absolute target,
+    /// or a `..` above that directory, is `EXDEV`, as under `RESOLVE_BENEATH`.
+    Beneath,
 }
 
 /// One directory of the walk: its descriptor, what it is, and its path (for errors).
@@ -84,23 +123,29 @@ impl Dir {
     }
 }
 
-/// The walk of a path that has a symlink: each component opened beneath the last without
-/// following it; a symlink, once checked ([`trusted`]), replaced by its target's components.
-fn walk(path: &Path, flags: OFlag) -> Result<OwnedFd, ResolveError> {
-    // The directories walked so far, the root first; `..` pops one (never the root).
-    let mut dirs = vec![Dir::root()?];
+/// The walk of `path` from the directories `dirs` (the last is where it starts; `..` never
+/// pops the first): each component opened beneath the last without following it; a symlink,
+/// once allowed by `links`, replaced by its target's components.
+fn walk(
+    mut dirs: Vec<Dir>,
+    path: &Path,
+    links: Links,
+    flags: OFlag,
+) -> Result<OwnedFd, ResolveError> {
     // The components still to walk, last first.
     let mut todo = components(path);
-    let mut links = 0;
+    let mut followed = 0;
     while let Some(name) = todo.pop() {
         if name == ".." {
-            if dirs.len() > 1 {
-                dirs.pop();
+            match (dirs.len() > 1, links) {
+                (true, _) => drop(dirs.pop()),
+                (false, Links::Beneath) => return Err(Errno::EXDEV.into()),
+                (false, Links::RootOnly) => {}
             }
             continue;
         }
         let Some(dir) = dirs.last() else {
-            unreachable!("the root is never popped")
+            unreachable!("the first directory is never popped")
         };
         let last = todo.is_empty();
         let fd = nix::fcntl::openat(
@@ -112,13 +157,20 @@ fn walk(path: &Path, flags: OFlag) -> Result<OwnedFd, ResolveError> {
         let stat = nix::sys::stat::fstat(&fd)?;
         let here = dir.path.join(&name);
         if SFlag::from_bits_truncate(stat.st_mode & libc::S_IFMT) == SFlag::S_IFLNK {
-            links += 1;
-            if links > MAX_LINKS {
+            followed += 1;
+            if followed > MAX_LINKS {
                 return Err(ResolveError::TooManyLinks);
             }
-            trusted(&here, stat.st_uid, &dir.stat)?;
             let target = nix::fcntl::readlinkat(&fd, "")?;
-            if Path::new(&target).is_absolute() {
+            let absolute = Path::new(&target).is_absolute();
+            match links {
+                Links::RootOnly => trusted(&here, stat.st_uid, &dir.stat)?,
+                // A magic link's target (`/proc/PID/fd/N`) reads as an absolute path or as a
+                // name such as `pipe:[7]`, which no directory holds.
+                Links::Beneath if absolute => return Err(Errno::EXDEV.into()),
+                Links::Beneath => {}
+            }
+            if absolute {
                 dirs.truncate(1);
             }
             todo.extend(components(Path::new(&target)));
@@ -133,8 +185,8 @@ fn walk(path: &Path, flags: OFlag) -> Result<OwnedFd, ResolveError> {
             path: here,
         });
     }
-    // The path named a directory of the walk (or the root).
-    let dir = dirs.pop().expect("the root is never popped");
+    // The path named a directory of the walk (or where it started).
+    let dir = dirs.pop().expect("the first directory is never popped");
     Ok(checked(dir.fd, &dir.stat, flags)?)
 }
 

@@ -21,6 +21,10 @@ struct Args {
     /// Check the settings and the policy, print the settings in force, and exit (0 when fine).
     #[arg(long)]
     check_config: bool,
+    /// Ask the guardd serving these settings' socket to load its policy again, print its answer,
+    /// and exit 0 only when the new policy is in force (the unit's ExecReload).
+    #[arg(long, conflicts_with = "check_config")]
+    reload: bool,
     /// Policy file or directory of *.toml files [default: /etc/guard/policy.toml, else /etc/guard/policies/]
     #[arg(long)]
     policy: Option<PathBuf>,
@@ -40,9 +44,11 @@ struct Args {
     /// Group owning the socket (mode 0660); its members may submit calls unless the policy lists clients.
     #[arg(long, env = "GUARDD_SOCKET_GROUP")]
     socket_group: Option<String>,
-    /// The guard's cgroup, under the cgroup v2 mount.
-    #[arg(long, default_value = "guard")]
-    cgroup: String,
+    /// The guard's cgroup, under the cgroup v2 mount [default: `calls` beneath guardd's own
+    /// cgroup when systemd delegated it (Delegate=yes), guardd itself moving to `guardd` beside
+    /// it; else `guard`]
+    #[arg(long)]
+    cgroup: Option<String>,
     /// Calls running at once.
     #[arg(long, default_value_t = 64)]
     max_calls: usize,
@@ -129,7 +135,7 @@ fn settings() -> anyhow::Result<Args> {
     }
     from_file!(
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
-        socket_group => Some, cgroup,
+        socket_group => Some, cgroup => Some,
         max_calls, max_queue, max_connections, drain_seconds, allow_unenforced, trace_syscalls,
         event_ring_bytes, approval_timeout, allow_writes_on_audit_fs, worker_threads => Some
     );
@@ -157,7 +163,9 @@ fn check_config(args: &Args) -> ExitCode {
     if let Some(k) = args.audit_keep_rotated {
         println!("audit_keep_rotated = {k}");
     }
-    println!("cgroup = {:?}", args.cgroup);
+    if let Some(c) = &args.cgroup {
+        println!("cgroup = {c:?}");
+    }
     if let Some(g) = &args.socket_group {
         println!("socket_group = {g:?}");
     }
@@ -185,6 +193,28 @@ fn check_config(args: &Args) -> ExitCode {
         }
         Err(e) => {
             eprintln!("guardd: policy {}: invalid:\n{e}", policy.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--reload`: what `systemctl reload` runs, so that a reload that changed nothing fails there
+/// and not in the journal alone.
+fn reload(socket: &std::path::Path) -> ExitCode {
+    use guard::protocol::{ReloadRequest, Reply, Request};
+    let answer = guard::client::Client::connect(socket)
+        .and_then(|mut c| c.request(&Request::Reload(ReloadRequest {})));
+    match answer {
+        Ok(Reply::Reloaded(r)) => {
+            println!("guardd: reloaded {}: {} tools", r.policy.display(), r.tools);
+            ExitCode::SUCCESS
+        }
+        Ok(other) => {
+            eprintln!("guardd: {}", guard::client::unexpected(&other));
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("guardd: reload through {}: {e}", socket.display());
             ExitCode::from(1)
         }
     }
@@ -218,6 +248,9 @@ fn main() -> ExitCode {
     };
     if args.check_config {
         return check_config(&args);
+    }
+    if args.reload {
+        return reload(&args.socket);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.workers())

@@ -102,3 +102,58 @@ fn a_loop_of_links_is_an_error() {
     ));
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// What the walk that stands in for `openat2(RESOLVE_BENEATH)` opens of `rel` beneath `root`,
+/// by the path the kernel gives its descriptor (the fallback where openat2 answers ENOSYS).
+fn walked_beneath(root: &Path, rel: &str) -> Result<PathBuf, ResolveError> {
+    let root_fd = open(root, OFlag::O_DIRECTORY)?;
+    let base = Dir {
+        stat: nix::sys::stat::fstat(&root_fd)?,
+        fd: root_fd,
+        path: root.to_owned(),
+    };
+    let fd = walk(vec![base], Path::new(rel), Links::Beneath, OFlag::empty())?;
+    Ok(fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("readlink"))
+}
+
+#[test]
+fn the_walk_beneath_a_root_answers_as_openat2_does() {
+    let Some(dir) = tree("beneath") else { return };
+    let ws = subdir(&dir, "ws", 0o755);
+    fs::create_dir(ws.join("sub")).expect("mkdir");
+    fs::write(ws.join("sub/f"), "x").expect("write");
+    std::os::unix::fs::symlink("sub/f", ws.join("rel")).expect("symlink");
+    std::os::unix::fs::symlink("../data/f", ws.join("up")).expect("symlink");
+    std::os::unix::fs::symlink(dir.join("data/f"), ws.join("abs")).expect("symlink");
+    std::os::unix::fs::symlink("/proc/self/root/etc", ws.join("magic")).expect("symlink");
+    // Inside: both open the same file, through a link of anyone's.
+    for rel in ["sub/f", "rel", "sub/../rel", "./sub//f"] {
+        let by_openat2 = beneath(&ws, &ws.join(rel)).expect(rel);
+        let by_openat2 = fs::read_link(format!("/proc/self/fd/{}", by_openat2.as_raw_fd()));
+        assert_eq!(
+            walked_beneath(&ws, rel).expect(rel),
+            ws.join("sub/f"),
+            "{rel}"
+        );
+        assert_eq!(by_openat2.expect("readlink"), ws.join("sub/f"), "{rel}");
+    }
+    // Out: `..` above the root, a link up, an absolute link, a magic one: EXDEV for both.
+    for rel in ["../data/f", "up", "abs", "sub/../../data/f", "magic"] {
+        assert!(
+            matches!(
+                walked_beneath(&ws, rel),
+                Err(ResolveError::Sys(Errno::EXDEV))
+            ),
+            "the walk opened {rel}: {:?}",
+            walked_beneath(&ws, rel)
+        );
+        assert!(
+            matches!(
+                beneath(&ws, &ws.join(rel)),
+                Err(ResolveError::Sys(Errno::EXDEV | Errno::ELOOP))
+            ),
+            "openat2 opened {rel}"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
