@@ -398,8 +398,8 @@ fn escape_symlinks_and_hardlinks_do_not_widen_file_access() {
     assert_errno(&out, "EACCES");
     assert!(!text(&out.stdout).contains("secret\n"));
     // A hard link of a file outside the effects into the writable tree: landlock refuses
-    // linking across its rules (no Refer right), and fs.protected_hardlinks refuses linking
-    // another user's file.
+    // linking a file to where it would get rights its source did not give (Refer is granted
+    // within write trees only), and fs.protected_hardlinks refuses linking another user's file.
     let hard = format!("{ws_s}/hard-secret");
     let out = call(
         &guardd,

@@ -105,11 +105,15 @@ pub const EXEC_FILE: BitFlags<AccessFs> =
 /// Write a file: also read and truncate it.
 pub const WRITE_FILE: BitFlags<AccessFs> =
     ::landlock::make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate});
-/// Write a tree: read, write, create and remove within it. Not granted even there: device nodes
-/// (MakeChar, MakeBlock), renames and links across directories (Refer), device ioctls.
+/// Write a tree: read, write, create and remove within it, and move and link files from one of
+/// its directories to another (Refer: `mv a sub/`, `git mv`; without it they fail with EXDEV).
+/// Landlock refuses a move or link whose destination would grant the file more than its source
+/// did, so Refer takes nothing out of a read-only tree and nothing from one write tree into a
+/// place with rights the file lacked. Not granted even here: device nodes (MakeChar,
+/// MakeBlock), device ioctls.
 pub const WRITE_TREE: BitFlags<AccessFs> = ::landlock::make_bitflags!(AccessFs::{
     ReadFile | ReadDir | WriteFile | Truncate | RemoveFile | RemoveDir | MakeReg | MakeDir
-        | MakeSym | MakeFifo | MakeSock
+        | MakeSym | MakeFifo | MakeSock | Refer
 });
 /// Granted on the parent of a write target that does not exist yet. Landlock rules attach to
 /// existing inodes, so there is no rule for "this one new name": creating a file needs MakeReg
