@@ -88,9 +88,11 @@ pub async fn approvers(daemon: &Daemon, policy: &Policy, e: &Escalated<'_>) -> A
             Asked::Answer(o, x, m) => (o, x, m),
         };
         let redacted = modified.as_ref().map(|m| {
-            policy
-                .decide(&Intent::new(&e.intent.tool, m.clone()))
-                .redacted_args
+            let intent = Intent {
+                args: m.clone(),
+                ..e.intent.clone()
+            };
+            policy.decide(&intent).redacted_args
         });
         let answer = Answer {
             approved: matches!(outcome, Outcome::Approve | Outcome::Modify),
@@ -241,7 +243,11 @@ async fn modify(
     e: &Escalated<'_>,
     args: Map<String, Value>,
 ) -> Approved {
-    let intent = Intent::new(&e.intent.tool, args);
+    // The same caller, in the same place, with the approver's arguments.
+    let intent = Intent {
+        args,
+        ..e.intent.clone()
+    };
     let mut verdict = policy.decide(&intent);
     let call_id = &e.subject.call_id;
     verdict.row.set_audit_entry_id(call_id.clone());

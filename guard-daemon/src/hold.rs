@@ -42,6 +42,8 @@ pub struct ToHold {
     /// The version of the policy that decided the call, which its approval is checked against
     /// (not the one in force when it is held: a reload may come while its judges run).
     pub policy: String,
+    /// The caller's working directory, as the call was decided with it.
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// What became of a waiting caller's call.
@@ -85,7 +87,10 @@ pub async fn hold(
 ) -> io::Result<Waited> {
     let (call_id, decision) = (h.call_id.clone(), h.decision);
     let form = match CallForm::new(&h.plan.tool, &h.args, &h.plan, &h.policy) {
-        Ok(form) => form,
+        Ok(form) => CallForm {
+            cwd: h.cwd.clone(),
+            ..form
+        },
         Err(e) => {
             let program = h
                 .plan
@@ -317,7 +322,10 @@ fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
     if policy.version() == form.policy {
         return None;
     }
-    let verdict = policy.decide(&Intent::new(&form.tool, form.args.clone()));
+    let mut intent = Intent::new(&form.tool, form.args.clone());
+    intent.cwd.clone_from(&form.cwd);
+    intent.caller = Some(held.uid);
+    let verdict = policy.decide(&intent);
     match verdict.plan {
         Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
         _ => Some(format!(

@@ -62,6 +62,10 @@ pub enum OnDivergence {
     Deny,
 }
 
+/// `run_as` for a call that runs as the owner of its workspace: the decision puts the owner's
+/// name in its place, so no plan that launches carries it.
+pub const RUN_AS_OWNER: &str = "owner";
+
 /// Who the call runs as and with what limits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Confinement {

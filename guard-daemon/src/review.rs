@@ -182,6 +182,7 @@ impl Review<'_> {
             redacted: verdict.redacted_args,
             plan,
             policy: policy.version().to_owned(),
+            cwd: self.intent.cwd.clone(),
         })))
     }
 

@@ -243,6 +243,8 @@ async fn exec(
     let intent = Intent {
         tool: req.tool,
         args: req.args,
+        cwd: options.cwd,
+        caller: Some(peer.uid),
     };
     let ctx = CallContext {
         session: options.session,
@@ -295,6 +297,8 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             let verdict = daemon.policy().decide(&Intent {
                 tool: req.tool,
                 args: req.args,
+                cwd: req.cwd,
+                caller: Some(peer.uid),
             });
             Reply::Decision(Box::new(Checked {
                 decision: verdict.row,

@@ -15,7 +15,7 @@ use std::{
 use guard::{
     decision::Decision,
     protocol::{
-        self, ExecReply, ExecRequest, Request, ResumeRequest,
+        self, CallOptions, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
         reply::{CallDecision, Exit, Hold},
     },
     receipt::Receipt,
@@ -96,7 +96,16 @@ pub async fn run(
     cancel: impl std::future::Future<Output = ()>,
 ) -> CallToolResult {
     tokio::pin!(cancel);
-    let started = match start(socket, &Request::Exec(ExecRequest { tool, args })) {
+    // guard-mcp's own directory is where the client started it, the project's: it picks the
+    // call's workspace.
+    let request = Request::ExecWith(ExecWith {
+        call: ExecRequest { tool, args },
+        options: CallOptions {
+            cwd: std::env::current_dir().ok(),
+            ..CallOptions::default()
+        },
+    });
+    let started = match start(socket, &request) {
         Ok(s) => s,
         Err(e) => return result(Vec::new(), Outcome::failed(e), None),
     };

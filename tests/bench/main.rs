@@ -344,6 +344,7 @@ fn check_over_socket(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()>
             let request = Request::Check(CheckRequest {
                 tool: tool.to_string(),
                 args,
+                cwd: None,
             });
             guard::protocol::frame(&request)
         })

@@ -27,6 +27,10 @@ pub struct CallForm {
     pub program: Program,
     /// SHA-256 of the policy files the call was decided under.
     pub policy: String,
+    /// The caller's working directory, which picked the call's workspace: a call decided again
+    /// (after a reload) is placed where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
 }
 
 /// A program by content.
@@ -79,6 +83,7 @@ impl CallForm {
             plan: plan.clone(),
             beneath: plan.effects.beneath.clone(),
             program: Program::identify(program)?,
+            cwd: None,
             policy: policy.to_owned(),
         })
     }

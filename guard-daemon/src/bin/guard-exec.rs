@@ -242,6 +242,8 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
                 session: cli.session.clone(),
                 task: cli.task.clone(),
                 no_wait: cli.no_wait,
+                // Where the caller is: it picks the call's workspace, and `{cwd}` is it.
+                cwd: std::env::current_dir().ok(),
             },
         }),
     }

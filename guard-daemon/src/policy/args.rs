@@ -8,7 +8,10 @@ use std::{
 use regex::Regex;
 use serde_json::Value as Json;
 
-use super::raw::ArgType;
+use super::{
+    raw::ArgType,
+    template::{Context, Elem},
+};
 
 /// One declared argument, compiled.
 #[derive(Debug)]
@@ -16,9 +19,10 @@ pub(crate) struct ArgSpec {
     pub name: String,
     pub ty: ArgType,
     pub required: bool,
-    /// Roots a path must lie under (resolved when they exist at load).
-    pub within: Vec<PathBuf>,
-    pub base: Option<PathBuf>,
+    /// Roots a path must lie under (literals resolved when they exist at load, or
+    /// `{workspace}`, `{cwd}`).
+    pub within: Vec<Elem<PathBuf>>,
+    pub base: Option<Elem<PathBuf>>,
     /// Anchored: `^(?:pattern)$`.
     pub pattern: Option<Regex>,
     pub values: Vec<String>,
@@ -80,10 +84,22 @@ pub(crate) fn has_nul(v: &Json) -> bool {
     }
 }
 
-/// Checks `args` against `specs`; the result is aligned with `specs`.
+/// A `within` or `base` root for this call: a literal, or a path of its context (`None` when
+/// the call has none).
+pub(crate) fn root(e: &Elem<PathBuf>, ctx: &Context) -> Option<PathBuf> {
+    match e {
+        Elem::Lit(p) => Some(p.clone()),
+        Elem::Ctx(c, rest) => ctx.path(*c, rest),
+        Elem::Arg(_) => None,
+    }
+}
+
+/// Checks `args` against `specs`, path roots taken in `ctx`; the result is aligned with
+/// `specs`.
 pub(crate) fn check(
     specs: &[ArgSpec],
     args: &serde_json::Map<String, Json>,
+    ctx: &Context,
 ) -> Result<Vec<Option<ArgValue>>, ArgError> {
     for (k, v) in args {
         if !specs.iter().any(|s| s.name == *k) {
@@ -101,13 +117,13 @@ pub(crate) fn check(
                 format!("missing required argument '{}'", spec.name),
             )),
             None | Some(Json::Null) => Ok(None),
-            Some(v) => spec.check(v).map(Some),
+            Some(v) => spec.check(v, ctx).map(Some),
         })
         .collect()
 }
 
 impl ArgSpec {
-    fn check(&self, v: &Json) -> Result<ArgValue, ArgError> {
+    fn check(&self, v: &Json, ctx: &Context) -> Result<ArgValue, ArgError> {
         let n = &self.name;
         let wrong = || {
             fail(
@@ -142,7 +158,7 @@ impl ArgSpec {
                     ));
                 }
                 match self.ty {
-                    ArgType::Path => self.check_path(s).map(ArgValue::Path),
+                    ArgType::Path => self.check_path(s, ctx).map(ArgValue::Path),
                     ArgType::Url => self.check_url(s),
                     _ => Ok(ArgValue::Str(s.to_string())),
                 }
@@ -150,7 +166,7 @@ impl ArgSpec {
         }
     }
 
-    fn check_path(&self, s: &str) -> Result<PathBuf, ArgError> {
+    fn check_path(&self, s: &str, ctx: &Context) -> Result<PathBuf, ArgError> {
         let n = &self.name;
         if s.is_empty() {
             return Err(fail(n, format!("argument '{n}' is an empty path")));
@@ -158,7 +174,7 @@ impl ArgSpec {
         let p = Path::new(s);
         let abs = if p.is_absolute() {
             normalize(p)
-        } else if let Some(base) = &self.base {
+        } else if let Some(base) = self.base.as_ref().and_then(|b| root(b, ctx)) {
             normalize(&base.join(p))
         } else {
             return Err(fail(
@@ -167,7 +183,13 @@ impl ArgSpec {
             ));
         };
         let resolved = resolve(&abs);
-        if !self.within.is_empty() && !self.within.iter().any(|root| resolved.starts_with(root)) {
+        if !self.within.is_empty()
+            && !self
+                .within
+                .iter()
+                .filter_map(|r| root(r, ctx))
+                .any(|root| resolved.starts_with(root))
+        {
             return Err(fail(
                 n,
                 format!("argument '{n}' resolves outside the allowed directories"),
@@ -326,6 +348,7 @@ pub(crate) fn parse_url(s: &str) -> Result<Url, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::template::Ctx;
 
     fn spec(ty: ArgType) -> ArgSpec {
         ArgSpec {
@@ -377,47 +400,64 @@ mod tests {
         std::os::unix::fs::symlink(&outside, &link).unwrap();
         let inside = std::fs::canonicalize(&inside).unwrap();
         let mut s = spec(ArgType::Path);
-        s.within = vec![inside.clone()];
-        s.base = Some(inside.clone());
+        s.within = vec![Elem::Lit(inside.clone())];
+        s.base = Some(Elem::Lit(inside.clone()));
+        let none = Context::default();
         assert_eq!(
-            s.check(&Json::from("new/file.txt")).unwrap(),
+            s.check(&Json::from("new/file.txt"), &none).unwrap(),
             ArgValue::Path(inside.join("new/file.txt"))
         );
-        assert!(s.check(&Json::from("../secret/x")).is_err());
+        assert!(s.check(&Json::from("../secret/x"), &none).is_err());
         assert!(
-            s.check(&Json::from("escape/x")).is_err(),
+            s.check(&Json::from("escape/x"), &none).is_err(),
             "symlink out of the root"
         );
-        assert!(s.check(&Json::from("/etc/passwd")).is_err());
+        assert!(s.check(&Json::from("/etc/passwd"), &none).is_err());
+        // Roots of the call's context: relative to its cwd, within its workspace.
+        let sub = inside.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        s.within = vec![Elem::Ctx(Ctx::Workspace, PathBuf::new())];
+        s.base = Some(Elem::Ctx(Ctx::Cwd, PathBuf::new()));
+        let ctx = Context {
+            workspace: Some(&inside),
+            cwd: Some(&sub),
+        };
+        assert_eq!(
+            s.check(&Json::from("f"), &ctx).unwrap(),
+            ArgValue::Path(sub.join("f"))
+        );
+        assert!(s.check(&Json::from("../../secret/x"), &ctx).is_err());
+        assert!(s.check(&Json::from("f"), &none).is_err(), "no context");
         s.base = None;
-        assert!(s.check(&Json::from("relative")).is_err());
+        assert!(s.check(&Json::from("relative"), &none).is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn types_and_bounds() {
+        let none = &Context::default();
         let mut i = spec(ArgType::Integer);
         i.min = Some(1);
         i.max = Some(10);
-        assert_eq!(i.check(&Json::from(3)).unwrap(), ArgValue::Int(3));
-        assert!(i.check(&Json::from(11)).is_err());
-        assert!(i.check(&Json::from("3")).is_err());
+        assert_eq!(i.check(&Json::from(3), none).unwrap(), ArgValue::Int(3));
+        assert!(i.check(&Json::from(11), none).is_err());
+        assert!(i.check(&Json::from("3"), none).is_err());
         let mut e = spec(ArgType::Enum);
         e.values = vec!["a".into()];
-        assert!(e.check(&Json::from("b")).is_err());
+        assert!(e.check(&Json::from("b"), none).is_err());
         let mut p = spec(ArgType::String);
         p.pattern = Some(Regex::new("^(?:[a-z]+)$").unwrap());
         p.max_len = Some(4);
-        assert!(p.check(&Json::from("abc")).is_ok());
-        assert!(p.check(&Json::from("abcde")).is_err());
-        assert!(p.check(&Json::from("ab1")).is_err());
+        assert!(p.check(&Json::from("abc"), none).is_ok());
+        assert!(p.check(&Json::from("abcde"), none).is_err());
+        assert!(p.check(&Json::from("ab1"), none).is_err());
         let specs = vec![spec(ArgType::String)];
         let mut m = serde_json::Map::new();
-        assert!(check(&specs, &m).is_err(), "missing");
+        assert!(check(&specs, &m, none).is_err(), "missing");
         m.insert("a".into(), Json::from("x\0y"));
-        assert!(check(&specs, &m).is_err(), "NUL");
+        assert!(check(&specs, &m, none).is_err(), "NUL");
         m.insert("a".into(), Json::from("x"));
         m.insert("b".into(), Json::from("x"));
-        assert_eq!(check(&specs, &m).unwrap_err().arg, "b", "extra");
+        assert_eq!(check(&specs, &m, none).unwrap_err().arg, "b", "extra");
     }
 }

@@ -8,7 +8,8 @@ use super::{
     args::{self, ArgValue},
     redact::{redact, strings},
     rules::{Rule, Subject},
-    template::{self, Elem},
+    template::{self, Elem, Values},
+    workspace::Place,
 };
 use crate::{
     decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
@@ -16,6 +17,9 @@ use crate::{
     intent::Intent,
     plan::{Effects, LaunchPlan},
 };
+
+/// A call's arguments, checked, aligned with its tool's.
+type Checked = Vec<Option<ArgValue>>;
 
 impl Policy {
     /// What the caller (the agent) is told. Generic unless `disclose_reasons`: explaining a
@@ -68,22 +72,24 @@ impl Policy {
             return verdict(block);
         }
 
-        // 3. arguments
-        let vals = match args::check(&tool.args, &intent.args) {
-            Ok(v) => v,
-            Err(e) => {
-                let mut m = meta(Stage::Arguments);
-                m.arg = Some(e.arg);
-                let reason = format!("tool '{name}': {}", e.reason);
-                return verdict(row("argument_validator", Decision::Block, reason, m));
-            }
+        // 3. where it works, and its arguments
+        let (place, vals) = match Self::arguments(tool, intent, self, &meta) {
+            Ok(checked) => checked,
+            Err(row) => return verdict(*row),
         };
+        let ctx = place.as_ref().map(Place::context).unwrap_or_default();
 
         // A call held for a human carries the plan it will run if approved, so the approver
         // sees exactly that, and nothing is decided again after the wait.
+        let values = Values { args: &vals, ctx };
+        let owner = place.as_ref().and_then(|p| p.owner.as_deref());
         let held = |row: DecisionRow| Verdict {
             plan: matches!(row.decision, Decision::Escalate | Decision::Quarantine)
-                .then(|| tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals)))
+                .then(|| {
+                    tool.command
+                        .as_ref()
+                        .map(|cmd| plan(tool, cmd, &values, owner))
+                })
                 .flatten(),
             row,
             redacted_args: redacted_args.clone(),
@@ -108,7 +114,10 @@ impl Policy {
         }
 
         // 6. allow
-        let plan = tool.command.as_ref().map(|cmd| plan(tool, cmd, &vals));
+        let plan = tool
+            .command
+            .as_ref()
+            .map(|cmd| plan(tool, cmd, &values, owner));
         Verdict {
             row: row(
                 "tool_call_inspector",
@@ -119,6 +128,34 @@ impl Policy {
             plan,
             redacted_args,
         }
+    }
+
+    /// Stage 3: where the call works (for a tool in a workspace) and as whom, then its
+    /// arguments, whose paths may be taken from there; the row that blocks it otherwise.
+    fn arguments(
+        tool: &Tool,
+        intent: &Intent,
+        policy: &Policy,
+        meta: &impl Fn(Stage) -> RowMetadata,
+    ) -> Result<(Option<Place>, Checked), Box<DecisionRow>> {
+        let name = &tool.name;
+        let place = Place::of(policy, tool, intent).map_err(|reason| {
+            let reason = format!("tool '{name}': {reason}");
+            Box::new(row(
+                "workspace",
+                Decision::Block,
+                reason,
+                meta(Stage::Arguments),
+            ))
+        })?;
+        let ctx = place.as_ref().map(Place::context).unwrap_or_default();
+        let vals = args::check(&tool.args, &intent.args, &ctx).map_err(|e| {
+            let mut m = meta(Stage::Arguments);
+            m.arg = Some(e.arg);
+            let reason = format!("tool '{name}': {}", e.reason);
+            Box::new(row("argument_validator", Decision::Block, reason, m))
+        })?;
+        Ok((place, vals))
     }
 
     /// Stage 2: why `tool`'s tier is above what the settings allow, if it is.
@@ -267,13 +304,18 @@ fn row(check: &str, decision: Decision, reason: String, metadata: RowMetadata) -
     }
 }
 
-fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchPlan {
+/// The plan of an allowed (or held) call: the tool's templates filled with `vals`, run as
+/// `owner` when the tool runs as its workspace's owner.
+fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -> LaunchPlan {
     let paths = |list: &[Elem<PathBuf>]| {
         list.iter()
             .filter_map(|e| template::path(e, vals))
             .collect()
     };
     let mut confinement = tool.confinement.clone();
+    if let Some(owner) = owner {
+        confinement.run_as = Some(owner.to_owned());
+    }
     confinement.cwd = tool.cwd.as_ref().and_then(|c| template::path(c, vals));
     confinement.env = tool
         .env
@@ -302,15 +344,21 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchP
 
 /// The `within` root of each effect path that comes from a path argument (see
 /// `Effects::beneath`).
-fn beneath(tool: &Tool, vals: &[Option<ArgValue>]) -> Vec<(PathBuf, PathBuf)> {
+fn beneath(tool: &Tool, vals: &Values) -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
     for e in tool.read.iter().chain(&tool.write).chain(&tool.exec) {
         let Elem::Arg(i) = e else { continue };
-        let (Some(spec), Some(Some(ArgValue::Path(p)))) = (tool.args.get(*i), vals.get(*i)) else {
+        let (Some(spec), Some(Some(ArgValue::Path(p)))) = (tool.args.get(*i), vals.args.get(*i))
+        else {
             continue;
         };
-        if let Some(root) = spec.within.iter().find(|r| p.starts_with(r)) {
-            out.push((p.clone(), root.clone()));
+        let root = spec
+            .within
+            .iter()
+            .filter_map(|r| args::root(r, &vals.ctx))
+            .find(|r| p.starts_with(r));
+        if let Some(root) = root {
+            out.push((p.clone(), root));
         }
     }
     out

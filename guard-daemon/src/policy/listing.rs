@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ArgType, Policy, Tool, args::ArgSpec};
+use super::{ArgType, Policy, Tool, args::ArgSpec, template::Elem};
 use crate::{decision::RiskTier, plan::OnDivergence};
 
 /// One tool a client may call.
@@ -93,8 +93,12 @@ impl Policy {
 }
 
 fn doc(a: &ArgSpec) -> ArgDoc {
-    let paths =
-        |v: &[std::path::PathBuf]| v.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let path = |e: &Elem<std::path::PathBuf>| match e {
+        Elem::Lit(p) => p.to_string_lossy().into_owned(),
+        Elem::Ctx(c, rest) if rest.as_os_str().is_empty() => c.name().to_owned(),
+        Elem::Ctx(c, rest) => format!("{}/{}", c.name(), rest.display()),
+        Elem::Arg(_) => String::new(),
+    };
     ArgDoc {
         name: a.name.clone(),
         ty: a.ty,
@@ -104,8 +108,8 @@ fn doc(a: &ArgSpec) -> ArgDoc {
         max_len: a.max_len,
         min: a.min,
         max: a.max,
-        within: paths(&a.within),
-        base: a.base.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        within: a.within.iter().map(path).collect(),
+        base: a.base.as_ref().map(path),
         hosts: a.hosts.clone(),
         schemes: a.schemes.clone(),
     }

@@ -21,6 +21,7 @@ mod source;
 mod table;
 mod template;
 mod validate;
+mod workspace;
 
 use std::{
     collections::HashMap,
@@ -74,6 +75,8 @@ pub struct Settings {
     pub socket_group: Option<String>,
     /// The user calls run as, unless a tool names its own.
     pub run_as: Option<String>,
+    /// `[workspaces] roots`: where projects live, absolute, each component a name or a glob.
+    pub workspaces: Vec<PathBuf>,
     /// `[approvals] allow_self`: whether an admin may approve a call of their own uid.
     pub allow_self_approval: bool,
     /// `[approvals] notify`: the program told of each held call.
@@ -96,6 +99,7 @@ impl Default for Settings {
             admin_groups: Vec::new(),
             socket_group: None,
             run_as: None,
+            workspaces: Vec::new(),
             allow_self_approval: false,
             notify: None,
         }
@@ -143,6 +147,9 @@ pub(crate) struct Tool {
     pub redact: DetectorSet,
     /// Indices of its judges in [`Policy::judges`], in order.
     pub judges: Vec<usize>,
+    /// Whether a call needs a workspace: a template names `{workspace}` or `{cwd}`, or it runs
+    /// as the workspace's owner.
+    pub in_workspace: bool,
 }
 
 /// A loaded, checked policy.
@@ -239,10 +246,9 @@ impl Policy {
         }
         Detector::warm_up();
         for (tool, ex) in examples {
-            let v = policy.decide(&Intent {
-                tool: tool.clone(),
-                args: ex.args,
-            });
+            let mut intent = Intent::new(tool.clone(), ex.args);
+            intent.cwd = ex.cwd;
+            let v = policy.decide(&intent);
             if v.row.decision != ex.expect.v {
                 d.err(
                     &ex.at,
@@ -319,13 +325,7 @@ impl Policy {
         let mut out = Vec::new();
         for t in &self.tools {
             for w in &t.write {
-                let reach = match w {
-                    Elem::Lit(p) => overlap::Reach::literal(p),
-                    Elem::Arg(i) => match t.args.get(*i) {
-                        Some(spec) => overlap::Reach::arg(spec),
-                        None => overlap::Reach::Anywhere,
-                    },
-                };
+                let reach = overlap::Reach::elem(w, &t.args, &self.settings.workspaces);
                 match reach {
                     overlap::Reach::Anywhere => out.push((t.name.as_str(), None)),
                     overlap::Reach::Beneath(roots) => {

@@ -7,7 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
-use super::args::{ArgSpec, resolve};
+use super::{
+    args::{ArgSpec, resolve},
+    rules::is_glob,
+    template::Elem,
+};
 
 /// The paths one effect template can name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,12 +29,48 @@ impl Reach {
         Reach::Beneath(spellings(p))
     }
 
-    /// A `{arg}` placeholder of a path argument.
-    pub fn arg(spec: &ArgSpec) -> Self {
+    /// A `{arg}` placeholder of a path argument; `workspaces` are the policy's roots, what a
+    /// `{workspace}` or `{cwd}` root can be.
+    pub fn arg(spec: &ArgSpec, workspaces: &[PathBuf]) -> Self {
         if spec.within.is_empty() {
             return Reach::Anywhere;
         }
-        Reach::Beneath(spec.within.iter().flat_map(|r| spellings(r)).collect())
+        let mut roots = Vec::new();
+        for r in &spec.within {
+            match Reach::elem(r, &[], workspaces) {
+                Reach::Beneath(r) => roots.extend(r),
+                Reach::Anywhere => return Reach::Anywhere,
+            }
+        }
+        Reach::Beneath(roots)
+    }
+
+    /// `{workspace}` or `{cwd}`, with anything below: beneath what the policy's roots hold
+    /// before their first glob.
+    pub fn workspace(workspaces: &[PathBuf]) -> Self {
+        Reach::Beneath(
+            workspaces
+                .iter()
+                .flat_map(|w| {
+                    let literal: PathBuf = w
+                        .components()
+                        .take_while(|c| !is_glob(&c.as_os_str().to_string_lossy()))
+                        .collect();
+                    spellings(&literal)
+                })
+                .collect(),
+        )
+    }
+
+    /// What the template `e` of a tool with arguments `args` can name.
+    pub fn elem(e: &Elem<PathBuf>, args: &[ArgSpec], workspaces: &[PathBuf]) -> Self {
+        match e {
+            Elem::Lit(p) => Reach::literal(p),
+            Elem::Arg(i) => args
+                .get(*i)
+                .map_or(Reach::Anywhere, |spec| Reach::arg(spec, workspaces)),
+            Elem::Ctx(..) => Reach::workspace(workspaces),
+        }
     }
 
     /// A path both can name, the deeper of two overlapping roots; `None` when they are apart.

@@ -7,7 +7,7 @@ use toml::de::{DeTable, DeValue};
 use super::{
     raw::{
         ArgType, Principal, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample,
-        RawHelper, RawJudge, RawRule, RawSettings, RawTool,
+        RawHelper, RawJudge, RawRule, RawSettings, RawTool, RawWorkspaces,
     },
     source::{Diag, Loc, S},
     table::{FromToml, ListItem, Table, named},
@@ -39,6 +39,13 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
     }
     if let Some(t) = top.table(d, "approvals") {
         doc.approvals = Some(approvals(d, t));
+    }
+    if let Some(mut t) = top.table(d, "workspaces") {
+        doc.workspaces = Some(RawWorkspaces {
+            at: t.at.clone(),
+            roots: t.list(d, "roots"),
+        });
+        t.finish(d);
     }
     if let Some(judges) = top.table(d, "judges") {
         doc.judges = judges.named_tables(d, judge);
@@ -293,11 +300,13 @@ fn example(d: &mut Diag, index: usize, mut t: Table) -> Option<RawExample> {
     let expect = t.take(d, "expect");
     require(d, &t, "expect", &at, &expect, string);
     let _ = t.take::<String>(d, "name");
+    let cwd = t.take::<String>(d, "cwd").map(|c| c.v.into());
     t.finish(d);
     Some(RawExample {
         at,
         index,
         args,
+        cwd,
         expect: expect?,
     })
 }

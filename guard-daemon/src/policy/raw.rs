@@ -75,6 +75,14 @@ pub(crate) struct RawSettings {
     pub judges: Vec<S<String>>,
 }
 
+/// `[workspaces]` as written: where projects live.
+#[derive(Debug, Default)]
+pub(crate) struct RawWorkspaces {
+    pub at: Loc,
+    /// Absolute paths whose components may be globs (`/home/*/projects/*`).
+    pub roots: Vec<S<String>>,
+}
+
 /// `[tools.<name>.args.<arg>]` as written.
 #[derive(Debug)]
 pub(crate) struct RawArg {
@@ -109,6 +117,8 @@ pub(crate) struct RawExample {
     pub at: Loc,
     pub index: usize,
     pub args: serde_json::Map<String, Json>,
+    /// The caller's working directory, for a tool that works in a workspace.
+    pub cwd: Option<std::path::PathBuf>,
     pub expect: S<Decision>,
 }
 
@@ -195,6 +205,7 @@ pub(crate) struct RawApprover {
 #[derive(Debug, Default)]
 pub(crate) struct RawDoc {
     pub settings: Option<RawSettings>,
+    pub workspaces: Option<RawWorkspaces>,
     pub approvals: Option<RawApprovals>,
     pub judges: Vec<RawJudge>,
     pub approvers: Vec<RawApprover>,

@@ -1,17 +1,100 @@
 //! Templates: command elements, effects and cwd written with `{arg}` placeholders. A
 //! placeholder is always a whole element, so an argument can never add argv elements or
-//! splice itself into another one.
+//! splice itself into another one. `{workspace}` and `{cwd}`, the call's workspace and the
+//! caller's working directory in it, may be followed by `/` and a relative path
+//! (`{workspace}/target`): guardd, not the caller, chose both (see `Policy::workspace_of`).
 
-use std::{ffi::OsString, path::PathBuf};
+use std::{
+    ffi::OsString,
+    path::{Component, Path, PathBuf},
+};
 
 use super::args::ArgValue;
 use crate::plan::Endpoint;
 
-/// A literal or one argument (by index into the tool's arguments).
+/// A literal, one argument (by index into the tool's arguments), or a path of the call's
+/// context with a relative rest (empty for the context path itself).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Elem<L> {
     Lit(L),
     Arg(usize),
+    Ctx(Ctx, PathBuf),
+}
+
+/// The paths of a call's context a template may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    /// `{workspace}`: the `[workspaces]` root that holds the caller's working directory.
+    Workspace,
+    /// `{cwd}`: the caller's working directory, inside its workspace.
+    Cwd,
+}
+
+impl Ctx {
+    /// The placeholder as a policy writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ctx::Workspace => "{workspace}",
+            Ctx::Cwd => "{cwd}",
+        }
+    }
+}
+
+/// The call's context: where it works. Both `None` for a caller that sent no working
+/// directory, or one outside every workspace.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Context<'a> {
+    pub workspace: Option<&'a Path>,
+    pub cwd: Option<&'a Path>,
+}
+
+impl Context<'_> {
+    /// The path `ctx` names joined with `rest`; `None` when the call has no such path.
+    pub fn path(&self, ctx: Ctx, rest: &Path) -> Option<PathBuf> {
+        let base = match ctx {
+            Ctx::Workspace => self.workspace?,
+            Ctx::Cwd => self.cwd?,
+        };
+        Some(if rest.as_os_str().is_empty() {
+            base.to_path_buf()
+        } else {
+            base.join(rest)
+        })
+    }
+}
+
+/// What templates are filled with: the checked arguments and the call's context.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Values<'a> {
+    pub args: &'a [Option<ArgValue>],
+    pub ctx: Context<'a>,
+}
+
+/// `{workspace}` or `{cwd}`, alone or followed by `/` and a relative path without `..`;
+/// `None` when `s` starts with neither.
+pub(crate) fn context(s: &str) -> Option<Result<(Ctx, PathBuf), &'static str>> {
+    let (ctx, rest) = [Ctx::Workspace, Ctx::Cwd]
+        .into_iter()
+        .find_map(|c| s.strip_prefix(c.name()).map(|rest| (c, rest)))?;
+    if rest.is_empty() {
+        return Some(Ok((ctx, PathBuf::new())));
+    }
+    let Some(rel) = rest.strip_prefix('/') else {
+        return Some(Err(
+            "{workspace} and {cwd} are followed by nothing, or by /path",
+        ));
+    };
+    let rel = Path::new(rel);
+    if rest.contains(['{', '}'])
+        || rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Some(Err(
+            "the path after {workspace} or {cwd} may not hold .. or braces",
+        ));
+    }
+    Some(Ok((ctx, rel.components().collect())))
 }
 
 /// Splits `{name}` from a literal. `Err` when braces appear anywhere but around a whole
@@ -30,49 +113,56 @@ pub(crate) fn placeholder(s: &str) -> Result<Option<&str>, &'static str> {
 }
 
 /// argv elements; an absent optional argument drops its element.
-pub(crate) fn argv(elems: &[Elem<String>], vals: &[Option<ArgValue>]) -> Vec<OsString> {
+pub(crate) fn argv(elems: &[Elem<String>], v: &Values) -> Vec<OsString> {
     elems
         .iter()
         .filter_map(|e| match e {
             Elem::Lit(s) => Some(OsString::from(s)),
-            Elem::Arg(i) => vals.get(*i)?.as_ref().map(|v| match v {
+            Elem::Arg(i) => v.args.get(*i)?.as_ref().map(|v| match v {
                 ArgValue::Path(p) => p.clone().into_os_string(),
                 other => OsString::from(other.text().into_owned()),
             }),
+            Elem::Ctx(c, rest) => v.ctx.path(*c, rest).map(PathBuf::into_os_string),
         })
         .collect()
 }
 
 /// The path `e` names for this call; `None` for an optional argument not given.
-pub(crate) fn path(e: &Elem<PathBuf>, vals: &[Option<ArgValue>]) -> Option<PathBuf> {
+pub(crate) fn path(e: &Elem<PathBuf>, v: &Values) -> Option<PathBuf> {
     match e {
         Elem::Lit(p) => Some(p.clone()),
-        Elem::Arg(i) => match vals.get(*i)? {
+        Elem::Arg(i) => match v.args.get(*i)? {
             Some(ArgValue::Path(p)) => Some(p.clone()),
             _ => None,
         },
+        Elem::Ctx(c, rest) => v.ctx.path(*c, rest),
     }
 }
 
 /// The endpoint `e` names for this call: a url argument's host and port.
-pub(crate) fn endpoint(e: &Elem<Endpoint>, vals: &[Option<ArgValue>]) -> Option<Endpoint> {
+pub(crate) fn endpoint(e: &Elem<Endpoint>, v: &Values) -> Option<Endpoint> {
     match e {
         Elem::Lit(ep) => Some(ep.clone()),
-        Elem::Arg(i) => match vals.get(*i)? {
+        Elem::Arg(i) => match v.args.get(*i)? {
             Some(ArgValue::Url { host, port, .. }) => Some(Endpoint {
                 host: host.clone(),
                 port: *port,
             }),
             _ => None,
         },
+        Elem::Ctx(..) => None,
     }
 }
 
 /// The text `e` stands for in this call (an env value); `None` for an argument not given.
-pub(crate) fn text(e: &Elem<String>, vals: &[Option<ArgValue>]) -> Option<String> {
+pub(crate) fn text(e: &Elem<String>, v: &Values) -> Option<String> {
     match e {
         Elem::Lit(s) => Some(s.clone()),
-        Elem::Arg(i) => vals.get(*i)?.as_ref().map(|v| v.text().into_owned()),
+        Elem::Arg(i) => v.args.get(*i)?.as_ref().map(|v| v.text().into_owned()),
+        Elem::Ctx(c, rest) => v
+            .ctx
+            .path(*c, rest)
+            .map(|p| p.to_string_lossy().into_owned()),
     }
 }
 
@@ -97,15 +187,52 @@ mod tests {
             Elem::Arg(0),
             Elem::Arg(1),
         ];
+        let values = |args| Values {
+            args,
+            ctx: Context::default(),
+        };
         let vals = vec![Some(ArgValue::Path("/srv/a b".into())), None];
         assert_eq!(
-            argv(&elems, &vals),
+            argv(&elems, &values(&vals)),
             vec![OsString::from("/bin/cat"), "--".into(), "/srv/a b".into()]
         );
         let vals = vec![Some(ArgValue::Int(7)), Some(ArgValue::Bool(true))];
         assert_eq!(
-            argv(&elems, &vals)[2..],
+            argv(&elems, &values(&vals))[2..],
             [OsString::from("7"), "true".into()]
         );
+    }
+
+    #[test]
+    fn context_placeholders_take_a_relative_rest_only() {
+        assert_eq!(
+            context("{workspace}"),
+            Some(Ok((Ctx::Workspace, PathBuf::new())))
+        );
+        assert_eq!(
+            context("{workspace}/target/x"),
+            Some(Ok((Ctx::Workspace, PathBuf::from("target/x"))))
+        );
+        assert_eq!(context("{cwd}"), Some(Ok((Ctx::Cwd, PathBuf::new()))));
+        assert_eq!(context("/srv/{workspace}"), None);
+        assert_eq!(context("{path}"), None);
+        for bad in [
+            "{workspace}x",
+            "{workspace}/../etc",
+            "{cwd}/{path}",
+            "{workspace}//a/..",
+        ] {
+            assert!(matches!(context(bad), Some(Err(_))), "{bad}");
+        }
+        let ws = Path::new("/srv/ws");
+        let ctx = Context {
+            workspace: Some(ws),
+            cwd: None,
+        };
+        assert_eq!(
+            ctx.path(Ctx::Workspace, Path::new("t")),
+            Some(PathBuf::from("/srv/ws/t"))
+        );
+        assert_eq!(ctx.path(Ctx::Cwd, Path::new("")), None);
     }
 }

@@ -61,6 +61,14 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         if compiled.confinement.run_as.is_none() {
             compiled.confinement.run_as.clone_from(&settings.run_as);
         }
+        if compiled.confinement.run_as.as_deref() == Some(crate::plan::RUN_AS_OWNER) {
+            compiled.in_workspace = true;
+        }
+        if compiled.in_workspace && settings.workspaces.is_empty() {
+            let msg = "works in a workspace ({workspace}, {cwd} or run_as = \"owner\"), and \
+                       the policy declares no [workspaces] roots";
+            d.err(&t.name.at, &format!("tools.{}", t.name.v), msg);
+        }
         compiled.judges = tool_judges(d, t, &judges, &defaults);
         tools.push(compiled);
     }
@@ -72,7 +80,8 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         .collect();
     for (runner, r) in raw_tools.iter().zip(&tools) {
         for &(writer, w) in &writers {
-            tool::exec_not_writable(d, (runner, &r.args), (writer, &w.args));
+            let roots = &settings.workspaces;
+            tool::exec_not_writable(d, (runner, &r.args), (writer, &w.args), roots);
         }
     }
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -139,6 +148,7 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
     let mut settings = Settings::default();
     let mut settings_at: Option<Loc> = None;
     let mut approvals_at: Option<Loc> = None;
+    let mut workspaces_at: Option<Loc> = None;
     let mut tools: Vec<RawTool> = Vec::new();
     let mut rules = Vec::new();
     let mut judges = Vec::new();
@@ -172,6 +182,19 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
                 notify = a.notify;
             }
         }
+        if let Some(w) = doc.workspaces {
+            if workspaces_at.is_some() {
+                let msg = "workspaces are already given in another file";
+                d.err(&w.at, "workspaces", msg);
+            } else {
+                workspaces_at = Some(w.at.clone());
+                settings.workspaces = w
+                    .roots
+                    .iter()
+                    .filter_map(|r| workspace_root(d, r))
+                    .collect();
+            }
+        }
         for t in doc.tools {
             if let Some(first) = tools.iter().find(|x| x.name.v == t.name.v) {
                 let (p, _) = &d.src.files[first.name.at.file];
@@ -198,6 +221,40 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
         notify,
         default_judges,
     }
+}
+
+/// A `[workspaces] roots` entry: absolute, without `.` or `..`, each component a name or a
+/// glob; its components up to the first glob, where they exist, are the real path (no
+/// symlink: a caller's working directory is compared as the kernel resolves it).
+fn workspace_root(d: &mut Diag, r: &S<String>) -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let text = r.v.trim_end_matches('/');
+    let path = Path::new(text);
+    let plain = text
+        .split('/')
+        .skip(1)
+        .all(|c| !matches!(c, "" | "." | ".."));
+    if !text.starts_with('/') || !plain {
+        let msg = "must be an absolute path below /, without . or ..";
+        d.err(&r.at, "workspaces.roots", msg);
+        return None;
+    }
+    let literal: PathBuf = path
+        .components()
+        .take_while(|c| !is_glob(&c.as_os_str().to_string_lossy()))
+        .collect();
+    if let Ok(real) = std::fs::canonicalize(&literal)
+        && real != literal
+    {
+        let msg = format!(
+            "{} goes through a symlink to {}: name the real path",
+            literal.display(),
+            real.display()
+        );
+        d.err(&r.at, "workspaces.roots", msg);
+        return None;
+    }
+    Some(path.to_path_buf())
 }
 
 /// `[settings]` over the defaults; a key not given keeps its default.

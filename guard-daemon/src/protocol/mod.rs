@@ -129,6 +129,10 @@ pub struct CallOptions {
     /// leaves; `resume` runs the call once approved.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_wait: bool,
+    /// The caller's working directory: it picks the call's workspace, where the policy's
+    /// `[workspaces]` say tools work (`{workspace}`, `{cwd}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// An `exec` frame as guardd reads it: every field, strictly.
@@ -144,6 +148,8 @@ struct ExecFrame {
     task: Option<String>,
     #[serde(default)]
     no_wait: bool,
+    #[serde(default)]
+    cwd: Option<std::path::PathBuf>,
 }
 
 impl From<ExecFrame> for ExecWith {
@@ -157,6 +163,7 @@ impl From<ExecFrame> for ExecWith {
                 session: f.session,
                 task: f.task,
                 no_wait: f.no_wait,
+                cwd: f.cwd,
             },
         }
     }
@@ -169,6 +176,9 @@ pub struct CheckRequest {
     pub tool: String,
     #[serde(default)]
     pub args: Map<String, Value>,
+    /// The caller's working directory, as in `exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// The daemon's state: policy, layers, running calls.
@@ -383,6 +393,7 @@ mod tests {
                 session: Some("s1".into()),
                 task: None,
                 no_wait: true,
+                cwd: Some("/srv/w".into()),
             },
         });
         let f = frame(&with);

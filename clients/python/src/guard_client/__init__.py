@@ -116,6 +116,17 @@ class Result:
     approved_by: Optional[int] = None
 
 
+def _with_cwd(request: Dict[str, Any], cwd: Optional[str]) -> Dict[str, Any]:
+    """`request` with the caller's working directory, which picks a call's workspace."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            return request
+    request["cwd"] = cwd
+    return request
+
+
 def _raise_error(reply: Dict[str, Any]) -> None:
     message = reply.get("error", "guardd refused the request")
     if message.startswith("not permitted"):
@@ -201,9 +212,14 @@ class Client:
             _raise_error(reply)
         return reply
 
-    def check(self, tool: str, args: Optional[Dict[str, Any]] = None) -> Decision:
-        """The policy's decision on a call, without running it."""
-        reply = self._request({"type": "check", "tool": tool, "args": args or {}})
+    def check(
+        self, tool: str, args: Optional[Dict[str, Any]] = None, cwd: Optional[str] = None
+    ) -> Decision:
+        """The policy's decision on a call, without running it.
+
+        `cwd` (else this process's working directory) picks the call's workspace.
+        """
+        reply = self._request(_with_cwd({"type": "check", "tool": tool, "args": args or {}}, cwd))
         row = reply["decision"]
         return Decision(
             decision=row["decision"],
@@ -227,18 +243,21 @@ class Client:
         args: Optional[Dict[str, Any]] = None,
         input: Optional[bytes] = None,
         on_hold: Optional[Callable[[Hold], None]] = None,
+        cwd: Optional[str] = None,
     ) -> Result:
         """Runs a tool through guardd and returns how it ended, with its output.
 
         The tool's stdin is `input` (else empty), its stdout and stderr pipes read here. A call
         held for a human waits for the answer (`on_hold` is told once); a refusal raises
-        `Blocked`, and guardd's other refusals their own `GuardError`.
+        `Blocked`, and guardd's other refusals their own `GuardError`. `cwd` (else this
+        process's working directory) picks the call's workspace, where the policy has them.
         """
         conn = _Conn(self.socket, None)
         pipes = [os.pipe() for _ in range(3)]
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = pipes
         try:
-            conn.send({"type": "exec", "tool": tool, "args": args or {}}, [in_r, out_w, err_w])
+            request = _with_cwd({"type": "exec", "tool": tool, "args": args or {}}, cwd)
+            conn.send(request, [in_r, out_w, err_w])
         except GuardError:
             for r, w in pipes:
                 os.close(r)

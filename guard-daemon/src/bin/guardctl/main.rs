@@ -36,6 +36,9 @@ enum Command {
         /// The call's arguments as a JSON object.
         #[arg(long)]
         args: Option<String>,
+        /// The caller's working directory, which picks the workspace [default: the current one]
+        #[arg(long)]
+        cwd: Option<PathBuf>,
         /// Print the decision row (and plan, if any) as one JSON line.
         #[arg(long)]
         json: bool,
@@ -219,11 +222,12 @@ fn main() -> ExitCode {
             policy: p,
             tool,
             args,
+            cwd,
             json,
         } => {
             let p = p.unwrap_or_else(policy::default_policy_path);
             // As guard-exec would end: 0 allowed, 75 held for a human, 126 blocked.
-            match policy::check_call(&p, &tool, args.as_deref(), json) {
+            match policy::check_call(&p, &tool, args.as_deref(), cwd, json) {
                 Ok(guard::decision::Decision::Allow) => ExitCode::SUCCESS,
                 Ok(guard::decision::Decision::Block) => ExitCode::from(126),
                 Ok(_) => ExitCode::from(75),

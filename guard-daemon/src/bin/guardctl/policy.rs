@@ -80,6 +80,7 @@ pub fn check_call(
     policy: &Path,
     tool: &str,
     args: Option<&str>,
+    cwd: Option<PathBuf>,
     json: bool,
 ) -> anyhow::Result<guard::decision::Decision> {
     let policy = Policy::load(policy)
@@ -92,7 +93,9 @@ pub fn check_call(
             _ => bail!("--args must be a JSON object"),
         },
     };
-    let verdict = policy.decide(&Intent::new(tool, args));
+    let mut intent = Intent::new(tool, args);
+    intent.cwd = cwd.or_else(|| std::env::current_dir().ok());
+    let verdict = policy.decide(&intent);
     if json {
         let mut out = serde_json::to_value(&verdict.row)?;
         if let (Some(plan), Some(obj)) = (&verdict.plan, out.as_object_mut()) {

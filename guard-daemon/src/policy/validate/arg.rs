@@ -8,7 +8,11 @@ use crate::policy::{
     args::{ArgSpec, normalize},
     raw::{ArgType, RawArg},
     source::{Diag, Loc, S},
+    template::{self, Elem},
 };
+
+/// Argument names a template could not tell from the call's context.
+const RESERVED: &[&str] = &["workspace", "cwd"];
 
 /// Where a key was written, when it was.
 type Given = fn(&RawArg) -> Option<&Loc>;
@@ -43,6 +47,16 @@ fn at<T>(v: &Option<S<T>>) -> Option<&Loc> {
 /// Compiles argument `a` of tool key `tk`, reporting what cannot work.
 pub(super) fn arg(d: &mut Diag, tk: &str, a: &RawArg) -> ArgSpec {
     let ak = format!("{tk}.args.{}", a.name.v);
+    if RESERVED.contains(&a.name.v.as_str()) {
+        d.err(
+            &a.name.at,
+            &ak,
+            format!(
+                "'{}' is reserved: {{{}}} names the call's own",
+                a.name.v, a.name.v
+            ),
+        );
+    }
     let ty = a.ty.v;
     for (k, types, given) in ONLY {
         if let Some(at) = given(a)
@@ -111,16 +125,29 @@ fn satisfiable(d: &mut Diag, ak: &str, a: &RawArg) {
     }
 }
 
-/// A `within` or `base` root: absolute, normalised.
-fn root(d: &mut Diag, ak: &str, s: &S<String>, k: &str) -> Option<PathBuf> {
+/// A `within` or `base` root: absolute, normalised, or `{workspace}`, `{cwd}` (and a path
+/// below).
+fn root(d: &mut Diag, ak: &str, s: &S<String>, k: &str) -> Option<Elem<PathBuf>> {
+    match template::context(&s.v) {
+        Some(Ok((ctx, rest))) => return Some(Elem::Ctx(ctx, rest)),
+        Some(Err(why)) => {
+            d.err(&s.at, &format!("{ak}.{k}"), why);
+            return None;
+        }
+        None => {}
+    }
     if !s.v.starts_with('/') {
-        d.err(&s.at, &format!("{ak}.{k}"), "must be an absolute path");
+        d.err(
+            &s.at,
+            &format!("{ak}.{k}"),
+            "must be an absolute path, {workspace} or {cwd}",
+        );
         return None;
     }
     let p = normalize(Path::new(&s.v));
     // Resolve roots that exist, so that a root reached through a symlink (/tmp on some
     // systems) still contains the resolved argument.
-    Some(std::fs::canonicalize(&p).unwrap_or(p))
+    Some(Elem::Lit(std::fs::canonicalize(&p).unwrap_or(p)))
 }
 
 /// Host patterns are compared with the lowercased host of a url, so anything else (upper case,

@@ -23,14 +23,18 @@ fn literals<T>(elems: Vec<Elem<T>>) -> Vec<T> {
         .into_iter()
         .filter_map(|e| match e {
             Elem::Lit(v) => Some(v),
-            Elem::Arg(_) => None,
+            Elem::Arg(_) | Elem::Ctx(..) => None,
         })
         .collect()
 }
 
 /// Compiles a helper written under `key`.
 pub(super) fn helper(d: &mut Diag, key: &str, h: &RawHelper) -> Helper {
-    let tpl = Templates { tk: key, args: &[] };
+    let tpl = Templates {
+        tk: key,
+        args: &[],
+        in_workspace: false,
+    };
     let command = literals(tpl.command(d, &h.command));
     let timeout = match &h.timeout {
         Some(s) if (1..=86_400).contains(&s.v) => Duration::from_secs(s.v as u64),

@@ -7,6 +7,7 @@ use std::{
 };
 
 use super::arg::arg;
+use crate::plan::RUN_AS_OWNER;
 use crate::{
     detect::DetectorSet,
     plan::{Confinement, Endpoint},
@@ -17,7 +18,7 @@ use crate::{
         parse::valid_account_name,
         raw::{ArgType, RawTool},
         source::{Diag, S},
-        template::{Elem, placeholder},
+        template::{self, Ctx, Elem, placeholder},
     },
 };
 
@@ -46,6 +47,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let tpl = Templates {
         tk: &tk,
         args: &args,
+        in_workspace: true,
     };
     let command = t.command.as_ref().map(|c| tpl.command(d, c));
     let read = tpl.paths(d, &t.effects.read, "read");
@@ -59,6 +61,14 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let env = tpl.env(d, &t.env);
     let confinement = confinement(d, &tk, t);
     needs_command(d, &tk, t);
+    let in_workspace = confinement.run_as.as_deref() == Some(RUN_AS_OWNER)
+        || [&read, &write, &exec].iter().any(|l| l.iter().any(is_ctx))
+        || cwd.iter().any(is_ctx)
+        || command.iter().flatten().any(is_ctx)
+        || env.iter().any(|(_, e)| is_ctx(e))
+        || args
+            .iter()
+            .any(|a| a.within.iter().chain(&a.base).any(is_ctx));
     Tool {
         name: t.name.v.clone(),
         tier: t.tier.v,
@@ -79,7 +89,13 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         rules: Vec::new(),
         redact: DetectorSet::SECRET_CLASS,
         judges: Vec::new(),
+        in_workspace,
     }
+}
+
+/// Whether a template names the call's context.
+fn is_ctx<L>(e: &Elem<L>) -> bool {
+    matches!(e, Elem::Ctx(..))
 }
 
 /// What one template string stands for.
@@ -88,6 +104,8 @@ enum Slot {
     Lit,
     /// The value of the tool's argument at this index.
     Arg(usize),
+    /// A path of the call's context, and a relative rest.
+    Ctx(Ctx, PathBuf),
 }
 
 /// A tool's templates, read against its arguments (none, for a judge's or approver's
@@ -95,12 +113,28 @@ enum Slot {
 pub(super) struct Templates<'a> {
     pub tk: &'a str,
     pub args: &'a [ArgSpec],
+    /// Whether `{workspace}` and `{cwd}` mean anything: a tool's call has them, the programs
+    /// guard runs for itself (judges, approvers, the notifier) do not.
+    pub in_workspace: bool,
 }
 
 impl Templates<'_> {
     /// What `s` stands for; `None` after reporting a malformed placeholder or one that names
     /// no argument.
     fn slot(&self, d: &mut Diag, s: &S<String>, key: &str) -> Option<Slot> {
+        match template::context(&s.v) {
+            Some(Ok(_)) if !self.in_workspace => {
+                let why = "{workspace} and {cwd} are a tool call's; this program works in none";
+                d.err(&s.at, key, why);
+                return None;
+            }
+            Some(Ok((ctx, rest))) => return Some(Slot::Ctx(ctx, rest)),
+            Some(Err(why)) => {
+                d.err(&s.at, key, why);
+                return None;
+            }
+            None => {}
+        }
         match placeholder(&s.v) {
             Err(why) => {
                 d.err(&s.at, key, why);
@@ -128,12 +162,13 @@ impl Templates<'_> {
         let mut out = Vec::new();
         for (i, s) in c.iter().enumerate() {
             match self.slot(d, s, &key) {
-                Some(Slot::Arg(_)) if i == 0 => d.err(
+                Some(Slot::Arg(_) | Slot::Ctx(..)) if i == 0 => d.err(
                     &s.at,
                     &key,
                     "command[0] must be a literal absolute path, not a placeholder",
                 ),
                 Some(Slot::Arg(ix)) => out.push(Elem::Arg(ix)),
+                Some(Slot::Ctx(c, rest)) => out.push(Elem::Ctx(c, rest)),
                 Some(Slot::Lit) if i == 0 && !s.v.starts_with('/') => d.err(
                     &s.at,
                     &key,
@@ -159,6 +194,7 @@ impl Templates<'_> {
                     &key,
                     format!("argument '{}' is not a path", self.args[i].name),
                 ),
+                Some(Slot::Ctx(c, rest)) => out.push(Elem::Ctx(c, rest)),
                 Some(Slot::Lit) if s.v.starts_with('/') => {
                     out.push(Elem::Lit(normalize(Path::new(&s.v))));
                 }
@@ -185,6 +221,7 @@ impl Templates<'_> {
                     &key,
                     format!("argument '{}' is not a url", self.args[i].name),
                 ),
+                Some(Slot::Ctx(..)) => d.err(&s.at, &key, "a path is no destination"),
                 Some(Slot::Lit) => match endpoint(&s.v) {
                     Some(e) => out.push(Elem::Lit(e)),
                     None => d.err(&s.at, &key, "expected \"host:port\" or a {url} placeholder"),
@@ -215,6 +252,7 @@ impl Templates<'_> {
             }
             match self.slot(d, v, &key) {
                 Some(Slot::Arg(i)) => out.push((k.v.clone(), Elem::Arg(i))),
+                Some(Slot::Ctx(c, rest)) => out.push((k.v.clone(), Elem::Ctx(c, rest))),
                 Some(Slot::Lit) => out.push((k.v.clone(), Elem::Lit(v.v.clone()))),
                 None => {}
             }
@@ -240,7 +278,7 @@ fn endpoint(s: &str) -> Option<Endpoint> {
 fn confinement(d: &mut Diag, tk: &str, t: &RawTool) -> Confinement {
     let mut conf = Confinement::default();
     if let Some(r) = &t.run_as {
-        if valid_account_name(&r.v) {
+        if valid_account_name(&r.v) || r.v == RUN_AS_OWNER {
             conf.run_as = Some(r.v.clone());
         } else {
             d.err(
@@ -321,9 +359,14 @@ pub(super) fn exec_not_writable(
     d: &mut Diag,
     (runner, runner_args): (&RawTool, &[ArgSpec]),
     (writer, writer_args): (&RawTool, &[ArgSpec]),
+    workspaces: &[PathBuf],
 ) {
     let tk = format!("tools.{}", runner.name.v);
     let reach = |s: &S<String>, args: &[ArgSpec]| -> Option<(Reach, String)> {
+        if let Some(Ok(_)) = template::context(&s.v) {
+            let what = format!("\"{}\" (a workspace)", s.v);
+            return Some((Reach::workspace(workspaces), what));
+        }
         match placeholder(&s.v) {
             Ok(None) if s.v.starts_with('/') => Some((
                 Reach::literal(&normalize(Path::new(&s.v))),
@@ -333,7 +376,7 @@ pub(super) fn exec_not_writable(
                 let spec = args
                     .iter()
                     .find(|a| a.name == name && a.ty == ArgType::Path)?;
-                let reach = Reach::arg(spec);
+                let reach = Reach::arg(spec, workspaces);
                 let what = match reach {
                     Reach::Anywhere => format!("\"{}\" (any path: '{name}' has no within)", s.v),
                     Reach::Beneath(_) => format!("\"{}\"", s.v),
