@@ -217,7 +217,7 @@ fn integrations_md_hook_recipe_works_as_written() {
     let entry = &settings["hooks"]["PreToolUse"][0];
     assert_eq!(entry["matcher"], "*");
     let written = entry["hooks"][0]["command"].as_str().expect("command");
-    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    let workspace = support::default_workspace();
     let default = support::workspace().join("policies/default.toml");
     let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
     let command = written.replace(
@@ -238,36 +238,32 @@ fn integrations_md_hook_recipe_works_as_written() {
         sh.args(["-c", &command]).env("PATH", &path);
         run_with_stdin(sh, input)
     };
-    let workspace = Path::new("/srv/agent/workspace");
-    // git and `chmod +x`, as agents' shells run them (modes set by name: git's lock files), in
-    // a directory of the workspace that guard-tool owns, as an operator gives it the workspace.
+    // git and `chmod +x`, as agents' shells run them, in a directory of the workspace: the
+    // command runs where Claude Code's shell is (its cwd, no `cd`), as the workspace's owner.
     let scratch = workspace.join(format!("hook-git-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch dir");
-    let user = nix::unistd::User::from_name("guard-tool")
-        .expect("lookup")
-        .expect("guard-tool exists");
-    std::os::unix::fs::chown(&scratch, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
-        .expect("chown");
+    let nobody = Some(support::NOBODY);
+    std::os::unix::fs::chown(&scratch, nobody, nobody).expect("chown");
     let answer = recipe(&bash_input(
-        workspace,
-        &format!(
-            "cd {} && git init -q && git config user.name agent && echo 'echo hi' > run.sh \
-             && chmod +x run.sh && test -x run.sh && echo from the recipe",
-            scratch.display()
-        ),
+        &scratch,
+        "git init -q && git config user.name agent && echo 'echo hi' > run.sh \
+         && chmod +x run.sh && test -x run.sh && git add run.sh && git status --short \
+         && pwd && id -u",
     ));
     let out = &answer["hookSpecificOutput"];
     assert_eq!(out["permissionDecision"], "allow", "{answer}");
     let rewritten = out["updatedInput"]["command"].as_str().expect("command");
     let mut bash = Command::new("/bin/bash");
-    bash.args(["-c", rewritten]);
+    bash.args(["-c", rewritten]).current_dir(&scratch);
     let ran = output(bash);
     assert_eq!(
         String::from_utf8_lossy(&ran.stdout),
-        "from the recipe\n",
+        format!("A  run.sh\n{}\n{}\n", scratch.display(), support::NOBODY),
         "{}",
         String::from_utf8_lossy(&ran.stderr)
     );
+    let made = std::fs::metadata(scratch.join("run.sh")).expect("run.sh");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), support::NOBODY);
     let _ = std::fs::remove_dir_all(&scratch);
     let rows = guardd.audit_rows();
     assert!(
@@ -275,24 +271,64 @@ fn integrations_md_hook_recipe_works_as_written() {
             .any(|r| r["kind"] == "finished" && r["tool"] == "shell"),
         "{rows:?}"
     );
-    let mut read = bash_input(workspace, "");
-    read["tool_name"] = json!("Read");
-    read["tool_input"] = json!({"file_path": "/srv/agent/workspace/README.md"});
+    // Claude Code's file tools: the policy decides, by what its shell tool may do here.
+    let file_tool = |tool: &str, input: Value| {
+        let mut call = bash_input(workspace, "");
+        call["tool_name"] = json!(tool);
+        call["tool_input"] = input;
+        let answer = recipe(&call);
+        let out = &answer["hookSpecificOutput"];
+        (
+            out["permissionDecision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            out["permissionDecisionReason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    let decision = |tool: &str, input: Value| file_tool(tool, input).0;
+    let readme = "/srv/agent/workspace/README.md";
+    assert_eq!(decision("Read", json!({"file_path": readme})), "allow");
+    assert_eq!(decision("Read", json!({"file_path": "README.md"})), "allow");
     assert_eq!(
-        recipe(&read)["hookSpecificOutput"]["permissionDecision"],
+        decision(
+            "Edit",
+            json!({"file_path": readme, "old_string": "a", "new_string": "b"})
+        ),
         "allow"
     );
-    let mut edit = read.clone();
-    edit["tool_name"] = json!("Edit");
-    assert_eq!(
-        recipe(&edit)["hookSpecificOutput"]["permissionDecision"],
-        "ask"
+    assert_eq!(decision("Glob", json!({"pattern": "**/*.md"})), "allow");
+    assert_eq!(decision("Grep", json!({"pattern": "TODO"})), "allow");
+    // /etc/shadow is in /etc, which the shell reads, but not its user's to read.
+    let (shadow, why) = file_tool("Read", json!({"file_path": "/etc/shadow"}));
+    assert_eq!(shadow, "deny", "{why}");
+    assert!(
+        why.contains("/etc/shadow is not readable by nobody"),
+        "{why}"
     );
-    let mut fetch = read.clone();
-    fetch["tool_name"] = json!("WebFetch");
-    fetch["tool_input"] = json!({"url": "https://example.com", "prompt": "x"});
+    let (home, why) = file_tool("Read", json!({"file_path": "/root/.bashrc"}));
+    assert_eq!(home, "deny", "{why}");
+    assert!(
+        why.contains("outside what the policy's `shell` tool may read"),
+        "{why}"
+    );
     assert_eq!(
-        recipe(&fetch)["hookSpecificOutput"]["permissionDecision"],
+        decision("Write", json!({"file_path": "/etc/x", "content": "x"})),
+        "deny"
+    );
+    assert_eq!(decision("Glob", json!({"pattern": "/root/**"})), "deny");
+    assert_eq!(
+        decision("Grep", json!({"pattern": "x", "path": "/root"})),
+        "deny"
+    );
+    assert_eq!(
+        decision(
+            "WebFetch",
+            json!({"url": "https://example.com", "prompt": "x"})
+        ),
         "deny"
     );
 }

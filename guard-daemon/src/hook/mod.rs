@@ -6,10 +6,16 @@
 //! the policy when it names them, passed to guard-mcp when they are guard's own MCP tools, and
 //! allowed or asked only where the hook's flags say so; anything else is denied.
 
+mod files;
+
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{decision::Decision, policy::glob_match};
+pub use files::Access;
+
+use crate::{decision::Decision, policy::glob_match, protocol::reply::Checked};
 
 /// What Claude Code sends (the fields guard reads; the others are ignored, so that a newer
 /// Claude Code with more fields still gets an answer).
@@ -90,8 +96,13 @@ pub struct Options {
 pub trait Guardd {
     /// The names of the tools the caller may call.
     fn tools(&mut self) -> Result<Vec<String>, String>;
-    /// The policy's decision on a call.
-    fn check(&mut self, tool: &str, args: &Map<String, Value>) -> Result<Decision, String>;
+    /// The policy's decision on a call from `cwd`, and its plan.
+    fn check(
+        &mut self,
+        tool: &str,
+        args: &Map<String, Value>,
+        cwd: Option<&Path>,
+    ) -> Result<Checked, String>;
 }
 
 /// The answer to one hook call. Every failure (no guardd, an input not understood) is a
@@ -127,7 +138,8 @@ pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> A
         );
     }
     if tools.iter().any(|t| t == name) {
-        return match guardd.check(name, &input.tool_input) {
+        let cwd = input.cwd.as_deref().map(Path::new);
+        return match decision(guardd.check(name, &input.tool_input, cwd)) {
             Ok(Decision::Allow) => Answer::new(Permission::Allow, "guard: allowed by policy"),
             // Claude Code would run the tool itself once its user said yes: the user is not
             // guard's admin, and the call would never be held. Only guardd can hold a call.
@@ -139,6 +151,10 @@ pub fn answer(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> A
             Ok(Decision::Block) => Answer::deny("guard: blocked by policy"),
             Err(e) => Answer::deny(format!("guard: {e}")),
         };
+    }
+    // Claude Code's file tools are the policy's to decide, whatever --allow says.
+    if let Some(answer) = files::answer(input, opts, guardd) {
+        return answer;
     }
     if opts.allow.iter().any(|g| glob_match(g, name)) {
         return Answer::new(Permission::Allow, "guard: allowed by the hook's --allow");
@@ -158,7 +174,8 @@ fn bash(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> Answer 
     };
     let mut args = Map::new();
     args.insert("command".into(), Value::String(command.to_owned()));
-    match guardd.check(&opts.shell_tool, &args) {
+    let cwd = input.cwd.as_deref().map(Path::new);
+    match decision(guardd.check(&opts.shell_tool, &args, cwd)) {
         // A held call is held by guardd when it runs: guard-exec waits for the admin.
         Ok(Decision::Allow | Decision::Escalate | Decision::Quarantine) => {}
         Ok(Decision::Block) => return Answer::deny("guard: blocked by policy"),
@@ -186,6 +203,11 @@ fn bash(input: &PreToolUse, opts: &Options, guardd: &mut impl Guardd) -> Answer 
     answer
 }
 
+/// The decision of a check.
+fn decision(checked: Result<Checked, String>) -> Result<Decision, String> {
+    checked.map(|c| c.decision.decision)
+}
+
 /// `s` as one word of a POSIX shell: single-quoted, each `'` as `'\''`.
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -194,15 +216,45 @@ pub fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        decision::{DecisionRow, RowMetadata},
+        plan::{Confinement, Effects, LaunchPlan},
+    };
 
+    /// guardd as the tests want it: a decision for every check, and for an allowed one a plan
+    /// that reads `/w` and `/usr` and writes `/w/out`.
     struct Fake(Result<Decision, String>);
 
     impl Guardd for Fake {
         fn tools(&mut self) -> Result<Vec<String>, String> {
             self.0.clone().map(|_| vec!["read_file".to_owned()])
         }
-        fn check(&mut self, _: &str, _: &Map<String, Value>) -> Result<Decision, String> {
-            self.0.clone()
+        fn check(
+            &mut self,
+            _: &str,
+            _: &Map<String, Value>,
+            _: Option<&Path>,
+        ) -> Result<Checked, String> {
+            let decision = self.0.clone()?;
+            let plan = (decision == Decision::Allow).then(|| LaunchPlan {
+                tool: "shell".into(),
+                argv: vec!["/bin/sh".into()],
+                effects: Effects {
+                    read: vec!["/w".into(), "/usr".into()],
+                    write: vec!["/w/out".into()],
+                    ..Effects::default()
+                },
+                confinement: Confinement::default(),
+            });
+            Ok(Checked {
+                decision: DecisionRow {
+                    check_name: "t".into(),
+                    decision,
+                    reason: String::new(),
+                    metadata: RowMetadata::default(),
+                },
+                plan,
+            })
         }
     }
 
@@ -219,7 +271,7 @@ mod tests {
         Options {
             shell_tool: "shell".into(),
             mcp_server: "guard".into(),
-            allow: vec!["Gr*".into()],
+            allow: vec!["Gr*".into(), "Read".into()],
             ask: vec!["Web*".into()],
             guard_exec: "/g/guard-exec".into(),
         }
@@ -250,9 +302,8 @@ mod tests {
         };
         assert_eq!(decide("mcp__guard__read_file", &mut ok), Permission::Allow);
         assert_eq!(decide("read_file", &mut ok), Permission::Allow);
-        assert_eq!(decide("Grep", &mut ok), Permission::Allow);
         assert_eq!(decide("WebFetch", &mut ok), Permission::Ask);
-        assert_eq!(decide("Write", &mut ok), Permission::Deny);
+        assert_eq!(decide("TodoWrite", &mut ok), Permission::Deny);
         assert_eq!(decide("mcp__other__x", &mut ok), Permission::Deny);
         assert_eq!(
             decide("mcp__guard__x__read_file", &mut ok),
@@ -260,6 +311,81 @@ mod tests {
         );
         let mut held = Fake(Ok(Decision::Escalate));
         assert_eq!(decide("read_file", &mut held), Permission::Deny);
+    }
+
+    #[test]
+    fn file_tools_are_decided_by_the_shell_tool_s_effects_whatever_allow_says() {
+        let decide = |tool: &str, v: Value, guardd: &mut Fake| {
+            let a = answer(&input(tool, v), &opts(), guardd);
+            (
+                a.output.permission_decision,
+                a.output.permission_decision_reason,
+            )
+        };
+        let mut ok = Fake(Ok(Decision::Allow));
+        let read = |p: &str| serde_json::json!({ "file_path": p });
+        // `--allow Read` and `--allow Gr*` allow nothing on their own.
+        assert_eq!(
+            decide("Read", read("/w/a.rs"), &mut ok).0,
+            Permission::Allow
+        );
+        assert_eq!(decide("Read", read("a.rs"), &mut ok).0, Permission::Allow);
+        assert_eq!(decide("Read", read("/usr/x"), &mut ok).0, Permission::Allow);
+        let (p, why) = decide("Read", read("/etc/shadow"), &mut ok);
+        assert_eq!(p, Permission::Deny);
+        assert!(why.contains("/etc/shadow is outside"), "{why}");
+        assert_eq!(
+            decide("Read", read("/w/../etc/x"), &mut ok).0,
+            Permission::Deny
+        );
+        // Writes: within the write effects only; what may be written may be read.
+        assert_eq!(
+            decide("Edit", read("/w/out/f"), &mut ok).0,
+            Permission::Allow
+        );
+        assert_eq!(
+            decide("Write", read("/w/a.rs"), &mut ok).0,
+            Permission::Deny
+        );
+        assert_eq!(
+            decide("MultiEdit", read("/usr/x"), &mut ok).0,
+            Permission::Deny
+        );
+        assert_eq!(
+            decide("Read", read("/w/out/f"), &mut ok).0,
+            Permission::Allow
+        );
+        let nb = serde_json::json!({"notebook_path": "/w/out/n.ipynb", "new_source": "x"});
+        assert_eq!(decide("NotebookEdit", nb, &mut ok).0, Permission::Allow);
+        // Glob and Grep: their path, else the cwd; Glob from where its pattern starts.
+        let grep = serde_json::json!({"pattern": "/etc/passwd"});
+        assert_eq!(decide("Grep", grep, &mut ok).0, Permission::Allow);
+        let grep = serde_json::json!({"pattern": "x", "path": "/etc"});
+        assert_eq!(decide("Grep", grep, &mut ok).0, Permission::Deny);
+        let glob = serde_json::json!({"pattern": "/etc/**"});
+        assert_eq!(decide("Glob", glob, &mut ok).0, Permission::Deny);
+        let glob = serde_json::json!({"pattern": "src/**/*.rs"});
+        assert_eq!(decide("Glob", glob, &mut ok).0, Permission::Allow);
+        // No path, a blocked shell tool, no guardd: denied.
+        assert_eq!(
+            decide("Read", serde_json::json!({}), &mut ok).0,
+            Permission::Deny
+        );
+        let mut blocked = Fake(Ok(Decision::Block));
+        assert_eq!(
+            decide("Read", read("/w/a"), &mut blocked).0,
+            Permission::Deny
+        );
+        let mut gone = Fake(Err("unreachable".into()));
+        assert_eq!(decide("Read", read("/w/a"), &mut gone).0, Permission::Deny);
+        // --ask still asks about what the policy allows, and never about what it denies.
+        let mut asking = opts();
+        asking.ask = vec!["Edit".into()];
+        let edit = |p: &str| input("Edit", serde_json::json!({ "file_path": p }));
+        let a = answer(&edit("/w/out/f"), &asking, &mut ok);
+        assert_eq!(a.output.permission_decision, Permission::Ask);
+        let a = answer(&edit("/etc/passwd"), &asking, &mut ok);
+        assert_eq!(a.output.permission_decision, Permission::Deny);
     }
 
     fn cmd_of(c: &str) -> Value {

@@ -15,9 +15,8 @@ use std::{
 use clap::{Parser, Subcommand};
 use guard::{
     client::{self, Client},
-    decision::Decision,
     hook::{self, Answer, Options, PreToolUse},
-    protocol::{CheckRequest, Reply, Request, ToolsRequest},
+    protocol::{CheckRequest, Reply, Request, ToolsRequest, reply::Checked},
 };
 use serde_json::{Map, Value};
 
@@ -97,13 +96,19 @@ impl hook::Guardd for Socket {
         }
     }
 
-    fn check(&mut self, tool: &str, args: &Map<String, Value>) -> Result<Decision, String> {
+    fn check(
+        &mut self,
+        tool: &str,
+        args: &Map<String, Value>,
+        cwd: Option<&std::path::Path>,
+    ) -> Result<Checked, String> {
         let request = Request::Check(CheckRequest {
             tool: tool.to_owned(),
             args: args.clone(),
+            cwd: cwd.map(std::path::Path::to_path_buf),
         });
         match self.request(&request)? {
-            Reply::Decision(checked) => Ok(checked.decision.decision),
+            Reply::Decision(checked) => Ok(*checked),
             other => Err(client::unexpected(&other).to_string()),
         }
     }
