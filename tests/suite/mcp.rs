@@ -295,7 +295,7 @@ fn integrations_md_mcp_recipes_work_as_written() {
         return;
     };
     let default = support::workspace().join("policies/default.toml");
-    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    support::default_workspace();
     let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
     for recipe in [
         "claude-code-mcp",

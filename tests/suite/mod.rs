@@ -17,4 +17,5 @@ mod mcp;
 mod policy;
 mod python;
 mod sandbox;
+mod session;
 mod systemd;

@@ -12,10 +12,15 @@ fn policies() -> PathBuf {
 
 /// Runs `guardctl check --json` and returns the row.
 fn check(policy: &str, tool: &str, args: &str) -> Value {
+    check_in(policy, tool, args, "/srv/agent/workspace/src")
+}
+
+/// [`check`] from the working directory `cwd`.
+fn check_in(policy: &str, tool: &str, args: &str, cwd: &str) -> Value {
     let out = Command::new(support::bin("guardctl"))
         .args(["check", "--policy"])
         .arg(policies().join(policy))
-        .args([tool, "--args", args, "--json"])
+        .args([tool, "--args", args, "--json", "--cwd", cwd])
         .output()
         .expect("run guardctl");
     let text = String::from_utf8(out.stdout).expect("utf-8");
@@ -178,6 +183,14 @@ fn default_policy() {
         row["plan"]["effects"]["write"],
         serde_json::json!(["/srv/agent/workspace", "/dev/null"])
     );
+    // In the caller's directory, as the workspace's owner (resolved when a call is made), and
+    // nowhere but in a workspace.
+    let conf = &row["plan"]["confinement"];
+    assert_eq!(conf["cwd"], "/srv/agent/workspace/src");
+    assert_eq!(conf["run_as"], "owner");
+    let outside = check_in(p, "shell", r#"{"command": "ls"}"#, "/etc");
+    assert_eq!(outside["decision"], "block");
+    assert_eq!(outside["check_name"], "workspace");
 }
 
 #[test]

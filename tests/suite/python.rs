@@ -124,7 +124,7 @@ fn integrations_md_python_recipe_works_as_written() {
     let Some(python) = support::python("integrations_md_python_recipe_works_as_written") else {
         return;
     };
-    std::fs::create_dir_all("/srv/agent/workspace").expect("the default policy's workspace");
+    support::default_workspace();
     let default = support::workspace().join("policies/default.toml");
     let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
     let recipe = support::doc_block("docs/integrations.md", "python-client");

@@ -1,7 +1,7 @@
 //! Helpers shared by the suites: privilege checks, binaries of the workspace, RAII guards.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// True when this test may use root and the kernel. Otherwise prints why it skips, or, under
 /// `CI=true`, fails: CI runs as root on a machine that has everything, so a skip there hides a
@@ -43,6 +43,19 @@ pub fn unique(prefix: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// The default policy's workspace, `/srv/agent/workspace`, made if missing and owned by
+/// `nobody`, as a developer's workspace is theirs: the default policy's `shell` runs as its
+/// owner, and never as root.
+pub fn default_workspace() -> &'static Path {
+    let ws = Path::new("/srv/agent/workspace");
+    std::fs::create_dir_all(ws).expect("the default policy's workspace");
+    std::os::unix::fs::chown(ws, Some(NOBODY), Some(NOBODY)).expect("chown the workspace");
+    ws
+}
+
+/// The uid (and gid) of `nobody`, a user that exists everywhere and owns nothing.
+pub const NOBODY: u32 = 65534;
 
 /// A temporary directory that guard-tool can traverse (mode 0755), removed on drop.
 pub struct TempDir(pub PathBuf);

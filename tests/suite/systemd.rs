@@ -213,6 +213,7 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
          && printf '[Service]\\nEnvironment=GUARDD_SOCKET_GROUP=guard-clients\\n' \
             > /etc/systemd/system/guardd.service.d/group.conf \
          && echo hello > /srv/agent/workspace/notes.txt \
+         && chown -R agent: /srv/agent/workspace \
          && systemctl daemon-reload && systemctl start guardd",
     );
     // Type=notify: active once guardd said READY=1, with its status line.
@@ -251,10 +252,11 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
             .any(|l| l == "0::/system.slice/guardd.service/guardd"),
         "{own}"
     );
+    // (The default policy's shell, run by the workspace's owner in it, runs as that owner.)
     let during = sys.ok(&format!(
-        "runuser -u agent -- guard-exec shell command='sleep 2' & \
+        "cd /srv/agent/workspace && runuser -u agent -- guard-exec shell command='sleep 2' & \
          for i in $(seq 100); do ls -d {unit}/calls/call-* 2>/dev/null && break; sleep 0.02; done; \
-         wait"
+         wait $!"
     ));
     assert!(
         during.contains(&format!("{unit}/calls/call-")),

@@ -1,0 +1,251 @@
+//! A coding agent's ordinary session, in a workspace its developer owns: the same recorded
+//! commands (git status, diff, add, commit, mv and maintenance; sed -i; Python's rename-writes;
+//! make; a test run; failing commands), one call each as an agent makes them, run directly as
+//! the developer and then through guard-exec as the default policy's `shell` tool, in the same
+//! directory of a fresh clone of this repository. Each exit code, stdout and stderr must be the
+//! same, every file the session made the developer's, and what the call may not do (write or
+//! read the developer's files outside the workspace) refused all the same.
+
+use std::{
+    os::unix::{fs::MetadataExt as _, process::CommandExt as _},
+    path::Path,
+    process::{Command, Output},
+};
+
+use super::support::{self, Guardd, NOBODY, TempDir, output};
+
+/// Commits with fixed dates, so both runs make the same commits.
+macro_rules! commit {
+    ($msg:literal) => {
+        concat!(
+            "GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z ",
+            "git commit -q -m '",
+            $msg,
+            "' && git log -1 --format='%H %s'"
+        )
+    };
+}
+
+/// The session: each command and the directory it runs in, relative to the repository.
+const SESSION: &[(&str, &str)] = &[
+    ("git status --short --branch", "."),
+    ("git log -3 --format=%s", "."),
+    ("git show --stat --format=%s HEAD | tail -1", "."),
+    ("ls", "."),
+    ("ls -a docs", "."),
+    ("head -5 Cargo.toml", "."),
+    ("sed -n '1,5p' README.md", "."),
+    ("grep -rn 'fn main' --include=*.rs . | sort | head -5", "."),
+    (
+        "find . -name '*.toml' -not -path './.git/*' | sort | head",
+        ".",
+    ),
+    ("wc -l README.md docs/policy.md", "."),
+    ("python3 -c 'import sys; print(sys.version_info[0])'", "."),
+    ("echo hello > NOTES.md && cat NOTES.md", "."),
+    (
+        "sed -i 's/hello/hello, world/' NOTES.md && cat NOTES.md",
+        ".",
+    ),
+    (
+        "python3 -c \"import os; open('v.tmp', 'w').write('v2\\n'); os.replace('v.tmp', 'VERSION')\" && cat VERSION",
+        ".",
+    ),
+    ("git status --short", "."),
+    (
+        "git diff --stat; git add NOTES.md VERSION && git status --short",
+        ".",
+    ),
+    (commit!("add notes"), "."),
+    ("git log -2 --format=%s", "."),
+    (
+        "mkdir -p scratch/sub && printf 'import unittest\\n\\nclass T(unittest.TestCase):\\n    def test_sum(self):\\n        self.assertEqual(sum([1, 2]), 3)\\n' > scratch/test_sum.py && ls scratch",
+        ".",
+    ),
+    ("ls && pwd", "scratch"),
+    ("python3 -m unittest -q test_sum 2>&1 | tail -1", "scratch"),
+    (
+        "printf 'all:\\n\\tpython3 -m py_compile test_sum.py && echo built\\n' > Makefile && make -s",
+        "scratch",
+    ),
+    ("mv ../VERSION sub/ && ls sub", "scratch"),
+    ("git mv NOTES.md docs/NOTES.md && git status --short", "."),
+    (commit!("move notes"), "."),
+    (
+        "git -c gc.autoDetach=false maintenance run --task=gc --quiet; echo maintenance $?",
+        ".",
+    ),
+    ("git checkout no-such-branch", "."),
+    ("ls does-not-exist", "."),
+    (
+        "git branch feature && git switch -q feature && git branch --show-current",
+        ".",
+    ),
+    ("git switch -q - && git branch --show-current", "."),
+    ("git stash list | wc -l", "."),
+    ("grep -c def scratch/test_sum.py", "."),
+    ("python3 scratch/test_sum.py; echo exit $?", "."),
+    ("rm -r scratch && git status --short", "."),
+    (
+        "git log --format=%s | head -3 && git rev-list --count HEAD",
+        ".",
+    ),
+    ("stat -c %U docs/NOTES.md", "."),
+];
+
+/// How a command is run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    /// As the developer, by a shell of its own, in the environment the policy gives the call.
+    Direct,
+    /// Through guard-exec, as the default policy's `shell` tool.
+    Guard,
+}
+
+fn run(guardd: &Guardd, ws: &Path, via: Via, command: &str, dir: &Path) -> Output {
+    let mut cmd = match via {
+        Via::Direct => {
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", command])
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("LANG", "C.UTF-8")
+                .env("HOME", ws);
+            c
+        }
+        Via::Guard => {
+            let args = serde_json::json!({ "command": command }).to_string();
+            let mut c = Command::new(support::bin("guard-exec"));
+            c.arg("--socket")
+                .arg(&guardd.socket)
+                .args(["--args", &args, "shell"]);
+            c
+        }
+    };
+    cmd.current_dir(dir).uid(NOBODY).gid(NOBODY);
+    output(cmd)
+}
+
+/// A fresh clone of this repository at `ws`, the developer's (nobody's), with its identity.
+fn clone_into(ws: &Path) {
+    let _ = std::fs::remove_dir_all(ws);
+    let source = support::workspace();
+    let mut clone = Command::new("git");
+    clone
+        .args(["clone", "-q", "--no-hardlinks"])
+        .arg(format!("file://{}", source.display()))
+        .arg(ws);
+    let out = output(clone);
+    assert!(out.status.success(), "git clone: {out:?}");
+    let chown = output({
+        let mut c = Command::new("chown");
+        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(ws);
+        c
+    });
+    assert!(chown.status.success(), "chown: {chown:?}");
+    for (k, v) in [("user.name", "Dev"), ("user.email", "dev@example.com")] {
+        let mut c = Command::new("git");
+        c.arg("-C")
+            .arg(ws)
+            .args(["config", k, v])
+            .uid(NOBODY)
+            .gid(NOBODY);
+        let out = output(c);
+        assert!(out.status.success(), "git config: {out:?}");
+    }
+}
+
+/// Each command's (exit code, stdout, stderr), run `via` in a fresh clone.
+fn session(guardd: &Guardd, ws: &Path, via: Via) -> Vec<(Option<i32>, String, String)> {
+    clone_into(ws);
+    SESSION
+        .iter()
+        .map(|(command, dir)| {
+            let out = run(guardd, ws, via, command, &ws.join(dir));
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            (out.status.code(), text(&out.stdout), text(&out.stderr))
+        })
+        .collect()
+}
+
+#[test]
+fn a_coding_session_runs_as_it_does_without_guard() {
+    if !support::privileged("a_coding_session_runs_as_it_does_without_guard") {
+        return;
+    }
+    let root = TempDir::new("guard-session");
+    let projects = root.join("projects");
+    std::fs::create_dir(&projects).expect("projects");
+    let projects = std::fs::canonicalize(&projects).expect("real path");
+    let ws = projects.join("guard");
+    // The default policy, its workspaces where this test keeps them.
+    let default = std::fs::read_to_string(support::workspace().join("policies/default.toml"))
+        .expect("default policy");
+    let policy = default
+        .replace(
+            r#"roots = ["/srv/agent/workspace"]"#,
+            &format!(r#"roots = ["{}/*"]"#, projects.display()),
+        )
+        .replace(
+            r#"cwd = "/srv/agent/workspace""#,
+            &format!(r#"cwd = "{}""#, ws.display()),
+        );
+    assert_ne!(policy, default, "the default policy's roots moved");
+    let guardd = Guardd::start_with(&policy, &["--socket-group", "nogroup"]);
+
+    let direct = session(&guardd, &ws, Via::Direct);
+    let guarded = session(&guardd, &ws, Via::Guard);
+    for (((command, dir), d), g) in SESSION.iter().zip(&direct).zip(&guarded) {
+        assert_eq!(d, g, "`{command}` in {dir}: direct, then through guard");
+    }
+    // The session did what it says, and failed where it should.
+    let codes: Vec<Option<i32>> = guarded.iter().map(|r| r.0).collect();
+    assert_eq!(
+        codes.iter().filter(|c| **c != Some(0)).count(),
+        2,
+        "{guarded:?}"
+    );
+    assert!(guarded[16].1.ends_with(" add notes\n"), "{guarded:?}");
+    assert_eq!(guarded[SESSION.len() - 1].1, "nobody\n");
+    // Every file of the workspace is the developer's.
+    let strangers = output({
+        let mut c = Command::new("find");
+        c.arg(&ws).args(["-not", "-user", &NOBODY.to_string()]);
+        c
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&strangers.stdout),
+        "",
+        "{strangers:?}"
+    );
+    let rows = guardd.audit_rows();
+    let finished = rows
+        .iter()
+        .filter(|r| r["kind"] == "finished" && r["tool"] == "shell")
+        .count();
+    assert_eq!(finished, SESSION.len(), "one call per command");
+
+    // The same user, but confined: the developer's files outside the workspace are out of
+    // reach, where the developer's own shell reaches them.
+    let home = root.join("home");
+    std::fs::create_dir(&home).expect("home");
+    let private = home.join("private.txt");
+    std::fs::write(&private, "the developer's\n").expect("write");
+    for p in [&home, &private] {
+        std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+    let outside = home.join("dropped.txt");
+    let reach = format!("cat {}; echo x > {}", private.display(), outside.display());
+    let d = run(&guardd, &ws, Via::Direct, &reach, &ws);
+    assert_eq!(
+        String::from_utf8_lossy(&d.stdout),
+        "the developer's\n",
+        "{d:?}"
+    );
+    std::fs::remove_file(&outside).expect("the direct write");
+    let g = run(&guardd, &ws, Via::Guard, &reach, &ws);
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "", "{g:?}");
+    assert!(!outside.exists(), "a call wrote outside the workspace");
+    assert_ne!(g.status.code(), Some(0), "{g:?}");
+    assert_eq!(std::fs::metadata(&ws).expect("ws").uid(), NOBODY);
+}
