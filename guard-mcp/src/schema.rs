@@ -165,6 +165,7 @@ mod tests {
             network: false,
             on_divergence: OnDivergence::Kill,
             args: vec![to, mode, n],
+            stdin: None,
         };
         let tool = tool(&spec);
         let s = Value::Object((*tool.input_schema).clone());

@@ -4,7 +4,7 @@
 use std::{borrow::Cow, path::PathBuf};
 
 use super::{
-    Policy, Tool, Verdict,
+    Policy, Tool, ToolStdin, Verdict,
     args::{self, ArgValue},
     redact::{redact, strings},
     rules::{Rule, Subject},
@@ -14,7 +14,7 @@ use crate::{
     decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
     detect::DetectorSet,
     intent::Intent,
-    plan::{Effects, LaunchPlan},
+    plan::{Effects, LaunchPlan, Stdin},
 };
 
 impl Policy {
@@ -280,6 +280,15 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &[Option<ArgValue>]) -> LaunchP
         .iter()
         .filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v)))
         .collect();
+    confinement.stdin = match tool.stdin {
+        ToolStdin::Passed => Stdin::Passed,
+        ToolStdin::Caller => Stdin::Caller,
+        // An optional input the call left out is an empty one: the policy said it may be.
+        ToolStdin::Arg(i) => Stdin::Input(match vals.get(i) {
+            Some(Some(v)) => v.text().into_owned(),
+            _ => String::new(),
+        }),
+    };
     LaunchPlan {
         tool: tool.name.clone(),
         argv: template::argv(cmd, vals),

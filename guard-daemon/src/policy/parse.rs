@@ -7,7 +7,7 @@ use toml::de::{DeTable, DeValue};
 use super::{
     raw::{
         ArgType, Principal, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample,
-        RawHelper, RawJudge, RawRule, RawSettings, RawTool,
+        RawHelper, RawJudge, RawRule, RawSettings, RawStdin, RawTool,
     },
     source::{Diag, Loc, S},
     table::{FromToml, ListItem, Table, named},
@@ -205,6 +205,7 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         .table(d, "env")
         .map_or_else(Vec::new, |e| e.named_values(d));
     let cwd = t.take(d, "cwd");
+    let stdin = stdin(d, &mut t);
     let examples = t.tables(d, "examples", "[[examples]]", example);
     let judges = t.given("judges").is_some().then(|| t.list(d, "judges"));
     let skip_judge = t.take(d, "skip_judge");
@@ -226,10 +227,40 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         allow_syscalls,
         env,
         cwd,
+        stdin,
         examples,
         judges,
         skip_judge,
     })
+}
+
+/// `stdin`: `"caller"`, or a table `{ arg = "NAME" }`; `None` when not given, or (with an
+/// error) when it is neither.
+fn stdin(d: &mut Diag, t: &mut Table) -> Option<RawStdin> {
+    if let DeValue::Table(_) = t.given("stdin")? {
+        let mut s = t.table(d, "stdin")?;
+        let at = s.at.clone();
+        let arg = s.take(d, "arg");
+        require(d, &s, "arg", &at, &arg, any);
+        s.finish(d);
+        return arg.map(RawStdin::Arg);
+    }
+    t.take::<Caller>(d, "stdin").map(|_| RawStdin::Caller)
+}
+
+/// `stdin = "caller"`, the one string `stdin` may be.
+struct Caller;
+
+impl FromToml for Caller {
+    fn from_toml(v: &DeValue) -> Result<Self, String> {
+        let not =
+            |found: &str| format!("expected \"caller\" or {{ arg = \"NAME\" }}, found {found}");
+        match v {
+            DeValue::String(s) if s.as_ref() == "caller" => Ok(Caller),
+            DeValue::String(s) => Err(not(&format!("'{s}'"))),
+            other => Err(not(other.type_str())),
+        }
+    }
 }
 
 /// `command`: `None` when not given (the tool can be decided but never run); given, it must
