@@ -13,7 +13,9 @@ use clap::Parser;
 use guard::{
     client::{self, Client},
     decision::Decision,
-    protocol::{CallOptions, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest},
+    protocol::{
+        CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
+    },
 };
 use serde_json::{Map, Value};
 
@@ -242,6 +244,7 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
                 session: cli.session.clone(),
                 task: cli.task.clone(),
                 no_wait: cli.no_wait,
+                stdin: CallerStdin::Stream,
             },
         }),
     }
