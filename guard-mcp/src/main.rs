@@ -4,9 +4,10 @@
 //! nothing itself: without guardd, it lists no tool and every call is an error result.
 
 mod call;
+mod params;
 mod schema;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{io::IsTerminal as _, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -83,7 +84,10 @@ impl ServerHandler for Guard {
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let tools = match listing {
-            Ok(list) => list.tools.iter().map(schema::tool).collect(),
+            Ok(list) => {
+                let offered = list.tools.iter().filter(|t| params::offered(t));
+                offered.map(schema::tool).collect()
+            }
             // Fail closed: no guardd, no tools; the client's log says why.
             Err(e) => {
                 tracing::warn!("{e}; listing no tools");
@@ -104,6 +108,14 @@ impl ServerHandler for Guard {
         };
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
+        let this = self.clone();
+        let listing = tokio::task::spawn_blocking(move || this.listing())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        // Without a listing (guardd unreachable) the call goes on, to fail as it does then.
+        if let Ok(list) = &listing {
+            params::check(list, &tool, &args)?;
+        }
         let cancel = context.ct.cancelled();
         Ok(call::run(&self.socket, tool, args, progress, cancel)
             .await
@@ -162,8 +174,10 @@ async fn notify(peer: &Peer<RoleServer>) -> bool {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     // stdout is the protocol's: the log goes to stderr, which MCP clients keep.
+    // Colour codes only for a terminal: MCP clients keep the log as text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GUARD_MCP_LOG")
                 .unwrap_or_else(|_| "warn".into()),
