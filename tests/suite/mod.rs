@@ -14,6 +14,7 @@ mod hook;
 mod install;
 mod judges;
 mod mcp;
+mod mcp_calls;
 mod policy;
 mod python;
 mod sandbox;
