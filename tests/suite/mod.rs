@@ -18,3 +18,4 @@ mod mcp_calls;
 mod policy;
 mod python;
 mod sandbox;
+mod stdin;
