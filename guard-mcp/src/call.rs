@@ -92,15 +92,7 @@ pub async fn run(
     cancel: impl std::future::Future<Output = ()>,
 ) -> CallToolResult {
     tokio::pin!(cancel);
-    // An MCP client has no input stream to give: a tool that would read one is refused.
-    let exec = Request::ExecWith(ExecWith {
-        call: ExecRequest { tool, args },
-        options: CallOptions {
-            stdin: CallerStdin::None,
-            ..CallOptions::default()
-        },
-    });
-    let started = match start(socket, &exec) {
+    let started = match start(socket, &exec(tool, args)) {
         Ok(s) => s,
         Err(e) => return result(Vec::new(), Outcome::failed(e), None),
     };
@@ -171,6 +163,18 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The `exec` of a call. An MCP client has no input stream to give: it says so, and guardd
+/// refuses a tool that would read one rather than run it on the /dev/null sent as its stdin.
+fn exec(tool: String, args: JsonObject) -> Request {
+    Request::ExecWith(ExecWith {
+        call: ExecRequest { tool, args },
+        options: CallOptions {
+            stdin: CallerStdin::None,
+            ..CallOptions::default()
+        },
+    })
 }
 
 /// guardd went away while call `call_id` was held: connects again and resumes it, trying until
@@ -394,6 +398,14 @@ mod tests {
             "object" => v.is_object(),
             _ => false,
         }
+    }
+
+    #[test]
+    fn every_exec_says_it_has_no_stdin_to_give() {
+        let frame = protocol::frame(&exec("t".into(), JsonObject::new()));
+        let sent: Value = serde_json::from_slice(&frame).expect("JSON");
+        assert_eq!(sent["stdin"], "none", "{sent}");
+        assert_eq!(sent["type"], "exec", "{sent}");
     }
 
     #[test]
