@@ -4,6 +4,8 @@
 //! nothing itself: without guardd, it lists no tool and every call is an error result.
 
 mod call;
+#[cfg(test)]
+mod fixtures;
 mod params;
 mod schema;
 

@@ -90,21 +90,13 @@ mod tests {
     use rmcp::model::ErrorCode;
 
     use super::*;
+    use crate::fixtures;
 
     fn arg(name: &str, ty: ArgType, required: bool) -> ArgDoc {
         ArgDoc {
-            name: name.into(),
-            ty,
             required,
             pattern: Some("^(?:[a-z]+)$".into()),
-            values: Vec::new(),
-            max_len: None,
-            min: None,
-            max: None,
-            within: Vec::new(),
-            base: None,
-            hosts: Vec::new(),
-            schemes: Vec::new(),
+            ..fixtures::arg(name, ty)
         }
     }
 

@@ -204,23 +204,7 @@ fn property(arg: &ArgDoc) -> JsonObject {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn arg(name: &str, ty: ArgType) -> ArgDoc {
-        ArgDoc {
-            name: name.into(),
-            ty,
-            required: true,
-            pattern: None,
-            values: Vec::new(),
-            max_len: None,
-            min: None,
-            max: None,
-            within: Vec::new(),
-            base: None,
-            hosts: Vec::new(),
-            schemes: Vec::new(),
-        }
-    }
+    use crate::fixtures::arg;
 
     #[test]
     fn schema_carries_types_required_enums_patterns_and_lengths() {

@@ -13,11 +13,10 @@ use super::{
     support::{self, Guardd, ToolDir},
 };
 
-/// The default policy, its workspace moved to `ws`, and a tool that reads its caller's stdin.
+/// The default policy, its workspace moved to `ws`, a tool that reads its caller's stdin and
+/// one that never reads its input.
 fn default_policy_in(ws: &std::path::Path) -> String {
-    let default = support::workspace().join("policies/default.toml");
-    let text = std::fs::read_to_string(default).expect("default policy");
-    text.replace("/srv/agent/workspace", &ws.display().to_string())
+    support::default_policy_in(ws)
         + "\n[tools.wc]\ntier = \"low\"\ncommand = [\"/usr/bin/wc\", \"-c\"]\nstdin = \"caller\"\n"
         + "\n[tools.sink]\ntier = \"low\"\ncommand = [\"/bin/true\"]\nstdin = { arg = \"data\" }\n"
         + "[tools.sink.args.data]\ntype = \"string\"\n"

@@ -14,9 +14,7 @@ use super::support::{self, FORK_LOCK, Guardd, ToolDir, output};
 /// The default policy with its workspace in `ws`, and two tools: `count` reads its caller's
 /// stdin; `say` prints its input argument.
 fn policy(ws: &std::path::Path) -> String {
-    let default = support::workspace().join("policies/default.toml");
-    let text = std::fs::read_to_string(default).expect("default policy");
-    text.replace("/srv/agent/workspace", &ws.display().to_string())
+    support::default_policy_in(ws)
         + r#"
 [tools.count]
 tier = "low"
