@@ -60,6 +60,14 @@ impl Guard {
             Err(e) => Err(format!("guardd: {e}")),
         }
     }
+
+    /// [`Guard::listing`], off the runtime's thread.
+    async fn fetch(&self) -> Result<Result<ToolList, String>, ErrorData> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.listing())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
 }
 
 impl ServerHandler for Guard {
@@ -81,11 +89,7 @@ impl ServerHandler for Guard {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let this = self.clone();
-        let listing = tokio::task::spawn_blocking(move || this.listing())
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let tools = match listing {
+        let tools = match self.fetch().await? {
             Ok(list) => {
                 let offered = list.tools.iter().filter(|t| params::offered(t));
                 offered.map(schema::tool).collect()
@@ -110,12 +114,8 @@ impl ServerHandler for Guard {
         };
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
-        let this = self.clone();
-        let listing = tokio::task::spawn_blocking(move || this.listing())
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         // Without a listing (guardd unreachable) the call goes on, to fail as it does then.
-        if let Ok(list) = &listing {
+        if let Ok(list) = &self.fetch().await? {
             params::check(list, &tool, &args)?;
         }
         let cancel = context.ct.cancelled();
