@@ -453,6 +453,8 @@ impl Call<'_, '_> {
             self.stages.lap("pin");
         }
         self.confirm().await?;
+        // Kept to the call's end, which stops the writer of an input the tool did not read.
+        let (stdio, _input) = sandbox::input::attach(&plan.confinement.stdin, stdio)?;
         let launched = ready.start(stdio)?;
         self.stages.absorb(&launched.stages);
         let applied = launched.applied.clone();

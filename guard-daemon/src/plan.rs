@@ -86,6 +86,33 @@ pub struct Confinement {
     pub env: Vec<(String, String)>,
     /// Working directory of the tool.
     pub cwd: Option<PathBuf>,
+    /// What the tool reads on its stdin.
+    #[serde(default, skip_serializing_if = "Stdin::is_passed")]
+    pub stdin: Stdin,
+}
+
+/// What a call's stdin is: the policy's `stdin` key, with the call's input when it has one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stdin {
+    /// The caller's stdin descriptor, passed as it came; the tool needs no input (`stdin` not
+    /// given in the policy).
+    #[default]
+    Passed,
+    /// The caller's stdin stream, which the tool reads (`stdin = "caller"`): a caller with no
+    /// stream to give (`"stdin": "none"` in its `exec`) is refused.
+    Caller,
+    /// This input, which guardd writes to a pipe of its own that is the tool's stdin
+    /// (`stdin = { arg = "NAME" }`: the argument's value); the caller's descriptor is not given.
+    Input(String),
+}
+
+impl Stdin {
+    /// The default: nothing to say in a serialised plan (which keeps the digests of plans held
+    /// before this field existed).
+    pub fn is_passed(&self) -> bool {
+        *self == Stdin::Passed
+    }
 }
 
 impl Confinement {
@@ -106,6 +133,7 @@ impl Default for Confinement {
             syscalls: Vec::new(),
             env: Vec::new(),
             cwd: None,
+            stdin: Stdin::Passed,
         }
     }
 }

@@ -19,11 +19,15 @@ use crate::{
     hold::ToHold,
     intent::Intent,
     judge::{self, ProposedCall, Subject},
-    plan::LaunchPlan,
+    plan::{LaunchPlan, Stdin},
     policy::{Policy, Verdict},
-    protocol::{self, ExecReply, reply::CallDecision},
+    protocol::{self, CallerStdin, ExecReply, reply::CallDecision},
     stages::Stages,
 };
+
+/// The `check_name` of a call refused because its tool reads the caller's stdin and the
+/// caller has none to give.
+const STDIN_CHECK: &str = "stdin";
 
 /// What the caller of `exec` brings besides the call itself.
 #[derive(Clone, Debug, Default)]
@@ -34,6 +38,8 @@ pub struct CallContext {
     pub task: Option<String>,
     /// A held call does not wait with its caller.
     pub no_wait: bool,
+    /// Whether the caller's stdin descriptor is an input stream.
+    pub stdin: CallerStdin,
 }
 
 /// What comes after the review.
@@ -134,7 +140,13 @@ impl Review<'_> {
         }
         stages.lap("audit_decision");
         let decision = verdict.row.decision;
-        let message = policy.caller_message(&verdict);
+        // The stdin refusal names a field of the caller's own request, and no secret of the
+        // policy (the tool's listing says as much): the caller hears what to change.
+        let message = if verdict.row.check_name == STDIN_CHECK {
+            verdict.row.reason.clone()
+        } else {
+            policy.caller_message(&verdict)
+        };
         let Some(plan) = verdict.plan.clone() else {
             self.blocked(decision);
             let terminated = verdict.row.check_name == "session";
@@ -241,6 +253,18 @@ impl Review<'_> {
                 "session '{}' was terminated by {} (call {}); an admin clears it with \
                  guardctl sessions --clear",
                 t.session, t.by, t.call_id
+            );
+            verdict.plan = None;
+        }
+        let reads_caller = |p: &LaunchPlan| p.confinement.stdin == Stdin::Caller;
+        if self.ctx.stdin == CallerStdin::None && verdict.plan.as_ref().is_some_and(reads_caller) {
+            // Fail closed: the tool would read an empty stdin it did not ask for.
+            verdict.row.decision = Decision::Block;
+            verdict.row.check_name = STDIN_CHECK.into();
+            verdict.row.reason = format!(
+                "tool '{}' reads its caller's stdin (stdin = \"caller\" in the policy), and \
+                 this exec has none to give (\"stdin\": \"none\"); nothing ran",
+                self.intent.tool
             );
             verdict.plan = None;
         }

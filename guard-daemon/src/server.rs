@@ -250,6 +250,7 @@ async fn exec(
         session: options.session,
         task: options.task,
         no_wait: options.no_wait,
+        stdin: options.stdin,
     };
     call::exec(daemon, peer, intent, ctx, conn).await
 }

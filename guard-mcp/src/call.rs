@@ -15,7 +15,7 @@ use std::{
 use guard::{
     decision::Decision,
     protocol::{
-        self, CallOptions, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
+        self, CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
         reply::{CallDecision, Exit, Hold},
     },
     receipt::Receipt,
@@ -40,27 +40,23 @@ const RESUME_EVERY: Duration = Duration::from_millis(200);
 /// hold the pipe; guardd kills the call's cgroup, so this is a bound, not a wait).
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// What a call's `structuredContent` says.
+/// What a call's `structuredContent` says: the same keys in every result, `null` where one
+/// does not apply (the `outputSchema` of `schema::output_schema`).
 #[derive(Debug, Serialize)]
 pub struct Outcome {
     /// The call's id in guardd's audit log (`guardctl show ID`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     /// `allow`, or why it did not run.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
     /// The tool's exit code (128+N for signal N, 137 when guard stopped it).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// It did or tried something it was not approved to do.
     pub diverged: bool,
     /// guard killed it for that.
     pub stopped: bool,
     /// What went wrong outside the tool (guardd unreachable, a refused request...).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// What the call was seen doing, as the audit log records it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Box<Receipt>>,
 }
 
@@ -96,16 +92,7 @@ pub async fn run(
     cancel: impl std::future::Future<Output = ()>,
 ) -> CallToolResult {
     tokio::pin!(cancel);
-    // guard-mcp's own directory is where the client started it, the project's: it picks the
-    // call's workspace.
-    let request = Request::ExecWith(ExecWith {
-        call: ExecRequest { tool, args },
-        options: CallOptions {
-            cwd: std::env::current_dir().ok(),
-            ..CallOptions::default()
-        },
-    });
-    let started = match start(socket, &request) {
+    let started = match start(socket, &exec(tool, args)) {
         Ok(s) => s,
         Err(e) => return result(Vec::new(), Outcome::failed(e), None),
     };
@@ -176,6 +163,21 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The `exec` of a call. An MCP client has no input stream to give: it says so, and guardd
+/// refuses a tool that would read one rather than run it on the /dev/null sent as its stdin.
+fn exec(tool: String, args: JsonObject) -> Request {
+    Request::ExecWith(ExecWith {
+        call: ExecRequest { tool, args },
+        options: CallOptions {
+            stdin: CallerStdin::None,
+            // guard-mcp's own directory is where the client started it, the project's: it
+            // picks the call's workspace.
+            cwd: std::env::current_dir().ok(),
+            ..CallOptions::default()
+        },
+    })
 }
 
 /// guardd went away while call `call_id` was held: connects again and resumes it, trying until
@@ -381,4 +383,79 @@ fn result(
     };
     r.structured_content = structured;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The JSON type names `v` answers to in a schema's `type`.
+    fn is(v: &Value, ty: &str) -> bool {
+        match ty {
+            "null" => v.is_null(),
+            "boolean" => v.is_boolean(),
+            "string" => v.is_string(),
+            "integer" => v.is_i64(),
+            "object" => v.is_object(),
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn every_exec_says_it_has_no_stdin_to_give() {
+        let frame = protocol::frame(&exec("t".into(), JsonObject::new()));
+        let sent: Value = serde_json::from_slice(&frame).expect("JSON");
+        assert_eq!(sent["stdin"], "none", "{sent}");
+        assert_eq!(sent["type"], "exec", "{sent}");
+    }
+
+    #[test]
+    fn every_result_has_the_keys_and_types_its_output_schema_declares() {
+        let schema = Value::Object(crate::schema::output_schema());
+        let exit = |code, error: Option<&str>| Exit {
+            call_id: "c-1".into(),
+            code,
+            diverged: code == Some(137),
+            stopped: code == Some(137),
+            error: error.map(Into::into),
+            receipt: code.map(|_| Box::default()),
+            unrecorded: None,
+        };
+        let out = || ("out".to_owned(), 0);
+        let results = [
+            result(Vec::new(), Outcome::failed("guardd unreachable"), None),
+            refused(CallDecision {
+                call_id: "c-2".into(),
+                decision: Decision::Block,
+                message: None,
+                approved_by: None,
+                terminated: false,
+            }),
+            ended(exit(Some(0), None), out(), out()),
+            ended(exit(Some(137), None), out(), out()),
+            ended(exit(None, Some("launch: no such user")), out(), out()),
+        ];
+        let properties = schema["properties"].as_object().expect("properties");
+        let required = schema["required"].as_array().expect("required");
+        assert_eq!(required.len(), properties.len());
+        for r in results {
+            let s = r.structured_content.expect("structured content");
+            let keys: Vec<&String> = s.as_object().expect("an object").keys().collect();
+            assert_eq!(keys, properties.keys().collect::<Vec<_>>(), "{s}");
+            for (key, p) in properties {
+                let types: Vec<&str> = match &p["type"] {
+                    Value::String(t) => vec![t.as_str()],
+                    t => t
+                        .as_array()
+                        .expect("types")
+                        .iter()
+                        .flat_map(Value::as_str)
+                        .collect(),
+                };
+                assert!(types.iter().any(|t| is(&s[key], t)), "{key}: {s}");
+            }
+        }
+    }
 }

@@ -4,9 +4,12 @@
 //! nothing itself: without guardd, it lists no tool and every call is an error result.
 
 mod call;
+#[cfg(test)]
+mod fixtures;
+mod params;
 mod schema;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{io::IsTerminal as _, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -57,6 +60,14 @@ impl Guard {
             Err(e) => Err(format!("guardd: {e}")),
         }
     }
+
+    /// [`Guard::listing`], off the runtime's thread.
+    async fn fetch(&self) -> Result<Result<ToolList, String>, ErrorData> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.listing())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
 }
 
 impl ServerHandler for Guard {
@@ -78,12 +89,11 @@ impl ServerHandler for Guard {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let this = self.clone();
-        let listing = tokio::task::spawn_blocking(move || this.listing())
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let tools = match listing {
-            Ok(list) => list.tools.iter().map(schema::tool).collect(),
+        let tools = match self.fetch().await? {
+            Ok(list) => {
+                let offered = list.tools.iter().filter(|t| params::offered(t));
+                offered.map(schema::tool).collect()
+            }
             // Fail closed: no guardd, no tools; the client's log says why.
             Err(e) => {
                 tracing::warn!("{e}; listing no tools");
@@ -104,6 +114,10 @@ impl ServerHandler for Guard {
         };
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
+        // Without a listing (guardd unreachable) the call goes on, to fail as it does then.
+        if let Ok(list) = &self.fetch().await? {
+            params::check(list, &tool, &args)?;
+        }
         let cancel = context.ct.cancelled();
         Ok(call::run(&self.socket, tool, args, progress, cancel)
             .await
@@ -162,8 +176,10 @@ async fn notify(peer: &Peer<RoleServer>) -> bool {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     // stdout is the protocol's: the log goes to stderr, which MCP clients keep.
+    // Colour codes only for a terminal: MCP clients keep the log as text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GUARD_MCP_LOG")
                 .unwrap_or_else(|_| "warn".into()),

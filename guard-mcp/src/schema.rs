@@ -7,10 +7,10 @@ use std::sync::Arc;
 use guard::{
     decision::RiskTier,
     plan::OnDivergence,
-    policy::{ArgDoc, ArgType, ToolSpec},
+    policy::{ArgDoc, ArgType, StdinSpec, ToolSpec},
 };
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The MCP tool for one listed tool.
 pub fn tool(spec: &ToolSpec) -> Tool {
@@ -35,6 +35,7 @@ pub fn tool(spec: &ToolSpec) -> Tool {
         .destructive(!read_only)
         .open_world(spec.network);
     let mut tool = Tool::new(spec.name.clone(), description, Arc::new(input_schema(spec)));
+    tool.output_schema = Some(Arc::new(output_schema()));
     tool.annotations = Some(annotations);
     if spec.tier >= RiskTier::High {
         tool.title = Some(format!("{} ({})", spec.name, spec.tier.as_upper()));
@@ -47,8 +48,22 @@ pub fn tool(spec: &ToolSpec) -> Tool {
 pub fn input_schema(spec: &ToolSpec) -> JsonObject {
     let mut properties = JsonObject::new();
     let mut required = Vec::new();
+    let input = match &spec.stdin {
+        Some(StdinSpec::Arg(name)) => Some(name.as_str()),
+        _ => None,
+    };
     for arg in &spec.args {
-        properties.insert(arg.name.clone(), Value::Object(property(arg)));
+        let mut p = property(arg);
+        if input == Some(arg.name.as_str()) {
+            let about = p
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let said = "the tool's input (guardd writes it to the tool's stdin)";
+            let about = about.map_or_else(|| said.to_owned(), |a| format!("{said}; {a}"));
+            p.insert("description".into(), about.into());
+        }
+        properties.insert(arg.name.clone(), Value::Object(p));
         if arg.required {
             required.push(Value::String(arg.name.clone()));
         }
@@ -59,6 +74,69 @@ pub fn input_schema(spec: &ToolSpec) -> JsonObject {
     if !required.is_empty() {
         schema.insert("required".into(), Value::Array(required));
     }
+    schema.insert("additionalProperties".into(), false.into());
+    schema
+}
+
+/// The schema of every result's `structuredContent` (`call::Outcome`): the same keys in every
+/// result, whether the call ran or not, each `null` where it does not apply (no call id when
+/// guardd was not reached, no exit code for a call that did not run, no receipt without a run).
+pub fn output_schema() -> JsonObject {
+    let nullable = |ty: &str, about: &str| json!({"type": [ty, "null"], "description": about});
+    let decision = json!({
+        "type": ["string", "null"],
+        "enum": ["allow", "escalate", "quarantine", "block", null],
+        "description": "the policy's decision (allow for a call that ran); null when none was made",
+    });
+    let flag = |about: &str| json!({"type": "boolean", "description": about});
+    let mut properties = JsonObject::new();
+    for (key, schema) in [
+        (
+            "call_id",
+            nullable(
+                "string",
+                "the call's id in guardd's audit log (guardctl show \
+            ID); null when guardd was not reached",
+            ),
+        ),
+        ("decision", decision),
+        (
+            "exit_code",
+            nullable(
+                "integer",
+                "the tool's exit code (128+N for signal N, 137 when \
+            guard stopped it); null when it did not run",
+            ),
+        ),
+        (
+            "diverged",
+            flag("it did or tried something it was not approved to do"),
+        ),
+        ("stopped", flag("guard killed it for that")),
+        (
+            "error",
+            nullable(
+                "string",
+                "what went wrong outside the tool (a refusal, guardd \
+            unreachable...); null when nothing did",
+            ),
+        ),
+        (
+            "receipt",
+            nullable(
+                "object",
+                "what the call was seen doing, as the audit log records \
+            it; null when it did not run",
+            ),
+        ),
+    ] {
+        properties.insert(key.into(), schema);
+    }
+    let required: Vec<Value> = properties.keys().cloned().map(Value::String).collect();
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert("properties".into(), Value::Object(properties));
+    schema.insert("required".into(), Value::Array(required));
     schema.insert("additionalProperties".into(), false.into());
     schema
 }
@@ -126,23 +204,7 @@ fn property(arg: &ArgDoc) -> JsonObject {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn arg(name: &str, ty: ArgType) -> ArgDoc {
-        ArgDoc {
-            name: name.into(),
-            ty,
-            required: true,
-            pattern: None,
-            values: Vec::new(),
-            max_len: None,
-            min: None,
-            max: None,
-            within: Vec::new(),
-            base: None,
-            hosts: Vec::new(),
-            schemes: Vec::new(),
-        }
-    }
+    use crate::fixtures::arg;
 
     #[test]
     fn schema_carries_types_required_enums_patterns_and_lengths() {
@@ -165,6 +227,7 @@ mod tests {
             network: false,
             on_divergence: OnDivergence::Kill,
             args: vec![to, mode, n],
+            stdin: None,
         };
         let tool = tool(&spec);
         let s = Value::Object((*tool.input_schema).clone());

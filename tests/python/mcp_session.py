@@ -6,8 +6,13 @@ SERVER_JSON is the server as an MCP client's configuration names it: {"command",
 
 PLAN_JSON is a list of steps; each step's outcome is printed as one JSON line on stdout, for the
 Rust test (tests/suite/mcp.rs) to assert on:
-  {"list": true}                            -> {"tools": [{name, description, inputSchema, annotations}]}
-  {"call": NAME, "arguments": {...}}        -> {"isError", "texts", "structured"}
+  {"list": true}                            -> {"tools": [{name, description, inputSchema, outputSchema, annotations}]}
+  {"call": NAME, "arguments": {...}}        -> {"isError", "texts", "structured", "schema_errors"}
+                                               (the structured content checked with jsonschema
+                                               against the outputSchema listed last, error
+                                               results too: the SDK checks only the others), or
+                                               {"error": {"code", "message", "data"}} for a
+                                               JSON-RPC error
   {"call": NAME, ..., "cancel_after_progress": true}
                                             -> {"progress": [...], "cancelled": true}
   {"call": NAME, ..., "cancel_after": SECONDS}
@@ -21,8 +26,9 @@ import subprocess
 import sys
 
 import anyio
+import jsonschema
 import mcp.types as types
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 
@@ -35,6 +41,7 @@ async def main(server, plan):
         command=server["command"], args=server.get("args", []), env=server.get("env"))
     list_changed = anyio.Event()
     changed = {"event": list_changed}
+    output_schemas = {}
 
     async def on_message(message):
         if isinstance(message, types.ServerNotification):
@@ -48,11 +55,13 @@ async def main(server, plan):
             for step in plan:
                 if "list" in step:
                     result = await session.list_tools()
+                    output_schemas.update({t.name: t.output_schema for t in result.tools})
                     out({"tools": [
                         {
                             "name": t.name,
                             "description": t.description,
                             "inputSchema": t.input_schema,
+                            "outputSchema": t.output_schema,
                             "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
                             if t.annotations else None,
                         }
@@ -84,11 +93,22 @@ async def main(server, plan):
                         tg.cancel_scope.cancel()
                     out({"cancelled": True})
                 elif "call" in step:
-                    r = await session.call_tool(step["call"], step.get("arguments", {}))
+                    try:
+                        r = await session.call_tool(step["call"], step.get("arguments", {}))
+                    except MCPError as e:
+                        out({"error": {"code": e.code, "message": e.message, "data": e.data}})
+                        continue
+                    schema = output_schemas.get(step["call"])
+                    errors = None if schema is None else [
+                        e.message for e in
+                        jsonschema.validators.validator_for(schema)(schema).iter_errors(
+                            r.structured_content)
+                    ]
                     out({
                         "isError": bool(r.is_error),
                         "texts": [c.text for c in r.content if getattr(c, "type", "") == "text"],
                         "structured": r.structured_content,
+                        "schema_errors": errors,
                     })
                 elif "run" in step:
                     done = subprocess.run(step["run"], capture_output=True, text=True)

@@ -65,6 +65,12 @@ pub(super) fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> 
 /// Runs the session script with `plan` on `server` (`{command, args, env}`); returns one JSON
 /// value per step.
 fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
+    session_logged(python, server, plan).0
+}
+
+/// [`session_with`], and what the session wrote on stderr (the server's log: the SDK gives the
+/// server the client's stderr, here a pipe).
+pub(super) fn session_logged(python: &Path, server: &Value, plan: &Value) -> (Vec<Value>, Vec<u8>) {
     let mut cmd = std::process::Command::new(python);
     cmd.arg(support::workspace().join("tests/python/mcp_session.py"))
         .arg(server.to_string())
@@ -76,10 +82,11 @@ fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
+    let steps = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line per step"))
-        .collect()
+        .collect();
+    (steps, out.stderr)
 }
 
 #[test]
@@ -133,13 +140,15 @@ fn mcp_sdk_lists_schemas_runs_an_allowed_call_and_reports_block_and_kill() {
     assert_eq!(ok["structured"]["receipt"]["execs"], json!(["/bin/echo"]));
     let call_id = ok["structured"]["call_id"].as_str().expect("call id");
 
-    // Blocked (arguments, then the ceiling): error results with the generic message.
-    for blocked in &steps[2..4] {
-        assert_eq!(blocked["isError"], true, "{blocked}");
-        assert_eq!(blocked["structured"]["decision"], "block");
-        let text = blocked["texts"][0].as_str().expect("text");
-        assert!(text.contains("blocked by policy"), "{text}");
-    }
+    // Blocked by the policy (a well-typed value its pattern refuses): an error result with the
+    // generic message. A tool the ceiling blocks is not offered: calling it is calling an
+    // unknown tool, an invalid parameter that never reaches guardd.
+    let blocked = &steps[2];
+    assert_eq!(blocked["isError"], true, "{blocked}");
+    assert_eq!(blocked["structured"]["decision"], "block");
+    let text = blocked["texts"][0].as_str().expect("text");
+    assert!(text.contains("blocked by policy"), "{text}");
+    assert_eq!(steps[3]["error"]["code"], -32602, "{}", steps[3]);
 
     // Diverged: a datagram elsewhere than approved; guard killed the call and says so.
     let killed = &steps[4];
@@ -158,7 +167,7 @@ fn mcp_sdk_lists_schemas_runs_an_allowed_call_and_reports_block_and_kill() {
     // the two that ran.
     let rows = guardd.audit_rows();
     let decisions = rows.iter().filter(|r| r["kind"] == "decision").count();
-    assert_eq!(decisions, 4, "{rows:?}");
+    assert_eq!(decisions, 3, "{rows:?}");
     let finished: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "finished").collect();
     assert_eq!(finished.len(), 2, "{rows:?}");
     assert_eq!(finished[0]["call_id"], call_id);

@@ -152,10 +152,12 @@ fn default_policy() {
         decision(p, "read_file", r#"{"path": "/etc/shadow"}"#),
         "block"
     );
-    assert_eq!(
-        decision(p, "write_file", r#"{"path": ".git/config"}"#),
-        "block"
+    let row = check(
+        p,
+        "write_file",
+        r#"{"path": ".git/config", "content": "x"}"#,
     );
+    assert_eq!(row["check_name"], "rule:no-vcs-control-files", "{row}");
     let row = check(p, "fetch_url", r#"{"url": "https://docs.rs/serde"}"#);
     assert_eq!(
         row["plan"]["effects"]["connect"],

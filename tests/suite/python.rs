@@ -23,6 +23,14 @@ pattern = '[a-z ]+'
 [tools.cat]
 tier = "low"
 command = ["/bin/cat"]
+stdin = "caller"
+
+[tools.say]
+tier = "low"
+command = ["/bin/cat"]
+stdin = {{ arg = "text" }}
+[tools.say.args.text]
+type = "string"
 
 [tools.net]
 tier = "low"
@@ -92,6 +100,18 @@ fn python_client_tests_pass_against_a_real_guardd() {
         "{rows:?}"
     );
     assert!(rows.iter().any(|r| r["kind"] == "approval"), "{rows:?}");
+    // `cat` without input: refused by guardd itself, recorded, and never run.
+    let refused = rows
+        .iter()
+        .find(|r| r["kind"] == "decision" && r["decision"]["check_name"] == "stdin")
+        .unwrap_or_else(|| panic!("no stdin refusal: {rows:?}"));
+    assert_eq!(refused["tool"], "cat");
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["kind"] == "finished" && r["call_id"] == refused["call_id"]),
+        "the refused call ran"
+    );
 }
 
 #[test]

@@ -318,6 +318,13 @@ pub fn workspace() -> PathBuf {
         .to_owned()
 }
 
+/// The shipped default policy (`policies/default.toml`), its workspace moved to `ws`.
+pub fn default_policy_in(ws: &std::path::Path) -> String {
+    let default = workspace().join("policies/default.toml");
+    let text = std::fs::read_to_string(default).expect("default policy");
+    text.replace("/srv/agent/workspace", &ws.display().to_string())
+}
+
 /// The Python of the virtual environment `cargo xtask setup` makes under target/ (with the MCP
 /// SDK and the Python client installed), or `None` after saying why the test skips. Under
 /// `CI=true` a missing environment fails: setup must have made it.

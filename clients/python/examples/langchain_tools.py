@@ -56,12 +56,16 @@ def call(client, name, args):
 
 
 def langchain_tools(client=None):
-    """One LangChain StructuredTool per tool guardd lets this caller run."""
+    """One LangChain StructuredTool per tool guardd lets this caller run, less those that read
+    their caller's stdin stream (`stdin = "caller"`): a model has none to give them, and guardd
+    refuses such a call without `input` (a tool whose input is an argument is offered)."""
     from langchain_core.tools import StructuredTool
 
     client = client or guard_client.Client()
     tools = []
     for spec in client.tools():
+        if spec.get("stdin") == "caller":
+            continue
         name = spec["name"]
         tools.append(StructuredTool.from_function(
             func=lambda _name=name, **kwargs: call(client, _name, kwargs),

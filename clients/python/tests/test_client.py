@@ -2,7 +2,8 @@
 environment: GUARD_SOCKET, GUARD_CTL for guardctl). The policy it runs:
 
   echo  /bin/echo {words}, words a lowercase string
-  cat   /bin/cat, copies its stdin
+  cat   /bin/cat, copies its stdin (stdin = "caller")
+  say   /bin/cat, copies its input argument `text` (stdin = { arg = "text" })
   net   guard-testtool sendto {addr}, may send to 127.0.0.1:9 only (anything else: killed)
   netdeny  sh: guard-testtool sendto 127.0.0.1:10 (refused, a divergence, not killed), then
         echo done: exits 0
@@ -24,7 +25,9 @@ class ClientTest(unittest.TestCase):
 
     def test_tools_lists_the_policy_tools_with_their_args(self):
         tools = {t["name"]: t for t in self.guard.tools()}
-        self.assertEqual(sorted(tools), ["cat", "echo", "mail", "net", "netdeny"])
+        self.assertEqual(sorted(tools), ["cat", "echo", "mail", "net", "netdeny", "say"])
+        self.assertEqual(tools["cat"]["stdin"], "caller")
+        self.assertEqual(tools["say"]["stdin"], {"arg": "text"})
         words = tools["echo"]["args"][0]
         self.assertEqual((words["name"], words["type"], words["required"]), ("words", "string", True))
         self.assertTrue(tools["mail"]["held"])
@@ -48,6 +51,24 @@ class ClientTest(unittest.TestCase):
     def test_run_passes_stdin(self):
         result = self.guard.run("cat", input=b"through guard\n")
         self.assertEqual((result.exit_code, result.stdout), (0, b"through guard\n"))
+
+    def test_run_without_input_says_so_and_a_tool_reading_stdin_is_refused(self):
+        # The exec says "stdin": "none": cat would otherwise run on an empty stdin.
+        with self.assertRaises(Blocked) as caught:
+            self.guard.run("cat")
+        self.assertEqual(caught.exception.decision, "block")
+        self.assertIn('"stdin": "none"', caught.exception.message)
+        # A tool that reads no input runs as before.
+        self.assertEqual(self.guard.run("echo", {"words": "no input"}).stdout, b"no input\n")
+
+    def test_input_is_a_tools_input_argument_when_it_has_one(self):
+        result = self.guard.run("say", input=b"as an argument\n")
+        self.assertEqual((result.exit_code, result.stdout), (0, b"as an argument\n"))
+        given = self.guard.run("say", {"text": "given\n"}, input=b"not this\n")
+        self.assertEqual(given.stdout, b"given\n")
+        with self.assertRaises(RequestError) as caught:
+            self.guard.run("say", input=b"\xff\xfe")
+        self.assertEqual(caught.exception.field, "text")
 
     def test_a_blocked_call_raises_blocked_and_runs_nothing(self):
         with self.assertRaises(Blocked) as caught:

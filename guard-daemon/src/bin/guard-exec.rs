@@ -13,7 +13,11 @@ use clap::Parser;
 use guard::{
     client::{self, Client},
     decision::Decision,
-    protocol::{CallOptions, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest},
+    policy::StdinSpec,
+    protocol::{
+        CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, MAX_FRAME, Reply, Request,
+        ResumeRequest, ToolsRequest,
+    },
 };
 use serde_json::{Map, Value};
 
@@ -32,7 +36,9 @@ const EXIT_TERMINATED: u8 = 77;
     name = "guard-exec",
     version,
     about = "Run a tool through guardd, confined to what its policy approves",
-    after_help = "ARGUMENTS:\n  NAME=VALUE    a string argument\n  NAME:=JSON    a typed argument (number, boolean, array, object)\n\n\
+    after_help = "ARGUMENTS:\n  NAME=VALUE    a string argument\n  NAME:=JSON    a typed argument (number, boolean, array, object)\n  \
+the tool's input argument (stdin = { arg = NAME } in its policy), when not given, is read from\n  \
+stdin when stdin is a pipe or a file\n\n\
 EXIT STATUS:\n  the tool's own   when it ran (128+N when killed by signal N; 137 when guard stopped it)\n  \
 126              blocked by policy, held for approval and not approved, or a caller guardd does not serve\n  \
 77               an approver terminated the caller's session (--session): its calls are blocked until an admin clears it\n  \
@@ -129,12 +135,11 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
-    let args = match arguments(&cli) {
+    let mut args = match arguments(&cli) {
         Ok(a) => a,
         Err(e) => return fail(EXIT_USAGE, e),
     };
     let socket = client::socket_path(cli.socket.clone());
-    let request = request(&cli, args);
     // Fail closed: no guardd, no tool.
     let mut client = match Client::connect(&socket) {
         Ok(c) => c,
@@ -146,6 +151,10 @@ fn main() -> ExitCode {
             return fail(EXIT_UNAVAILABLE, message);
         }
     };
+    if let Err(e) = input_from_stdin(&cli, &mut client, &mut args) {
+        return fail(EXIT_USAGE, e);
+    }
+    let request = request(&cli, args);
     // The tool gets these very descriptors: whatever flags it sets on them are put back.
     let stdio = client::StdioFlags::save(&[0, 1, 2]);
     if let Err(e) = client.send(&request, &[0, 1, 2]) {
@@ -155,6 +164,59 @@ fn main() -> ExitCode {
     let code = follow(client, &socket, cli.no_wait);
     stdio.restore();
     code
+}
+
+/// A tool's input argument (`stdin = { arg = "NAME" }` in its policy) that the command line
+/// does not give is read from guard-exec's stdin, to its end, when that is a pipe or a file:
+/// `printf 'x' | guard-exec write_file path=notes.md` pipes into the tool as into any program.
+/// A terminal or /dev/null holds no input of the call's, so the argument stays missing and
+/// guardd refuses the call (rather than run it on an empty input). The tool's listing, on the
+/// connection the call then takes, says which argument that is: only a piped guard-exec asks.
+fn input_from_stdin(
+    cli: &Cli,
+    client: &mut Client,
+    args: &mut Map<String, Value>,
+) -> Result<(), String> {
+    use nix::sys::stat::{SFlag, fstat};
+    let (Some(tool), None) = (&cli.tool, &cli.resume) else {
+        return Ok(());
+    };
+    let piped = fstat(std::io::stdin()).is_ok_and(|st| {
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        [SFlag::S_IFIFO, SFlag::S_IFREG, SFlag::S_IFSOCK].contains(&kind)
+    });
+    if !piped || cli.args.as_deref() == Some("-") {
+        return Ok(());
+    }
+    // guardd's refusal, if it refuses, is the exec's to report.
+    let Ok(Reply::Tools(list)) = client.request(&Request::Tools(ToolsRequest::default())) else {
+        return Ok(());
+    };
+    let input = list
+        .tools
+        .into_iter()
+        .find(|t| t.name == *tool)
+        .and_then(|t| match t.stdin {
+            Some(StdinSpec::Arg(name)) => Some(name),
+            _ => None,
+        });
+    let Some(name) = input.filter(|n| !args.contains_key(n)) else {
+        return Ok(());
+    };
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(MAX_FRAME as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("reading {name} from stdin: {e}"))?;
+    if bytes.len() > MAX_FRAME {
+        return Err(format!(
+            "{name} from stdin: longer than the {MAX_FRAME} bytes a call may carry"
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("{name} from stdin: not UTF-8 text (it is a string argument)"))?;
+    args.insert(name, Value::String(text));
+    Ok(())
 }
 
 /// Reads guardd's replies to the end of the call, coming back for a held call when guardd
@@ -244,6 +306,7 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
                 no_wait: cli.no_wait,
                 // Where the caller is: it picks the call's workspace, and `{cwd}` is it.
                 cwd: std::env::current_dir().ok(),
+                stdin: CallerStdin::Stream,
             },
         }),
     }

@@ -4,7 +4,7 @@
 use std::{borrow::Cow, path::PathBuf};
 
 use super::{
-    Policy, Tool, Verdict,
+    Policy, Tool, ToolStdin, Verdict,
     args::{self, ArgValue},
     redact::{redact, strings},
     rules::{Rule, Subject},
@@ -15,7 +15,7 @@ use crate::{
     decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
     detect::DetectorSet,
     intent::Intent,
-    plan::{Effects, LaunchPlan},
+    plan::{Effects, LaunchPlan, Stdin},
 };
 
 /// A call's arguments, checked, aligned with its tool's.
@@ -322,6 +322,15 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -
         .iter()
         .filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v)))
         .collect();
+    confinement.stdin = match tool.stdin {
+        ToolStdin::Passed => Stdin::Passed,
+        ToolStdin::Caller => Stdin::Caller,
+        // An optional input the call left out is an empty one: the policy said it may be.
+        ToolStdin::Arg(i) => Stdin::Input(match vals.args.get(i) {
+            Some(Some(v)) => v.text().into_owned(),
+            _ => String::new(),
+        }),
+    };
     LaunchPlan {
         tool: tool.name.clone(),
         argv: template::argv(cmd, vals),

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ArgType, Policy, Tool, args::ArgSpec, template::Elem};
+use super::{ArgType, Policy, Tool, ToolStdin, args::ArgSpec, template::Elem};
 use crate::{decision::RiskTier, plan::OnDivergence};
 
 /// One tool a client may call.
@@ -27,6 +27,19 @@ pub struct ToolSpec {
     pub on_divergence: OnDivergence,
     /// Its arguments; any other argument blocks the call.
     pub args: Vec<ArgDoc>,
+    /// Where the input it reads on stdin comes from; absent: it reads none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinSpec>,
+}
+
+/// A listed tool's `stdin`, as the policy writes it: `"caller"` or `{"arg": "NAME"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinSpec {
+    /// It reads the caller's stdin stream: a client with none to give cannot call it.
+    Caller,
+    /// It reads the value of this (string) argument, which guardd writes to its stdin.
+    Arg(String),
 }
 
 /// One argument of a listed tool: what the policy checks it against.
@@ -88,6 +101,11 @@ impl Policy {
             network: !t.connect.is_empty(),
             on_divergence: t.on_divergence,
             args: t.args.iter().map(doc).collect(),
+            stdin: match t.stdin {
+                ToolStdin::Passed => None,
+                ToolStdin::Caller => Some(StdinSpec::Caller),
+                ToolStdin::Arg(i) => t.args.get(i).map(|a| StdinSpec::Arg(a.name.clone())),
+            },
         }
     }
 }

@@ -38,7 +38,7 @@ use self::{
     template::Elem,
 };
 pub use self::{
-    listing::{ArgDoc, ToolSpec},
+    listing::{ArgDoc, StdinSpec, ToolSpec},
     raw::{ArgType, Principal},
     rules::glob_match,
     source::{PolicyError, PolicyErrors},
@@ -139,6 +139,8 @@ pub(crate) struct Tool {
     pub on_divergence: OnDivergence,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
+    /// Where its stdin comes from.
+    pub stdin: ToolStdin,
     /// The static part of the confinement; cwd and env are templated per call.
     pub confinement: Confinement,
     /// Indices of the rules whose globs match this tool, in file order.
@@ -150,6 +152,18 @@ pub(crate) struct Tool {
     /// Whether a call needs a workspace: a template names `{workspace}` or `{cwd}`, or it runs
     /// as the workspace's owner.
     pub in_workspace: bool,
+}
+
+/// Where a compiled tool's stdin comes from (its `stdin` key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ToolStdin {
+    /// Not given: the caller's descriptor is passed; the tool needs no input.
+    #[default]
+    Passed,
+    /// `"caller"`: the caller's stdin stream.
+    Caller,
+    /// `{ arg = "NAME" }`: the value of the argument at this index of `args`.
+    Arg(usize),
 }
 
 /// A loaded, checked policy.
@@ -372,3 +386,5 @@ fn version(src: &Sources) -> String {
 mod tests;
 #[cfg(test)]
 mod tests_helpers;
+#[cfg(test)]
+mod tests_stdin;

@@ -111,6 +111,15 @@ pub(crate) struct RawEffects {
     pub on_divergence: OnDivergence,
 }
 
+/// A tool's `stdin` as written: where the input it reads on stdin comes from.
+#[derive(Debug)]
+pub(crate) enum RawStdin {
+    /// `"caller"`: the caller's own stdin stream.
+    Caller,
+    /// `{ arg = "NAME" }`: that argument's value, which guardd writes to the tool's stdin.
+    Arg(S<String>),
+}
+
 /// One `[[tools.<name>.examples]]`: a call and the decision the policy must reach for it.
 #[derive(Debug)]
 pub(crate) struct RawExample {
@@ -141,6 +150,7 @@ pub(crate) struct RawTool {
     pub allow_syscalls: Vec<S<String>>,
     pub env: Vec<(S<String>, S<String>)>,
     pub cwd: Option<S<String>>,
+    pub stdin: Option<RawStdin>,
     pub examples: Vec<RawExample>,
     /// `judges`: given (even empty), the tool's own list.
     pub judges: Option<Vec<S<String>>>,

@@ -133,6 +133,45 @@ pub struct CallOptions {
     /// `[workspaces]` say tools work (`{workspace}`, `{cwd}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<std::path::PathBuf>,
+    /// What the stdin descriptor sent with the frame carries (see [`CallerStdin`]).
+    #[serde(default, skip_serializing_if = "CallerStdin::is_stream")]
+    pub stdin: CallerStdin,
+}
+
+/// `exec`'s `stdin`: whether the caller's stdin descriptor is an input stream a tool may read.
+/// A client that cannot give one (an MCP client, a program with no input for the call) says
+/// `none`, and a tool that reads its caller's stdin (`stdin = "caller"`) is then refused rather
+/// than run on an empty one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallerStdin {
+    /// The descriptor is the caller's input (guard-exec's own stdin).
+    #[default]
+    Stream,
+    /// The descriptor carries nothing meant for the tool.
+    None,
+}
+
+impl CallerStdin {
+    /// The default, left out of a frame.
+    pub fn is_stream(&self) -> bool {
+        *self == CallerStdin::Stream
+    }
+}
+
+impl<'de> Deserialize<'de> for CallerStdin {
+    /// `"stream"` or `"none"`; anything else is an error that names the field (serde's own
+    /// would name the value instead).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        match v.as_str() {
+            Some("stream") => Ok(CallerStdin::Stream),
+            Some("none") => Ok(CallerStdin::None),
+            _ => Err(serde::de::Error::custom(format!(
+                "`stdin` must be \"none\" or \"stream\", not {v}"
+            ))),
+        }
+    }
 }
 
 /// An `exec` frame as guardd reads it: every field, strictly.
@@ -150,6 +189,8 @@ struct ExecFrame {
     no_wait: bool,
     #[serde(default)]
     cwd: Option<std::path::PathBuf>,
+    #[serde(default)]
+    stdin: CallerStdin,
 }
 
 impl From<ExecFrame> for ExecWith {
@@ -164,6 +205,7 @@ impl From<ExecFrame> for ExecWith {
                 task: f.task,
                 no_wait: f.no_wait,
                 cwd: f.cwd,
+                stdin: f.stdin,
             },
         }
     }
@@ -394,6 +436,7 @@ mod tests {
                 task: None,
                 no_wait: true,
                 cwd: Some("/srv/w".into()),
+                stdin: CallerStdin::None,
             },
         });
         let f = frame(&with);
@@ -446,6 +489,10 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("argz"), "{e}");
         let e = err(r#"{"v":1,"type":"exec","args":{}}"#);
         assert_eq!(e.field.as_deref(), Some("tool"), "{e}");
+        let e = err(r#"{"v":1,"type":"exec","tool":"t","stdin":"closed"}"#);
+        assert_eq!(e.field.as_deref(), Some("stdin"), "{e}");
+        let e = err(r#"{"v":1,"type":"exec","tool":"t","stdin":false}"#);
+        assert_eq!(e.field.as_deref(), Some("stdin"), "{e}");
         let e = err(r#"{"v":1,"type":"exec","tool":7}"#);
         assert!(e.message.contains("invalid type"), "{e}");
         assert!(err("{nope").message.starts_with("malformed JSON"));

@@ -8,6 +8,7 @@
 
 mod child;
 mod clone;
+pub mod input;
 pub mod landlock;
 pub mod launch;
 pub mod limits;

@@ -247,16 +247,25 @@ class Client:
     ) -> Result:
         """Runs a tool through guardd and returns how it ended, with its output.
 
-        The tool's stdin is `input` (else empty), its stdout and stderr pipes read here. A call
-        held for a human waits for the answer (`on_hold` is told once); a refusal raises
+        `input` is the tool's input, for a tool whose policy says where it reads one: a tool
+        with `stdin = "caller"` reads it on its stdin; one with `stdin = { arg = "NAME" }` gets
+        it as its argument NAME (UTF-8 text) when `args` do not give that argument. Without
+        `input` the exec says `"stdin": "none"`, and guardd refuses a tool that would read an
+        empty stdin it did not ask for (`Blocked`). Its stdout and stderr are pipes read here.
+        A call held for a human waits for the answer (`on_hold` is told once); a refusal raises
         `Blocked`, and guardd's other refusals their own `GuardError`. `cwd` (else this
         process's working directory) picks the call's workspace, where the policy has them.
         """
+        request: Dict[str, Any] = {"type": "exec", "tool": tool, "args": dict(args or {})}
+        _with_cwd(request, cwd)
+        if input is None:
+            request["stdin"] = "none"
+        elif self._input_argument(tool, request["args"], input):
+            input = None  # given as the argument; guardd writes it to the tool's stdin
         conn = _Conn(self.socket, None)
         pipes = [os.pipe() for _ in range(3)]
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = pipes
         try:
-            request = _with_cwd({"type": "exec", "tool": tool, "args": args or {}}, cwd)
             conn.send(request, [in_r, out_w, err_w])
         except GuardError:
             for r, w in pipes:
@@ -276,6 +285,24 @@ class Client:
                     os.close(fd)
                 except OSError:
                     pass
+
+    def _input_argument(self, tool: str, args: Dict[str, Any], input: bytes) -> bool:
+        """Puts `input` in `args` as the tool's input argument (`stdin = { arg = "NAME" }`),
+        when it has one that `args` leave out; True when it did."""
+        try:
+            spec = next((t for t in self.tools() if t["name"] == tool), None)
+        except GuardError:
+            return False  # the exec meets the same refusal, and reports it
+        stdin = (spec or {}).get("stdin")
+        if not isinstance(stdin, dict) or stdin.get("arg") in args:
+            return False
+        name = stdin["arg"]
+        try:
+            args[name] = input.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RequestError(f"the input of '{tool}' is its string argument '{name}', and "
+                               f"is not UTF-8 text: {e}", name) from e
+        return True
 
     def _follow(self, conn, in_w, data, out_r, err_r, on_hold) -> Result:
         sel = selectors.DefaultSelector()

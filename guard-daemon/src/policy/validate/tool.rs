@@ -12,11 +12,11 @@ use crate::{
     detect::DetectorSet,
     plan::{Confinement, Endpoint},
     policy::{
-        Tool,
+        Tool, ToolStdin,
         args::{ArgSpec, normalize},
         overlap::Reach,
         parse::valid_account_name,
-        raw::{ArgType, RawTool},
+        raw::{ArgType, RawStdin, RawTool},
         source::{Diag, S},
         template::{self, Ctx, Elem, placeholder},
     },
@@ -59,6 +59,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         .and_then(|c| tpl.paths(d, std::slice::from_ref(c), "cwd").pop());
     let connect = tpl.connect(d, &t.effects.connect);
     let env = tpl.env(d, &t.env);
+    let stdin = stdin(d, &tk, t.stdin.as_ref(), &args);
     let confinement = confinement(d, &tk, t);
     needs_command(d, &tk, t);
     let in_workspace = confinement.run_as.as_deref() == Some(RUN_AS_OWNER)
@@ -85,6 +86,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         on_divergence: t.effects.on_divergence,
         cwd,
         env,
+        stdin,
         confinement,
         rules: Vec::new(),
         redact: DetectorSet::SECRET_CLASS,
@@ -274,6 +276,40 @@ fn endpoint(s: &str) -> Option<Endpoint> {
     }
 }
 
+/// `stdin`: an argument named as the tool's input must be one of its `string` arguments (its
+/// value is what the tool reads; a path, a url or a number is no text to feed it).
+fn stdin(d: &mut Diag, tk: &str, raw: Option<&RawStdin>, args: &[ArgSpec]) -> ToolStdin {
+    let a = match raw {
+        None => return ToolStdin::Passed,
+        Some(RawStdin::Caller) => return ToolStdin::Caller,
+        Some(RawStdin::Arg(a)) => a,
+    };
+    let key = format!("{tk}.stdin.arg");
+    match args.iter().position(|s| s.name == a.v) {
+        Some(i) if args[i].ty == ArgType::String => return ToolStdin::Arg(i),
+        Some(i) => d.err(
+            &a.at,
+            &key,
+            format!(
+                "argument '{}' is of type {}: the input written to a tool's stdin is a string \
+                 argument",
+                a.v,
+                args[i].ty.name()
+            ),
+        ),
+        None => d.err(
+            &a.at,
+            &key,
+            format!(
+                "'{}' names no argument of this tool: declare it in [{tk}.args.{}] with \
+                 type = \"string\"",
+                a.v, a.v
+            ),
+        ),
+    }
+    ToolStdin::Passed
+}
+
 /// The static part of the tool's confinement: user, limits and syscall lists.
 fn confinement(d: &mut Diag, tk: &str, t: &RawTool) -> Confinement {
     let mut conf = Confinement::default();
@@ -332,7 +368,7 @@ fn syscall_names(d: &mut Diag, tk: &str, list: &[S<String>], name: &str) {
     }
 }
 
-/// Effects, cwd and env only shape a call that runs: on a tool without a command they would
+/// Effects, cwd, env and stdin only shape a call that runs: on a tool without a command they would
 /// promise a confinement that nothing applies.
 fn needs_command(d: &mut Diag, tk: &str, t: &RawTool) {
     let e = &t.effects;
@@ -341,11 +377,12 @@ fn needs_command(d: &mut Diag, tk: &str, t: &RawTool) {
         || !e.exec.is_empty()
         || !e.connect.is_empty()
         || e.unix;
-    if t.command.is_none() && (effects || t.cwd.is_some() || !t.env.is_empty()) {
+    let shaped = t.cwd.is_some() || !t.env.is_empty() || t.stdin.is_some();
+    if t.command.is_none() && (effects || shaped) {
         d.err(
             &t.name.at,
             tk,
-            "effects, cwd or env given but no command to apply them to",
+            "effects, cwd, env or stdin given but no command to apply them to",
         );
     }
 }

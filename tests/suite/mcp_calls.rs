@@ -1,0 +1,214 @@
+//! guard-mcp's calls, driven by the official MCP Python SDK against a real guardd: a tool's
+//! input is an argument guardd writes to the tool's stdin (the default policy's `write_file`
+//! writes the content given, never an empty stdin); a tool that reads its caller's stdin is
+//! neither listed nor run; every result's `structuredContent` has the keys and types of the
+//! tool's `outputSchema`; a malformed call is a JSON-RPC invalid params error (-32602) while a
+//! well-typed value the policy refuses stays a recorded decision; the log is plain text when
+//! stderr is no terminal.
+
+use serde_json::{Value, json};
+
+use super::{
+    mcp::{session, session_logged},
+    support::{self, Guardd, ToolDir},
+};
+
+/// The default policy, its workspace moved to `ws`, a tool that reads its caller's stdin and
+/// one that never reads its input.
+fn default_policy_in(ws: &std::path::Path) -> String {
+    support::default_policy_in(ws)
+        + "\n[tools.wc]\ntier = \"low\"\ncommand = [\"/usr/bin/wc\", \"-c\"]\nstdin = \"caller\"\n"
+        + "\n[tools.sink]\ntier = \"low\"\ncommand = [\"/bin/true\"]\nstdin = { arg = \"data\" }\n"
+        + "[tools.sink.args.data]\ntype = \"string\"\n"
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    let tools = list["tools"].as_array().expect("tools");
+    tools.iter().filter_map(|t| t["name"].as_str()).collect()
+}
+
+#[test]
+fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offered() {
+    if !support::privileged("mcp_write_file_writes_the_content_given") {
+        return;
+    }
+    let Some(python) = support::python("mcp_write_file_writes_the_content_given") else {
+        return;
+    };
+    let dir = ToolDir::new("mcp-in");
+    let ws = dir.subdir("ws", 0o777);
+    // A file the agent replaces: the bug emptied it and reported success.
+    let notes = ws.join("notes.md");
+    std::fs::write(&notes, "old\n").expect("write notes");
+    std::fs::set_permissions(&notes, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod notes");
+    let guardd = Guardd::start(&default_policy_in(&ws));
+    let content = "# Notes\nline two, with ünïcode\n";
+    let plan = json!([
+        {"list": true},
+        {"call": "write_file", "arguments": {"path": "notes.md", "content": content}},
+        {"call": "write_file", "arguments": {"path": "other.md"}},
+        {"call": "wc", "arguments": {}},
+        // More than a pipe holds, to a tool that never reads it: the call still ends.
+        {"call": "sink", "arguments": {"data": "x".repeat(100_000)}},
+    ]);
+    let steps = session(&python, &guardd.socket, &plan);
+
+    let listed = names(&steps[0]);
+    assert!(
+        listed.contains(&"write_file") && listed.contains(&"sink"),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.contains(&"wc"),
+        "a caller-stdin tool is offered: {listed:?}"
+    );
+    let tools = steps[0]["tools"].as_array().expect("tools");
+    let write = tools
+        .iter()
+        .find(|t| t["name"] == "write_file")
+        .expect("write_file");
+    assert_eq!(write["inputSchema"]["required"], json!(["content", "path"]));
+    assert_eq!(
+        write["inputSchema"]["properties"]["content"]["type"],
+        "string"
+    );
+
+    assert_eq!(steps[1]["isError"], false, "{}", steps[1]);
+    assert_eq!(std::fs::read_to_string(&notes).expect("notes"), content);
+    // Without its content the call is malformed, and nothing is written.
+    assert_eq!(steps[2]["error"]["code"], -32602, "{}", steps[2]);
+    assert!(!ws.join("other.md").exists());
+    // The caller-stdin tool is not run: an MCP client has no stdin to give it.
+    assert_eq!(steps[3]["error"]["code"], -32602, "{}", steps[3]);
+    let message = steps[3]["error"]["message"].as_str().expect("message");
+    assert!(message.contains("stdin"), "{message}");
+    assert_eq!(steps[4]["isError"], false, "{}", steps[4]);
+    assert_eq!(steps[4]["structured"]["exit_code"], 0);
+
+    let rows = guardd.audit_rows();
+    let tools_decided: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["kind"] == "decision")
+        .map(|r| &r["tool"])
+        .collect();
+    assert_eq!(
+        tools_decided,
+        [&json!("write_file"), &json!("sink")],
+        "{rows:?}"
+    );
+}
+
+/// `echo` is checked by type and pattern; `broken` is allowed but cannot be launched (its user
+/// does not exist): every kind of result the server gives.
+const CHECKED: &str = r#"
+[tools.echo]
+tier = "low"
+command = ["/bin/echo", "{words}"]
+[tools.echo.args.words]
+type = "string"
+pattern = '[a-z ]+'
+[tools.echo.args.times]
+type = "integer"
+required = false
+
+[tools.broken]
+tier = "low"
+command = ["/bin/true"]
+run_as = "no-such-user-here"
+"#;
+
+#[test]
+fn mcp_structured_content_fits_the_output_schema_and_malformed_calls_are_invalid_params() {
+    if !support::privileged("mcp_structured_content_fits_the_output_schema") {
+        return;
+    }
+    let Some(python) = support::python("mcp_structured_content_fits_the_output_schema") else {
+        return;
+    };
+    let guardd = Guardd::start(CHECKED);
+    let plan = json!([
+        {"list": true},
+        {"call": "echo", "arguments": {"words": "hello"}},
+        {"call": "echo", "arguments": {"words": "Hello; rm -rf /"}},
+        {"call": "broken", "arguments": {}},
+        {"call": "echo", "arguments": {"words": 5}},
+        {"call": "echo", "arguments": {}},
+        {"call": "echo", "arguments": {"words": "hi", "colour": "red"}},
+        {"call": "echo", "arguments": {"words": "hi", "times": "2"}},
+        {"call": "nope", "arguments": {}},
+    ]);
+    let steps = session(&python, &guardd.socket, &plan);
+
+    // Every listed tool declares the schema; every result fits it, with the same keys whether
+    // the call ran, was refused or could not be launched.
+    let tools = steps[0]["tools"].as_array().expect("tools");
+    for t in tools {
+        let schema = &t["outputSchema"];
+        assert_eq!(schema["type"], "object", "{t}");
+        assert_eq!(schema["additionalProperties"], false, "{t}");
+        let required = schema["required"].as_array().expect("required").len();
+        assert_eq!(required, 7, "{schema}");
+    }
+    let results = &steps[1..4];
+    for r in results {
+        assert_eq!(r["schema_errors"], json!([]), "{r}");
+    }
+    let keys = |r: &Value| {
+        let mut k: Vec<String> = r["structured"]
+            .as_object()
+            .expect("object")
+            .keys()
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    };
+    assert!(
+        results.iter().all(|r| keys(r) == keys(&results[0])),
+        "{results:?}"
+    );
+    assert_eq!(steps[1]["structured"]["exit_code"], 0);
+    assert_eq!(steps[2]["structured"]["decision"], "block");
+    assert_eq!(steps[2]["structured"]["exit_code"], Value::Null);
+    assert_eq!(steps[2]["structured"]["receipt"], Value::Null);
+    assert_eq!(steps[3]["isError"], true, "{}", steps[3]);
+    assert!(steps[3]["structured"]["error"].is_string(), "{}", steps[3]);
+
+    // Malformed: JSON-RPC errors naming what is wrong, never tool results.
+    for (step, says) in steps[4..].iter().zip([
+        "'words' must be a string",
+        "missing required argument 'words'",
+        "unknown argument 'colour'",
+        "'times' must be an integer",
+        "unknown tool 'nope'",
+    ]) {
+        assert_eq!(step["error"]["code"], -32602, "{step}");
+        let message = step["error"]["message"].as_str().expect("message");
+        assert!(message.contains(says), "{message} lacks {says}");
+    }
+    // Only the calls that were calls reached guardd, each with its decision row.
+    let rows = guardd.audit_rows();
+    let decisions = rows.iter().filter(|r| r["kind"] == "decision").count();
+    assert_eq!(decisions, 3, "{rows:?}");
+}
+
+#[test]
+fn mcp_log_has_no_colour_codes_when_stderr_is_no_terminal() {
+    let Some(python) = support::python("mcp_log_has_no_colour_codes") else {
+        return;
+    };
+    let dir = support::TempDir::new("mcp-log");
+    let server = json!({
+        "command": support::bin("guard-mcp"),
+        "args": ["--socket", dir.join("none.sock")],
+        "env": {"GUARD_MCP_LOG": "debug"},
+    });
+    let plan = json!([{"list": true}, {"call": "echo", "arguments": {"words": "hi"}}]);
+    let (steps, log) = session_logged(&python, &server, &plan);
+    assert_eq!(steps[0]["tools"], json!([]));
+    let text = String::from_utf8_lossy(&log);
+    // The log is there (a warning of the listing without guardd), and plain.
+    assert!(text.contains("listing no tools"), "{text}");
+    assert!(!log.contains(&0x1b), "an escape byte in the log: {text:?}");
+}
