@@ -72,6 +72,7 @@ fn event_of(record: Record) -> Option<Event> {
             let what = What::Exit {
                 code: f.exit.as_ref().map(|e| e.exit_code),
                 diverged: diverged(&f),
+                divergence: None,
                 error: f.error,
                 duration_ms: f.duration_ms,
             };
@@ -86,6 +87,7 @@ fn event_of(record: Record) -> Option<Event> {
             (j.call_id, j.tool, what)
         }
         Row::Notified { .. }
+        | Row::Held { .. }
         | Row::Session { .. }
         | Row::Reload { .. }
         | Row::Pruned { .. }
