@@ -59,6 +59,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let env = tpl.env(d, &t.env);
     let confinement = confinement(d, &tk, t);
     needs_command(d, &tk, t);
+    super::shebang::tool(d, &tk, t, &args, &exec);
     Tool {
         name: t.name.v.clone(),
         tier: t.tier.v,
