@@ -33,6 +33,7 @@ enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
         /// The tool's name.
+        #[arg(add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names))]
         tool: String,
         /// The call's arguments as a JSON object.
         #[arg(long)]
@@ -65,7 +66,7 @@ enum Command {
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(guard::bus::KINDS))]
         kind: Option<String>,
         /// Only tools matching this glob.
-        #[arg(long)]
+        #[arg(long, add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names))]
         tool: Option<String>,
         /// Only decisions (and holds) of this kind.
         #[arg(long, value_parser = ["allow", "escalate", "quarantine", "block"])]
@@ -214,7 +215,14 @@ fn print_json(value: &impl serde::Serialize) {
 }
 
 fn main() -> ExitCode {
-    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
+    let page = guard::cli::Page {
+        sections: &[],
+        environment: &[(
+            "NO_COLOR",
+            "when set, events are not coloured, even on a terminal",
+        )],
+    };
+    guard::cli::generate_with(<Cli as clap::CommandFactory>::command, &page);
     let cli = Cli::parse();
     match cli.command {
         Command::Policy {
