@@ -30,7 +30,7 @@ fn records(audit: &Path) -> Result<Vec<Record>, ExitCode> {
 }
 
 /// The events a row stands for, as a subscriber would have seen them.
-fn events_of(record: Record) -> Vec<Event> {
+pub fn events_of(record: Record) -> Vec<Event> {
     let ts = record.ts;
     let of = |call_id: String, tool: String, what: What| Event {
         ts: ts.clone(),

@@ -154,7 +154,7 @@ impl Filter {
 
 /// What an event says, in a few words: what ran, for whom, and how it ended, in the manner of
 /// `tetra getevents -o compact`.
-fn detail(event: &Event) -> String {
+pub fn detail(event: &Event) -> String {
     let call = event.call_id.as_deref().unwrap_or("-");
     match &event.what {
         What::Decision {
@@ -177,12 +177,19 @@ fn detail(event: &Event) -> String {
             None => who.clone(),
         },
         What::Approval {
-            approved: true, by, ..
-        } => format!("approved by uid {}", uid_of(*by)),
-        What::Approval { by, reason, .. } => match reason {
-            Some(reason) => format!("denied by uid {}: {reason}", uid_of(*by)),
-            None => format!("denied by uid {}", uid_of(*by)),
-        },
+            approved,
+            by,
+            reason,
+            ..
+        } => {
+            let answer = if *approved { "approved" } else { "denied" };
+            // Nobody: the clock ran out, the caller left, or the call could not be held.
+            let who = by.map_or("nobody".to_owned(), |uid| format!("uid {uid}"));
+            let why = reason
+                .as_deref()
+                .map_or(String::new(), |r| format!(": {r}"));
+            format!("{answer} by {who}{why}")
+        }
         What::Launch {
             pid,
             program,
@@ -219,10 +226,6 @@ fn detail(event: &Event) -> String {
         What::Reload { tools, .. } => format!("{} tools", tools.unwrap_or(0)),
         What::Lagged { missed } => format!("missed {missed} events"),
     }
-}
-
-fn uid_of(by: Option<u32>) -> String {
-    by.map_or("-".to_owned(), |u| u.to_string())
 }
 
 /// One aligned line per event, colored on a terminal unless NO_COLOR is set.

@@ -290,37 +290,21 @@ fn review(row: &Row) -> (&'static str, String) {
             "  held",
             format!("{decision} for {timeout_s} s, digest {digest}"),
         ),
-        Row::Judged(j) => {
-            let verdict = if j.allowed { "allowed" } else { "rejected" };
-            let why = j
-                .reason
-                .as_deref()
-                .map_or(String::new(), |r| format!(": {r}"));
-            ("  judged", format!("{} {verdict}{why}", j.judge))
-        }
-        Row::Approval {
-            approved,
-            by,
-            reason,
-            approver,
-            outcome,
-            ..
-        } => {
-            let answer = if *approved { "approved" } else { "refused" };
-            let who = match (by, approver) {
-                (Some(uid), _) => format!("by uid {uid}"),
-                (None, Some(a)) => format!(
-                    "by {a}{}",
-                    outcome
-                        .as_deref()
-                        .map_or(String::new(), |o| format!(" ({o})"))
-                ),
-                (None, None) => "by nobody".into(),
+        // As `events` tells them.
+        Row::Judged(_) | Row::Approval { .. } => {
+            let record = guard::audit::Record {
+                seq: 0,
+                ts: String::new(),
+                row: row.clone(),
             };
-            let why = reason
-                .as_deref()
-                .map_or(String::new(), |r| format!(": {r}"));
-            ("  approval", format!("{answer} {who}{why}"))
+            let events = crate::history::events_of(record);
+            let text = events.first().map(crate::live::detail).unwrap_or_default();
+            let label = if matches!(row, Row::Judged(_)) {
+                "  judged"
+            } else {
+                "  approval"
+            };
+            (label, text)
         }
         Row::Notified { error, .. } => match error {
             Some(e) => ("  notified", format!("failed: {e}")),
