@@ -591,3 +591,52 @@ fn show_escapes_what_a_call_chose() {
         "{shown:?}"
     );
 }
+
+/// Live, `--kind` keeps one kind: a timeout's kill (guardd's own kill, not a divergence's) and
+/// a diverged call's exit, which names its first divergence.
+#[test]
+fn follow_filters_by_kind_and_an_exit_names_its_divergence() {
+    if !support::privileged("follow_filters_by_kind_and_an_exit_names_its_divergence") {
+        return;
+    }
+    let policy = format!(
+        "{POLICY}\n[tools.slow]\ntier = \"low\"\ncommand = [\"/bin/sleep\", \"30\"]\ntimeout = 1\n"
+    );
+    let guardd = Guardd::start(&policy);
+    let (mut kills, kill_rx) = follow_with(&guardd, &["--kind", "kill"], |l| Some(l.to_owned()));
+    let (mut exits, exit_rx) = follow_with(&guardd, &["--kind", "exit", "--json"], |l| {
+        serde_json::from_str::<Value>(l).ok()
+    });
+    // Live once an exit shows; the kill follower subscribed before it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = super::support::output(guardd.exec("sh", &["script=true"]));
+        if exit_rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no exit event");
+    }
+    while exit_rx.try_recv().is_ok() {}
+    let out = super::support::output(guardd.exec("slow", &[]));
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let (_, line) = wait_for(&kill_rx, |l| l.contains("slow"));
+    assert!(
+        line.contains("kill") && line.contains("timed out after 1 s"),
+        "{line}"
+    );
+    open_a_socket(&guardd);
+    let (_, exit) = wait_for(&exit_rx, |v| v["diverged"] == true);
+    assert_eq!(
+        (exit["kind"].as_str(), exit["divergence"]["effect"].as_str()),
+        (Some("exit"), Some("socket")),
+        "{exit}"
+    );
+    assert!(
+        kill_rx.try_iter().all(|(_, l)| !l.contains("decision")),
+        "--kind kill showed another kind"
+    );
+    for tail in [&mut kills, &mut exits] {
+        let _ = tail.kill();
+        let _ = tail.wait();
+    }
+}
