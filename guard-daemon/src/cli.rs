@@ -263,8 +263,8 @@ fn environment(cmd: &clap::Command, page: &Page, roff: &mut Roff) {
         COMPLETE_VAR.to_owned(),
         "set, to the shell's name, by the installed bash, zsh and fish completion scripts when \
          they run this command for the words to complete (with -- as its first argument); \
-         tool names are asked of guardd at GUARD_SOCKET, and none are offered when it does not \
-         answer. Not for setting by hand."
+         where a tool name is completed, the tools are asked of guardd at GUARD_SOCKET, and \
+         none are offered when it does not answer. Not for setting by hand."
             .to_owned(),
     ));
     roff.control("SH", ["ENVIRONMENT"]);
