@@ -70,6 +70,10 @@ pub enum What {
     Exit {
         code: Option<i32>,
         diverged: bool,
+        /// The first of its divergences, as its receipt records it: the line that says a call
+        /// diverged says how.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        divergence: Option<Box<Divergence>>,
         error: Option<String>,
         duration_ms: f64,
     },
@@ -191,6 +195,21 @@ pub enum Action {
     Ended,
 }
 
+/// Every event `kind`, as on the wire and as `guardctl events --kind` takes it.
+pub const KINDS: &[&str] = &[
+    "decision",
+    "judged",
+    "held",
+    "approval",
+    "launch",
+    "divergence",
+    "kill",
+    "exit",
+    "reload",
+    "refused",
+    "lagged",
+];
+
 impl Effect {
     /// The effect's name, as on the wire (`effect`).
     pub fn name(&self) -> &'static str {
@@ -208,6 +227,93 @@ impl Effect {
             Effect::Bind { .. } => "bind",
             Effect::Packet { .. } => "packet",
             Effect::Dns { .. } => "dns",
+        }
+    }
+
+    /// What it reached for: the address, the path, the socket, the syscall, the name.
+    pub fn target(&self) -> String {
+        match self {
+            Effect::Exec { path } | Effect::Open { path, .. } => path.clone(),
+            Effect::Connect { addr, port, proto } | Effect::Bind { addr, port, proto } => {
+                format!("{addr}:{port}/{}", proto.as_str())
+            }
+            Effect::Socket { family, ty, .. } => format!("{family}/{ty}"),
+            Effect::WritesOutside { writes, .. } => format!("{writes} write-opens"),
+            Effect::EventsLost { events_lost } => format!("{events_lost} events lost"),
+            Effect::Refused(r) => format!("{} {}", r.syscall, r.errno),
+            Effect::RefusedUnseen { refused, .. } => format!("{refused} refusals"),
+            Effect::Syscall { signal } => signal.clone(),
+            Effect::Guardd {} => "guardd's socket".to_owned(),
+            Effect::Packet {
+                addr,
+                port,
+                options,
+                ..
+            } => format!(
+                "{addr}:{port}{}",
+                if *options { " with IP options" } else { "" }
+            ),
+            Effect::Dns { name, qtype } => format!("{name} {qtype}"),
+        }
+    }
+
+    /// The layer that stopped it (or, for what is learnt at the end, that saw it): the kernel
+    /// program of its kind, landlock or seccomp for a refusal, guardd for its socket and its
+    /// resolver.
+    pub fn layer(&self) -> &'static str {
+        match self {
+            Effect::Exec { .. } => "eBPF exec tracepoint",
+            Effect::Connect { .. } => "eBPF cgroup connect/sendmsg",
+            Effect::Socket { .. } => "eBPF socket check",
+            Effect::Open { .. } | Effect::WritesOutside { .. } => "eBPF open observer",
+            Effect::EventsLost { .. } => "eBPF ring buffer",
+            Effect::Refused(r) => r.stopped_by.as_str(),
+            Effect::RefusedUnseen { .. } => "landlock or seccomp",
+            Effect::Syscall { .. } => "seccomp",
+            Effect::Guardd {} => "guardd's peer check",
+            Effect::Bind { .. } => "eBPF cgroup bind",
+            Effect::Packet { .. } => "eBPF cgroup_skb egress",
+            Effect::Dns { .. } => "guardd's DNS responder",
+        }
+    }
+}
+
+impl Divergence {
+    /// One line: the effect, its target, the layer that stopped it and what guard did.
+    pub fn describe(&self) -> String {
+        let pid = self.pid.map_or(String::new(), |p| format!(" pid {p}"));
+        // Learnt at the end (a count, a name asked): nothing was left to stop, only to see.
+        let by = if self.action == Action::Ended {
+            "seen"
+        } else {
+            "stopped"
+        };
+        format!(
+            "{} {} ({by} by {}){pid} -> {}",
+            self.effect.name(),
+            self.effect.target(),
+            self.effect.layer(),
+            self.action.as_str()
+        )
+    }
+}
+
+impl StoppedBy {
+    /// The layer's name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoppedBy::Landlock => "landlock",
+            StoppedBy::Seccomp => "seccomp",
+        }
+    }
+}
+
+impl Proto {
+    /// The protocol's name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
         }
     }
 }
@@ -288,6 +394,69 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_kind_is_listed_once_for_the_kind_filter() {
+        let reason = || String::from("r");
+        let whats = [
+            What::Decision {
+                decision: Decision::Allow,
+                reason: reason(),
+                uid: 0,
+            },
+            What::Held {
+                decision: Decision::Escalate,
+                reason: reason(),
+                uid: 0,
+                timeout_s: 1,
+            },
+            What::Approval {
+                approved: true,
+                by: None,
+                reason: None,
+                approver: None,
+            },
+            What::Launch {
+                pid: 1,
+                program: None,
+                args: 0,
+                uid: 0,
+            },
+            What::Divergence(Divergence {
+                effect: Effect::Guardd {},
+                action: Action::Deny,
+                pid: None,
+            }),
+            What::Kill { reason: reason() },
+            What::Exit {
+                code: None,
+                diverged: false,
+                divergence: None,
+                error: None,
+                duration_ms: 0.0,
+            },
+            What::Reload {
+                tools: None,
+                error: None,
+                by: None,
+            },
+            What::Refused { reason: reason() },
+            What::Judged {
+                judge: reason(),
+                allowed: true,
+                reason: None,
+            },
+            What::Lagged { missed: 1 },
+        ];
+        let mut kinds: Vec<&str> = whats
+            .into_iter()
+            .map(|what| Event::of(None, None, what).kind())
+            .collect();
+        let mut listed = KINDS.to_vec();
+        kinds.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(kinds, listed);
+    }
+
+    #[test]
     fn events_read_back_as_written_with_their_fields_flat() {
         let divergence = What::Divergence(Divergence {
             effect: Effect::Connect {
@@ -321,6 +490,7 @@ mod tests {
             What::Exit {
                 code: Some(0),
                 diverged: false,
+                divergence: None,
                 error: None,
                 duration_ms: 3.5,
             },

@@ -245,6 +245,8 @@ async fn carry_out(
         stages: &mut stages,
         admission: &mut admission,
         start: Some(start),
+        launch: None,
+        killed: None,
     };
     let started = Instant::now();
     let mut result = call.run(stdio).await;
@@ -253,21 +255,12 @@ async fn carry_out(
         // hears "allow" (then the error) only for a decision that is on disk.
         result = match call.confirm().await {
             Ok(()) => Err((e, receipt)),
-            Err(CallError::NotRecorded) => return not_recorded(call_id, &mut conn).await,
+            Err(CallError::NotRecorded) => return not_recorded(call_id, call.conn).await,
             Err(other) => Err((other, receipt)),
         };
     }
     let duration_ms = started.elapsed().as_secs_f64() * 1e3;
-    finish(
-        daemon,
-        call_id,
-        plan,
-        result,
-        duration_ms,
-        &mut conn,
-        stages,
-    )
-    .await;
+    finish(&mut call, result, duration_ms).await;
     Ok(())
 }
 
@@ -283,14 +276,12 @@ async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
 
 /// Records how an approved call ended and tells its caller.
 async fn finish(
-    daemon: &Daemon,
-    call_id: &str,
-    plan: &LaunchPlan,
+    call: &mut Call<'_, '_>,
     result: Result<Ran, (CallError, Option<Receipt>)>,
     duration_ms: f64,
-    conn: &mut Conn,
-    mut stages: Stages,
 ) {
+    let (daemon, call_id, plan) = (call.daemon, call.id, call.plan);
+    let stages = &mut *call.stages;
     let (exit, sandbox_applied, receipt, error) = match result {
         Ok((outcome, applied, receipt)) => (Some(outcome), Some(applied), receipt, None),
         Err((e, receipt)) => (None, None, receipt, Some(e.to_string())),
@@ -319,6 +310,8 @@ async fn finish(
         duration_ms,
         timings_us: stages.clone(),
         enforced: daemon.enforced(),
+        launch: call.launch.take(),
+        killed: call.killed.take(),
     }));
     let unrecorded = daemon.audit.record(&row).await.err().map(|e| {
         tracing::error!(call = %call_id, "audit log unavailable for the finished row: {e}");
@@ -329,6 +322,9 @@ async fn finish(
     let what = What::Exit {
         code,
         diverged,
+        divergence: receipt
+            .as_ref()
+            .and_then(|r| r.divergences.first().cloned().map(Box::new)),
         error: error.clone(),
         duration_ms,
     };
@@ -343,7 +339,7 @@ async fn finish(
         unrecorded,
     };
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
-    let _ = send(conn, ExecReply::Exit(exit)).await;
+    let _ = send(call.conn, ExecReply::Exit(exit)).await;
 }
 
 type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
@@ -359,6 +355,9 @@ struct Call<'a, 'd> {
     admission: &'a mut Admission<'d>,
     /// Until the call is confirmed (`confirm`): what its start waits for.
     start: Option<Start>,
+    /// Its start, and why guardd killed it (other than for a divergence), for its row.
+    launch: Option<crate::audit::Launch>,
+    killed: Option<String>,
 }
 
 impl Call<'_, '_> {
@@ -459,20 +458,16 @@ impl Call<'_, '_> {
         self.stages.absorb(&launched.stages);
         let applied = launched.applied.clone();
         let pid = launched.pid.as_raw() as u32;
+        let launch = crate::audit::Launch::of(&plan.argv, pid, self.peer.uid);
         self.admission.running(Running {
             call_id: self.id.to_owned(),
             tool: plan.tool.clone(),
             pid,
             peer_uid: self.peer.uid,
-            started: crate::audit::ts::now(),
+            started: launch.ts.clone(),
         });
-        let what = What::Launch {
-            pid,
-            program: plan.argv.first().map(|p| p.to_string_lossy().into_owned()),
-            args: plan.argv.len().saturating_sub(1),
-            uid: self.peer.uid,
-        };
-        daemon.bus.call(self.id, &plan.tool, what);
+        daemon.bus.call(self.id, &plan.tool, launch.event());
+        self.launch = Some(launch);
         let run = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout);
         tokio::pin!(run);
         let outcome = tokio::select! {
@@ -481,11 +476,17 @@ impl Call<'_, '_> {
                 // The caller went away (guard-exec killed): the call goes with it.
                 tracing::info!(call = %self.id, "caller disconnected: killing the call");
                 let _ = cgroup.kill();
-                let what = What::Kill { reason: "caller disconnected".into() };
-                daemon.bus.call(self.id, &plan.tool, what);
+                self.killed = Some("caller disconnected".into());
                 run.await?
             }
         };
+        if outcome.timed_out {
+            let secs = plan.confinement.timeout.as_secs();
+            self.killed = Some(format!("timed out after {secs} s"));
+        }
+        if let Some(reason) = self.killed.clone() {
+            daemon.bus.call(self.id, &plan.tool, What::Kill { reason });
+        }
         self.stages.lap("run");
         Ok((outcome, applied))
     }

@@ -68,6 +68,14 @@ impl Client {
         Ok(Self { stream, reader })
     }
 
+    /// Bounds each later read and write by `timeout`: for a client that must not hang on a
+    /// stuck guardd (a shell's completion).
+    pub fn set_timeout(&self, timeout: std::time::Duration) -> io::Result<()> {
+        // The reader is a clone of the same socket: the timeouts are the socket's, for both.
+        self.stream.set_read_timeout(Some(timeout))?;
+        self.stream.set_write_timeout(Some(timeout))
+    }
+
     /// Sends one request, with `fds` attached if any.
     pub fn send(&mut self, request: &Request, fds: &[std::os::fd::RawFd]) -> io::Result<()> {
         self.send_frame(&protocol::frame(request), fds)

@@ -128,6 +128,7 @@ pub async fn hold(
         timeout_s,
         digest,
     };
+    record_held(daemon, &held, timeout_s).await;
     let told = send(conn, ExecReply::Pending(waiting)).await;
     let what = What::Held {
         decision,
@@ -357,6 +358,24 @@ impl Answer {
             digest,
             ..Self::default()
         }
+    }
+}
+
+/// Writes the `held` row, for the history (`guardctl events --kind held`). The hold is durable in
+/// the store already, so a row that cannot be written is logged, not fatal: the answer's row,
+/// which gates the run, is written whatever became of this one.
+async fn record_held(daemon: &Daemon, held: &Held, timeout_s: u64) {
+    let row = Row::Held {
+        call_id: held.call_id.clone(),
+        tool: held.tool.clone(),
+        decision: held.decision,
+        reason: held.reason.clone(),
+        uid: held.uid,
+        timeout_s,
+        digest: held.digest.clone(),
+    };
+    if let Err(e) = daemon.audit.record(&row).await {
+        tracing::error!(call = %held.call_id, "audit log unavailable for the held row: {e}");
     }
 }
 

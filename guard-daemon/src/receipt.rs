@@ -78,6 +78,10 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "is_zero")]
     pub events_lost: u64,
     pub verdict: Verdict,
+    /// Each divergence as it was published (the first 64; `denied` counts them all): what it
+    /// reached for, the layer that stopped it, and what guard did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub divergences: Vec<Divergence>,
     /// Whether guard killed the call for a divergence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
@@ -213,12 +217,17 @@ impl Draft {
     fn divergence(&mut self, effect: Effect, pid: Option<i32>, action: Action, bus: &Bus) {
         self.receipt.denied += 1;
         self.receipt.verdict = Verdict::Diverged;
-        let what = What::Divergence(Divergence {
+        let divergence = Divergence {
             effect,
             action,
             pid,
-        });
-        bus.call(&self.call.call_id, &self.call.tool, what);
+        };
+        keep(&mut self.receipt.divergences, divergence.clone());
+        bus.call(
+            &self.call.call_id,
+            &self.call.tool,
+            What::Divergence(divergence),
+        );
         if action == Action::Kill {
             self.receipt.stopped = true;
             // cgroup.kill takes the whole tree at once, descendants included.
@@ -520,6 +529,8 @@ mod tests {
             (Verdict::Diverged, 1, 2)
         );
         assert_eq!(receipt.connects[1].addr, "127.0.0.1");
+        // The receipt keeps the divergence as published, for a reader of the audit log.
+        assert_eq!(receipt.divergences, std::slice::from_ref(d));
     }
 
     #[test]

@@ -437,8 +437,8 @@ fn every_guardctl_json_output_parses() {
     assert!(!lines(&["calls", "--json"]).is_empty());
     assert!(!lines(&["events", "--json"]).is_empty());
     // `show` prints one object, indented for a person.
-    let show: Value =
-        serde_json::from_slice(&ctl(&guardd, &["show", &ids[0]]).stdout).expect("show JSON");
+    let show: Value = serde_json::from_slice(&ctl(&guardd, &["show", &ids[0], "--json"]).stdout)
+        .expect("show JSON");
     assert_eq!(show["call_id"], ids[0].as_str());
     let audit = guardd.audit.to_str().expect("utf-8").to_owned();
     assert_eq!(lines(&["audit", "verify", &audit, "--json"])[0]["ok"], true);

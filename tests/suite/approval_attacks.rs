@@ -608,7 +608,7 @@ fn a_reload_while_a_call_is_judged_is_not_bypassed_by_the_plan_decided_before_it
     let status: Value = serde_json::from_slice(&status.stdout).expect("status JSON");
     assert_eq!(&status["policy"]["version"], in_force, "{status:#}");
     let id = refusal[0]["call_id"].as_str().expect("call id");
-    let shown = ctl(&guardd, &["show", id]);
+    let shown = ctl(&guardd, &["show", id, "--json"]);
     let shown: Value = serde_json::from_slice(&shown.stdout).expect("show JSON");
     assert_eq!(&shown["policy"], in_force, "{shown:#}");
     let first = shown["review"]

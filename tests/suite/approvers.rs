@@ -190,7 +190,7 @@ fn approvers_by_glob_answer_escalated_calls_with_each_outcome() {
     assert_eq!(decisions.len(), 2, "{decisions:#?}");
     assert_eq!(decisions[1]["args"]["target"], "safe");
     // guardctl show: the call under the decision it ran under, its review beside it.
-    let shown = output(guardd.ctl(&["show", &id]));
+    let shown = output(guardd.ctl(&["show", &id, "--json"]));
     let shown: Value = serde_json::from_slice(&shown.stdout).expect("show prints JSON");
     assert_eq!(shown["args"]["target"], "safe", "{shown:#}");
     assert_eq!(shown["exit"]["exit_code"], 0, "{shown:#}");

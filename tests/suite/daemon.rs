@@ -152,7 +152,7 @@ fn an_allowed_call_runs_confined_on_the_callers_stdio_and_is_audited() {
     );
     let id = calls[0]["call_id"].as_str().expect("call id");
     let out = guardd
-        .ctl(&["show", id, "--audit", &audit])
+        .ctl(&["show", id, "--json", "--audit", &audit])
         .output()
         .expect("guardctl show");
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show prints JSON");

@@ -452,3 +452,191 @@ fn events_are_compact_lines_of_what_ran_for_whom_and_how_it_ended_filtered_by_ki
     );
     assert!(lines("approval").is_empty());
 }
+
+/// History, as a new operator reads it after the fact: every kind of event is in the audit
+/// log and found by `--kind`, a divergence is named with its target and the layer that stopped
+/// it (its own line and its call's exit line), and `guardctl show` tells the call for people,
+/// or as JSON with `--json`.
+#[test]
+fn history_names_each_kind_and_a_divergence_with_its_target() {
+    if !support::privileged("history_names_each_kind_and_a_divergence_with_its_target") {
+        return;
+    }
+    let policy = format!(
+        "{POLICY}\n[tools.slow]\ntier = \"low\"\ncommand = [\"/bin/sleep\", \"30\"]\ntimeout = 1\n\
+         [tools.deploy]\ntier = \"high\"\nirreversible = true\ncommand = [\"/bin/true\"]\n"
+    );
+    let guardd = Guardd::start(&policy);
+    // A divergence: the loader run directly, an exec no effect approves, killed in the kernel.
+    let out = super::support::output(
+        guardd.exec("sh", &["script=exec /lib64/ld-linux-x86-64.so.2 /bin/true"]),
+    );
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let diverged = guardd.last_decision_id();
+    let out = super::support::output(guardd.exec("slow", &[]));
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let slow = guardd.last_decision_id();
+    let out = super::support::output(guardd.exec("deploy", &["--no-wait"]));
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let held = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(guardd.ctl(&["reload"]).status().expect("reload").success());
+
+    let lines = |kind: &str| {
+        let out = super::support::output(guardd.ctl(&["events", "--kind", kind]));
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let divergences = lines("divergence");
+    let line = divergences
+        .lines()
+        .find(|l| l.contains(&diverged))
+        .unwrap_or_else(|| panic!("no divergence of {diverged} in history: {divergences}"));
+    for want in [
+        "exec /lib64/ld-linux-x86-64.so.2",
+        "stopped by eBPF exec tracepoint",
+        "-> kill",
+    ] {
+        assert!(line.contains(want), "{want:?} not in {line:?}");
+    }
+    let exits = lines("exit");
+    let exit = exits.lines().find(|l| l.contains(&diverged)).expect("exit");
+    assert!(
+        exit.contains("code 137") && exit.contains("diverged: exec /lib64/ld-linux-x86-64.so.2"),
+        "{exit}"
+    );
+    let launches = lines("launch");
+    assert!(
+        launches
+            .lines()
+            .any(|l| l.contains(&diverged) && l.contains("/bin/bash (2 args) uid 0")),
+        "{launches}"
+    );
+    let kills = lines("kill");
+    assert!(
+        kills.contains(&slow)
+            && kills.contains("timed out after 1 s")
+            && !kills.contains(&diverged),
+        "{kills}"
+    );
+    let holds = lines("held");
+    assert!(
+        holds.contains(&held) && holds.contains(&format!("guardctl approve {held}")),
+        "{holds}"
+    );
+    assert!(lines("reload").contains("reload"), "no reload in history");
+    // Not in the log at all: said so, not an empty answer that looks like a quiet guard.
+    let out = super::support::output(guardd.ctl(&["events", "--kind", "refused"]));
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let out = super::support::output(guardd.ctl(&["events", "--kind", "divergance"]));
+    assert!(!out.status.success(), "a misspelt kind is refused: {out:?}");
+
+    // `show`, for people: the decision, caller, program, sandbox, receipt and its divergence.
+    let out = super::support::output(guardd.ctl(&["show", &diverged]));
+    assert!(out.status.success(), "{out:?}");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "decision    allow by ",
+        "caller      uid 0 ",
+        "program     /bin/bash (2 args) pid ",
+        "sandbox     user guard-tool ",
+        "receipt     diverged, stopped by guard",
+        "divergences 1",
+        "exec /lib64/ld-linux-x86-64.so.2 (stopped by eBPF exec tracepoint)",
+    ] {
+        assert!(shown.contains(want), "{want:?} not in:\n{shown}");
+    }
+    assert!(!shown.trim_start().starts_with('{'), "{shown}");
+    let out = super::support::output(guardd.ctl(&["show", &held]));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("held      escalate for 300 s, digest "),
+        "{shown}"
+    );
+    // And as JSON.
+    let out = super::support::output(guardd.ctl(&["show", &diverged, "--json"]));
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("show --json is JSON");
+    let first = &shown["effects_observed"]["divergences"][0];
+    assert_eq!(
+        (
+            first["effect"].as_str(),
+            first["path"].as_str(),
+            first["action"].as_str()
+        ),
+        (
+            Some("exec"),
+            Some("/lib64/ld-linux-x86-64.so.2"),
+            Some("kill")
+        ),
+        "{shown:#}"
+    );
+    assert_eq!(shown["launch"]["program"], "/bin/bash", "{shown:#}");
+}
+
+/// What a call chose reaches `guardctl show` escaped: a C1 control (CSI, U+009B), which JSON
+/// leaves as it is, cannot redraw the operator's terminal.
+#[test]
+fn show_escapes_what_a_call_chose() {
+    if !support::privileged("show_escapes_what_a_call_chose") {
+        return;
+    }
+    let guardd = Guardd::start(POLICY);
+    let out = super::support::output(guardd.exec("sh", &["script=true #\u{9b}2J\u{1b}[1A"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = guardd.last_decision_id();
+    let out = super::support::output(guardd.ctl(&["show", &id]));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("\\u{9b}2J"), "{shown}");
+    assert!(
+        !shown.contains('\u{9b}') && !shown.contains('\u{1b}'),
+        "{shown:?}"
+    );
+}
+
+/// Live, `--kind` keeps one kind: a timeout's kill (guardd's own kill, not a divergence's) and
+/// a diverged call's exit, which names its first divergence.
+#[test]
+fn follow_filters_by_kind_and_an_exit_names_its_divergence() {
+    if !support::privileged("follow_filters_by_kind_and_an_exit_names_its_divergence") {
+        return;
+    }
+    let policy = format!(
+        "{POLICY}\n[tools.slow]\ntier = \"low\"\ncommand = [\"/bin/sleep\", \"30\"]\ntimeout = 1\n"
+    );
+    let guardd = Guardd::start(&policy);
+    let (mut kills, kill_rx) = follow_with(&guardd, &["--kind", "kill"], |l| Some(l.to_owned()));
+    let (mut exits, exit_rx) = follow_with(&guardd, &["--kind", "exit", "--json"], |l| {
+        serde_json::from_str::<Value>(l).ok()
+    });
+    // Live once an exit shows; the kill follower subscribed before it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = super::support::output(guardd.exec("sh", &["script=true"]));
+        if exit_rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no exit event");
+    }
+    while exit_rx.try_recv().is_ok() {}
+    let out = super::support::output(guardd.exec("slow", &[]));
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    let (_, line) = wait_for(&kill_rx, |l| l.contains("slow"));
+    assert!(
+        line.contains("kill") && line.contains("timed out after 1 s"),
+        "{line}"
+    );
+    open_a_socket(&guardd);
+    let (_, exit) = wait_for(&exit_rx, |v| v["diverged"] == true);
+    assert_eq!(
+        (exit["kind"].as_str(), exit["divergence"]["effect"].as_str()),
+        (Some("exit"), Some("socket")),
+        "{exit}"
+    );
+    assert!(
+        kill_rx.try_iter().all(|(_, l)| !l.contains("decision")),
+        "--kind kill showed another kind"
+    );
+    for tail in [&mut kills, &mut exits] {
+        let _ = tail.kill();
+        let _ = tail.wait();
+    }
+}

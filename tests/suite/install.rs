@@ -238,3 +238,160 @@ fn xtask_run_serves_the_readme_s_try_line_wherever_its_runtime_dir_is() {
         "{stopped:?}"
     );
 }
+
+/// The `name(N)` references of a roff page, its font changes and escaped hyphens undone.
+fn page_references(roff: &str) -> Vec<String> {
+    let text = roff
+        .replace("\\fB", "")
+        .replace("\\fI", "")
+        .replace("\\fR", "")
+        .replace("\\fP", "")
+        .replace("\\-", "-");
+    let bytes = text.as_bytes();
+    let mut refs = Vec::new();
+    for (i, w) in bytes.windows(3).enumerate() {
+        if w[0] != b'(' || !w[1].is_ascii_digit() || w[2] != b')' {
+            continue;
+        }
+        let start = text[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
+            .map_or(0, |s| s + 1);
+        if start < i {
+            refs.push(format!("{}({})", &text[start..i], w[1] as char));
+        }
+    }
+    refs
+}
+
+/// Every installed man page refers only to installed pages (clap's own generator named a page
+/// per subcommand, `guardctl-events(1)`, which nothing installs), says its section in its title,
+/// and documents the variables its flags read (GUARD_SOCKET); guard-exec's documents its hook
+/// mode with every flag the hook takes.
+#[test]
+fn man_pages_refer_only_to_installed_pages_and_document_guard_socket_and_the_hook() {
+    let root = TempDir::new("guard-man");
+    xtask(&["install", "--prebuilt-debug"], &root.0);
+    let share = root.join("usr/local/share/man");
+    let mut pages = Vec::new();
+    for dir in std::fs::read_dir(&share).expect("man dirs").flatten() {
+        for page in std::fs::read_dir(dir.path()).expect("pages").flatten() {
+            pages.push(page.path());
+        }
+    }
+    assert_eq!(pages.len(), 4, "{pages:?}");
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        let file = page.file_name().and_then(|n| n.to_str()).expect("name");
+        let (name, section) = file.rsplit_once('.').expect("name.N");
+        assert!(
+            text.contains(&format!(".TH {name} {section} ")),
+            "{file}: title of another section"
+        );
+        let refs = page_references(&text);
+        assert!(refs.len() >= 3, "{file} refers to no other page: {refs:?}");
+        for r in refs {
+            let (other, n) = r.trim_end_matches(')').split_once('(').expect("name(N)");
+            let installed = share.join(format!("man{n}/{other}.{n}"));
+            assert!(installed.exists(), "{file} refers to {r}, not installed");
+        }
+        if name != "guardd" {
+            let env = text.split(".SH ENVIRONMENT").nth(1).unwrap_or("");
+            assert!(
+                env.contains("GUARD_SOCKET"),
+                "{file}: no GUARD_SOCKET in\n{text}"
+            );
+        }
+    }
+    let exec = std::fs::read_to_string(share.join("man1/guard-exec.1")).expect("guard-exec.1");
+    let exec = exec.replace("\\-", "-");
+    assert!(exec.contains("guard-exec hook claude-code"), "{exec}");
+    // Every flag the hook's own parser takes, as its --help lists them.
+    let help = output({
+        let mut c = Command::new(support::bin("guard-exec"));
+        c.args(["hook", "claude-code", "--help"]);
+        c
+    });
+    let help = String::from_utf8_lossy(&help.stdout);
+    let flags: Vec<&str> = help
+        .split_whitespace()
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.trim_end_matches([',', '.']))
+        .filter(|w| *w != "--help" && *w != "--version")
+        .collect();
+    assert!(flags.len() >= 5, "{help}");
+    for flag in flags {
+        assert!(exec.contains(flag), "the man page omits the hook's {flag}");
+    }
+}
+
+/// The installed bash completion completes guard-exec's TOOL (after options with values) and
+/// guardctl's --tool with the tools guardd lets the caller call, asked at GUARD_SOCKET, and
+/// offers none, silently, when guardd is not there.
+#[test]
+fn completion_scripts_offer_the_callers_tools_from_a_running_guardd() {
+    if !support::privileged("completion_scripts_offer_the_callers_tools_from_a_running_guardd") {
+        return;
+    }
+    let guardd = support::Guardd::start(
+        "[tools.sh]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n\
+         [tools.fetch_url]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let bin = support::bin("guard-exec");
+    let bin_dir = bin.parent().expect("target dir");
+    // What bash does at a Tab: the words, the function `complete -p` names, COMPREPLY.
+    let script = r#"
+source <(guard-exec --generate=bash)
+source <(guardctl --generate=bash)
+complete_line() {
+    COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMP_TYPE=9; COMPREPLY=()
+    local f; f=$(complete -p "$1" | sed -E 's/.* -F ([^ ]+) .*/\1/')
+    "$f" "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+    echo "$*: ${COMPREPLY[*]}"
+}
+complete_line guard-exec --session s1 ''
+complete_line guard-exec f
+complete_line guard-exec --no
+complete_line guardctl events --tool ''
+"#;
+    let run = |socket: &std::path::Path| {
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        output({
+            let mut c = Command::new("bash");
+            c.args(["-c", script])
+                .env("PATH", path)
+                .env("GUARD_SOCKET", socket);
+            c
+        })
+    };
+    let out = run(&guardd.socket);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    // An empty word also gets the options; the tools come first.
+    for want in [
+        "guard-exec --session s1 : fetch_url sh ",
+        "guard-exec f: fetch_url",
+        "guard-exec --no: --no-wait",
+        "guardctl events --tool : fetch_url sh",
+    ] {
+        assert!(
+            said.lines().any(|l| l.starts_with(want)),
+            "{want:?} not in:\n{said}"
+        );
+    }
+    let out = run(&guardd.dir.join("nobody-listens.sock"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let tool = said
+        .lines()
+        .find(|l| l.starts_with("guard-exec --session s1 : "))
+        .expect("the TOOL line");
+    assert!(
+        tool.contains("--socket") && !tool.contains("fetch_url") && !tool.contains(" sh "),
+        "{tool}"
+    );
+    assert!(said.lines().any(|l| l == "guard-exec f: "), "{said}");
+}

@@ -260,3 +260,112 @@ fn bad_args_json_is_an_error() {
         .expect("run guardctl");
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `guardctl policy check P` on a policy text, in a file of its own: its exit code and output.
+fn check_text(dir: &support::TempDir, text: &str) -> (Option<i32>, String) {
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, text).expect("write policy");
+    let out = support::output({
+        let mut c = Command::new(support::bin("guardctl"));
+        c.args(["policy", "check"]).arg(&path);
+        c
+    });
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// A `#!` script as a tool's, a judge's, an approver's or the notifier's program runs its
+/// interpreter, which landlock refuses unless the exec effects cover it: every run would fail
+/// with "Permission denied". The load refuses it instead, naming the script, its interpreter
+/// (through `env`, and through an interpreter that is a script itself) and the key; the same
+/// policy with the interpreters listed loads.
+#[test]
+fn a_script_whose_interpreter_is_not_in_its_exec_effects_is_refused_at_load() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = support::TempDir::new("guard-shebang");
+    let script = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write script");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p.display().to_string()
+    };
+    let tool = script("tool.sh", "#!/bin/sh\necho hi\n");
+    let judge = script("judge", "#!/usr/bin/env sh\necho '{}'\n");
+    let runner = script("runner", "#!/bin/sh\nexec \"$@\"\n");
+    let approver = script("approver", &format!("#!{runner}\n"));
+    let notify = script("notify.sh", "#! /bin/sh -e\ncat >/dev/null\n");
+    // On this host `sh` is where env finds it on the confined PATH (/usr/bin:/bin).
+    let sh = ["/usr/bin/sh", "/bin/sh"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("a sh");
+    let policy = |tool_exec: &str, judge_exec: &str, approver_exec: &str, notify_exec: &str| {
+        format!(
+            r#"
+[approvals]
+notify = ["{notify}"]
+notify_effects = {{ exec = [{notify_exec}] }}
+
+[judges.j]
+command = ["{judge}"]
+effects = {{ exec = [{judge_exec}] }}
+
+[[approvers]]
+tools = ["t"]
+approver = 'command:["{approver}"]'
+effects = {{ exec = [{approver_exec}] }}
+
+[tools.t]
+tier = "low"
+command = ["{tool}"]
+judges = ["j"]
+[tools.t.effects]
+exec = [{tool_exec}]
+"#
+        )
+    };
+    let (code, out) = check_text(&dir, &policy("", "", "", ""));
+    assert_eq!(code, Some(1), "{out}");
+    for want in [
+        format!(
+            "tools.t.command: {tool} is a #! script, run by its interpreter /bin/sh: \
+             tools.t.effects.exec does not cover /bin/sh"
+        ),
+        format!(
+            "judges.j.command: {judge} is a #! script, run by its interpreter /usr/bin/env, then \
+             sh, which env finds on the confined PATH (/usr/bin:/bin) at {sh}: \
+             judges.j.effects.exec does not cover /usr/bin/env or {sh}"
+        ),
+        format!(
+            "approvers[0].command: {approver} is a #! script, run by its interpreter {runner}, \
+             then {runner}'s interpreter /bin/sh"
+        ),
+        format!("approvals.notify.command: {notify} is a #! script"),
+        "(Permission denied); add \"/bin/sh\"".to_owned(),
+    ] {
+        assert!(out.contains(&want), "{want:?} not in:\n{out}");
+    }
+    // Each error names the policy file and the line of the script's path.
+    let line = out
+        .lines()
+        .find(|l| l.contains("tools.t.command"))
+        .expect("the tool's error");
+    let at = format!("{}:17:", dir.join("policy.toml").display());
+    assert!(line.starts_with(&at), "{line}");
+
+    // The conforming control: the interpreters listed, as a path or a directory.
+    let (code, out) = check_text(
+        &dir,
+        &policy(
+            r#""/bin/sh""#,
+            &format!(r#""/usr/bin/env", "{sh}""#),
+            &format!(r#""{runner}", "/bin""#),
+            r#""/bin/sh""#,
+        ),
+    );
+    assert_eq!(code, Some(0), "{out}");
+}

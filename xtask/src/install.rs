@@ -16,7 +16,8 @@ use sha2::{Digest as _, Sha256};
 
 use crate::{run, setup};
 
-/// The binaries, with the man section of each.
+/// The binaries, with the man section of each: the pages `guard::cli::PAGES` lets a page refer
+/// to (a test installs them and checks every reference).
 const BINARIES: &[(&str, u8)] = &[
     ("guardd", 8),
     ("guard-exec", 1),

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use chain::{Reason, ZERO_HASH};
 pub use read::{Rows, read_rows};
 pub use recover::Recovery;
-pub use row::{Finished, Record, Row};
+pub use row::{Finished, Launch, Record, Row};
 pub use verify::{VerifyError, VerifySummary, verify};
 
 /// Where guardd keeps its audit log unless configured otherwise.

@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 
 use crate::{
     access::Peer,
-    decision::DecisionRow,
+    bus::What,
+    decision::{Decision, DecisionRow},
     receipt::Receipt,
     sandbox::{Applied, Outcome},
     stages::Stages,
@@ -57,6 +58,21 @@ pub enum Row {
     },
     /// A judge's verdict on a call, before it ran.
     Judged(Box<Judged>),
+    /// A call held for an admin (`guardctl approve`), as its `held` event told it; absent in
+    /// logs written before guardd recorded it.
+    Held {
+        call_id: String,
+        tool: String,
+        decision: Decision,
+        /// Why, as the decision row says it.
+        reason: String,
+        /// The caller's uid.
+        uid: u32,
+        /// How long it waits for an answer.
+        timeout_s: u64,
+        /// The digest an approval binds to.
+        digest: String,
+    },
     /// The notifier of a held call ran (`error`: it failed; the call stays held).
     Notified {
         call_id: String,
@@ -125,6 +141,26 @@ pub struct Finished {
     /// Microseconds per stage of the call's way through guardd.
     pub timings_us: Stages,
     pub enforced: bool,
+    /// Its start, as its `launch` event told it; none when it did not start (and in rows
+    /// written before guardd recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<Launch>,
+    /// Why guardd killed it other than for a divergence (its timeout ran out, its caller went
+    /// away), as its `kill` event told it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed: Option<String>,
+}
+
+/// The start of an approved call: when, its first process, its program (not its arguments,
+/// which may carry what the decision row redacts; only how many) and its caller's uid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// RFC 3339, UTC.
+    pub ts: String,
+    pub pid: u32,
+    pub program: Option<String>,
+    pub args: usize,
+    pub uid: u32,
 }
 
 /// A row as read back from the log, with what the log added to it.
@@ -137,13 +173,37 @@ pub struct Record {
     pub row: Row,
 }
 
+impl Launch {
+    /// The start, now, of `argv` as process `pid`, for a caller of uid `uid`.
+    pub fn of(argv: &[std::ffi::OsString], pid: u32, uid: u32) -> Self {
+        Self {
+            ts: super::ts::now(),
+            pid,
+            program: argv.first().map(|p| p.to_string_lossy().into_owned()),
+            args: argv.len().saturating_sub(1),
+            uid,
+        }
+    }
+
+    /// Its `launch` event.
+    pub fn event(&self) -> What {
+        What::Launch {
+            pid: self.pid,
+            program: self.program.clone(),
+            args: self.args,
+            uid: self.uid,
+        }
+    }
+}
+
 impl Row {
     /// The call the row is about, if any.
     pub fn call_id(&self) -> Option<&str> {
         match self {
             Row::Decision { call_id, .. }
             | Row::Approval { call_id, .. }
-            | Row::Notified { call_id, .. } => Some(call_id),
+            | Row::Notified { call_id, .. }
+            | Row::Held { call_id, .. } => Some(call_id),
             Row::Finished(f) => Some(&f.call_id),
             Row::Judged(j) => Some(&j.call_id),
             Row::Session { .. } | Row::Reload { .. } | Row::Pruned { .. } | Row::Other => None,

@@ -73,11 +73,39 @@ struct Cli {
     #[arg(long, env = "GUARD_TASK")]
     task: Option<String>,
     /// The tool to run, as named in the policy.
-    #[arg(required_unless_present = "resume")]
+    #[arg(
+        required_unless_present = "resume",
+        add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names)
+    )]
     tool: Option<String>,
     /// NAME=VALUE or NAME:=JSON.
     pairs: Vec<String>,
 }
+
+/// The man page's word on the hook mode, which its own parser handles before this one.
+const MAN: guard::cli::Page = guard::cli::Page {
+    sections: &[(
+        "HOOKS",
+        "guard-exec hook claude-code [--socket SOCKET] [--shell-tool NAME] [--mcp-server NAME] \
+[--allow GLOB]... [--ask GLOB]... [--timeout SECONDS]
+
+Answers Claude Code's PreToolUse hook from guardd's policy: the hook's JSON on stdin, the \
+answer on stdout, exit 0 whatever the answer (Claude Code reads a denial only from a hook that \
+succeeded). A Bash call is checked as the policy's shell tool (--shell-tool, default shell) \
+and, allowed, rewritten to run its command through guard-exec, confined; one the policy blocks \
+is denied. Calls of guard-mcp's tools (mcp__guard__NAME; --mcp-server names the server, \
+default guard) that guardd lists are allowed. A Claude Code tool named like a policy tool is \
+allowed only when the policy allows it. --allow and --ask (globs, repeatable) name Claude Code \
+tools to allow, or to ask the user about, without guard; every other call is denied, and so \
+is every call when guardd at --socket (GUARD_SOCKET) is unreachable or has not answered \
+within --timeout seconds (30; keep it below the hook's timeout in Claude Code's settings, or a \
+hook that times out lets the call through).
+
+It exits 2, Claude Code's block, on bad flags or a crash. guard-exec hook claude-code --help \
+lists the flags; guard's docs/integrations.md has the .claude/settings.json that installs it.",
+    )],
+    environment: &[],
+};
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
     eprintln!("guard-exec: {message}");
@@ -127,7 +155,7 @@ fn main() -> ExitCode {
     if argv.peek().is_some_and(|a| a == "hook") {
         return hook::main(argv.skip(1));
     }
-    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
+    guard::cli::generate_with(<Cli as clap::CommandFactory>::command, &MAN);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -3,6 +3,7 @@
 
 mod arg;
 mod helpers;
+mod shebang;
 mod tool;
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
-//! What guard did, read back from the audit log: `guardctl events` (without `--follow`),
-//! `guardctl calls` and `guardctl show`.
+//! What guard did, read back from the audit log: `guardctl events` (without `--follow`) and
+//! `guardctl calls`, and the calls `guardctl show` shows.
 
 use std::{path::Path, process::ExitCode, time::Duration};
 
@@ -29,9 +29,16 @@ fn records(audit: &Path) -> Result<Vec<Record>, ExitCode> {
     .collect()
 }
 
-/// The event a row stands for, as a subscriber would have seen it.
-fn event_of(record: Record) -> Option<Event> {
-    let (call_id, tool, what) = match record.row {
+/// The events a row stands for, as a subscriber would have seen them.
+pub fn events_of(record: Record) -> Vec<Event> {
+    let ts = record.ts;
+    let of = |call_id: String, tool: String, what: What| Event {
+        ts: ts.clone(),
+        call_id: Some(call_id),
+        tool: Some(tool),
+        what,
+    };
+    match record.row {
         Row::Decision {
             call_id,
             peer,
@@ -44,7 +51,24 @@ fn event_of(record: Record) -> Option<Event> {
                 reason: decision.reason,
                 uid: peer.uid,
             };
-            (call_id, tool, what)
+            vec![of(call_id, tool, what)]
+        }
+        Row::Held {
+            call_id,
+            tool,
+            decision,
+            reason,
+            uid,
+            timeout_s,
+            ..
+        } => {
+            let what = What::Held {
+                decision,
+                reason,
+                uid,
+                timeout_s,
+            };
+            vec![of(call_id, tool, what)]
         }
         Row::Approval {
             call_id,
@@ -55,89 +79,110 @@ fn event_of(record: Record) -> Option<Event> {
             approver,
             outcome,
             ..
-        } => (
-            call_id,
-            tool,
-            What::Approval {
+        } => {
+            let approver = approver.map(|who| match outcome {
+                Some(o) => format!("{who} ({o})"),
+                None => who,
+            });
+            let what = What::Approval {
                 approved,
                 by,
                 reason,
-                approver: approver.map(|who| match outcome {
-                    Some(o) => format!("{who} ({o})"),
-                    None => who,
-                }),
-            },
-        ),
-        Row::Finished(f) => {
-            let what = What::Exit {
-                code: f.exit.as_ref().map(|e| e.exit_code),
-                diverged: diverged(&f),
-                error: f.error,
-                duration_ms: f.duration_ms,
+                approver,
             };
-            (f.call_id, f.tool, what)
+            vec![of(call_id, tool, what)]
         }
+        Row::Finished(f) => finished_events(&ts, *f),
         Row::Judged(j) => {
             let what = What::Judged {
                 judge: j.judge,
                 allowed: j.allowed,
                 reason: j.reason,
             };
-            (j.call_id, j.tool, what)
+            vec![of(j.call_id, j.tool, what)]
         }
-        Row::Notified { .. }
-        | Row::Session { .. }
-        | Row::Reload { .. }
-        | Row::Pruned { .. }
-        | Row::Other => return None,
-    };
-    Some(Event {
-        ts: record.ts,
-        call_id: Some(call_id),
-        tool: Some(tool),
+        Row::Reload {
+            by, tools, error, ..
+        } => vec![Event {
+            ts,
+            call_id: None,
+            tool: None,
+            what: What::Reload { tools, error, by },
+        }],
+        Row::Notified { .. } | Row::Session { .. } | Row::Pruned { .. } | Row::Other => Vec::new(),
+    }
+}
+
+/// The events of a call's finished row, written at `ts`: its launch (at the time it started),
+/// then, at its end, why guardd killed it, each divergence its receipt records, and its exit.
+fn finished_events(ts: &str, f: Finished) -> Vec<Event> {
+    let of = |ts: &str, what: What| Event {
+        ts: ts.to_owned(),
+        call_id: Some(f.call_id.clone()),
+        tool: Some(f.tool.clone()),
         what,
-    })
+    };
+    let mut events = Vec::new();
+    if let Some(launch) = &f.launch {
+        events.push(of(&launch.ts, launch.event()));
+    }
+    if let Some(reason) = &f.killed {
+        let reason = reason.clone();
+        events.push(of(ts, What::Kill { reason }));
+    }
+    let receipt = f.effects_observed.as_ref();
+    let divergences = receipt.map_or(&[][..], |r| r.divergences.as_slice());
+    for d in divergences {
+        events.push(of(ts, What::Divergence(d.clone())));
+    }
+    let what = What::Exit {
+        code: f.exit.as_ref().map(|e| e.exit_code),
+        diverged: receipt.is_some_and(|r| r.verdict == Verdict::Diverged),
+        divergence: divergences.first().cloned().map(Box::new),
+        error: f.error.clone(),
+        duration_ms: f.duration_ms,
+    };
+    events.push(of(ts, what));
+    events
 }
 
-fn diverged(f: &Finished) -> bool {
-    f.effects_observed
-        .as_ref()
-        .is_some_and(|r| r.verdict == Verdict::Diverged)
-}
-
-/// Recent history: events rebuilt from the audit log's rows, those since `since` ago.
+/// Recent history: events rebuilt from the audit log's rows, those since `since` ago, in the
+/// order they happened (a launch is told by the row written when its call ended).
 pub fn events(audit: &Path, since: Option<Duration>, print: impl Fn(&Event)) -> ExitCode {
     let cutoff = since.map(|d| guard::audit::ts::format(std::time::SystemTime::now() - d));
     let records = match records(audit) {
         Ok(r) => r,
         Err(code) => return code,
     };
-    records
-        .into_iter()
-        .filter(|r| cutoff.as_deref().is_none_or(|c| r.ts.as_str() >= c))
-        .filter_map(event_of)
-        .for_each(|event| print(&event));
+    let mut events: Vec<Event> = records.into_iter().flat_map(events_of).collect();
+    // Stable: the events of one time keep the order of their rows. The log's times are all
+    // of one width (RFC 3339, six fractional digits, UTC), so they sort as text.
+    events.sort_by(|a, b| a.ts.cmp(&b.ts));
+    events
+        .iter()
+        .filter(|e| cutoff.as_deref().is_none_or(|c| e.ts.as_str() >= c))
+        .for_each(print);
     ExitCode::SUCCESS
 }
 
 /// One call of the log: its decision row and, once it ended, its finished row.
-struct CallRows {
-    ts: String,
-    call_id: String,
-    tool: String,
-    peer: Peer,
-    args: Value,
-    decision: DecisionRow,
-    enforced: bool,
+pub struct CallRows {
+    pub ts: String,
+    pub call_id: String,
+    pub tool: String,
+    pub peer: Peer,
+    pub args: Value,
+    pub decision: DecisionRow,
+    pub enforced: bool,
     /// The version of the policy that decided it.
-    policy: Option<String>,
-    finished: Option<Box<Finished>>,
-    /// Its judges' verdicts, the answers to it and its notifier's run, in order.
-    review: Vec<Row>,
+    pub policy: Option<String>,
+    pub finished: Option<Box<Finished>>,
+    /// Its hold, its judges' verdicts, the answers to it and its notifier's run, in order.
+    pub review: Vec<Row>,
 }
 
 /// Every call in the audit log, in order.
-fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
+pub fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
     let mut calls: Vec<CallRows> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for record in records(audit)? {
@@ -186,7 +231,10 @@ fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                     calls[i].finished = Some(f);
                 }
             }
-            row @ (Row::Approval { .. } | Row::Judged(_) | Row::Notified { .. }) => {
+            row @ (Row::Approval { .. }
+            | Row::Judged(_)
+            | Row::Notified { .. }
+            | Row::Held { .. }) => {
                 if let Some(&i) = row.call_id().and_then(|id| index.get(id)) {
                     calls[i].review.push(row);
                 }
@@ -269,58 +317,6 @@ pub fn calls(
             summary.decision,
             summary.exit_code.map_or("-".to_owned(), |c| c.to_string()),
         );
-    }
-    ExitCode::SUCCESS
-}
-
-/// `guardctl show CALL_ID`: one call's decision, sandbox and receipt.
-pub fn show(audit: &Path, call_id: &str) -> ExitCode {
-    let calls = match calls_in(audit) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let Some(call) = calls.into_iter().find(|c| c.call_id == call_id) else {
-        eprintln!("guardctl: no call {call_id} in {}", audit.display());
-        return ExitCode::from(1);
-    };
-    #[derive(Serialize)]
-    struct Shown<'a> {
-        call_id: &'a str,
-        tool: &'a str,
-        peer: &'a Peer,
-        args: &'a Value,
-        decision: &'a DecisionRow,
-        enforced: bool,
-        /// The version of the policy that decided it.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        policy: Option<&'a str>,
-        sandbox: Option<&'a guard::sandbox::Applied>,
-        effects_observed: Option<&'a guard::receipt::Receipt>,
-        exit: Option<&'a guard::sandbox::Outcome>,
-        error: Option<&'a str>,
-        duration_ms: Option<f64>,
-        /// Judges' verdicts, answers (and a first decision, when an approver modified the call).
-        review: &'a [Row],
-    }
-    let f = call.finished.as_deref();
-    let shown = Shown {
-        call_id,
-        tool: &call.tool,
-        peer: &call.peer,
-        args: &call.args,
-        decision: &call.decision,
-        enforced: call.enforced,
-        policy: call.policy.as_deref(),
-        sandbox: f.and_then(|f| f.sandbox.as_ref()),
-        effects_observed: f.and_then(|f| f.effects_observed.as_ref()),
-        exit: f.and_then(|f| f.exit.as_ref()),
-        error: f.and_then(|f| f.error.as_deref()),
-        duration_ms: f.map(|f| f.duration_ms),
-        review: &call.review,
-    };
-    match serde_json::to_string_pretty(&shown) {
-        Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("guardctl: {e}"),
     }
     ExitCode::SUCCESS
 }

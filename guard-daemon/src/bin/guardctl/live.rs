@@ -3,7 +3,7 @@
 use std::{io::IsTerminal as _, path::Path, process::ExitCode, time::Duration};
 
 use guard::{
-    bus::{Effect, Event, What},
+    bus::{Event, What},
     client::{self, Client},
     protocol::{Reply, Request, StatusRequest, SubscribeRequest, reply::Status},
 };
@@ -154,7 +154,7 @@ impl Filter {
 
 /// What an event says, in a few words: what ran, for whom, and how it ended, in the manner of
 /// `tetra getevents -o compact`.
-fn detail(event: &Event) -> String {
+pub fn detail(event: &Event) -> String {
     let call = event.call_id.as_deref().unwrap_or("-");
     match &event.what {
         What::Decision {
@@ -177,12 +177,19 @@ fn detail(event: &Event) -> String {
             None => who.clone(),
         },
         What::Approval {
-            approved: true, by, ..
-        } => format!("approved by uid {}", uid_of(*by)),
-        What::Approval { by, reason, .. } => match reason {
-            Some(reason) => format!("denied by uid {}: {reason}", uid_of(*by)),
-            None => format!("denied by uid {}", uid_of(*by)),
-        },
+            approved,
+            by,
+            reason,
+            ..
+        } => {
+            let answer = if *approved { "approved" } else { "denied" };
+            // Nobody: the clock ran out, the caller left, or the call could not be held.
+            let who = by.map_or("nobody".to_owned(), |uid| format!("uid {uid}"));
+            let why = reason
+                .as_deref()
+                .map_or(String::new(), |r| format!(": {r}"));
+            format!("{answer} by {who}{why}")
+        }
         What::Launch {
             pid,
             program,
@@ -192,25 +199,22 @@ fn detail(event: &Event) -> String {
             "{} ({args} args) uid {uid} pid {pid}",
             program.as_deref().unwrap_or("-")
         ),
-        What::Divergence(d) => {
-            let pid = d.pid.map_or("-".to_owned(), |p| p.to_string());
-            format!(
-                "{} {} pid {pid} -> {}",
-                d.effect.name(),
-                target(&d.effect),
-                d.action.as_str()
-            )
-        }
+        What::Divergence(d) => d.describe(),
         What::Exit {
             code,
             diverged,
+            divergence,
             duration_ms,
             ..
-        } => format!(
-            "code {} in {duration_ms:.1} ms{}",
-            code.map_or("-".to_owned(), |c| c.to_string()),
-            if *diverged { ", diverged" } else { "" }
-        ),
+        } => {
+            let code = code.map_or("-".to_owned(), |c| c.to_string());
+            let how = match (diverged, divergence) {
+                (_, Some(d)) => format!(", diverged: {}", d.describe()),
+                (true, None) => ", diverged".to_owned(),
+                (false, None) => String::new(),
+            };
+            format!("code {code} in {duration_ms:.1} ms{how}")
+        }
         What::Kill { reason } | What::Refused { reason } => reason.clone(),
         What::Judged {
             judge,
@@ -222,28 +226,6 @@ fn detail(event: &Event) -> String {
         What::Reload { tools, .. } => format!("{} tools", tools.unwrap_or(0)),
         What::Lagged { missed } => format!("missed {missed} events"),
     }
-}
-
-/// What a divergence reached for.
-fn target(effect: &Effect) -> String {
-    match effect {
-        Effect::Exec { path } | Effect::Open { path, .. } => path.clone(),
-        Effect::Connect { addr, port, .. } => format!("{addr}:{port}"),
-        Effect::Socket { family, ty, .. } => format!("{family}/{ty}"),
-        Effect::WritesOutside { writes, .. } => format!("{writes} write-opens"),
-        Effect::EventsLost { events_lost } => format!("{events_lost} events lost"),
-        Effect::Refused(r) => r.syscall.clone(),
-        Effect::RefusedUnseen { refused, .. } => format!("{refused} refusals"),
-        Effect::Syscall { signal } => signal.clone(),
-        Effect::Guardd {} => "guardd's socket".to_owned(),
-        Effect::Bind { addr, port, .. } => format!("bind {addr}:{port}"),
-        Effect::Packet { addr, port, .. } => format!("packet to {addr}:{port}"),
-        Effect::Dns { name, .. } => name.clone(),
-    }
-}
-
-fn uid_of(by: Option<u32>) -> String {
-    by.map_or("-".to_owned(), |u| u.to_string())
 }
 
 /// One aligned line per event, colored on a terminal unless NO_COLOR is set.
@@ -290,6 +272,12 @@ pub fn events(
         }
     };
     if !follow {
+        // Not in the log: a refused call was refused because the log had no room for it, and
+        // a lag is the live stream's own.
+        if let Some(kind @ ("refused" | "lagged")) = filter.kind.as_deref() {
+            eprintln!("guardctl: `{kind}` events are live only (--follow): the audit log has none");
+            return ExitCode::from(64);
+        }
         return crate::history::events(audit, filter.since, print);
     }
     let socket = client::socket_path(socket);
@@ -332,7 +320,7 @@ pub fn events(
 
 #[cfg(test)]
 mod tests {
-    use guard::bus::{Action, Divergence};
+    use guard::bus::{Action, Divergence, Effect};
 
     use super::*;
 

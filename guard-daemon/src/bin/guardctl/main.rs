@@ -4,6 +4,7 @@ mod audit;
 mod history;
 mod live;
 mod policy;
+mod show;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -32,6 +33,7 @@ enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
         /// The tool's name.
+        #[arg(add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names))]
         tool: String,
         /// The call's arguments as a JSON object.
         #[arg(long)]
@@ -62,15 +64,15 @@ enum Command {
         /// One JSON object per line, for jq.
         #[arg(long)]
         json: bool,
-        /// Only events of this kind: decision, judged, held, approval, launch, divergence, kill,
-        /// exit, refused, reload.
-        #[arg(long)]
+        /// Only events of this kind, live or in history (`refused`, a call the full audit log
+        /// did not admit, and `lagged` are live only).
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(guard::bus::KINDS))]
         kind: Option<String>,
         /// Only tools matching this glob.
-        #[arg(long)]
+        #[arg(long, add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names))]
         tool: Option<String>,
-        /// Only decisions of this kind (allow, escalate, quarantine, block).
-        #[arg(long)]
+        /// Only decisions (and holds) of this kind.
+        #[arg(long, value_parser = ["allow", "escalate", "quarantine", "block"])]
         decision: Option<String>,
         /// Only events newer than this (e.g. 90s, 15m, 2h, 1d); history only.
         #[arg(long, value_parser = parse_duration)]
@@ -139,10 +141,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One call's decision, sandbox and receipt, from the audit log.
+    /// One call from the audit log: its decision, caller, program, sandbox, receipt (effects
+    /// and divergences) and review.
     Show {
         /// The call's id (as guard-exec, `calls` and `events` show it).
         call_id: String,
+        /// One JSON object (pretty-printed) instead of lines for people.
+        #[arg(long)]
+        json: bool,
         /// The audit log [default: the one guardd writes, else /var/lib/guard/audit.jsonl]
         #[arg(long)]
         audit: Option<PathBuf>,
@@ -212,7 +218,14 @@ fn print_json(value: &impl serde::Serialize) {
 }
 
 fn main() -> ExitCode {
-    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
+    let page = guard::cli::Page {
+        sections: &[],
+        environment: &[(
+            "NO_COLOR",
+            "when set, events are not coloured, even on a terminal",
+        )],
+    };
+    guard::cli::generate_with(<Cli as clap::CommandFactory>::command, &page);
     let cli = Cli::parse();
     match cli.command {
         Command::Policy {
@@ -267,9 +280,11 @@ fn main() -> ExitCode {
             let audit = live::audit_path(cli.socket.clone(), audit);
             history::calls(cli.socket, &audit, running, json)
         }
-        Command::Show { call_id, audit } => {
-            history::show(&live::audit_path(cli.socket, audit), &call_id)
-        }
+        Command::Show {
+            call_id,
+            json,
+            audit,
+        } => show::show(&live::audit_path(cli.socket, audit), &call_id, json),
         Command::Pending { json } => approve::pending(cli.socket, json),
         Command::Reload { json } => approve::reload(cli.socket, json),
         Command::Approve {

@@ -230,7 +230,23 @@ fn default_policy() -> PathBuf {
 }
 
 fn main() -> ExitCode {
-    guard::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
+    let page = guard::cli::Page {
+        sections: &[],
+        environment: &[
+            (
+                "RUST_LOG",
+                "what guardd logs to stderr (a tracing filter such as warn or guard=debug; \
+                 default info)",
+            ),
+            (
+                "NOTIFY_SOCKET",
+                "set by systemd under Type=notify: guardd reports READY=1 there once its \
+                 kernel programs are attached, its self-test passed and its socket listens, \
+                 and STOPPING=1 when it drains",
+            ),
+        ],
+    };
+    guard::cli::generate_with(<Args as clap::CommandFactory>::command, &page);
     // The start-up self-test runs guardd itself as its canary, before anything else happens.
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(guard::selftest::CANARY_FLAG) {

@@ -48,11 +48,13 @@ pub(super) fn helper(d: &mut Diag, key: &str, h: &RawHelper) -> Helper {
         }
         None => DEFAULT_TIMEOUT,
     };
+    let exec = literals(tpl.paths(d, &h.effects.exec, "exec"));
+    super::shebang::helper(d, key, &h.command, &exec);
     Helper {
         command,
         read: literals(tpl.paths(d, &h.effects.read, "read")),
         write: literals(tpl.paths(d, &h.effects.write, "write")),
-        exec: literals(tpl.paths(d, &h.effects.exec, "exec")),
+        exec,
         connect: literals(tpl.connect(d, &h.effects.connect)),
         timeout,
     }

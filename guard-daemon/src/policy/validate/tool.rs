@@ -62,6 +62,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let stdin = stdin(d, &tk, t.stdin.as_ref(), &args);
     let confinement = confinement(d, &tk, t);
     needs_command(d, &tk, t);
+    super::shebang::tool(d, &tk, t, &args, &exec);
     let in_workspace = confinement.run_as.as_deref() == Some(RUN_AS_OWNER)
         || [&read, &write, &exec].iter().any(|l| l.iter().any(is_ctx))
         || cwd.iter().any(is_ctx)
