@@ -51,8 +51,9 @@ pub fn exit(ctx: &RawTracePointContext, ret: i64) {
     if !EFFECT_SYSCALLS.contains(&nr) {
         return;
     }
-    // EPERM from connect, sendto, sendmsg is the cgroup programs' refusal: already reported.
-    if ret == -EPERM && matches!(nr, 42 | 44 | 46) {
+    // EPERM from connect, sendto, sendmsg and bind is the cgroup programs' refusal: already
+    // reported.
+    if ret == -EPERM && matches!(nr, 42 | 44 | 46 | 49) {
         return;
     }
     if let Some(stats) = CALL_STATS.get_ptr_mut(&cgroup_id) {

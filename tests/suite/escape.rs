@@ -256,11 +256,20 @@ fn escape_the_approved_host_on_another_port_is_refused() {
         "",
     ));
     assert_ok(&call(&guardd, &["connect", &format!("127.0.0.1:{port}")]));
-    // landlock's TCP port rules answer first (EACCES); eBPF would deny it too.
+    assert_verdict(&guardd, "conformed");
+    // The cgroup connect program judges it (landlock, which would refuse first and silently,
+    // handles no TCP right for a watched call): refused, and on the receipt, untraced.
     let to = other.local_addr().expect("addr").to_string();
-    assert_errno(&call(&guardd, &["connect", &to]), "EACCES");
+    assert_errno(&call(&guardd, &["connect", &to]), "EPERM");
     other.set_nonblocking(true).expect("nonblocking");
     assert!(other.accept().is_err(), "the other port saw a connection");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    let other_port = other.local_addr().expect("addr").port();
+    assert_eq!(seen["connects"][0]["port"], other_port, "{row:#}");
+    assert_eq!(seen["connects"][0]["allowed"], false, "{row:#}");
+    assert_eq!(seen["divergences"][0]["effect"], "connect", "{row:#}");
 }
 
 #[test]
@@ -318,6 +327,47 @@ fn escape_execveat_and_the_dynamic_loader_are_killed() {
     assert_verdict(&guardd, "diverged");
     // A program outside every exec rule: landlock refuses the execve itself.
     assert_errno(&call(&guardd, &["exec", "/bin/sh", "-c", "true"]), "EACCES");
+}
+
+#[test]
+fn escape_a_program_the_call_may_read_but_not_run_is_killed_and_reported_untraced() {
+    if !support::privileged(
+        "escape_a_program_the_call_may_read_but_not_run_is_killed_and_reported_untraced",
+    ) {
+        return;
+    }
+    let s = Setup::new();
+    let marker = s.subdir("out", 0o777).join("touched");
+    let guardd = Guardd::start(&s.policy(
+        &format!(
+            "read = [\"/usr/bin\"]\nexec = [\"/usr/bin/true\"]\nwrite = [\"{}\"]\non_divergence = \"deny\"",
+            marker.parent().expect("dir").display()
+        ),
+        "",
+    ));
+    // Control: the approved program conforms.
+    assert_ok(&call(&guardd, &["exec", "/usr/bin/true"]));
+    assert_verdict(&guardd, "conformed");
+    // touch may be read, not run. landlock, which refused it silently (EACCES, and a tool that
+    // ignores the error exits 0, `conformed`), leaves it to the exec check for a watched call:
+    // killed before its first instruction, and on the receipt, untraced (the event stream:
+    // events::follow_shows_attempts_no_layer_hides).
+    let out = call(
+        &guardd,
+        &["exec", "/usr/bin/touch", &marker.display().to_string()],
+    );
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert!(!marker.exists(), "touch ran");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert_eq!(seen["divergences"][0]["effect"], "exec", "{row:#}");
+    assert!(
+        seen["divergences"][0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/touch")),
+        "{row:#}"
+    );
 }
 
 #[test]
@@ -2090,25 +2140,21 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
     assert!(refusals.starts_with("not observed"), "{row:#}");
     drop(guardd);
 
-    // The approved host on another port: landlock refuses the connect before the cgroup
-    // program sees it; the open observer's sys_exit sees the EACCES.
+    // A syscall seccomp refuses (ptrace): only the sys_exit observer of --trace-syscalls sees
+    // it, as a refusal with the layer that stopped it; the receipt says it saw.
     let guardd = Guardd::start_with(
-        &s.policy(
-            &format!("connect = [\"{to_approved}\"]\non_divergence = \"deny\""),
-            "",
-        ),
+        &s.policy("on_divergence = \"deny\"", ""),
         &["--trace-syscalls"],
     );
-    // Control: the approved destination conforms.
-    assert_ok(&call(&guardd, &["connect", &to_approved]));
+    assert_ok(&call(&guardd, &["ids"]));
     assert_verdict(&guardd, "conformed");
-    assert_errno(&call(&guardd, &["connect", &to_other]), "EACCES");
+    assert_errno(&call(&guardd, &["unshare-user"]), "EPERM");
     let row = last_receipt(&guardd);
     let seen = &row["effects_observed"];
     assert_eq!(seen["verdict"], "diverged", "{row:#}");
     assert_eq!(
         seen["refused"][0],
-        serde_json::json!({ "syscall": "connect", "errno": "EACCES", "stopped_by": "landlock" }),
+        serde_json::json!({ "syscall": "unshare", "errno": "EPERM", "stopped_by": "seccomp" }),
         "{row:#}"
     );
     assert!(
@@ -2117,6 +2163,22 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
             .is_some_and(|v| v.starts_with("kernel")),
         "{row:#}"
     );
+    // A connect to the approved host on another port is the cgroup program's, reported once:
+    // not a second time as a "seccomp" refusal at sys_exit.
+    drop(guardd);
+    let guardd = Guardd::start_with(
+        &s.policy(
+            &format!("connect = [\"{to_approved}\"]\non_divergence = \"deny\""),
+            "",
+        ),
+        &["--trace-syscalls"],
+    );
+    assert_errno(&call(&guardd, &["connect", &to_other]), "EPERM");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert!(seen["refused"].is_null(), "{row:#}");
+    assert_eq!(seen["denied"], 1, "{row:#}");
 }
 
 // --- The audit log cannot be starved (issue 12, class 5) ---

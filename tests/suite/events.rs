@@ -133,6 +133,58 @@ fn wait_for<T>(rx: &mpsc::Receiver<(Instant, T)>, want: impl Fn(&T) -> bool) -> 
     panic!("the event never arrived");
 }
 
+/// An attempt another layer used to refuse silently, before the kernel programs saw it: a
+/// connect to the approved host on another port (landlock's TCP rules) and a program the call
+/// may read but not run (landlock's Execute), each on the stream as it happens, untraced, with
+/// what it reached for; and a connect to the approved port does not show.
+#[test]
+fn follow_shows_attempts_no_layer_hides() {
+    if !support::privileged("follow_shows_attempts_no_layer_hides") {
+        return;
+    }
+    let approved = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let (port, other_port) = (
+        approved.local_addr().expect("addr").port(),
+        other.local_addr().expect("addr").port(),
+    );
+    let policy = format!(
+        "{POLICY}[tools.sh.effects]\nconnect = [\"127.0.0.1:{port}\"]\nread = [\"/usr\"]\n\
+         exec = [\"/usr/bin/bash\"]\non_divergence = \"deny\"\n"
+    );
+    let guardd = Guardd::start(&policy);
+    let (mut tail, rx) = follow(&guardd);
+    until_live(&guardd, &rx);
+    let run = |script: &str| {
+        guardd
+            .exec("sh", &[&format!("script={script}")])
+            .stderr(Stdio::null())
+            .output()
+            .expect("guard-exec")
+    };
+    // Each attempt fails, the script ignores it and exits 0, as a careless tool would.
+    let out = run(&format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; exec 3<>/dev/tcp/127.0.0.1/{other_port}; \
+         /usr/bin/touch /tmp/nope; exit 0"
+    ));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (_, connect) = wait_for(&rx, |v| {
+        v["kind"] == "divergence" && v["effect"] == "connect"
+    });
+    assert_eq!(
+        (connect["port"].as_u64(), connect["action"].as_str()),
+        (Some(u64::from(other_port)), Some("deny")),
+        "{connect}"
+    );
+    let (_, exec) = wait_for(&rx, |v| v["kind"] == "divergence" && v["effect"] == "exec");
+    assert!(
+        exec["path"].as_str().is_some_and(|p| p.ends_with("/touch")),
+        "{exec}"
+    );
+    let _ = tail.kill();
+    let _ = tail.wait();
+}
+
 #[test]
 fn follow_shows_a_block_and_a_divergence_as_they_happen() {
     if !support::privileged("follow_shows_a_block_and_a_divergence_as_they_happen") {

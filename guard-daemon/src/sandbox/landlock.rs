@@ -92,6 +92,29 @@ pub struct LandlockRules {
     /// Write targets that do not exist yet: (target, its parent directory, which was granted
     /// [`CREATE_IN`]).
     pub widened: Vec<(PathBuf, PathBuf)>,
+    /// The kernel programs judge the call's connects, binds and execs ([`Self::judged_by_kernel`]).
+    pub kernel_judges: bool,
+}
+
+impl LandlockRules {
+    /// The rules of a call the kernel programs watch. They judge every connect and bind (cgroup
+    /// `sock_addr`) and every exec (by file identity), and report each one they refuse, where
+    /// landlock refuses silently and before them: a call that tried a port or a program it was
+    /// not approved for would exit as if nothing happened, its receipt `conformed`. So landlock
+    /// handles no TCP right here, and Execute goes with every rule that grants reading: what a
+    /// call may read it may try to run, and the exec check kills the attempt (reported) unless
+    /// the file is approved. What may not be read stays unexecutable, and every other right is
+    /// landlock's as before.
+    pub fn judged_by_kernel(mut self) -> Self {
+        self.kernel_judges = true;
+        self.connect_ports.clear();
+        for rule in &mut self.fs {
+            if rule.access.contains(AccessFs::ReadFile) {
+                rule.access |= AccessFs::Execute;
+            }
+        }
+        self
+    }
 }
 
 /// Read a file.
@@ -396,10 +419,13 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
     // Handled rights are pinned to the ABI versions this code was tested with (the crate's
     // advice), not to whatever the kernel offers: a newer right handled here but not granted
     // would break tools in ways no test has seen. Best effort only drops what ABI 4/5 lack.
-    let mut created = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(ABI::V5))?
-        .handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?
+        .handle_access(AccessFs::from_all(ABI::V5))?;
+    if !rules.kernel_judges {
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?;
+    }
+    let mut created = ruleset
         .scope(Scope::from_all(ABI::V6))?
         .create()?
         // The child sets no_new_privs itself, before restricting.

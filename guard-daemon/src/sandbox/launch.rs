@@ -306,6 +306,11 @@ pub fn prepare(
     stages.lap("prepare");
 
     let rules = landlock::rules(plan);
+    let rules = if opts.kernel_watches {
+        rules.judged_by_kernel()
+    } else {
+        rules
+    };
     let prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
     stages.lap("landlock");
 

@@ -3,7 +3,6 @@
 //! the bus and, for a call that must not go on, kills its cgroup.
 
 use std::{
-    borrow::Cow,
     collections::HashMap,
     net::{Ipv4Addr, Ipv6Addr},
     path::PathBuf,
@@ -20,6 +19,10 @@ use crate::{
     bus::{Action, Bus, Divergence, Effect, Proto, RefusedSeen, StoppedBy, What},
     opens::{FilesSeen, c_str},
 };
+
+mod verified;
+
+pub use verified::Verified;
 
 /// Paths kept per receipt list; the count goes on.
 const RECEIPT_PATHS: usize = 64;
@@ -96,41 +99,6 @@ pub enum Verdict {
     Conformed,
     /// The call did, or tried, something outside its effects, or its receipt is incomplete.
     Diverged,
-}
-
-/// How a receipt's claims were checked: by which layer, or that nothing saw them.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Verified {
-    pub exec: Cow<'static, str>,
-    pub connect: Cow<'static, str>,
-    pub write: Cow<'static, str>,
-    pub refusals: Cow<'static, str>,
-}
-
-impl Verified {
-    /// What the kernel programs check for every call, and what only `--trace-syscalls` sees.
-    pub fn of(traced: bool) -> Self {
-        Self {
-            exec: "kernel: every exec, by file identity (sched_process_exec)".into(),
-            connect:
-                "kernel: every connect, send and inet socket (cgroup sock_addr, sock_create); \
-                      every packet it sends and receives, to and from approved destinations \
-                      only (cgroup_skb)"
-                    .into(),
-            write: if traced {
-                "kernel: every write-open, by file identity (open observer); landlock enforces"
-            } else {
-                "landlock enforces; not observed (the open observer needs --trace-syscalls)"
-            }
-            .into(),
-            refusals: if traced {
-                "kernel: landlock's and seccomp's refusals of effect syscalls (sys_exit)"
-            } else {
-                "not observed: landlock's and seccomp's refusals need --trace-syscalls"
-            }
-            .into(),
-        }
-    }
 }
 
 /// One connect attempt of a call.
@@ -433,7 +401,11 @@ impl Receipts {
         {
             // 0: seen in softirq, on no task of the call's.
             let pid = i32::try_from(event.pid).ok().filter(|&pid| pid != 0);
-            draft.diverge(effect, pid, event.action == ACTION_KILLED, bus);
+            // An unapproved exec kills the process that tried it, before its first instruction:
+            // that is the exec refused, and under `on_divergence = "deny"` the rest of the call
+            // goes on (a shell whose command tried a program it may read but not run).
+            let takes_the_call = event.action == ACTION_KILLED && event.kind != KIND_EXEC;
+            draft.diverge(effect, pid, takes_the_call, bus);
         }
     }
 

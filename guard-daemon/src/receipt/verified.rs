@@ -1,0 +1,47 @@
+//! What a receipt can vouch for: which layer checked each class of effect, and what nothing
+//! observed. A receipt never claims more than this.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+/// How a receipt's claims were checked: by which layer, or that nothing saw them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Verified {
+    pub exec: Cow<'static, str>,
+    pub connect: Cow<'static, str>,
+    pub write: Cow<'static, str>,
+    pub refusals: Cow<'static, str>,
+}
+
+impl Verified {
+    /// What the kernel programs check for every call, and what only `--trace-syscalls` sees.
+    pub fn of(traced: bool) -> Self {
+        Self {
+            exec: "kernel: every exec of a file the call may read, by file identity \
+                   (sched_process_exec), each unapproved one killed and reported; an exec of a \
+                   file it may not read is refused by landlock, unseen"
+                .into(),
+            connect: "kernel: every connect, send, bind and inet socket (cgroup sock_addr, \
+                      sock_create), each unapproved one refused and reported; every packet it \
+                      sends and receives, to and from approved destinations only (cgroup_skb)"
+                .into(),
+            write: if traced {
+                "kernel: every write-open, by file identity (open observer), one outside the \
+                 effects reported; landlock enforces, and the write-opens it refuses are listed \
+                 in files, not judged"
+            } else {
+                "landlock enforces; not observed: neither the write-opens a call makes nor the \
+                 ones landlock refuses (the open observer needs --trace-syscalls)"
+            }
+            .into(),
+            refusals: if traced {
+                "kernel: seccomp's refusals of effect syscalls (sys_exit)"
+            } else {
+                "not observed: seccomp's refusals (ptrace, namespaces, mount...) need \
+                 --trace-syscalls"
+            }
+            .into(),
+        }
+    }
+}
