@@ -21,6 +21,13 @@ pub const KIND_PACKET: u32 = 7;
 /// A process of a guarded call tried to bind a socket to a port of its choosing (refused,
 /// EPERM): the address and port are the ones it asked for.
 pub const KIND_BIND: u32 = 8;
+/// A record lock (`fcntl` POSIX or OFD, `flock`) on a file outside the call's write effects.
+pub const KIND_LOCK: u32 = 9;
+
+/// A lock event's `sock_type`: the kind of lock.
+pub const LOCK_POSIX: u32 = 1;
+pub const LOCK_OFD: u32 = 2;
+pub const LOCK_FLOCK: u32 = 3;
 
 /// The operation went ahead.
 pub const ACTION_ALLOWED: u32 = 0;

@@ -68,7 +68,7 @@ pub fn kernel_dev(major: u32, minor: u32) -> u32 {
     (major << 20) | (minor & 0xf_ffff)
 }
 
-/// Byte offsets of the kernel struct members the exec program reads, taken from the running
+/// Byte offsets of the kernel struct members the exec and lock programs read, taken from the running
 /// kernel's BTF by the loader (no one kernel's layout is compiled in).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -95,8 +95,13 @@ pub struct Layout {
     pub files_fdt: u32,
     pub fdt_fd: u32,
     pub fdt_max_fds: u32,
+    /// `struct file_lock`: its core's `flc_file`, `flc_type` and `flc_flags` (`c` plus
+    /// `struct file_lock_core`'s member), for the lock programs.
+    pub lock_file: u32,
+    pub lock_type: u32,
+    pub lock_flags: u32,
 }
-const _: () = assert!(core::mem::size_of::<Layout>() == 56);
+const _: () = assert!(core::mem::size_of::<Layout>() == 68);
 
 #[cfg(feature = "user")]
 // SAFETY: repr(C), integers only, no padding (size asserted above).

@@ -155,6 +155,15 @@ pub enum Effect {
     },
     /// The call asked its resolver for a name outside its approved hosts.
     Dns { name: String, qtype: String },
+    /// A record lock on a file outside the call's write effects: the task that took it was
+    /// killed before it returned (`name` is the file's name in its directory).
+    Lock {
+        name: String,
+        /// `posix`, `ofd` or `flock`.
+        lock: String,
+        /// `read` or `write`.
+        mode: String,
+    },
 }
 
 /// A syscall another layer refused.
@@ -227,6 +236,7 @@ impl Effect {
             Effect::Bind { .. } => "bind",
             Effect::Packet { .. } => "packet",
             Effect::Dns { .. } => "dns",
+            Effect::Lock { .. } => "lock",
         }
     }
 
@@ -254,6 +264,7 @@ impl Effect {
                 if *options { " with IP options" } else { "" }
             ),
             Effect::Dns { name, qtype } => format!("{name} {qtype}"),
+            Effect::Lock { name, lock, mode } => format!("{mode} {lock} lock on {name}"),
         }
     }
 
@@ -274,6 +285,7 @@ impl Effect {
             Effect::Bind { .. } => "eBPF cgroup bind",
             Effect::Packet { .. } => "eBPF cgroup_skb egress",
             Effect::Dns { .. } => "guardd's DNS responder",
+            Effect::Lock { .. } => "eBPF lock tracepoint",
         }
     }
 }

@@ -29,6 +29,9 @@ static LAYOUT: Layout = Layout {
     files_fdt: 0,
     fdt_fd: 0,
     fdt_max_fds: 0,
+    lock_file: 0,
+    lock_type: 0,
+    lock_flags: 0,
 };
 
 /// The layout the loader set.

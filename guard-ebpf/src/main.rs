@@ -11,6 +11,7 @@
 
 mod exec;
 mod ident;
+mod lock;
 mod maps;
 mod net;
 mod open;

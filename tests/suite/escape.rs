@@ -2819,3 +2819,92 @@ fn diverged_by_packet(row: &serde_json::Value) -> bool {
     let seen = &row["effects_observed"];
     seen["verdict"] == "diverged" && seen["outbound_dropped"].as_u64() >= Some(1)
 }
+
+// --- No channel through record locks on files calls may only read (issue 31, point 3) ---
+
+/// Whether `/proc/locks` shows a lock on `path`'s inode.
+fn locked_in_proc(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = fs::metadata(path).expect("stat").ino();
+    fs::read_to_string("/proc/locks")
+        .expect("/proc/locks")
+        .lines()
+        .any(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .is_some_and(|id| id.ends_with(&format!(":{ino}")))
+        })
+}
+
+#[test]
+fn escape_two_calls_cannot_talk_through_locks_on_a_file_they_may_only_read() {
+    if !support::privileged(
+        "escape_two_calls_cannot_talk_through_locks_on_a_file_they_may_only_read",
+    ) {
+        return;
+    }
+    let s = Setup::new();
+    let out = s.subdir("out", 0o777);
+    let shared = s.subdir("shared", 0o755).join("table");
+    fs::write(&shared, "every call may read this\n").expect("write");
+    let own = out.join("own.lock");
+    fs::write(&own, "").expect("write");
+    fs::set_permissions(&own, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let guardd = Guardd::start(&s.policy(
+        &format!(
+            "read = [\"{}\"]\nwrite = [\"{}\"]",
+            shared.display(),
+            out.display()
+        ),
+        "",
+    ));
+    // Control: a tool locks what it writes, every way tools do (git, sqlite, pip, cargo).
+    let own = own.display().to_string();
+    let out_ok = call(
+        &guardd,
+        &[
+            "flock",
+            &own,
+            "ex",
+            "--",
+            "ofd-lock",
+            &own,
+            "wr",
+            "--",
+            "posix-lock",
+            &own,
+            "wr",
+        ],
+    );
+    assert_ok(&out_ok);
+    assert_verdict(&guardd, "conformed");
+    let shared_s = shared.display().to_string();
+    // The sender's half: a lock on a file it may only read. Killed before it returns from the
+    // lock (it never prints), reported, and the lock gone with it.
+    for lock in [
+        vec!["ofd-lock", &shared_s, "rd"],
+        vec!["posix-lock", &shared_s, "rd"],
+        vec!["flock", &shared_s, "sh"],
+    ] {
+        let mut actions = lock.clone();
+        actions.extend(["--", "sleep", "5"]);
+        let out = call(&guardd, &actions);
+        assert_eq!(out.status.code(), Some(137), "{lock:?}: {out:?}");
+        assert!(
+            !text(&out.stdout).contains("lock"),
+            "{lock:?} returned: {out:?}"
+        );
+        let row = last_receipt(&guardd);
+        let seen = &row["effects_observed"];
+        assert_eq!(seen["verdict"], "diverged", "{row:#}");
+        assert_eq!(seen["divergences"][0]["effect"], "lock", "{row:#}");
+        assert_eq!(seen["divergences"][0]["name"], "table", "{row:#}");
+        assert!(!locked_in_proc(&shared), "{lock:?} outlived its call");
+    }
+    // The receiver's half: testing for another's lock without taking one is refused, and
+    // taking one to see whether it conflicts kills the tester before it learns the answer.
+    assert_errno(&call(&guardd, &["ofd-getlk", &shared_s, "rd"]), "EPERM");
+    let out = call(&guardd, &["flock", &shared_s, "ex"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert!(!text(&out.stdout).contains("flocked"), "{out:?}");
+}

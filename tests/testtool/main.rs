@@ -583,6 +583,49 @@ fn run(action: &[String]) -> Res {
             println!("symlink {} -> {}", arg(2)?, arg(1)?);
             Ok(())
         }
+        "flock" => {
+            // flock(LOCK_SH or LOCK_EX, non-blocking) on PATH opened read-only: a lock flock
+            // grants whatever the open mode.
+            let file = std::fs::File::open(arg(1)?)?;
+            let op = if arg(2)? == "ex" {
+                libc::LOCK_EX
+            } else {
+                libc::LOCK_SH
+            };
+            // SAFETY: flock on a descriptor this action owns.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), op | libc::LOCK_NB) }
+                < 0
+            {
+                return Err(last_errno());
+            }
+            println!("flocked");
+            Ok(())
+        }
+        "ofd-lock" | "ofd-getlk" | "posix-lock" => {
+            // PATH MODE: an OFD or POSIX lock (rd on a read-only descriptor, wr on a read-write
+            // one) on byte 0, or an OFD test of it (F_OFD_GETLK).
+            let write = arg(2)? == "wr";
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .open(arg(1)?)?;
+            let cmd = match action[0].as_str() {
+                "ofd-lock" => libc::F_OFD_SETLK,
+                "posix-lock" => libc::F_SETLK,
+                _ => libc::F_OFD_GETLK,
+            };
+            // SAFETY: all-zero is a valid flock struct.
+            let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+            lock.l_type = if write { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
+            lock.l_whence = libc::SEEK_SET as i16;
+            lock.l_len = 1;
+            // SAFETY: fcntl with a pointer to a flock struct on this stack.
+            if unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), cmd, &mut lock) } < 0 {
+                return Err(last_errno());
+            }
+            println!("{} {}", action[0], lock.l_type);
+            Ok(())
+        }
         "link" => {
             std::fs::hard_link(arg(1)?, arg(2)?)?;
             println!("link {} -> {}", arg(2)?, arg(1)?);

@@ -25,7 +25,8 @@ pub struct Watch {
     pub destinations: Vec<Destination>,
     /// The programs it may execute (enforced with `FLAG_ENFORCE_EXEC`).
     pub execs: Vec<PathBuf>,
-    /// What it may write, judged by the open observer (`--trace-syscalls`); `/dev/null` always.
+    /// What it may write, and so lock (the lock programs), and what the open observer
+    /// (`--trace-syscalls`) judges its write-opens by; `/dev/null` always.
     pub writes: Vec<PathBuf>,
 }
 
@@ -142,6 +143,9 @@ pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
         files_fdt: at("files_struct", "fdt")?,
         fdt_fd: at("fdtable", "fd")?,
         fdt_max_fds: at("fdtable", "max_fds")?,
+        lock_file: at("file_lock", "c")? + at("file_lock_core", "flc_file")?,
+        lock_type: at("file_lock", "c")? + at("file_lock_core", "flc_type")?,
+        lock_flags: at("file_lock", "c")? + at("file_lock_core", "flc_flags")?,
     })
 }
 

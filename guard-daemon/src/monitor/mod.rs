@@ -69,8 +69,10 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("signal_generate", "signal", "signal_generate"),
 ];
 
-/// The BTF tracepoint programs (each named for its tracepoint): they read kernel structs.
-const BTF_TRACEPOINTS: &[&str] = &["sched_process_exec"];
+/// The BTF tracepoint programs (each named for its tracepoint): they read kernel structs. The
+/// lock ones run for every record lock on the host (one cgroup lookup for a task the guard does
+/// not watch), not for other syscalls.
+const BTF_TRACEPOINTS: &[&str] = &["sched_process_exec", "posix_lock_inode", "flock_lock_inode"];
 
 /// Syscall tracepoints, only when the operator asks (`--trace-syscalls`), and then attached only
 /// while at least one call runs: enabling any syscall tracepoint moves every task on the host to
@@ -375,14 +377,11 @@ impl Monitor {
                 .map(|d| d.key(cgroup_id))
                 .collect(),
             execs: file_keys(cgroup_id, watch.execs.iter().map(PathBuf::as_path), None)?,
-            writes: match self.tracing {
-                Some(_) => {
-                    let paths = watch.writes.iter().map(PathBuf::as_path);
-                    let paths = paths.chain([Path::new("/dev/null")]);
-                    file_keys(cgroup_id, paths, Some(config.name_key))?
-                }
-                // Nothing reads them without the open observer.
-                None => Vec::new(),
+            // The open observer's (--trace-syscalls) and the lock programs'.
+            writes: {
+                let paths = watch.writes.iter().map(PathBuf::as_path);
+                let paths = paths.chain([Path::new("/dev/null")]);
+                file_keys(cgroup_id, paths, Some(config.name_key))?
             },
             traced: false,
         };

@@ -369,6 +369,11 @@ mod tests {
                 name: "example.org".into(),
                 qtype: "A".into(),
             },
+            Effect::Lock {
+                name: "ld.so.cache".into(),
+                lock: "ofd".into(),
+                mode: "read".into(),
+            },
         ];
         for effect in effects {
             // A variant added without a line above fails to compile here.
@@ -385,7 +390,8 @@ mod tests {
                 | Effect::Guardd {}
                 | Effect::Bind { .. }
                 | Effect::Packet { .. }
-                | Effect::Dns { .. } => {}
+                | Effect::Dns { .. }
+                | Effect::Lock { .. } => {}
             }
             let what = What::Divergence(Divergence {
                 effect,

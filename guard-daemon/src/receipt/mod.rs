@@ -11,7 +11,8 @@ use std::{
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_BIND, KIND_CONNECT,
-    KIND_EXEC, KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
+    KIND_EXEC, KIND_LOCK, KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
+    LOCK_FLOCK, LOCK_OFD,
 };
 use serde::{Deserialize, Serialize};
 
@@ -267,6 +268,21 @@ impl Draft {
             },
             // The open observer judges by file identity and says itself what diverged.
             KIND_OPEN => return receipt.files.as_mut()?.record(event),
+            KIND_LOCK => Effect::Lock {
+                name: c_str(&event.path),
+                lock: match event.sock_type {
+                    LOCK_OFD => "ofd",
+                    LOCK_FLOCK => "flock",
+                    _ => "posix",
+                }
+                .to_owned(),
+                mode: if event.open_flags == 1 {
+                    "write"
+                } else {
+                    "read"
+                }
+                .to_owned(),
+            },
             _ => return None,
         };
         (event.action == ACTION_DENIED || event.action == ACTION_KILLED).then_some(effect)

@@ -265,6 +265,11 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
             .filter(|r| !allowed(r.name)),
     );
     rules.extend(error_queue_rules());
+    rules.extend(
+        LOCK_PROBES
+            .iter()
+            .map(|&(_, cmd)| command("fcntl", libc::SYS_fcntl, cmd as u32)),
+    );
 
     let (mode, default) = if c.syscalls.is_empty() {
         (Mode::DenyList, Action::Allow)
@@ -403,18 +408,35 @@ fn masked_eperm(name: &'static str, nr: i64, arg: u8, mask: u64, value: u64) -> 
 
 /// ioctl(2) with `request` (a C `unsigned int`): EPERM.
 fn ioctl_request(request: u32) -> Rule {
+    command("ioctl", libc::SYS_ioctl, request)
+}
+
+/// `name` (`nr`) refused (EPERM) for one value of its second argument, a C `int` command.
+fn command(name: &'static str, nr: i64, value: u32) -> Rule {
     Rule {
-        name: "ioctl",
-        nr: libc::SYS_ioctl,
+        name,
+        nr,
         action: EPERM,
         when: vec![Cond {
             arg: 1,
             dword: true,
             op: Op::Eq,
-            value: u64::from(request),
+            value: u64::from(value),
         }],
     }
 }
+
+/// The `fcntl` commands that learn of, or reach, another's use of a file without a lock of
+/// the call's own: `F_GETLK` and `F_OFD_GETLK` test a range for others' locks, and `F_SETLEASE`
+/// is told when anyone else opens the file. The lock programs kill a task that locks a file
+/// outside its write effects before it learns the outcome; these would learn it without
+/// locking, and two calls could talk through the locks on a file both may only read. Not
+/// lifted by `allow_syscalls = ["fcntl"]`, which names a syscall, not these.
+pub(super) const LOCK_PROBES: &[(&str, i32)] = &[
+    ("F_GETLK", libc::F_GETLK),
+    ("F_OFD_GETLK", libc::F_OFD_GETLK),
+    ("F_SETLEASE", libc::F_SETLEASE),
+];
 
 /// `utimensat` with a name (its second argument, a pointer, not NULL): times set by name, as
 /// [`METADATA_BY_NAME`]. With a NULL name it is `futimens` on a descriptor, which `touch` uses.
