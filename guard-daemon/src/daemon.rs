@@ -122,8 +122,14 @@ fn writes_on_audit_fs(policy: &Policy, audit: &Path) -> Vec<String> {
 
 /// Refuses a policy that may write on the audit log's file system, unless the operator opted in.
 fn check_audit_fs(policy: &Policy, options: &Options) -> Result<(), String> {
-    let shared = writes_on_audit_fs(policy, &options.audit);
-    if shared.is_empty() || options.allow_writes_on_audit_fs {
+    audit_fs_conflict(policy, &options.audit, options.allow_writes_on_audit_fs)
+}
+
+/// Why guardd would refuse `policy` with its audit log at `audit` (see `check_audit_fs`);
+/// `guardd --check-config` says it before a start does.
+pub fn audit_fs_conflict(policy: &Policy, audit: &Path, allowed: bool) -> Result<(), String> {
+    let shared = writes_on_audit_fs(policy, audit);
+    if shared.is_empty() || allowed {
         return Ok(());
     }
     Err(format!(
@@ -131,7 +137,7 @@ fn check_audit_fs(policy: &Policy, options: &Options) -> Result<(), String> {
          it would leave no room for the rows that record it. Put the audit log on a file system \
          of its own, or opt in with --allow-writes-on-audit-fs (rows of running calls are \
          reserved either way)",
-        options.audit.display(),
+        audit.display(),
         shared.join(", ")
     ))
 }
@@ -249,6 +255,8 @@ impl Daemon {
         })?;
         options.socket_group = socket_group(options.socket_group.as_deref(), policy.settings())
             .map_err(StartError::Settings)?;
+        sandbox::tmp::prepare_root()
+            .map_err(|e| StartError::Settings(format!("{}: {e}", sandbox::tmp::ROOT)))?;
         check_audit_fs(&policy, &options).map_err(StartError::Settings)?;
         let access = socket_gid(&options)
             .and_then(|gid| Access::new(policy.settings(), gid))

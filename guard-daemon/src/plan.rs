@@ -89,6 +89,10 @@ pub struct Confinement {
     /// What the tool reads on its stdin.
     #[serde(default, skip_serializing_if = "Stdin::is_passed")]
     pub stdin: Stdin,
+    /// The call's own temporary directory (`tmp = true`), made for it at launch, removed at
+    /// its end; also among its write effects and its `TMPDIR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<PathBuf>,
 }
 
 /// What a call's stdin is: the policy's `stdin` key, with the call's input when it has one.
@@ -133,6 +137,7 @@ impl Default for Confinement {
             syscalls: Vec::new(),
             env: Vec::new(),
             cwd: None,
+            tmp: None,
             stdin: Stdin::Passed,
         }
     }

@@ -223,9 +223,10 @@ fn xtask_run_serves_the_readme_s_try_line_wherever_its_runtime_dir_is() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    // The README's "try" line, as `xtask run` prints it.
+    // The README's "try" line, as `xtask run` prints it: from the default policy's workspace.
     let mut exec = Command::new(support::bin("guard-exec"));
-    exec.args(["list_dir", "dir=/srv/agent/workspace"])
+    exec.args(["list_dir", "dir=."])
+        .current_dir("/srv/agent/workspace")
         .env("GUARD_SOCKET", &socket);
     let out = output(exec);
     // SAFETY: kill takes integers; xtask exec'd guardd, so this is guardd.

@@ -64,7 +64,7 @@ pub(super) fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> 
 
 /// Runs the session script with `plan` on `server` (`{command, args, env}`); returns one JSON
 /// value per step.
-fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
+pub(super) fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
     session_logged(python, server, plan).0
 }
 
@@ -75,6 +75,12 @@ pub(super) fn session_logged(python: &Path, server: &Value, plan: &Value) -> (Ve
     cmd.arg(support::workspace().join("tests/python/mcp_session.py"))
         .arg(server.to_string())
         .arg(plan.to_string());
+    // The client starts guard-mcp in its own directory, which picks the calls' workspace: the
+    // server's `cwd` (this test's), else the default policy's workspace.
+    match server["cwd"].as_str() {
+        Some(cwd) => cmd.current_dir(cwd),
+        None => cmd.current_dir(support::default_workspace()),
+    };
     let out = output(cmd);
     assert!(
         out.status.success(),

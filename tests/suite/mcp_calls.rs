@@ -37,6 +37,8 @@ fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offere
     };
     let dir = ToolDir::new("mcp-in");
     let ws = dir.subdir("ws", 0o777);
+    // The developer's workspace: write_file runs as its owner.
+    std::os::unix::fs::chown(&ws, Some(support::NOBODY), Some(support::NOBODY)).expect("chown");
     // A file the agent replaces: the bug emptied it and reported success.
     let notes = ws.join("notes.md");
     std::fs::write(&notes, "old\n").expect("write notes");
@@ -52,7 +54,12 @@ fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offere
         // More than a pipe holds, to a tool that never reads it: the call still ends.
         {"call": "sink", "arguments": {"data": "x".repeat(100_000)}},
     ]);
-    let steps = session(&python, &guardd.socket, &plan);
+    let server = json!({
+        "command": support::bin("guard-mcp"),
+        "args": ["--socket", &guardd.socket],
+        "cwd": ws,
+    });
+    let steps = super::mcp::session_with(&python, &server, &plan);
 
     let listed = names(&steps[0]);
     assert!(

@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, process::Command};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::support;
 
@@ -12,7 +12,7 @@ fn policies() -> PathBuf {
 
 /// Runs `guardctl check --json` and returns the row.
 fn check(policy: &str, tool: &str, args: &str) -> Value {
-    check_in(policy, tool, args, "/srv/agent/workspace/src")
+    check_in(policy, tool, args, "/srv/agent/workspace")
 }
 
 /// [`check`] from the working directory `cwd`.
@@ -177,18 +177,25 @@ fn default_policy() {
     let row = check(p, "shell", r#"{"command": "ls -la"}"#);
     assert_eq!(
         row["plan"]["argv"],
-        serde_json::json!(["/bin/sh", "-c", "ls -la"])
+        serde_json::json!(["/bin/bash", "-c", "ls -la"])
     );
-    assert_eq!(row["plan"]["effects"]["on_divergence"], "kill");
+    assert_eq!(row["plan"]["effects"]["on_divergence"], "deny");
     assert_eq!(row["plan"]["effects"]["connect"], serde_json::json!([]));
+    // The workspace, and the call's own temporary directory, its TMPDIR.
+    let write = row["plan"]["effects"]["write"].as_array().expect("write");
     assert_eq!(
-        row["plan"]["effects"]["write"],
-        serde_json::json!(["/srv/agent/workspace", "/dev/null"])
+        write[..2],
+        [json!("/srv/agent/workspace"), json!("/dev/null")]
     );
+    let tmp = write[2].as_str().expect("tmp");
+    assert!(tmp.starts_with("/run/guard-tmp/call-"), "{tmp}");
+    let conf = &row["plan"]["confinement"];
+    assert_eq!(conf["tmp"], tmp);
+    let env = conf["env"].as_array().expect("env");
+    assert!(env.contains(&json!(["TMPDIR", tmp])), "{env:?}");
     // In the caller's directory, as the workspace's owner (resolved when a call is made), and
     // nowhere but in a workspace.
-    let conf = &row["plan"]["confinement"];
-    assert_eq!(conf["cwd"], "/srv/agent/workspace/src");
+    assert_eq!(conf["cwd"], "/srv/agent/workspace");
     assert_eq!(conf["run_as"], "owner");
     let outside = check_in(p, "shell", r#"{"command": "ls"}"#, "/etc");
     assert_eq!(outside["decision"], "block");

@@ -149,7 +149,9 @@ fn integrations_md_python_recipe_works_as_written() {
     let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
     let recipe = support::doc_block("docs/integrations.md", "python-client");
     let mut cmd = std::process::Command::new(python);
-    cmd.args(["-c", &recipe])
+    // An agent in its workspace, where the default policy's tools work.
+    cmd.current_dir(support::default_workspace())
+        .args(["-c", &recipe])
         .env(
             "PYTHONPATH",
             support::workspace().join("clients/python/src"),

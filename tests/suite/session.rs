@@ -91,6 +91,29 @@ const SESSION: &[(&str, &str)] = &[
         ".",
     ),
     ("stat -c %U docs/NOTES.md", "."),
+    // What a workspace holds may run: git's hooks, a script, what a build made.
+    (
+        "printf '#!/bin/sh\\necho hook ran >&2\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo x >> NOTES2.md && git add NOTES2.md && GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z git commit -q -m hooked && git log -1 --format=%s",
+        ".",
+    ),
+    (
+        "printf '#!/bin/sh\\necho script ok\\n' > run.sh && chmod +x run.sh && ./run.sh",
+        ".",
+    ),
+    (
+        "printf 'int main(void) { return 7; }\\n' > t.c && cc -o t t.c && ./t; echo \"exit $?\"",
+        ".",
+    ),
+    // bash, as Claude Code's own; a temporary file; a socket refused, and the command goes on.
+    ("[[ -d .git ]] && echo \"bash ${BASH_VERSINFO[0]}\"", "."),
+    (
+        "f=$(mktemp) && echo data > \"$f\" && cat \"$f\" && rm \"$f\"",
+        ".",
+    ),
+    (
+        "python3 -c 'import socket; socket.socket(socket.AF_INET6)' 2>/dev/null; echo after",
+        ".",
+    ),
 ];
 
 /// How a command is run.
@@ -105,7 +128,7 @@ enum Via {
 fn run(guardd: &Guardd, ws: &Path, via: Via, command: &str, dir: &Path) -> Output {
     let mut cmd = match via {
         Via::Direct => {
-            let mut c = Command::new("/bin/sh");
+            let mut c = Command::new("/bin/bash");
             c.args(["-c", command])
                 .env_clear()
                 .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -163,7 +186,13 @@ fn session(guardd: &Guardd, ws: &Path, via: Via) -> Vec<(Option<i32>, String, St
         .map(|(command, dir)| {
             let out = run(guardd, ws, via, command, &ws.join(dir));
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-            (out.status.code(), text(&out.stdout), text(&out.stderr))
+            // guard-exec's own notices (an attempt refused) are the guard's, not the command's.
+            let stderr: String = text(&out.stderr)
+                .lines()
+                .filter(|l| !l.starts_with("guard-exec: "))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            (out.status.code(), text(&out.stdout), stderr)
         })
         .collect()
 }
@@ -181,15 +210,8 @@ fn a_coding_session_runs_as_it_does_without_guard() {
     // The default policy, its workspaces where this test keeps them.
     let default = std::fs::read_to_string(support::workspace().join("policies/default.toml"))
         .expect("default policy");
-    let policy = default
-        .replace(
-            r#"roots = ["/srv/agent/workspace"]"#,
-            &format!(r#"roots = ["{}/*"]"#, projects.display()),
-        )
-        .replace(
-            r#"cwd = "/srv/agent/workspace""#,
-            &format!(r#"cwd = "{}""#, ws.display()),
-        );
+    // Its workspace where this test keeps it (the examples' paths and directories too).
+    let policy = default.replace("/srv/agent/workspace", &ws.display().to_string());
     assert_ne!(policy, default, "the default policy's roots moved");
     let guardd = Guardd::start_with(&policy, &["--socket-group", "nogroup"]);
 
@@ -206,7 +228,9 @@ fn a_coding_session_runs_as_it_does_without_guard() {
         "{guarded:?}"
     );
     assert!(guarded[16].1.ends_with(" add notes\n"), "{guarded:?}");
-    assert_eq!(guarded[SESSION.len() - 1].1, "nobody\n");
+    assert_eq!(guarded[35].1, "nobody\n");
+    assert_eq!(guarded[36].2, "hook ran\n", "{guarded:?}");
+    assert_eq!(guarded[38].1, "exit 7\n", "{guarded:?}");
     // Every file of the workspace is the developer's.
     let strangers = output({
         let mut c = Command::new("find");
@@ -224,6 +248,21 @@ fn a_coding_session_runs_as_it_does_without_guard() {
         .filter(|r| r["kind"] == "finished" && r["tool"] == "shell")
         .count();
     assert_eq!(finished, SESSION.len(), "one call per command");
+
+    // The call's own temporary directory: the developer's, private, and gone with the call.
+    let tmp = run(
+        &guardd,
+        &ws,
+        Via::Guard,
+        "echo \"$TMPDIR\" && stat -c '%U %a' \"$TMPDIR\"",
+        &ws,
+    );
+    let said = String::from_utf8_lossy(&tmp.stdout).into_owned();
+    let mut lines = said.lines();
+    let dir = lines.next().unwrap_or_default();
+    assert!(dir.starts_with("/run/guard-tmp/call-"), "{tmp:?}");
+    assert_eq!(lines.next(), Some("nobody 700"), "{tmp:?}");
+    assert!(!Path::new(dir).exists(), "{dir} outlived its call");
 
     // The same user, but confined: the developer's files outside the workspace are out of
     // reach, where the developer's own shell reaches them.

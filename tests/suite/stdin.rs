@@ -13,6 +13,14 @@ use super::support::{self, FORK_LOCK, Guardd, ToolDir, output};
 
 /// The default policy with its workspace in `ws`, and two tools: `count` reads its caller's
 /// stdin; `say` prints its input argument.
+/// A workspace in `dir`, the developer's (nobody's): the default policy's writing tools run as
+/// its owner.
+fn owned_ws(dir: &ToolDir) -> std::path::PathBuf {
+    let ws = dir.subdir("ws", 0o777);
+    std::os::unix::fs::chown(&ws, Some(support::NOBODY), Some(support::NOBODY)).expect("chown");
+    ws
+}
+
 fn policy(ws: &std::path::Path) -> String {
     support::default_policy_in(ws)
         + r#"
@@ -52,21 +60,30 @@ fn guard_exec_gives_write_file_its_content_piped_or_named_and_never_an_empty_one
         return;
     }
     let dir = ToolDir::new("stdin");
-    let ws = dir.subdir("ws", 0o777);
+    let ws = owned_ws(&dir);
     let guardd = Guardd::start(&policy(&ws));
     let file = ws.join("notes.md");
 
-    let out = piped(guardd.exec("write_file", &["path=notes.md"]), b"piped in\n");
+    let in_ws = |mut c: std::process::Command| {
+        c.current_dir(&ws);
+        c
+    };
+    let out = piped(
+        in_ws(guardd.exec("write_file", &["path=notes.md"])),
+        b"piped in\n",
+    );
     assert!(out.status.success(), "{out:?}");
     assert_eq!(std::fs::read_to_string(&file).expect("notes"), "piped in\n");
 
     // Named on the command line: guard-exec's stdin (here /dev/null) is not read.
-    let out = output(guardd.exec("write_file", &["path=notes.md", "content=named\n"]));
+    let out = output(in_ws(
+        guardd.exec("write_file", &["path=notes.md", "content=named\n"]),
+    ));
     assert!(out.status.success(), "{out:?}");
     assert_eq!(std::fs::read_to_string(&file).expect("notes"), "named\n");
 
     // Neither: refused by the policy (a missing argument), and the file keeps its content.
-    let out = output(guardd.exec("write_file", &["path=notes.md"]));
+    let out = output(in_ws(guardd.exec("write_file", &["path=notes.md"])));
     assert_eq!(out.status.code(), Some(126), "{out:?}");
     assert_eq!(std::fs::read_to_string(&file).expect("notes"), "named\n");
 }
@@ -77,7 +94,7 @@ fn an_input_argument_reaches_the_tool_through_guardds_pipe_not_the_callers() {
         return;
     }
     let dir = ToolDir::new("stdin");
-    let ws = dir.subdir("ws", 0o777);
+    let ws = owned_ws(&dir);
     let guardd = Guardd::start(&policy(&ws));
     let out = piped(
         guardd.exec("say", &["text=from the argument"]),
@@ -93,7 +110,7 @@ fn an_exec_without_stdin_is_refused_for_a_tool_that_reads_its_callers() {
         return;
     }
     let dir = ToolDir::new("stdin");
-    let ws = dir.subdir("ws", 0o777);
+    let ws = owned_ws(&dir);
     let guardd = Guardd::start(&policy(&ws));
     let null: Vec<std::fs::File> = (0..3)
         .map(|_| std::fs::File::open("/dev/null").expect("/dev/null"))
@@ -101,7 +118,7 @@ fn an_exec_without_stdin_is_refused_for_a_tool_that_reads_its_callers() {
     let fds: Vec<i32> = null.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
     let exec = |tool: &str, args: Value| {
         let mut client = guard::client::Client::connect(&guardd.socket).expect("connect");
-        let frame = json!({"v": 1, "type": "exec", "tool": tool, "args": args, "stdin": "none"});
+        let frame = json!({"v": 1, "type": "exec", "tool": tool, "args": args, "stdin": "none", "cwd": &ws});
         client
             .send_frame(format!("{frame}\n").as_bytes(), &fds)
             .expect("send");

@@ -238,9 +238,10 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
     assert_eq!(status["enforced"], true);
 
     // A call from a member of the socket's group, not root; someone else is not served.
-    let listed = sys.ok("runuser -u agent -- guard-exec list_dir dir=/srv/agent/workspace");
+    let listed = sys.ok("cd /srv/agent/workspace && runuser -u agent -- guard-exec list_dir dir=.");
     assert!(listed.contains("notes.txt"), "{listed}");
-    let outsider = sys.sh("runuser -u outsider -- guard-exec list_dir dir=/srv/agent/workspace");
+    let outsider =
+        sys.sh("cd /srv/agent/workspace && runuser -u outsider -- guard-exec list_dir dir=.");
     assert_eq!(outsider.status.code(), Some(69), "{}", text(&outsider));
 
     // The calls' cgroups are the unit's (Delegate=yes), guardd itself in a leaf beside them.
@@ -278,7 +279,7 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
         text(&broken)
     );
     assert_eq!(property(&sys, "ActiveState"), "active");
-    sys.ok("runuser -u agent -- guard-exec list_dir dir=/srv/agent/workspace");
+    sys.ok("cd /srv/agent/workspace && runuser -u agent -- guard-exec list_dir dir=.");
 
     // The exposure the README quotes is the real unit's.
     let security = sys.ok("systemd-analyze security guardd.service --no-pager");
@@ -297,8 +298,18 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
         "README does not quote the unit's exposure {exposure}"
     );
 
-    // A clean stop: no failure, the socket and the calls' cgroups gone with the unit.
-    sys.ok("systemctl stop guardd");
+    // A clean stop drains the calls running (KillMode=mixed: SIGTERM to guardd alone, which
+    // lets them end), then no failure, the socket and the calls' cgroups gone with the unit.
+    let drained = sys.ok(
+        "cd /srv/agent/workspace && (runuser -u agent -- guard-exec shell command='sleep 1 && echo done'; \
+         echo \"exit $?\") > /tmp/drained & \
+         for i in $(seq 100); do ls -d /sys/fs/cgroup/system.slice/guardd.service/calls/call-* \
+         >/dev/null 2>&1 && break; sleep 0.02; done; systemctl stop guardd; wait; cat /tmp/drained",
+    );
+    assert_eq!(
+        drained, "done\nexit 0\n",
+        "the running call was not drained"
+    );
     assert_eq!(property(&sys, "ActiveState"), "inactive");
     assert_eq!(property(&sys, "Result"), "success");
     let left = sys.sh(&format!("ls /run/guard/guard.sock {unit}"));

@@ -152,7 +152,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         dir.display()
     );
     println!(
-        "  try:  GUARD_SOCKET={} {} list_dir dir=/srv/agent/workspace",
+        "  try:  cd /srv/agent/workspace && GUARD_SOCKET={} {} list_dir dir=.",
         socket.display(),
         bin.join("guard-exec").display()
     );

@@ -331,13 +331,27 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -
             _ => String::new(),
         }),
     };
+    let mut write: Vec<PathBuf> = paths(&tool.write);
+    if tool.tmp {
+        let tmp = crate::sandbox::tmp::fresh();
+        write.push(tmp.clone());
+        if !confinement.env.iter().any(|(k, _)| k == "TMPDIR") {
+            let value = tmp.to_string_lossy().into_owned();
+            confinement.env.push(("TMPDIR".to_owned(), value));
+        }
+        confinement.tmp = Some(tmp);
+    }
+    let mut exec: Vec<PathBuf> = paths(&tool.exec);
+    if tool.exec_writes {
+        exec.extend(write.iter().cloned());
+    }
     LaunchPlan {
         tool: tool.name.clone(),
         argv: template::argv(cmd, vals),
         effects: Effects {
             read: paths(&tool.read),
-            write: paths(&tool.write),
-            exec: paths(&tool.exec),
+            write,
+            exec,
             connect: tool
                 .connect
                 .iter()

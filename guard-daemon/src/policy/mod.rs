@@ -136,6 +136,10 @@ pub(crate) struct Tool {
     pub exec: Vec<Elem<PathBuf>>,
     pub connect: Vec<Elem<Endpoint>>,
     pub unix: bool,
+    /// Its write effects are also programs it may run (`exec_writes`).
+    pub exec_writes: bool,
+    /// Each call gets a temporary directory of its own (`tmp`).
+    pub tmp: bool,
     pub on_divergence: OnDivergence,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
@@ -338,6 +342,10 @@ impl Policy {
     pub fn write_roots(&self) -> Vec<(&str, Option<PathBuf>)> {
         let mut out = Vec::new();
         for t in &self.tools {
+            if t.tmp {
+                let root = PathBuf::from(crate::sandbox::tmp::ROOT);
+                out.push((t.name.as_str(), Some(root)));
+            }
             for w in &t.write {
                 let reach = overlap::Reach::elem(w, &t.args, &self.settings.workspaces);
                 match reach {

@@ -213,6 +213,7 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         .map_or_else(Vec::new, |e| e.named_values(d));
     let cwd = t.take(d, "cwd");
     let stdin = stdin(d, &mut t);
+    let tmp = t.take::<bool>(d, "tmp").is_some_and(|b| b.v);
     let examples = t.tables(d, "examples", "[[examples]]", example);
     let judges = t.given("judges").is_some().then(|| t.list(d, "judges"));
     let skip_judge = t.take(d, "skip_judge");
@@ -235,6 +236,7 @@ fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
         env,
         cwd,
         stdin,
+        tmp,
         examples,
         judges,
         skip_judge,
@@ -288,6 +290,7 @@ fn effects(d: &mut Diag, mut e: Table) -> RawEffects {
         exec: e.list(d, "exec"),
         connect: e.list(d, "connect"),
         unix: e.take::<bool>(d, "unix").is_some_and(|b| b.v),
+        exec_writes: e.take::<bool>(d, "exec_writes").is_some_and(|b| b.v),
         on_divergence: e.take(d, "on_divergence").map(|s| s.v).unwrap_or_default(),
     };
     e.finish(d);

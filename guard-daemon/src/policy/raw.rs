@@ -108,6 +108,8 @@ pub(crate) struct RawEffects {
     pub exec: Vec<S<String>>,
     pub connect: Vec<S<String>>,
     pub unix: bool,
+    /// The call may execute files beneath its write effects.
+    pub exec_writes: bool,
     pub on_divergence: OnDivergence,
 }
 
@@ -155,6 +157,8 @@ pub(crate) struct RawTool {
     /// `judges`: given (even empty), the tool's own list.
     pub judges: Option<Vec<S<String>>>,
     pub skip_judge: Option<S<bool>>,
+    /// `tmp`: each call gets a temporary directory of its own.
+    pub tmp: bool,
 }
 
 /// One `[[rules]]` as written; `index` is its place in the file, for key paths in errors.

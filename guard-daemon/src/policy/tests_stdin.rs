@@ -127,7 +127,7 @@ fn each_stdin_mistake_is_a_located_error_naming_its_key() {
         ),
         (
             "[tools.a]\ntier = \"low\"\nstdin = \"caller\"\n",
-            "tools.a: effects, cwd, env or stdin given but no command to apply them to",
+            "tools.a: effects, cwd, env, stdin or tmp given but no command to apply them to",
         ),
     ];
     for (text, want) in cases {

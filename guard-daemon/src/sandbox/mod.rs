@@ -14,6 +14,7 @@ pub mod launch;
 pub mod limits;
 pub mod resolve;
 pub mod seccomp;
+pub mod tmp;
 mod wait;
 
 pub use launch::{Applied, LaunchOptions, Launched, Ready, SandboxError, prepare, spawn};

@@ -185,6 +185,12 @@ fn check_config(args: &Args) -> ExitCode {
     println!("worker_threads = {}", args.workers());
     match guard::policy::Policy::load(&policy) {
         Ok(p) => {
+            // What a start would refuse besides the policy's own errors.
+            let allowed = args.allow_writes_on_audit_fs;
+            if let Err(e) = guard::daemon::audit_fs_conflict(&p, &args.audit, allowed) {
+                eprintln!("guardd: the policy is valid, but guardd would not start: {e}");
+                return ExitCode::from(1);
+            }
             eprintln!(
                 "guardd: settings and policy are valid ({} tools)",
                 p.tools().count()

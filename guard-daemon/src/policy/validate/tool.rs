@@ -84,6 +84,8 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         exec,
         connect,
         unix: t.effects.unix,
+        exec_writes: t.effects.exec_writes,
+        tmp: t.tmp,
         on_divergence: t.effects.on_divergence,
         cwd,
         env,
@@ -378,12 +380,12 @@ fn needs_command(d: &mut Diag, tk: &str, t: &RawTool) {
         || !e.exec.is_empty()
         || !e.connect.is_empty()
         || e.unix;
-    let shaped = t.cwd.is_some() || !t.env.is_empty() || t.stdin.is_some();
+    let shaped = t.cwd.is_some() || !t.env.is_empty() || t.stdin.is_some() || t.tmp;
     if t.command.is_none() && (effects || shaped) {
         d.err(
             &t.name.at,
             tk,
-            "effects, cwd, env or stdin given but no command to apply them to",
+            "effects, cwd, env, stdin or tmp given but no command to apply them to",
         );
     }
 }

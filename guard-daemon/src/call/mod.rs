@@ -2,9 +2,11 @@
 //! an allowed call, bind the kernel to it (cgroup, destinations), launch it confined, follow it
 //! to its end, and record what it did.
 
-use std::{
-    collections::HashMap, io, net::IpAddr, os::fd::OwnedFd, path::PathBuf, sync::Arc, time::Instant,
-};
+mod watch;
+
+use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
+
+pub(crate) use watch::watch_of;
 
 use crate::{
     access::Peer,
@@ -18,8 +20,8 @@ use crate::{
     dns::Responder,
     hold,
     intent::Intent,
-    monitor::{Destination, Watch},
-    plan::{Endpoint, LaunchPlan, OnDivergence},
+    monitor::Watch,
+    plan::{LaunchPlan, OnDivergence},
     protocol::{
         self, ErrorReply, ExecReply,
         reply::{CallDecision, Exit},
@@ -29,14 +31,12 @@ use crate::{
     sandbox,
     stages::Stages,
 };
-use guard_common::{
-    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET},
-    net::PROTO_TCP,
-};
 
 /// Why an allowed call could not be carried through.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
+    #[error("the call's temporary directory: {0}")]
+    Tmp(io::Error),
     #[error("cgroup: {0}")]
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("kernel: {0}")]
@@ -394,6 +394,9 @@ impl Call<'_, '_> {
         let cgroup = Cgroup::create(daemon.root.path(), &format!("call-{}", self.id))
             .map_err(|e| (e.into(), None))?;
         let id = cgroup.id();
+        // Before the kernel takes the call's write identities: the directory must exist.
+        let _tmp = sandbox::tmp::CallTmp::create(self.plan, &daemon.launch.default_user)
+            .map_err(|e| (CallError::Tmp(e), None))?;
         self.stages.lap("cgroup");
         let (watch, responder) = self.watch().await.map_err(|e| (e, None))?;
         daemon.receipts.begin(
@@ -521,80 +524,4 @@ impl Call<'_, '_> {
         }
         Some(receipt)
     }
-}
-
-/// What the kernel holds a plan's call to, and the resolver that answers the host names it may
-/// connect to (none when it names no host).
-pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), CallError> {
-    let effects = &plan.effects;
-    let (destinations, names) = resolve(&effects.connect).await?;
-    let responder = if names.is_empty() {
-        None
-    } else {
-        Some(Responder::start(names).await.map_err(CallError::Dns)?)
-    };
-    let mut flags = FLAG_ENFORCE_EXEC;
-    if effects.on_divergence == OnDivergence::Kill {
-        flags |= FLAG_KILL_ON_DIVERGENCE;
-    }
-    if !effects.connect.is_empty() {
-        // Only a call that connects may create inet sockets at all.
-        flags |= FLAG_NET;
-    }
-    let execs = plan
-        .argv
-        .first()
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(effects.exec.iter().cloned())
-        .collect();
-    let watch = Watch {
-        config: CallConfig {
-            flags,
-            dns_port: responder.as_ref().map_or(0, Responder::port),
-            ..CallConfig::default()
-        },
-        destinations,
-        execs,
-        writes: effects.write.clone(),
-    };
-    Ok((watch, responder))
-}
-
-/// The kernel's allow-list for a call's connect effects: each host resolved now, just before
-/// launch, so the call reaches exactly the addresses guardd saw; and the names resolved, which
-/// the call's DNS responder answers (see `dns`). No nameserver is a destination of the call.
-async fn resolve(
-    endpoints: &[Endpoint],
-) -> Result<(Vec<Destination>, HashMap<String, Vec<IpAddr>>), CallError> {
-    let mut dests = Vec::new();
-    let mut names = HashMap::new();
-    for ep in endpoints {
-        let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => {
-                let addrs: Vec<IpAddr> = tokio::net::lookup_host((ep.host.as_str(), ep.port))
-                    .await
-                    .map_err(|e| CallError::Resolve {
-                        host: ep.host.clone(),
-                        reason: e.to_string(),
-                    })?
-                    .map(|sa| sa.ip())
-                    .collect();
-                names
-                    .entry(ep.host.clone())
-                    .or_insert_with(Vec::new)
-                    .extend(addrs.iter().copied());
-                addrs
-            }
-        };
-        dests.extend(addrs.into_iter().map(|addr| Destination {
-            addr,
-            port: ep.port,
-            proto: PROTO_TCP,
-        }));
-    }
-    dests.sort_by_key(|d| (d.addr, d.port, d.proto));
-    dests.dedup();
-    Ok((dests, names))
 }
