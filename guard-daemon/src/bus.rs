@@ -155,6 +155,12 @@ pub enum Effect {
     },
     /// The call asked its resolver for a name outside its approved hosts.
     Dns { name: String, qtype: String },
+    /// Questions for names outside its approved hosts that the receipt's full list left out.
+    DnsUnlisted { refused: u64 },
+    /// Messages to its resolver that were no question it could read.
+    DnsUnreadable { messages: u64 },
+    /// Messages to its resolver that were never judged: its receipt cannot say what they asked.
+    DnsUnjudged { messages: u64 },
 }
 
 /// A syscall another layer refused.
@@ -227,6 +233,9 @@ impl Effect {
             Effect::Bind { .. } => "bind",
             Effect::Packet { .. } => "packet",
             Effect::Dns { .. } => "dns",
+            Effect::DnsUnlisted { .. } => "dns_unlisted",
+            Effect::DnsUnreadable { .. } => "dns_unreadable",
+            Effect::DnsUnjudged { .. } => "dns_unjudged",
         }
     }
 
@@ -254,6 +263,9 @@ impl Effect {
                 if *options { " with IP options" } else { "" }
             ),
             Effect::Dns { name, qtype } => format!("{name} {qtype}"),
+            Effect::DnsUnlisted { refused } => format!("{refused} refused questions not listed"),
+            Effect::DnsUnreadable { messages } => format!("{messages} unreadable messages"),
+            Effect::DnsUnjudged { messages } => format!("{messages} messages not judged"),
         }
     }
 
@@ -273,7 +285,10 @@ impl Effect {
             Effect::Guardd {} => "guardd's peer check",
             Effect::Bind { .. } => "eBPF cgroup bind",
             Effect::Packet { .. } => "eBPF cgroup_skb egress",
-            Effect::Dns { .. } => "guardd's DNS responder",
+            Effect::Dns { .. }
+            | Effect::DnsUnlisted { .. }
+            | Effect::DnsUnreadable { .. }
+            | Effect::DnsUnjudged { .. } => "guardd's DNS responder",
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::{
     borrow::Cow,
     collections::HashMap,
+    fmt::Write as _,
     net::{Ipv4Addr, Ipv6Addr},
     path::PathBuf,
     sync::Mutex,
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     bus::{Action, Bus, Divergence, Effect, Proto, RefusedSeen, StoppedBy, What},
+    dns::{Asked, Questions, Responder},
     opens::{FilesSeen, c_str},
 };
 
@@ -56,10 +58,29 @@ pub struct Receipt {
     /// each an attempt outside the call's effects, so a divergence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<RefusedSeen>,
-    /// The DNS names the call asked guardd's responder (calls that connect by host name): each
-    /// not among its approved hosts was refused, and is a divergence.
+    /// The DNS questions the call asked guardd's responder (calls that connect by host name),
+    /// each distinct name and type once, the first 64 (refused ones kept before answered ones):
+    /// each name not among its approved hosts was refused, and is a divergence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dns: Vec<crate::dns::Asked>,
+    pub dns: Vec<Asked>,
+    /// The questions the responder judged, repeats included; `verified.dns` says the same.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_judged: u64,
+    /// Judged questions `dns` does not list (it was full): `dns` is then not the whole list.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unlisted: u64,
+    /// Of those, the ones for a name outside the approved hosts: refused, and one divergence.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unlisted_refused: u64,
+    /// Messages to the responder that were no question it could read (a divergence: no
+    /// resolver sends one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unreadable: u64,
+    /// Messages to the responder it never judged: dropped by the kernel from its full queue,
+    /// or still queued when its read at the call's end reached its bound (counted as one). A
+    /// divergence: what they asked is unknown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unjudged: u64,
     /// Packets for the call's sockets from no approved destination, dropped in the kernel
     /// (`cgroup_skb` ingress). Anyone may send them, so they are no divergence of the call;
     /// what they carried never reached it.
@@ -105,6 +126,9 @@ pub struct Verified {
     pub connect: Cow<'static, str>,
     pub write: Cow<'static, str>,
     pub refusals: Cow<'static, str>,
+    /// The call's DNS: what its responder judged, and what it did not.
+    #[serde(default)]
+    pub dns: Cow<'static, str>,
 }
 
 impl Verified {
@@ -129,7 +153,40 @@ impl Verified {
                 "not observed: landlock's and seccomp's refusals need --trace-syscalls"
             }
             .into(),
+            dns: "no responder: the call names no host, and a DNS query is refused as any send \
+                  outside its destinations is"
+                .into(),
         }
+    }
+
+    /// What a call's responder judged: every question, or how many it did not list or judge.
+    pub fn dns_of(q: &Questions) -> String {
+        let mut text = format!(
+            "guardd's responder: every UDP:53 query over IPv4 (cgroup connect4, sendmsg4; over \
+             IPv6 one is a send outside the call's destinations); {} questions judged, {} \
+             distinct listed",
+            q.judged,
+            q.listed.len()
+        );
+        if q.unlisted > 0 {
+            let (unlisted, refused) = (q.unlisted, q.unlisted_refused);
+            let _ = write!(
+                text,
+                "; {unlisted} more not listed ({refused} of them refused)"
+            );
+        }
+        if q.unreadable > 0 {
+            let _ = write!(text, "; {} unreadable messages", q.unreadable);
+        }
+        if q.unjudged > 0 {
+            let _ = write!(
+                text,
+                "; not observed: {} messages never judged (dropped from a full queue, or left \
+                 queued at the call's end)",
+                q.unjudged
+            );
+        }
+        text
     }
 }
 
@@ -400,21 +457,63 @@ impl Receipts {
         }
     }
 
-    /// Folds in the names the call asked its DNS responder (read at its end): a name outside
-    /// its approved hosts is a divergence (it was refused; it never left the host).
-    pub fn asked(&self, cgroup_id: u64, asked: Vec<crate::dns::Asked>, bus: &Bus) {
+    /// Stops the call's DNS responder, if it has one, and folds in what it was asked. Called
+    /// once the call has ended: the responder then judges all the call left queued.
+    pub async fn answered(&self, cgroup_id: u64, responder: Option<Responder>, bus: &Bus) {
+        if let Some(responder) = responder {
+            self.asked(cgroup_id, responder.finish().await, bus);
+        }
+    }
+
+    /// Folds in what the call asked its DNS responder (read at its end): a name outside its
+    /// approved hosts is a divergence (it was refused; it never left the host), whether or not
+    /// the list had room for it, and so is a message the responder could not read or never
+    /// judged: a receipt that cannot say what was asked does not say `conformed`.
+    pub fn asked(&self, cgroup_id: u64, questions: Questions, bus: &Bus) {
         let mut calls = self.lock();
         let Some(draft) = calls.get_mut(&cgroup_id) else {
             return;
         };
-        for q in asked.iter().filter(|q| !q.approved) {
+        for q in questions.listed.iter().filter(|q| !q.approved) {
             let effect = Effect::Dns {
                 name: q.name.clone(),
                 qtype: q.qtype.clone(),
             };
             draft.diverged_at_end(effect, bus);
         }
-        draft.receipt.dns = asked;
+        let counted = [
+            (
+                questions.unlisted_refused,
+                Effect::DnsUnlisted {
+                    refused: questions.unlisted_refused,
+                },
+            ),
+            (
+                questions.unreadable,
+                Effect::DnsUnreadable {
+                    messages: questions.unreadable,
+                },
+            ),
+            (
+                questions.unjudged,
+                Effect::DnsUnjudged {
+                    messages: questions.unjudged,
+                },
+            ),
+        ];
+        for (n, effect) in counted {
+            if n > 0 {
+                draft.diverged_at_end(effect, bus);
+            }
+        }
+        let receipt = &mut draft.receipt;
+        receipt.verified.dns = Verified::dns_of(&questions).into();
+        receipt.dns_judged = questions.judged;
+        receipt.dns_unlisted = questions.unlisted;
+        receipt.dns_unlisted_refused = questions.unlisted_refused;
+        receipt.dns_unreadable = questions.unreadable;
+        receipt.dns_unjudged = questions.unjudged;
+        receipt.dns = questions.listed;
     }
 
     /// Whether the call has diverged so far.

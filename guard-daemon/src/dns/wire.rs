@@ -2,7 +2,7 @@
 //! read by hand, and read defensively (a malformed query gets FORMERR, or nothing when even its
 //! header is short).
 
-use std::{collections::HashMap, net::IpAddr};
+use std::{collections::HashMap, fmt::Write as _, net::IpAddr};
 
 use super::Asked;
 
@@ -45,22 +45,18 @@ pub(super) fn answer(
     // The question: labels (no compression in a question), then type and class.
     let mut at = 12;
     let mut labels = Vec::new();
+    let mut wire = 1; // the name's length on the wire: its labels and the root's 0
     loop {
         let len = usize::from(*query.get(at)?);
         at += 1;
         if len == 0 {
             break;
         }
-        if len > 63
-            || at + len > query.len()
-            || labels.iter().map(|l: &String| l.len() + 1).sum::<usize>() + len > 253
-        {
+        wire += len + 1;
+        if len > 63 || at + len > query.len() || wire > 255 {
             return formerr();
         }
-        let Ok(label) = std::str::from_utf8(&query[at..at + len]) else {
-            return formerr();
-        };
-        labels.push(label.to_ascii_lowercase());
+        labels.push(label_text(&query[at..at + len]));
         at += len;
     }
     let (Some(qtype), Some(qclass)) = (u16_at(query, at), u16_at(query, at + 2)) else {
@@ -107,4 +103,18 @@ pub(super) fn answer(
         reply.extend(rdata);
     }
     Some((reply, Some(asked)))
+}
+
+/// One label as text: lowercase letters, digits, `-` and `_` as they are, any other byte (a dot
+/// inside a label, a space, a byte above ASCII) as `\DDD`.
+fn label_text(label: &[u8]) -> String {
+    let mut text = String::with_capacity(label.len());
+    for &b in label {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            text.push(char::from(b.to_ascii_lowercase()));
+        } else {
+            let _ = write!(text, "\\{b:03}");
+        }
+    }
+    text
 }

@@ -369,6 +369,9 @@ mod tests {
                 name: "example.org".into(),
                 qtype: "A".into(),
             },
+            Effect::DnsUnlisted { refused: 1 },
+            Effect::DnsUnreadable { messages: 1 },
+            Effect::DnsUnjudged { messages: 1 },
         ];
         for effect in effects {
             // A variant added without a line above fails to compile here.
@@ -385,7 +388,10 @@ mod tests {
                 | Effect::Guardd {}
                 | Effect::Bind { .. }
                 | Effect::Packet { .. }
-                | Effect::Dns { .. } => {}
+                | Effect::Dns { .. }
+                | Effect::DnsUnlisted { .. }
+                | Effect::DnsUnreadable { .. }
+                | Effect::DnsUnjudged { .. } => {}
             }
             let what = What::Divergence(Divergence {
                 effect,

@@ -55,6 +55,91 @@ fn a_denied_effect_makes_the_receipt_diverge_and_is_published() {
 }
 
 #[test]
+fn dns_questions_left_unlisted_unread_or_unjudged_make_the_receipt_say_so() {
+    use crate::dns::{Asked, Questions};
+    let answered = Asked {
+        name: "api.example.com".into(),
+        qtype: "A".into(),
+        approved: true,
+    };
+    let receipt_of = |questions: Questions| {
+        let (tracker, bus) = (Receipts::default(), Bus::default());
+        tracker.begin(5, call());
+        tracker.asked(5, questions, &bus);
+        tracker.finish(5).expect("receipt")
+    };
+    // Control: answered questions, some not listed, is conformed, and says how many.
+    let r = receipt_of(Questions {
+        listed: vec![answered.clone()],
+        judged: 70,
+        unlisted: 6,
+        ..Questions::default()
+    });
+    assert_eq!(
+        (r.verdict, r.dns_judged, r.dns_unlisted),
+        (Verdict::Conformed, 70, 6)
+    );
+    assert!(
+        r.verified
+            .dns
+            .contains("70 questions judged, 1 distinct listed; 6 more not listed"),
+        "{}",
+        r.verified.dns
+    );
+    // Each count of what was refused, unread or unjudged is a divergence of its own.
+    for (questions, effect) in [
+        (
+            Questions {
+                unlisted: 1,
+                unlisted_refused: 1,
+                ..Questions::default()
+            },
+            Effect::DnsUnlisted { refused: 1 },
+        ),
+        (
+            Questions {
+                unreadable: 2,
+                ..Questions::default()
+            },
+            Effect::DnsUnreadable { messages: 2 },
+        ),
+        (
+            Questions {
+                unjudged: 3,
+                ..Questions::default()
+            },
+            Effect::DnsUnjudged { messages: 3 },
+        ),
+    ] {
+        let r = receipt_of(Questions {
+            listed: vec![answered.clone()],
+            judged: 1,
+            ..questions
+        });
+        assert_eq!(r.verdict, Verdict::Diverged, "{effect:?}");
+        assert_eq!(r.divergences[0].effect, effect);
+    }
+    let r = receipt_of(Questions {
+        unjudged: 3,
+        ..Questions::default()
+    });
+    assert!(
+        r.verified.dns.contains("not observed: 3 messages"),
+        "{}",
+        r.verified.dns
+    );
+    // A call without a responder says it had none.
+    let r = Receipts::default();
+    r.begin(5, call());
+    let r = r.finish(5).expect("receipt");
+    assert!(
+        r.verified.dns.starts_with("no responder"),
+        "{}",
+        r.verified.dns
+    );
+}
+
+#[test]
 fn a_refused_socket_is_a_divergence_named_by_family_and_type() {
     let (tracker, bus) = (Receipts::default(), Bus::default());
     let mut rx = bus.subscribe();
