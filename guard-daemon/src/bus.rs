@@ -164,6 +164,12 @@ pub enum Effect {
         /// `read` or `write`.
         mode: String,
     },
+    /// Questions for names outside its approved hosts that the receipt's full list left out.
+    DnsUnlisted { refused: u64 },
+    /// Messages to its resolver that were no question it could read.
+    DnsUnreadable { messages: u64 },
+    /// Messages to its resolver that were never judged: its receipt cannot say what they asked.
+    DnsUnjudged { messages: u64 },
 }
 
 /// A syscall another layer refused.
@@ -237,6 +243,9 @@ impl Effect {
             Effect::Packet { .. } => "packet",
             Effect::Dns { .. } => "dns",
             Effect::Lock { .. } => "lock",
+            Effect::DnsUnlisted { .. } => "dns_unlisted",
+            Effect::DnsUnreadable { .. } => "dns_unreadable",
+            Effect::DnsUnjudged { .. } => "dns_unjudged",
         }
     }
 
@@ -265,6 +274,9 @@ impl Effect {
             ),
             Effect::Dns { name, qtype } => format!("{name} {qtype}"),
             Effect::Lock { name, lock, mode } => format!("{mode} {lock} lock on {name}"),
+            Effect::DnsUnlisted { refused } => format!("{refused} refused questions not listed"),
+            Effect::DnsUnreadable { messages } => format!("{messages} unreadable messages"),
+            Effect::DnsUnjudged { messages } => format!("{messages} messages not judged"),
         }
     }
 
@@ -284,7 +296,10 @@ impl Effect {
             Effect::Guardd {} => "guardd's peer check",
             Effect::Bind { .. } => "eBPF cgroup bind",
             Effect::Packet { .. } => "eBPF cgroup_skb egress",
-            Effect::Dns { .. } => "guardd's DNS responder",
+            Effect::Dns { .. }
+            | Effect::DnsUnlisted { .. }
+            | Effect::DnsUnreadable { .. }
+            | Effect::DnsUnjudged { .. } => "guardd's DNS responder",
             Effect::Lock { .. } => "eBPF lock tracepoint",
         }
     }

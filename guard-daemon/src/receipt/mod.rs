@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     bus::{Action, Bus, Divergence, Effect, Proto, RefusedSeen, StoppedBy, What},
+    dns::{Asked, Questions, Responder},
     opens::{FilesSeen, c_str},
 };
 
@@ -60,10 +61,29 @@ pub struct Receipt {
     /// each an attempt outside the call's effects, so a divergence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<RefusedSeen>,
-    /// The DNS names the call asked guardd's responder (calls that connect by host name): each
-    /// not among its approved hosts was refused, and is a divergence.
+    /// The DNS questions the call asked guardd's responder (calls that connect by host name),
+    /// each distinct name and type once, the first 64 (refused ones kept before answered ones):
+    /// each name not among its approved hosts was refused, and is a divergence.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dns: Vec<crate::dns::Asked>,
+    pub dns: Vec<Asked>,
+    /// The questions the responder judged, repeats included; `verified.dns` says the same.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_judged: u64,
+    /// Judged questions `dns` does not list (it was full): `dns` is then not the whole list.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unlisted: u64,
+    /// Of those, the ones for a name outside the approved hosts: refused, and one divergence.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unlisted_refused: u64,
+    /// Messages to the responder that were no question it could read (a divergence: no
+    /// resolver sends one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unreadable: u64,
+    /// Messages to the responder it never judged: dropped by the kernel from its full queue,
+    /// or still queued when its read at the call's end reached its bound (counted as one). A
+    /// divergence: what they asked is unknown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dns_unjudged: u64,
     /// Packets for the call's sockets from no approved destination, dropped in the kernel
     /// (`cgroup_skb` ingress). Anyone may send them, so they are no divergence of the call;
     /// what they carried never reached it.
@@ -384,21 +404,63 @@ impl Receipts {
         }
     }
 
-    /// Folds in the names the call asked its DNS responder (read at its end): a name outside
-    /// its approved hosts is a divergence (it was refused; it never left the host).
-    pub fn asked(&self, cgroup_id: u64, asked: Vec<crate::dns::Asked>, bus: &Bus) {
+    /// Stops the call's DNS responder, if it has one, and folds in what it was asked. Called
+    /// once the call has ended: the responder then judges all the call left queued.
+    pub async fn answered(&self, cgroup_id: u64, responder: Option<Responder>, bus: &Bus) {
+        if let Some(responder) = responder {
+            self.asked(cgroup_id, responder.finish().await, bus);
+        }
+    }
+
+    /// Folds in what the call asked its DNS responder (read at its end): a name outside its
+    /// approved hosts is a divergence (it was refused; it never left the host), whether or not
+    /// the list had room for it, and so is a message the responder could not read or never
+    /// judged: a receipt that cannot say what was asked does not say `conformed`.
+    pub fn asked(&self, cgroup_id: u64, questions: Questions, bus: &Bus) {
         let mut calls = self.lock();
         let Some(draft) = calls.get_mut(&cgroup_id) else {
             return;
         };
-        for q in asked.iter().filter(|q| !q.approved) {
+        for q in questions.listed.iter().filter(|q| !q.approved) {
             let effect = Effect::Dns {
                 name: q.name.clone(),
                 qtype: q.qtype.clone(),
             };
             draft.diverged_at_end(effect, bus);
         }
-        draft.receipt.dns = asked;
+        let counted = [
+            (
+                questions.unlisted_refused,
+                Effect::DnsUnlisted {
+                    refused: questions.unlisted_refused,
+                },
+            ),
+            (
+                questions.unreadable,
+                Effect::DnsUnreadable {
+                    messages: questions.unreadable,
+                },
+            ),
+            (
+                questions.unjudged,
+                Effect::DnsUnjudged {
+                    messages: questions.unjudged,
+                },
+            ),
+        ];
+        for (n, effect) in counted {
+            if n > 0 {
+                draft.diverged_at_end(effect, bus);
+            }
+        }
+        let receipt = &mut draft.receipt;
+        receipt.verified.dns = Verified::dns_of(&questions).into();
+        receipt.dns_judged = questions.judged;
+        receipt.dns_unlisted = questions.unlisted;
+        receipt.dns_unlisted_refused = questions.unlisted_refused;
+        receipt.dns_unreadable = questions.unreadable;
+        receipt.dns_unjudged = questions.unjudged;
+        receipt.dns = questions.listed;
     }
 
     /// Whether the call has diverged so far.
@@ -466,122 +528,4 @@ fn addr_of(event: &KernelEvent) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn call() -> ReceiptFor {
-        ReceiptFor {
-            call_id: "c1".into(),
-            tool: "fetch".into(),
-            cgroup: "/nonexistent".into(),
-            kill_on_divergence: false,
-            files: false,
-        }
-    }
-
-    fn connect_event(cgroup_id: u64, action: u32) -> KernelEvent {
-        // SAFETY: Event is plain old data; all-zero is a valid value.
-        let mut e: KernelEvent = unsafe { std::mem::zeroed() };
-        e.kind = KIND_CONNECT;
-        e.action = action;
-        e.cgroup_id = cgroup_id;
-        e.family = libc::AF_INET as u16;
-        e.port = 9;
-        e.proto = guard_common::net::PROTO_TCP;
-        e.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
-        e
-    }
-
-    #[test]
-    fn a_denied_effect_makes_the_receipt_diverge_and_is_published() {
-        let (tracker, bus) = (Receipts::default(), Bus::default());
-        let mut rx = bus.subscribe();
-        tracker.begin(5, call());
-        tracker.record(&connect_event(5, ACTION_ALLOWED), &bus);
-        assert!(!tracker.diverged(5));
-        tracker.record(&connect_event(5, ACTION_DENIED), &bus);
-        tracker.record(&connect_event(6, ACTION_DENIED), &bus); // not ours: ignored
-        let ev = rx.try_recv().expect("divergence published");
-        assert_eq!(
-            (ev.kind(), ev.call_id.as_deref()),
-            ("divergence", Some("c1"))
-        );
-        let What::Divergence(d) = &ev.what else {
-            panic!("a divergence: {ev:?}")
-        };
-        assert_eq!(d.action, Action::Deny);
-        assert!(rx.try_recv().is_err(), "only one event expected");
-        let receipt = tracker.finish(5).expect("receipt");
-        assert_eq!(
-            (receipt.verdict, receipt.denied, receipt.connects.len()),
-            (Verdict::Diverged, 1, 2)
-        );
-        assert_eq!(receipt.connects[1].addr, "127.0.0.1");
-        // The receipt keeps the divergence as published, for a reader of the audit log.
-        assert_eq!(receipt.divergences, std::slice::from_ref(d));
-    }
-
-    #[test]
-    fn a_refused_socket_is_a_divergence_named_by_family_and_type() {
-        let (tracker, bus) = (Receipts::default(), Bus::default());
-        let mut rx = bus.subscribe();
-        tracker.begin(5, call());
-        // SAFETY: Event is plain old data; all-zero is a valid value.
-        let mut e: KernelEvent = unsafe { std::mem::zeroed() };
-        e.kind = KIND_SOCKET;
-        e.action = ACTION_DENIED;
-        e.cgroup_id = 5;
-        e.family = libc::AF_PACKET as u16;
-        e.sock_type = libc::SOCK_RAW as u32;
-        e.sock_protocol = 0x0300;
-        tracker.record(&e, &bus);
-        let ev = rx.try_recv().expect("divergence published");
-        let What::Divergence(d) = &ev.what else {
-            panic!("a divergence: {ev:?}")
-        };
-        let Effect::Socket { family, ty, .. } = &d.effect else {
-            panic!("a socket: {d:?}")
-        };
-        assert_eq!((family.as_str(), ty.as_str()), ("packet", "raw"));
-        let receipt = tracker.finish(5).expect("receipt");
-        assert_eq!((receipt.verdict, receipt.denied), (Verdict::Diverged, 1));
-        assert_eq!(receipt.sockets[0].protocol, 0x0300);
-    }
-
-    #[test]
-    fn a_dropped_packet_is_a_divergence_with_its_destination_and_options() {
-        let (tracker, bus) = (Receipts::default(), Bus::default());
-        let mut rx = bus.subscribe();
-        tracker.begin(5, call());
-        let mut e = connect_event(5, ACTION_DENIED);
-        e.kind = KIND_PACKET;
-        e.proto = libc::IPPROTO_UDP as u8;
-        e.sock_type = 1; // the packet carried IP options
-        tracker.record(&e, &bus);
-        let ev = rx.try_recv().expect("divergence published");
-        let What::Divergence(d) = &ev.what else {
-            panic!("a divergence: {ev:?}")
-        };
-        // Seen in softirq: no task of the call's, so no pid.
-        assert_eq!(d.pid, None);
-        assert_eq!(
-            d.effect,
-            Effect::Packet {
-                addr: "127.0.0.1".into(),
-                port: 9,
-                protocol: libc::IPPROTO_UDP as u8,
-                options: true,
-            }
-        );
-        // A packet whose header could not be read names no address.
-        e.family = 0;
-        tracker.record(&e, &bus);
-        let ev = rx.try_recv().expect("second divergence");
-        let What::Divergence(d) = &ev.what else {
-            panic!("a divergence: {ev:?}")
-        };
-        assert!(matches!(&d.effect, Effect::Packet { addr, .. } if addr == "?"));
-        let receipt = tracker.finish(5).expect("receipt");
-        assert_eq!((receipt.verdict, receipt.denied), (Verdict::Diverged, 2));
-    }
-}
+mod tests;

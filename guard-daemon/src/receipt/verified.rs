@@ -1,9 +1,11 @@
 //! What a receipt can vouch for: which layer checked each class of effect, and what nothing
 //! observed. A receipt never claims more than this.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
+
+use crate::dns::Questions;
 
 /// How a receipt's claims were checked: by which layer, or that nothing saw them.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -12,6 +14,9 @@ pub struct Verified {
     pub connect: Cow<'static, str>,
     pub write: Cow<'static, str>,
     pub refusals: Cow<'static, str>,
+    /// The call's DNS: what its responder judged, and what it did not.
+    #[serde(default)]
+    pub dns: Cow<'static, str>,
 }
 
 impl Verified {
@@ -42,6 +47,39 @@ impl Verified {
                  --trace-syscalls"
             }
             .into(),
+            dns: "no responder: the call names no host, and a DNS query is refused as any send \
+                  outside its destinations is"
+                .into(),
         }
+    }
+
+    /// What a call's responder judged: every question, or how many it did not list or judge.
+    pub fn dns_of(q: &Questions) -> String {
+        let mut text = format!(
+            "guardd's responder: every UDP:53 query over IPv4 (cgroup connect4, sendmsg4; over \
+             IPv6 one is a send outside the call's destinations); {} questions judged, {} \
+             distinct listed",
+            q.judged,
+            q.listed.len()
+        );
+        if q.unlisted > 0 {
+            let (unlisted, refused) = (q.unlisted, q.unlisted_refused);
+            let _ = write!(
+                text,
+                "; {unlisted} more not listed ({refused} of them refused)"
+            );
+        }
+        if q.unreadable > 0 {
+            let _ = write!(text, "; {} unreadable messages", q.unreadable);
+        }
+        if q.unjudged > 0 {
+            let _ = write!(
+                text,
+                "; not observed: {} messages never judged (dropped from a full queue, or left \
+                 queued at the call's end)",
+                q.unjudged
+            );
+        }
+        text
     }
 }

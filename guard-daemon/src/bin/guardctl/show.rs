@@ -242,19 +242,7 @@ fn receipt(r: &Receipt, out: &mut Lines) {
             format!("{} opened: {}", files.opened, paths.join(", ")),
         ));
     }
-    let counts = [
-        ("writes outside", r.writes_outside),
-        ("packets dropped out", r.outbound_dropped),
-        ("packets dropped in", r.inbound_dropped),
-        ("seccomp kills", u64::from(r.seccomp_kills)),
-        ("connects to guardd", u64::from(r.guardd_connects)),
-        ("events lost", r.events_lost),
-    ];
-    let counts = counts
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(what, n)| format!("{what} {n}"));
-    list("  counts", counts.collect(), out);
+    list("  counts", counts(r), out);
     if !r.syscalls.is_empty() {
         out.push((
             "  syscalls",
@@ -266,6 +254,9 @@ fn receipt(r: &Receipt, out: &mut Lines) {
     out.push(("", format!("connect: {}", v.connect)));
     out.push(("", format!("write: {}", v.write)));
     out.push(("", format!("refusals: {}", v.refusals)));
+    if !v.dns.is_empty() {
+        out.push(("", format!("dns: {}", v.dns)));
+    }
     if r.denied > 0 {
         let more = r.denied.saturating_sub(r.divergences.len() as u64);
         let more = if more > 0 {
@@ -276,6 +267,27 @@ fn receipt(r: &Receipt, out: &mut Lines) {
         out.push(("divergences", format!("{}{more}", r.denied)));
         out.extend(r.divergences.iter().map(|d| ("", d.describe())));
     }
+}
+
+/// A receipt's counts that are not zero, each as `what N`.
+fn counts(r: &Receipt) -> Vec<String> {
+    let counts = [
+        ("writes outside", r.writes_outside),
+        ("packets dropped out", r.outbound_dropped),
+        ("packets dropped in", r.inbound_dropped),
+        ("seccomp kills", u64::from(r.seccomp_kills)),
+        ("connects to guardd", u64::from(r.guardd_connects)),
+        ("events lost", r.events_lost),
+        ("dns not listed", r.dns_unlisted),
+        ("dns refused not listed", r.dns_unlisted_refused),
+        ("dns unreadable", r.dns_unreadable),
+        ("dns not judged", r.dns_unjudged),
+    ];
+    counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(what, n)| format!("{what} {n}"))
+        .collect()
 }
 
 /// One row of a call's review, as a line.
