@@ -287,4 +287,25 @@ fn a_coding_session_runs_as_it_does_without_guard() {
     assert!(!outside.exists(), "a call wrote outside the workspace");
     assert_ne!(g.status.code(), Some(0), "{g:?}");
     assert_eq!(std::fs::metadata(&ws).expect("ws").uid(), NOBODY);
+    // Nor their modes, which chmod by name (git's, in the workspace) would reach anywhere the
+    // developer owns a file: outside what the call may change, its mount view is read-only.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let chmod = format!("chmod 0666 {}", private.display());
+    let g = run(&guardd, &ws, Via::Guard, &chmod, &ws);
+    assert!(
+        String::from_utf8_lossy(&g.stderr).contains("Read-only file system"),
+        "{g:?}"
+    );
+    let mode = std::fs::metadata(&private)
+        .expect("private")
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "a call changed the mode of a file outside its workspace"
+    );
+    let d = run(&guardd, &ws, Via::Direct, &chmod, &ws);
+    assert!(d.status.success(), "the control: {d:?}");
 }

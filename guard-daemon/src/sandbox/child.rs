@@ -20,6 +20,7 @@ use super::{landlock, limits::Rlimits};
 pub(super) const STAGES: &[&str] = &[
     "cgroup",
     "limits-cgroup",
+    "mounts",
     "setsid",
     "stdio",
     "close-fds",
@@ -42,6 +43,7 @@ pub(super) const STAGES: &[&str] = &[
 pub(super) enum Stage {
     Cgroup,
     LimitsCgroup,
+    Mounts,
     Setsid,
     Stdio,
     CloseFds,
@@ -82,6 +84,9 @@ pub(super) struct ChildCtx<'a> {
     pub landlock: &'a landlock::Prepared,
     pub proc_self: &'a CStr,
     pub filters: &'a [libc::sock_fprog],
+    /// What the call may change ([`landlock::LandlockRules::writable`]): writable in its mount
+    /// view, everything else read-only.
+    pub writable: &'a [std::ffi::CString],
 }
 
 /// A failed step: what the child reports before it exits.
@@ -116,6 +121,7 @@ pub(super) fn run(ctx: &ChildCtx, in_cgroup: bool) -> ! {
 /// The steps before `execve`, in their fixed order: each one relies on those before it.
 fn confine(ctx: &ChildCtx, in_cgroup: bool) -> Result<(), Failed> {
     join_cgroups(ctx, in_cgroup)?;
+    mounts(ctx.writable)?;
     new_session()?;
     stdio(ctx.stdio)?;
     close_fds_at_exec()?;
@@ -211,8 +217,14 @@ fn reset_signals() -> Result<(), Failed> {
     check(rc as _, Stage::Signals)
 }
 
-/// Rlimits: no core dumps, in every mode, and the limits of rlimit mode, while still
-/// privileged to raise a hard limit.
+/// Signals queued to a call's processes count among its user's pending signals, and each queue
+/// is checked against the receiving process's limit: this one keeps a call from filling its
+/// user's budget (a call as a workspace's owner would starve the owner's own processes), and is
+/// far above what any tool queues.
+const SIGPENDING_MAX: u64 = 4096;
+
+/// Rlimits: no core dumps and a bound on queued signals, in every mode, and the limits of
+/// rlimit mode, while still privileged to raise a hard limit.
 ///
 /// A core dump is a file written for the call that no syscall of it opens: the kernel creates
 /// it beside the crash (landlock still judges that), or, with a `|helper` core_pattern
@@ -223,6 +235,7 @@ fn reset_signals() -> Result<(), Failed> {
 fn set_rlimits(ctx: &ChildCtx) -> Result<(), Failed> {
     for (res, value) in [
         (libc::RLIMIT_CORE, Some(0)),
+        (libc::RLIMIT_SIGPENDING, Some(SIGPENDING_MAX)),
         (libc::RLIMIT_AS, ctx.rlimits.address_space),
         (libc::RLIMIT_NPROC, ctx.rlimits.nproc),
     ] {
@@ -234,6 +247,89 @@ fn set_rlimits(ctx: &ChildCtx) -> Result<(), Failed> {
             // SAFETY: setrlimit reads `lim` from this stack.
             check(unsafe { libc::setrlimit(res, &lim) } as _, Stage::Rlimit)?;
         }
+    }
+    Ok(())
+}
+
+/// At most this many writable paths a call (the writable parts of its mount view).
+pub(super) const MAX_WRITABLE: usize = 64;
+
+/// The call's mount view (it was cloned into a mount namespace of its own): every mount
+/// read-only, and on top, at each path it may change, a copy of that path's mounts as they
+/// are, writable. landlock decides what a call may open; this holds what it may change by name
+/// where landlock has no say: a file's mode, times, owner or attributes (`chmod` by name, which
+/// git needs in a workspace, reached every file of the call's user anywhere), and it makes
+/// the host's writable places (`/tmp`, a home) read-only to the call whatever its user may do
+/// there. Writes to device files (`/dev/null`) are untouched by a read-only mount.
+///
+/// Copies first (`open_tree`, recursive), then the whole tree read-only (`mount_setattr`,
+/// recursive), then each copy moved over its own path. Nothing propagates to the host: the
+/// tree is made private first. (`mount_setattr` is 5.12's, older than the landlock ABI guard
+/// needs.)
+fn mounts(writable: &[std::ffi::CString]) -> Result<(), Failed> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+    const MOUNT_ATTR_RDONLY: u64 = 1;
+    /// `struct mount_attr`.
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    // SAFETY: mount with a NUL-terminated target and null pointers where none is needed.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    check(rc as _, Stage::Mounts)?;
+    let mut copies = [-1 as RawFd; MAX_WRITABLE];
+    for (i, path) in writable.iter().take(MAX_WRITABLE).enumerate() {
+        let flags =
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+        // SAFETY: open_tree with a NUL-terminated path; returns a new descriptor or -1.
+        let fd =
+            unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+        check(fd, Stage::Mounts)?;
+        copies[i] = fd as RawFd;
+    }
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr reads `attr` (its size given) from this stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check(rc, Stage::Mounts)?;
+    for (path, &fd) in writable.iter().zip(&copies) {
+        // SAFETY: move_mount of a detached tree (its descriptor) onto a NUL-terminated path.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        };
+        check(rc, Stage::Mounts)?;
     }
     Ok(())
 }

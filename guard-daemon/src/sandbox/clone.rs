@@ -17,8 +17,9 @@ use super::child::{ChildCtx, run};
 /// read a secret to one that may send it, which neither landlock nor seccomp's deny list sees.
 /// In its own pid namespace a call can name no process but its own (the tool is its pid 1:
 /// when it exits, the rest of its tree is killed, as the end of a call does anyway), and the
-/// IPC namespace goes away with it.
-const CALL_NAMESPACES: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+/// IPC namespace goes away with it. In its own mount namespace everything is read-only but
+/// what it may change (see `child::mounts`).
+const CALL_NAMESPACES: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWNS;
 
 /// The child's stack: the bottom page is a guard, so an overflow faults instead of writing over
 /// the daemon's memory.

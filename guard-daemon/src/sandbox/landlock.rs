@@ -96,7 +96,34 @@ pub struct LandlockRules {
     pub kernel_judges: bool,
 }
 
+/// The rights that change what lies at or beneath a path (what a read-only mount refuses).
+/// Not Truncate, which read rules carry (`end_walks_at_read_rules`; seccomp refuses the
+/// truncations they would allow).
+fn changes() -> BitFlags<AccessFs> {
+    AccessFs::WriteFile
+        | AccessFs::RemoveFile
+        | AccessFs::RemoveDir
+        | AccessFs::MakeReg
+        | AccessFs::MakeDir
+        | AccessFs::MakeSym
+        | AccessFs::MakeFifo
+        | AccessFs::MakeSock
+        | AccessFs::MakeChar
+        | AccessFs::MakeBlock
+        | AccessFs::Refer
+}
+
 impl LandlockRules {
+    /// The paths some rule lets the call change (write, create, remove): the call's mount
+    /// view leaves them writable, and everything else read-only (see `child::mounts`).
+    pub fn writable(&self) -> Vec<&Path> {
+        self.fs
+            .iter()
+            .filter(|r| r.access.intersects(changes()))
+            .map(|r| r.path.as_path())
+            .collect()
+    }
+
     /// The rules of a call the kernel programs watch. They judge every connect and bind (cgroup
     /// `sock_addr`) and every exec (by file identity), and report each one they refuse, where
     /// landlock refuses silently and before them: a call that tried a port or a program it was

@@ -24,7 +24,7 @@ use super::{
     child::{ChildCtx, STAGES},
     clone,
     landlock::{self, LandlockError, LandlockStatus},
-    limits::{CallLimits, LimitsError, LimitsMode},
+    limits::{CallLimits, LimitsError, LimitsMode, processes_of},
     seccomp::{self, BpfProgram, SeccompError},
 };
 use crate::{
@@ -76,6 +76,11 @@ pub enum SandboxError {
     ProgramChanged { path: PathBuf, why: String },
     #[error("confined child failed at {stage}: {}", std::io::Error::from_raw_os_error(*errno))]
     Child { stage: &'static str, errno: i32 },
+    #[error(
+        "{0} paths the call may change: more than {max} (its mount view has a writable copy of each)",
+        max = super::child::MAX_WRITABLE
+    )]
+    TooManyWritable(usize),
 }
 
 fn sys(op: &'static str) -> impl FnOnce(nix::Error) -> SandboxError {
@@ -285,6 +290,8 @@ pub struct Ready {
     uid: libc::uid_t,
     gid: libc::gid_t,
     landlock: landlock::Prepared,
+    /// What the call may change: writable in its mount view (`child::mounts`).
+    writable: Vec<CString>,
     programs: std::sync::Arc<Vec<BpfProgram>>,
     limits: CallLimits,
     cgroup_procs: OwnedFd,
@@ -312,13 +319,33 @@ pub fn prepare(
         rules
     };
     let prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
+    // As they resolve now: a mount cannot be put on a symlink (landlock's rules took the
+    // inodes the same paths lead to).
+    let writable = rules
+        .writable()
+        .into_iter()
+        .map(|p| {
+            let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+            cstring(real.as_os_str().as_bytes(), "writable path")
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if writable.len() > super::child::MAX_WRITABLE {
+        return Err(SandboxError::TooManyWritable(writable.len()));
+    }
     stages.lap("landlock");
 
     let table = seccomp::table(plan, opts.kernel_watches)?;
     let programs = seccomp::compiled(&table)?;
     stages.lap("seccomp");
 
-    let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
+    let mut limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
+    // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a workspace's
+    // owner) gets its pids limit on top of what that user runs now, not in place of it.
+    if let Some(n) = limits.rlimits.nproc
+        && user.name != opts.default_user
+    {
+        limits.rlimits.nproc = Some(n.saturating_add(processes_of(user.uid.as_raw())));
+    }
     let cgroup_procs = cgroup.procs_fd()?;
     let cgroup_dir = cgroup.dir_fd()?;
     stages.lap("limits");
@@ -341,6 +368,7 @@ pub fn prepare(
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
         landlock: prepared,
+        writable,
         programs,
         limits,
         cgroup_procs,
@@ -419,6 +447,7 @@ impl Ready {
             landlock: &self.landlock,
             proc_self: c"/proc/self",
             filters: &filters,
+            writable: &self.writable,
         };
 
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);
