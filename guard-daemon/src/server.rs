@@ -295,14 +295,19 @@ fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), Prot
 async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn) -> io::Result<()> {
     let reply = match request {
         Request::Check(req) => {
-            let verdict = daemon.policy().decide(&Intent {
+            let policy = daemon.policy();
+            let verdict = policy.decide(&Intent {
                 tool: req.tool,
                 args: req.args,
                 cwd: req.cwd,
                 caller: Some(peer.uid),
             });
+            // The caller hears what an exec's caller would: a reason only under
+            // disclose_reasons (it would tell what guardd, as root, found at a path).
+            let mut decision = verdict.row.clone();
+            decision.reason = policy.caller_message(&verdict);
             Reply::Decision(Box::new(Checked {
-                decision: verdict.row,
+                decision,
                 plan: verdict.plan,
             }))
         }

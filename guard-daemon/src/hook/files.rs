@@ -104,7 +104,7 @@ fn decide(
             ));
         }
     };
-    let real = resolve(&target);
+    let real = resolve_strict(&target).map_err(|why| format!("guard: {name}: {why}"))?;
     let roots = roots(&plan, access);
     if !roots.iter().any(|r| real.starts_with(r)) {
         let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
@@ -135,6 +135,10 @@ fn target(
 ) -> Result<PathBuf, String> {
     let named = match input.get(field) {
         None | Some(Value::Null) if field == "path" => None,
+        // `~` is no directory here; a tool that expands it would read the home.
+        Some(Value::String(p)) if p.starts_with('~') => {
+            return Err(format!("`{field}` starts with ~: give the path itself"));
+        }
         Some(Value::String(p)) if !p.is_empty() => Some(PathBuf::from(p)),
         _ => return Err(format!("no `{field}` string")),
     };
@@ -150,6 +154,11 @@ fn target(
         {
             return Err("a pattern that climbs out with ..".into());
         }
+        // `{/etc,src}/**`: each alternative is a path of its own, which the fixed part before
+        // the brace does not show.
+        if pattern.starts_with('~') || braces(pattern).any(|alt| alt.contains(['/', '~'])) {
+            return Err("a pattern whose alternatives are paths, or starts with ~".into());
+        }
         let fixed: PathBuf = Path::new(pattern)
             .components()
             .take_while(|c| {
@@ -161,6 +170,49 @@ fn target(
         at = normalize(&at.join(fixed));
     }
     Ok(at)
+}
+
+/// The text inside each `{...}` of a glob pattern.
+fn braces(pattern: &str) -> impl Iterator<Item = &str> {
+    pattern
+        .split('{')
+        .skip(1)
+        .map(|rest| rest.split('}').next().unwrap_or(rest))
+}
+
+/// `p` with every symlink of it resolved (the rest, which does not exist, as written), or why
+/// not: a symlink whose target does not exist would be followed by the tool that writes
+/// through it, to wherever it points, and a component the hook cannot look at may hide one.
+fn resolve_strict(p: &Path) -> Result<PathBuf, String> {
+    let p = normalize(p);
+    let mut prefix = p.as_path();
+    loop {
+        match std::fs::canonicalize(prefix) {
+            Ok(real) => {
+                let rest = p.strip_prefix(prefix).unwrap_or(Path::new(""));
+                return Ok(if rest.as_os_str().is_empty() {
+                    real
+                } else {
+                    real.join(rest)
+                });
+            }
+            Err(_) => match std::fs::symlink_metadata(prefix) {
+                Ok(_) => {
+                    return Err(format!(
+                        "{} is a symlink to nothing that exists, or cannot be followed",
+                        prefix.display()
+                    ));
+                }
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!("{}: {e}", prefix.display()));
+                }
+                Err(_) => match prefix.parent() {
+                    Some(parent) => prefix = parent,
+                    None => return Ok(p.clone()),
+                },
+            },
+        }
+    }
 }
 
 /// The roots a path must lie beneath: a tool that writes a path may read it too.
@@ -229,6 +281,24 @@ fn permitted(user: &str, path: &Path, access: Access) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_symlink_to_nothing_is_refused_and_one_to_something_is_followed() {
+        let dir = std::env::temp_dir().join(format!("guard-hook-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ws")).expect("mkdir");
+        let dir = std::fs::canonicalize(&dir).expect("real");
+        std::os::unix::fs::symlink(dir.join("home/.bashrc"), dir.join("ws/TODO.md"))
+            .expect("symlink");
+        std::os::unix::fs::symlink(dir.join("ws"), dir.join("alias")).expect("symlink");
+        assert!(resolve_strict(&dir.join("ws/TODO.md")).is_err(), "dangling");
+        assert_eq!(
+            resolve_strict(&dir.join("alias/new.md")),
+            Ok(dir.join("ws/new.md"))
+        );
+        assert_eq!(resolve_strict(&dir.join("ws/a/b")), Ok(dir.join("ws/a/b")));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().cloned().expect("object")
     }
@@ -262,6 +332,20 @@ mod tests {
             Ok("/w/q/src".into())
         );
         assert!(t(serde_json::json!({"pattern": "../../etc/*"}), "path").is_err());
+        // `~` and brace alternatives with paths are refused, not taken from the cwd.
+        assert!(
+            t(
+                serde_json::json!({"file_path": "~/.ssh/id_ed25519"}),
+                "file_path"
+            )
+            .is_err()
+        );
+        assert!(t(serde_json::json!({"pattern": "{/etc,src}/**"}), "path").is_err());
+        assert!(t(serde_json::json!({"pattern": "~/**"}), "path").is_err());
+        assert_eq!(
+            t(serde_json::json!({"pattern": "src/*.{rs,toml}"}), "path"),
+            Ok("/w/p/src".into())
+        );
         // Grep's pattern is a regex, not a path.
         let grep = obj(serde_json::json!({"pattern": "/etc"}));
         assert_eq!(target(&grep, "path", cwd, false), Ok("/w/p".into()));

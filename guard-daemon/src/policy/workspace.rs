@@ -2,9 +2,11 @@
 //! directory, and, for a tool that runs as the workspace's owner, that owner.
 //!
 //! The caller names its working directory, but guardd resolves it (symlinks and all) and picks
-//! the workspace from the roots the admin declared, so a caller can only choose among them. A
-//! call runs as a workspace's owner for that owner alone (or root, who could anyway), and never
-//! as root: the uid a call gets is one its caller already has.
+//! the workspace from the roots the admin declared, so a caller can only choose among them, and
+//! a call works in a workspace for its owner alone (or root, who could anyway): a caller that
+//! named another user's directory would get guardd's reach there (a tool of guard-tool reading
+//! what the caller cannot), so it is refused, whatever user the tool runs as. A call that runs
+//! as the workspace's owner never runs as root: the uid a call gets is one its caller has.
 //!
 //! A call no one makes (a policy's examples at load, `guardctl check --policy`) is placed by
 //! its path as written where the path does not exist, and its owner left unresolved: it is
@@ -61,11 +63,18 @@ impl Place {
                 cwd.display()
             )
         })?;
-        let owner = match tool.confinement.run_as.as_deref() {
+        let owner = if dry {
             // Who owns a directory is the host's state, not the policy's.
-            Some(RUN_AS_OWNER) if dry => None,
-            Some(RUN_AS_OWNER) => Some(owner(&workspace, intent.caller)?),
-            _ => None,
+            None
+        } else {
+            let uid = std::fs::metadata(&workspace)
+                .map_err(|e| format!("workspace {}: {e}", workspace.display()))?
+                .uid();
+            caller_s(&workspace, uid, intent.caller)?;
+            match tool.confinement.run_as.as_deref() {
+                Some(RUN_AS_OWNER) => Some(owner(&workspace, uid)?),
+                _ => None,
+            }
         };
         Ok(Some(Self {
             workspace,
@@ -83,24 +92,23 @@ impl Place {
     }
 }
 
-/// The name of the user who owns `workspace`, if a call of `caller` may run as them.
-fn owner(workspace: &Path, caller: Option<u32>) -> Result<String, String> {
-    let uid = std::fs::metadata(workspace)
-        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?
-        .uid();
+/// Refuses a caller other than `workspace`'s owner (`uid`) or root.
+fn caller_s(workspace: &Path, uid: u32, caller: Option<u32>) -> Result<(), String> {
+    match caller {
+        Some(caller) if caller != uid && caller != 0 => Err(format!(
+            "the workspace {} belongs to uid {uid}, and a call works in a workspace for its \
+             owner only (the caller is uid {caller})",
+            workspace.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The name of `workspace`'s owner, `uid`, for a call to run as: never root.
+fn owner(workspace: &Path, uid: u32) -> Result<String, String> {
     if uid == 0 {
         return Err(format!(
             "the workspace {} belongs to root, and no call runs as root for being its owner",
-            workspace.display()
-        ));
-    }
-    if let Some(caller) = caller
-        && caller != uid
-        && caller != 0
-    {
-        return Err(format!(
-            "the workspace {} belongs to uid {uid}, and a call runs as a workspace's owner for \
-             that owner only (the caller is uid {caller})",
             workspace.display()
         ));
     }
@@ -258,6 +266,13 @@ read = ["{{file}}"]
         let mut bare = Intent::new("shell", shell.as_object().cloned().unwrap_or_default());
         bare.caller = Some(65534);
         assert!(p.decide(&bare).row.reason.contains("no working directory"));
+        // Another user's workspace is no place for their calls, whoever the tool runs as.
+        let other = call("cat", serde_json::json!({ "file": "main.rs" }), &ws, 1234);
+        assert!(
+            other.row.reason.contains("for its owner only"),
+            "{}",
+            other.row.reason
+        );
         // Paths are taken from the caller's directory and held to its workspace.
         let cat = |f: &str| call("cat", serde_json::json!({ "file": f }), &ws.join("src"), 0);
         let plan = cat("main.rs").plan.expect("allowed");

@@ -100,6 +100,24 @@ pub fn detect(guard_root: &Path) -> LimitsMode {
     LimitsMode::Rlimit
 }
 
+/// How many processes `uid` owns now, by their `/proc` entries.
+pub fn processes_of(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .count() as u64
+}
+
 /// Rlimits the child sets on itself (rlimit mode only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rlimits {

@@ -276,15 +276,14 @@ class Client:
         # Ours closed: the pipes end when the tool's copies do.
         for fd in (in_r, out_w, err_w):
             os.close(fd)
+        # Each of ours closed once: a number closed twice may by then be another thread's file.
+        open_fds = {in_w, out_r, err_r}
         try:
-            return self._follow(conn, in_w, input or b"", out_r, err_r, on_hold)
+            return self._follow(conn, in_w, input or b"", out_r, err_r, on_hold, open_fds)
         finally:
             conn.close()
-            for fd in (in_w, out_r, err_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            for fd in open_fds:
+                os.close(fd)
 
     def _input_argument(self, tool: str, args: Dict[str, Any], input: bytes) -> bool:
         """Puts `input` in `args` as the tool's input argument (`stdin = { arg = "NAME" }`),
@@ -304,7 +303,7 @@ class Client:
                                f"is not UTF-8 text: {e}", name) from e
         return True
 
-    def _follow(self, conn, in_w, data, out_r, err_r, on_hold) -> Result:
+    def _follow(self, conn, in_w, data, out_r, err_r, on_hold, open_fds) -> Result:
         sel = selectors.DefaultSelector()
         sel.register(conn.sock, selectors.EVENT_READ, "guardd")
         sel.register(out_r, selectors.EVENT_READ, "stdout")
@@ -313,6 +312,7 @@ class Client:
             os.set_blocking(in_w, False)
             sel.register(in_w, selectors.EVENT_WRITE, "stdin")
         else:
+            open_fds.discard(in_w)
             os.close(in_w)
         output = {"stdout": bytearray(), "stderr": bytearray()}
         open_pipes = {"stdout", "stderr"}
@@ -332,6 +332,7 @@ class Client:
                     data = data[n:]
                     if not data:
                         sel.unregister(in_w)
+                        open_fds.discard(in_w)
                         os.close(in_w)
                 elif name == "guardd":
                     chunk = conn.sock.recv(65536)

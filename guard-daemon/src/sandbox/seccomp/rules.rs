@@ -40,6 +40,13 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("listmount", 458),
     ("unshare", libc::SYS_unshare),
     ("setns", libc::SYS_setns),
+    // Watching files landlock has no say over: inotify and fanotify report what happens to any
+    // file the call's user may read, listed or not (the names made in a private directory, a
+    // keystroke on another of its user's terminals), and take from that user's per-user
+    // instances. A tool that would watch falls back to polling (tail -f).
+    ("inotify_add_watch", libc::SYS_inotify_add_watch),
+    ("fanotify_init", libc::SYS_fanotify_init),
+    ("fanotify_mark", libc::SYS_fanotify_mark),
     ("keyctl", libc::SYS_keyctl),
     ("add_key", libc::SYS_add_key),
     ("request_key", libc::SYS_request_key),
