@@ -254,7 +254,8 @@ fn a_coding_session_runs_as_it_does_without_guard() {
         &guardd,
         &ws,
         Via::Guard,
-        "echo \"$TMPDIR\" && stat -c '%U %a' \"$TMPDIR\"",
+        "echo \"$TMPDIR\" && stat -c '%U %a' \"$TMPDIR\" && \
+         while read -r l; do [[ $l == 'Max pending signals'* ]] && echo \"$l\"; done < /proc/self/limits",
         &ws,
     );
     let said = String::from_utf8_lossy(&tmp.stdout).into_owned();
@@ -262,6 +263,9 @@ fn a_coding_session_runs_as_it_does_without_guard() {
     let dir = lines.next().unwrap_or_default();
     assert!(dir.starts_with("/run/guard-tmp/call-"), "{tmp:?}");
     assert_eq!(lines.next(), Some("nobody 700"), "{tmp:?}");
+    // Its queued signals are bounded: the developer's own budget is not the call's to fill.
+    let pending = lines.next().unwrap_or_default();
+    assert!(pending.split_whitespace().nth(3) == Some("4096"), "{pending:?}");
     assert!(!Path::new(dir).exists(), "{dir} outlived its call");
 
     // The same user, but confined: the developer's files outside the workspace are out of

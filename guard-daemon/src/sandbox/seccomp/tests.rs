@@ -59,6 +59,9 @@ fn deny_list_denies_escape_syscalls_with_eperm() {
         libc::SYS_process_vm_writev,
         libc::SYS_pidfd_getfd,
         libc::SYS_process_madvise,
+        libc::SYS_inotify_add_watch,
+        libc::SYS_fanotify_init,
+        libc::SYS_fanotify_mark,
     ] {
         assert_eq!(t.verdict(nr, NONE), EPERM_, "syscall {nr}");
     }
