@@ -225,6 +225,9 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
         property(&sys, "StatusText")
     );
 
+    // The journal stamps guardd's lines; guardd does not stamp them again.
+    let journal = sys.ok("journalctl -u guardd -o cat --no-pager | grep 'policy loaded'");
+    assert!(!journal.starts_with("20"), "a second timestamp: {journal}");
     // Every layer proven at start (the syscall tracepoints are off unless asked for).
     let status: serde_json::Value =
         serde_json::from_str(&sys.ok("guardctl status --json")).expect("status JSON");

@@ -172,8 +172,14 @@ fn main() -> ExitCode {
     let mut client = match Client::connect(&socket) {
         Ok(c) => c,
         Err(e) => {
+            // Its socket is there, and not ours to use: say so, not that guardd is away.
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (you are not in the socket's group: ask an admin to let you submit calls)"
+            } else {
+                ""
+            };
             let message = format!(
-                "guardd unreachable at {}: {e}; the tool did not run",
+                "guardd unreachable at {}: {e}{hint}; the tool did not run",
                 socket.display()
             );
             return fail(EXIT_UNAVAILABLE, message);

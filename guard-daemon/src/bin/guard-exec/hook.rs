@@ -47,7 +47,8 @@ struct ClaudeCode {
     /// The name guard-mcp has in Claude Code's MCP configuration.
     #[arg(long, default_value = "guard")]
     mcp_server: String,
-    /// Claude Code tools to allow without guard (a glob; repeatable), e.g. Read.
+    /// Claude Code tools to allow without guard (a glob; repeatable), e.g. TodoWrite; its file
+    /// tools (Read, Edit...) are the policy's to decide whatever this says.
     #[arg(long)]
     allow: Vec<String>,
     /// Claude Code tools to ask the user about (a glob; repeatable).

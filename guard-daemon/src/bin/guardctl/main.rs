@@ -218,6 +218,10 @@ fn print_json(value: &impl serde::Serialize) {
 }
 
 fn main() -> ExitCode {
+    // `guardctl events | head`: a closed pipe ends guardctl quietly, as it does any filter,
+    // rather than a panic in println! (exit 101).
+    // SAFETY: resetting one signal's disposition, before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let page = guard::cli::Page {
         sections: &[],
         environment: &[(

@@ -294,14 +294,19 @@ fn main() -> ExitCode {
 )]
 async fn serve(args: Args) -> ExitCode {
     let workers = args.workers();
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         // Colour for a person at a terminal; none in a file or the journal.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // The journal stamps each line itself (systemd sets JOURNAL_STREAM for a unit's stderr).
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        log.without_time().init();
+    } else {
+        log.init();
+    }
     if args.trace_syscalls {
         tracing::warn!(
             "--trace-syscalls: while calls run, every syscall on this host takes the traced path"
