@@ -265,7 +265,10 @@ fn a_coding_session_runs_as_it_does_without_guard() {
     assert_eq!(lines.next(), Some("nobody 700"), "{tmp:?}");
     // Its queued signals are bounded: the developer's own budget is not the call's to fill.
     let pending = lines.next().unwrap_or_default();
-    assert!(pending.split_whitespace().nth(3) == Some("4096"), "{pending:?}");
+    assert!(
+        pending.split_whitespace().nth(3) == Some("4096"),
+        "{pending:?}"
+    );
     assert!(!Path::new(dir).exists(), "{dir} outlived its call");
 
     // The same user, but confined: the developer's files outside the workspace are out of
