@@ -217,11 +217,15 @@ fn print_json(value: &impl serde::Serialize) {
     }
 }
 
-fn main() -> ExitCode {
-    // `guardctl events | head`: a closed pipe ends guardctl quietly, as it does any filter,
-    // rather than a panic in println! (exit 101).
+/// `guardctl events | head`: a closed pipe ends guardctl quietly, as it does any filter, rather
+/// than a panic in println! (exit 101).
+fn quiet_on_a_closed_pipe() {
     // SAFETY: resetting one signal's disposition, before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+fn main() -> ExitCode {
+    quiet_on_a_closed_pipe();
     let page = guard::cli::Page {
         sections: &[],
         environment: &[(
