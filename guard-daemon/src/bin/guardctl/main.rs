@@ -224,6 +224,27 @@ fn quiet_on_a_closed_pipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// `guardctl check`: exits as guard-exec would end, 0 allowed, 75 held for a human, 126
+/// blocked.
+fn check(
+    p: Option<PathBuf>,
+    tool: &str,
+    args: Option<&str>,
+    cwd: Option<PathBuf>,
+    json: bool,
+) -> ExitCode {
+    let p = p.unwrap_or_else(policy::default_policy_path);
+    match policy::check_call(&p, tool, args, cwd, json) {
+        Ok(guard::decision::Decision::Allow) => ExitCode::SUCCESS,
+        Ok(guard::decision::Decision::Block) => ExitCode::from(126),
+        Ok(_) => ExitCode::from(75),
+        Err(e) => {
+            eprintln!("guardctl: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     quiet_on_a_closed_pipe();
     let page = guard::cli::Page {
@@ -245,19 +266,7 @@ fn main() -> ExitCode {
             args,
             cwd,
             json,
-        } => {
-            let p = p.unwrap_or_else(policy::default_policy_path);
-            // As guard-exec would end: 0 allowed, 75 held for a human, 126 blocked.
-            match policy::check_call(&p, &tool, args.as_deref(), cwd, json) {
-                Ok(guard::decision::Decision::Allow) => ExitCode::SUCCESS,
-                Ok(guard::decision::Decision::Block) => ExitCode::from(126),
-                Ok(_) => ExitCode::from(75),
-                Err(e) => {
-                    eprintln!("guardctl: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        } => check(p, &tool, args.as_deref(), cwd, json),
         Command::Audit { command } => audit::run(command),
         Command::Status { json } => live::status(cli.socket, json),
         Command::Events {
