@@ -103,6 +103,10 @@ pub struct Divergence {
     pub action: Action,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,
+    /// The layer that refused the attempt (or saw it, for what is learnt at the end): read by
+    /// whoever tails the events or the audit log, without guard's code to name it.
+    #[serde(default)]
+    pub layer: String,
 }
 
 /// The effect a call had or attempted outside its approval, with that effect's fields.
@@ -306,6 +310,17 @@ impl Effect {
 }
 
 impl Divergence {
+    /// A divergence of `effect`, answered with `action`, by the process `pid` when known.
+    pub fn new(effect: Effect, action: Action, pid: Option<i32>) -> Self {
+        let layer = effect.layer().to_owned();
+        Self {
+            effect,
+            action,
+            pid,
+            layer,
+        }
+    }
+
     /// One line: the effect, its target, the layer that stopped it and what guard did.
     pub fn describe(&self) -> String {
         let pid = self.pid.map_or(String::new(), |p| format!(" pid {p}"));

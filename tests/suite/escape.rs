@@ -274,6 +274,10 @@ fn escape_the_approved_host_on_another_port_is_refused() {
     assert_eq!(seen["connects"][0]["port"], other_port, "{row:#}");
     assert_eq!(seen["connects"][0]["allowed"], false, "{row:#}");
     assert_eq!(seen["divergences"][0]["effect"], "connect", "{row:#}");
+    assert_eq!(
+        seen["divergences"][0]["layer"], "eBPF cgroup connect/sendmsg",
+        "{row:#}"
+    );
 }
 
 #[test]
@@ -366,6 +370,10 @@ fn escape_a_program_the_call_may_read_but_not_run_is_killed_and_reported_untrace
     let seen = &row["effects_observed"];
     assert_eq!(seen["verdict"], "diverged", "{row:#}");
     assert_eq!(seen["divergences"][0]["effect"], "exec", "{row:#}");
+    assert_eq!(
+        seen["divergences"][0]["layer"], "eBPF exec tracepoint",
+        "{row:#}"
+    );
     assert!(
         seen["divergences"][0]["path"]
             .as_str()

@@ -403,11 +403,7 @@ mod tests {
                 | Effect::DnsUnreadable { .. }
                 | Effect::DnsUnjudged { .. } => {}
             }
-            let what = What::Divergence(Divergence {
-                effect,
-                action: Action::Deny,
-                pid: Some(1),
-            });
+            let what = What::Divergence(Divergence::new(effect, Action::Deny, Some(1)));
             reads_back_unique(Reply::Event(Event::of(Some("c1"), Some("t"), what)));
         }
     }

@@ -206,11 +206,7 @@ impl Draft {
     fn divergence(&mut self, effect: Effect, pid: Option<i32>, action: Action, bus: &Bus) {
         self.receipt.denied += 1;
         self.receipt.verdict = Verdict::Diverged;
-        let divergence = Divergence {
-            effect,
-            action,
-            pid,
-        };
+        let divergence = Divergence::new(effect, action, pid);
         keep(&mut self.receipt.divergences, divergence.clone());
         bus.call(
             &self.call.call_id,
