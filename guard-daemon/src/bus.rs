@@ -131,6 +131,9 @@ pub enum Effect {
     },
     /// A successful write-open outside its write effects (`--trace-syscalls`).
     Open { path: String, flags: u32 },
+    /// A write-open outside its write rules, which the read-only mount view and landlock
+    /// refuse; guardd saw it through the call's seccomp listener before the kernel went on.
+    WriteOpen { path: String, flags: u32 },
     /// Write-opens outside its effects the kernel counted but whose events were lost.
     WritesOutside { writes: u64, events_lost: u64 },
     /// Kernel events of the call the ring buffer had no room for: its receipt is incomplete.
@@ -237,6 +240,7 @@ impl Effect {
             Effect::Connect { .. } => "connect",
             Effect::Socket { .. } => "socket",
             Effect::Open { .. } => "open",
+            Effect::WriteOpen { .. } => "write_open",
             Effect::WritesOutside { .. } => "writes_outside",
             Effect::EventsLost { .. } => "events_lost",
             Effect::Refused(_) => "refused",
@@ -256,7 +260,9 @@ impl Effect {
     /// What it reached for: the address, the path, the socket, the syscall, the name.
     pub fn target(&self) -> String {
         match self {
-            Effect::Exec { path } | Effect::Open { path, .. } => path.clone(),
+            Effect::Exec { path } | Effect::Open { path, .. } | Effect::WriteOpen { path, .. } => {
+                path.clone()
+            }
             Effect::Connect { addr, port, proto } | Effect::Bind { addr, port, proto } => {
                 format!("{addr}:{port}/{}", proto.as_str())
             }
@@ -293,6 +299,7 @@ impl Effect {
             Effect::Connect { .. } => "eBPF cgroup connect/sendmsg",
             Effect::Socket { .. } => "eBPF socket check",
             Effect::Open { .. } | Effect::WritesOutside { .. } => "eBPF open observer",
+            Effect::WriteOpen { .. } => "the read-only mount view and landlock",
             Effect::EventsLost { .. } => "eBPF ring buffer",
             Effect::Refused(r) => r.stopped_by.as_str(),
             Effect::RefusedUnseen { .. } => "landlock or seccomp",
@@ -462,11 +469,7 @@ mod tests {
                 args: 0,
                 uid: 0,
             },
-            What::Divergence(Divergence {
-                effect: Effect::Guardd {},
-                action: Action::Deny,
-                pid: None,
-            }),
+            What::Divergence(Divergence::new(Effect::Guardd {}, Action::Deny, None)),
             What::Kill { reason: reason() },
             What::Exit {
                 code: None,
@@ -500,15 +503,12 @@ mod tests {
 
     #[test]
     fn events_read_back_as_written_with_their_fields_flat() {
-        let divergence = What::Divergence(Divergence {
-            effect: Effect::Connect {
-                addr: "10.1.2.3".into(),
-                port: 443,
-                proto: Proto::Tcp,
-            },
-            action: Action::Kill,
-            pid: Some(5150),
-        });
+        let connect = Effect::Connect {
+            addr: "10.1.2.3".into(),
+            port: 443,
+            proto: Proto::Tcp,
+        };
+        let divergence = What::Divergence(Divergence::new(connect, Action::Kill, Some(5150)));
         let event = Event::of(Some("c1"), Some("fetch_url"), divergence);
         let json = serde_json::to_value(&event).unwrap();
         assert_eq!(

@@ -104,7 +104,9 @@ async fn run_in(
     let writer = tokio::task::spawn_blocking(move || feed(in_w, &input));
     let out = tokio::task::spawn_blocking(move || drain(out_r));
     let err = tokio::task::spawn_blocking(move || drain(err_r));
-    let outcome = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout).await?;
+    let attempted = |a| daemon.receipts.attempted(cgroup.id(), a, &daemon.bus);
+    let outcome =
+        sandbox::run_to_end(launched, cgroup, plan.confinement.timeout, attempted).await?;
     // The helper and everything it started are gone: the pipes are at their ends.
     let _ = writer.await;
     // A reader that failed kept nothing whole: count it as cut short.

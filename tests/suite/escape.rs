@@ -123,6 +123,19 @@ pub(super) fn last_receipt(guardd: &Guardd) -> serde_json::Value {
         .expect("a finished row")
 }
 
+/// The last call's receipt is `diverged` by a write-open of `path`, refused and seen.
+#[track_caller]
+fn assert_write_attempt(guardd: &Guardd, path: &str) {
+    let row = last_receipt(guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    let tried = seen["divergences"].as_array().is_some_and(|d| {
+        d.iter()
+            .any(|d| d["effect"] == "write_open" && d["path"] == path)
+    });
+    assert!(tried, "no write_open of {path}: {row:#}");
+}
+
 #[track_caller]
 fn assert_verdict(guardd: &Guardd, verdict: &str) {
     let row = last_receipt(guardd);
@@ -383,6 +396,63 @@ fn escape_a_program_the_call_may_read_but_not_run_is_killed_and_reported_untrace
 }
 
 #[test]
+fn escape_a_write_outside_the_call_s_effects_is_refused_and_reported_untraced() {
+    if !support::privileged(
+        "escape_a_write_outside_the_call_s_effects_is_refused_and_reported_untraced",
+    ) {
+        return;
+    }
+    let s = Setup::new();
+    let out = s.subdir("out", 0o777);
+    // Writable by anyone as far as file modes go: only the call's effects keep it out.
+    let other = s.subdir("other", 0o777);
+    let existing = other.join("existing");
+    fs::write(&existing, "kept").expect("write");
+    fs::set_permissions(&existing, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let guardd = Guardd::start(&s.policy(
+        &format!("write = [\"{}\"]\non_divergence = \"deny\"", out.display()),
+        "",
+    ));
+    // Control: writes within its effects and to /dev/null conform.
+    let allowed = out.join("allowed").display().to_string();
+    let control = call(
+        &guardd,
+        &["write", &allowed, "ok", "--", "write", "/dev/null", "x"],
+    );
+    assert_ok(&control);
+    assert_verdict(&guardd, "conformed");
+    // A new file outside: refused (the read-only mount view, EROFS), and on the receipt, though
+    // nothing traces syscalls.
+    let created = other.join("created");
+    let tried = call(&guardd, &["write", &created.display().to_string(), "x"]);
+    assert_eq!(tried.status.code(), Some(1), "{tried:?}");
+    assert!(!created.exists(), "the write went through");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    let first = &seen["divergences"][0];
+    assert_eq!(first["effect"], "write_open", "{row:#}");
+    assert_eq!(first["path"], created.display().to_string(), "{row:#}");
+    assert_eq!(first["action"], "deny", "{row:#}");
+    assert_eq!(
+        first["layer"], "the read-only mount view and landlock",
+        "{row:#}"
+    );
+    // An existing file, by a name relative to the working directory: the same.
+    let other_dir = other.display().to_string();
+    let tried = call(
+        &guardd,
+        &["chdir", &other_dir, "--", "append", "existing", "y"],
+    );
+    assert_eq!(tried.status.code(), Some(1), "{tried:?}");
+    assert_eq!(fs::read_to_string(&existing).expect("read"), "kept");
+    let row = last_receipt(&guardd);
+    let first = &row["effects_observed"]["divergences"][0];
+    assert_eq!(first["effect"], "write_open", "{row:#}");
+    assert_eq!(first["path"], existing.display().to_string(), "{row:#}");
+}
+
+#[test]
 fn escape_an_approved_script_cannot_bring_an_unapproved_interpreter() {
     if !support::privileged("escape_an_approved_script_cannot_bring_an_unapproved_interpreter") {
         return;
@@ -602,7 +672,10 @@ fn escape_a_file_a_call_may_only_read_is_not_truncated() {
     let ws = s.subdir("ws", 0o777);
     let mine = ws.join("mine.txt");
     let mine_s = mine.display().to_string();
-    let effects = format!("read = [\"{read_dir}\"]\nwrite = [\"{}\"]", ws.display());
+    let effects = format!(
+        "read = [\"{read_dir}\"]\nwrite = [\"{}\"]\non_divergence = \"deny\"",
+        ws.display()
+    );
     let guardd = Guardd::start(&s.policy(&effects, ""));
     // Control: a file the call may write is truncated through a descriptor.
     let out = call(
@@ -621,6 +694,10 @@ fn escape_a_file_a_call_may_only_read_is_not_truncated() {
     ] {
         let out = call(&guardd, &[action, &theirs_s]);
         assert_errno(&out, errno);
+        if action == "ftruncate" {
+            // Its open for writing is refused, and seen.
+            assert_write_attempt(&guardd, &theirs_s);
+        }
     }
     assert_eq!(fs::read_to_string(&theirs).expect("read"), "result\n");
     drop(guardd);
@@ -990,7 +1067,7 @@ fn escape_moving_into_another_cgroup_is_refused() {
         return;
     }
     let s = Setup::new();
-    let guardd = Guardd::start(&s.policy("", ""));
+    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
     assert_ok(&call(&guardd, &["ids"]));
     let root = guard::cgroup::unified_mount().expect("cgroup v2");
     // Leaving the call's cgroup would leave the eBPF programs' watch and the pids limit.
@@ -1001,6 +1078,7 @@ fn escape_moving_into_another_cgroup_is_refused() {
     ] {
         let out = call(&guardd, &["write", &procs.display().to_string(), "0"]);
         assert_errno(&out, "EACCES|EROFS");
+        assert_write_attempt(&guardd, &procs.display().to_string());
     }
 }
 

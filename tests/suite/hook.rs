@@ -27,7 +27,7 @@ max_len = 100000
 read = ["{ws}", "/usr", "/etc", "/dev/null", "/dev/urandom"]
 write = ["{ws}", "/dev/null"]
 exec = ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
-on_divergence = "kill"
+on_divergence = "deny"
 
 [[rules]]
 id = "no-curl"
@@ -135,6 +135,16 @@ fn hook_runs_claude_codes_bash_command_confined_under_guard() {
             .any(|x| x.as_str().is_some_and(|x| x.ends_with("/sh")))),
         "{finished}"
     );
+    // The refused write is on the receipt: the call tried what it was not approved for.
+    let seen = &finished["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{finished}");
+    assert_eq!(seen["divergences"][0]["effect"], "write_open", "{finished}");
+    assert_eq!(
+        seen["divergences"][0]["path"],
+        leaked.display().to_string(),
+        "{finished}"
+    );
+    assert_eq!(seen["divergences"][0]["action"], "deny", "{finished}");
 }
 
 #[test]

@@ -111,7 +111,12 @@ fn run_in(plan: &LaunchPlan, cg: &Cgroup) -> Result<Ran, SandboxError> {
         .enable_all()
         .build()
         .expect("runtime");
-    let outcome = rt.block_on(sandbox::run_to_end(launched, cg, plan.confinement.timeout))?;
+    let outcome = rt.block_on(sandbox::run_to_end(
+        launched,
+        cg,
+        plan.confinement.timeout,
+        |_| {},
+    ))?;
     Ok(Ran {
         outcome,
         stdout: out.join().expect("stdout reader"),
@@ -541,7 +546,12 @@ fn a_pinned_program_runs_as_checked_whatever_its_path_names_after() {
         .build()
         .expect("runtime");
     let outcome = rt
-        .block_on(sandbox::run_to_end(launched, &cg, p.confinement.timeout))
+        .block_on(sandbox::run_to_end(
+            launched,
+            &cg,
+            p.confinement.timeout,
+            |_| {},
+        ))
         .expect("run");
     assert_eq!(outcome.exit_code, 3, "{outcome:?}");
 }

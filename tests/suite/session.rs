@@ -248,6 +248,20 @@ fn a_coding_session_runs_as_it_does_without_guard() {
         .filter(|r| r["kind"] == "finished" && r["tool"] == "shell")
         .count();
     assert_eq!(finished, SESSION.len(), "one call per command");
+    // Nothing an ordinary session does is an attempt outside the policy, but the socket the
+    // last command asks for: no receipt cries wolf.
+    let diverged: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["kind"] == "finished" && r["tool"] == "shell")
+        .map(|r| &r["effects_observed"])
+        .filter(|e| e["verdict"] != "conformed")
+        .collect();
+    let effects: Vec<&serde_json::Value> = diverged
+        .iter()
+        .flat_map(|e| e["divergences"].as_array().into_iter().flatten())
+        .map(|d| &d["effect"])
+        .collect();
+    assert_eq!(effects, ["socket"], "{diverged:#?}");
 
     // The call's own temporary directory: the developer's, private, and gone with the call.
     let tmp = run(

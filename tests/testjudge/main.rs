@@ -2,8 +2,8 @@
 //! Its argv says what to be; each mode reads guard's input on stdin first.
 //!
 //! - `score S C REASONING [--probe]`: a judge answering score S, confidence C; its metadata
-//!   holds what it received (`received`) and, with `--probe`, whether it could read and write
-//!   each path of the judged call (`probe`).
+//!   holds what it received (`received`) and, with `--probe`, whether it could read each path
+//!   of the judged call and whether the kernel says it may write it (`probe`).
 //! - `veto NAME=VALUE`: a judge rejecting (score 0) a call whose argument NAME is VALUE, and
 //!   accepting (score 1) any other.
 //! - `sleep SECS`: a judge that never answers in time.
@@ -36,8 +36,12 @@ fn probe(received: &Value) -> Value {
                 Ok(_) => "ok".to_owned(),
                 Err(e) => e.to_string(),
             };
-            let write = match std::fs::OpenOptions::new().append(true).open(path) {
-                Ok(_) => "ok".to_owned(),
+            // Asked, not tried: a write-open outside the judge's rules is a divergence,
+            // which stops it.
+            let write = match std::ffi::CString::new(path) {
+                // SAFETY: a NUL-terminated path that outlives the call.
+                Ok(c) if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 => "ok".to_owned(),
+                Ok(_) => std::io::Error::last_os_error().to_string(),
                 Err(e) => e.to_string(),
             };
             json!({"path": path, "read": read, "write": write})

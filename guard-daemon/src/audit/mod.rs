@@ -16,7 +16,7 @@ pub mod recover;
 pub mod reserve;
 pub mod row;
 #[cfg(test)]
-mod testdir;
+pub(crate) mod testdir;
 pub mod ts;
 pub mod verify;
 mod writer;

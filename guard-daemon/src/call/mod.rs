@@ -471,7 +471,8 @@ impl Call<'_, '_> {
         });
         daemon.bus.call(self.id, &plan.tool, launch.event());
         self.launch = Some(launch);
-        let run = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout);
+        let attempted = |a| daemon.receipts.attempted(cgroup.id(), a, &daemon.bus);
+        let run = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout, attempted);
         tokio::pin!(run);
         let outcome = tokio::select! {
             outcome = &mut run => outcome?,

@@ -381,6 +381,10 @@ mod tests {
             Effect::DnsUnlisted { refused: 1 },
             Effect::DnsUnreadable { messages: 1 },
             Effect::DnsUnjudged { messages: 1 },
+            Effect::WriteOpen {
+                path: "/etc/passwd".into(),
+                flags: 1,
+            },
         ];
         for effect in effects {
             // A variant added without a line above fails to compile here.
@@ -389,6 +393,7 @@ mod tests {
                 | Effect::Connect { .. }
                 | Effect::Socket { .. }
                 | Effect::Open { .. }
+                | Effect::WriteOpen { .. }
                 | Effect::WritesOutside { .. }
                 | Effect::EventsLost { .. }
                 | Effect::Refused(_)

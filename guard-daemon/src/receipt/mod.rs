@@ -459,6 +459,18 @@ impl Receipts {
         receipt.dns = questions.listed;
     }
 
+    /// Folds in a write-open the call attempted outside its write rules (`sandbox::writes`):
+    /// refused by the kernel, and a divergence, ending the call where divergences do.
+    pub fn attempted(&self, cgroup_id: u64, attempt: crate::sandbox::writes::Attempt, bus: &Bus) {
+        if let Some(draft) = self.lock().get_mut(&cgroup_id) {
+            let effect = Effect::WriteOpen {
+                path: attempt.path,
+                flags: attempt.flags,
+            };
+            draft.diverge(effect, Some(attempt.pid), false, bus);
+        }
+    }
+
     /// Whether the call has diverged so far.
     pub fn diverged(&self, cgroup_id: u64) -> bool {
         self.lock()

@@ -32,12 +32,20 @@ impl Verified {
                       sends and receives, to and from approved destinations only (cgroup_skb)"
                 .into(),
             write: if traced {
-                "kernel: every write-open, by file identity (open observer), one outside the \
-                 effects reported; landlock enforces, and the write-opens it refuses are listed \
-                 in files, not judged"
+                "guardd's seccomp listener: every write-open (open, openat, creat, and openat2 \
+                 where allowed), judged by path against the call's write rules before the \
+                 kernel went on, each one outside them (refused by the read-only mount view and \
+                 landlock) reported; and the kernel's open observer: every write-open that \
+                 succeeded, by file identity, one outside the effects reported. Not observed: \
+                 a name another thread of the call rewrote while its open waited; removals, \
+                 renames, links and directories landlock refused"
             } else {
-                "landlock enforces; not observed: neither the write-opens a call makes nor the \
-                 ones landlock refuses (the open observer needs --trace-syscalls)"
+                "guardd's seccomp listener: every write-open (open, openat, creat, and openat2 \
+                 where allowed), judged by path against the call's write rules before the \
+                 kernel went on, each one outside them (refused by the read-only mount view and \
+                 landlock) reported. Not observed: the errno each got, a name another thread of \
+                 the call rewrote while its open waited, and removals, renames, links and \
+                 directories landlock refused (--trace-syscalls lists them, and every open)"
             }
             .into(),
             refusals: if traced {

@@ -33,6 +33,7 @@ pub(super) const STAGES: &[&str] = &[
     "pdeathsig",
     "cwd",
     "landlock",
+    "seccomp-listener",
     "seccomp",
     "exec",
 ];
@@ -56,6 +57,7 @@ pub(super) enum Stage {
     Pdeathsig,
     Cwd,
     Landlock,
+    Listener,
     Seccomp,
     Exec,
 }
@@ -84,6 +86,9 @@ pub(super) struct ChildCtx<'a> {
     pub landlock: &'a landlock::Prepared,
     pub proc_self: &'a CStr,
     pub filters: &'a [libc::sock_fprog],
+    /// The write-opens filter (`seccomp::write_opens`) and the socket its listener goes to
+    /// guardd through.
+    pub watch: Option<(&'a libc::sock_fprog, RawFd)>,
     /// What the call may change ([`landlock::LandlockRules::writable`]): writable in its mount
     /// view, everything else read-only.
     pub writable: &'a [std::ffi::CString],
@@ -137,6 +142,9 @@ fn confine(ctx: &ChildCtx, in_cgroup: bool) -> Result<(), Failed> {
             stage: Stage::Landlock,
             errno,
         })?;
+    if let Some((filter, to)) = ctx.watch {
+        watch_writes(filter, to)?;
+    }
     // Seccomp last: nothing after it but execve (and write/_exit on failure).
     install_seccomp(ctx.filters)
 }
@@ -386,6 +394,54 @@ fn die_with_parent(parent: RawFd) -> Result<(), Failed> {
 fn chdir(cwd: &CStr) -> Result<(), Failed> {
     // SAFETY: cwd is NUL-terminated and was built before fork.
     check(unsafe { libc::chdir(cwd.as_ptr()) } as _, Stage::Cwd)
+}
+
+/// Installs the write-opens filter with a listener, and hands the listener to guardd over `to`
+/// (`SCM_RIGHTS`): the message waits in the socket, so nothing here waits for guardd. Before the
+/// plan's own filter, which need not let `sendmsg` through; the listener is close-on-exec, and
+/// closed here, so the tool never holds it.
+fn watch_writes(filter: &libc::sock_fprog, to: RawFd) -> Result<(), Failed> {
+    // SAFETY: filter points at a sock_fprog compiled before the clone (see install_seccomp).
+    let listener = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32,
+            filter as *const libc::sock_fprog,
+        )
+    };
+    check(listener, Stage::Listener)?;
+    let listener = listener as RawFd;
+    /// Room for one descriptor's control message, aligned as `cmsghdr` is.
+    #[repr(C, align(8))]
+    struct Control([u8; 24]);
+    let mut control = Control([0; 24]);
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain data, valid when zeroed; the pointers set below outlive sendmsg.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1 as _;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
+    // SAFETY: msg_control has room for one cmsghdr and an int (CMSG_SPACE(4) = 24 bytes);
+    // CMSG_FIRSTHDR points into it, and the writes stay within.
+    let rc = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), listener);
+        libc::sendmsg(to, &msg, libc::MSG_NOSIGNAL)
+    };
+    let sent = check(rc as _, Stage::Listener);
+    // SAFETY: the listener is this child's own descriptor; guardd holds its copy now.
+    unsafe { libc::close(listener) };
+    sent
 }
 
 /// Installs the compiled filter (one program; a list, so that a table that ever needs more

@@ -26,6 +26,7 @@ use super::{
     landlock::{self, LandlockError, LandlockStatus},
     limits::{CallLimits, LimitsError, LimitsMode, processes_of},
     seccomp::{self, BpfProgram, SeccompError},
+    writes::WriteRules,
 };
 use crate::{
     cgroup::{Cgroup, CgroupError},
@@ -152,6 +153,9 @@ pub struct Launched {
     pub stages: Stages,
     /// Keeps the v1 limit cgroups until the call is over.
     limits: CallLimits,
+    /// The listener of its write-opens filter and the rules they are judged by, until
+    /// [`run_to_end`] serves them.
+    pub(super) writes: Option<(OwnedFd, WriteRules)>,
 }
 
 impl Launched {
@@ -293,6 +297,8 @@ pub struct Ready {
     /// What the call may change: writable in its mount view (`child::mounts`).
     writable: Vec<CString>,
     programs: std::sync::Arc<Vec<BpfProgram>>,
+    /// The write-opens filter (`seccomp::write_opens`) and the rules its opens are judged by.
+    watch: (std::sync::Arc<Vec<BpfProgram>>, WriteRules),
     limits: CallLimits,
     cgroup_procs: OwnedFd,
     cgroup_dir: OwnedFd,
@@ -336,6 +342,10 @@ pub fn prepare(
 
     let table = seccomp::table(plan, opts.kernel_watches)?;
     let programs = seccomp::compiled(&table)?;
+    let watch = (
+        seccomp::compiled(&seccomp::write_opens(plan))?,
+        WriteRules::of(&rules),
+    );
     stages.lap("seccomp");
 
     let mut limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
@@ -370,6 +380,7 @@ pub fn prepare(
         landlock: prepared,
         writable,
         programs,
+        watch,
         limits,
         cgroup_procs,
         cgroup_dir,
@@ -418,6 +429,8 @@ impl Ready {
         let (report_r, report_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
         let filters = sock_fprogs(&self.programs);
+        let watch = sock_fprogs(&self.watch.0);
+        let (listener_r, listener_w) = super::writes::channel().map_err(sys("socketpair"))?;
         let command = &self.command;
         // The child checks through it that the daemon is alive (closed in the child at exec).
         let daemon = pidfd_open(Pid::this()).ok_or_else(|| SandboxError::Sys {
@@ -447,6 +460,7 @@ impl Ready {
             landlock: &self.landlock,
             proc_self: c"/proc/self",
             filters: &filters,
+            watch: watch.first().map(|f| (f, listener_w.as_raw_fd())),
             writable: &self.writable,
         };
 
@@ -454,8 +468,13 @@ impl Ready {
         // The clone returned after the child's execve or exit: its start is this moment.
         let started = Instant::now();
         stages.lap("clone_exec");
-        drop((report_w, stdio, daemon));
+        drop((report_w, stdio, daemon, listener_w));
         await_exec(&report_r, pid)?;
+        // Without its listener the tool's write-opens would fail, unjudged: it is killed.
+        let listener = super::writes::receive(&listener_r).map_err(|e| {
+            abandon(pid);
+            sys("receiving the call's seccomp listener")(e)
+        })?;
 
         Ok(Launched {
             pid,
@@ -464,6 +483,7 @@ impl Ready {
             started,
             stages,
             limits: self.limits,
+            writes: Some((listener, self.watch.1)),
         })
     }
 }
@@ -480,8 +500,7 @@ fn await_exec(report_r: &OwnedFd, pid: Pid) -> Result<(), SandboxError> {
             Err(nix::Error::EINTR) => continue,
             Err(e) => {
                 // Unknown state: do not leave a half-confined child running.
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-                let _ = nix::sys::wait::waitpid(pid, None);
+                abandon(pid);
                 return Err(SandboxError::Sys {
                     op: "read launch report",
                     source: e,
@@ -497,6 +516,12 @@ fn await_exec(report_r: &OwnedFd, pid: Pid) -> Result<(), SandboxError> {
     let errno = i32::from_ne_bytes([msg[4], msg[5], msg[6], msg[7]]);
     let stage = STAGES.get(stage).copied().unwrap_or("unknown");
     Err(SandboxError::Child { stage, errno })
+}
+
+/// Kills and reaps a child whose launch cannot go on.
+fn abandon(pid: Pid) {
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::wait::waitpid(pid, None);
 }
 
 /// A pidfd for `pid`, when the kernel supports pidfd_open.

@@ -16,6 +16,7 @@ pub mod resolve;
 pub mod seccomp;
 pub mod tmp;
 mod wait;
+pub mod writes;
 
 pub use launch::{Applied, LaunchOptions, Launched, Ready, SandboxError, prepare, spawn};
 pub use limits::{LimitsMode, detect as detect_limits};

@@ -23,7 +23,7 @@ mod tests;
 use serde::Serialize;
 
 pub use bpf::{BpfProgram, compiled};
-pub use rules::table;
+pub use rules::{table, write_opens};
 
 /// Errors of building or compiling the filter.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,9 @@ pub enum SeccompError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Action {
     Allow,
+    /// Stop the syscall until guardd, holding the filter's listener, has seen it (and answers
+    /// that the kernel go on with it: the other layers still decide).
+    Notify,
     /// Fail the syscall with this errno.
     Errno(u32),
     KillProcess,
@@ -48,8 +51,9 @@ impl Action {
     fn severity(self) -> u8 {
         match self {
             Action::Allow => 0,
-            Action::Errno(_) => 1,
-            Action::KillProcess => 2,
+            Action::Notify => 1,
+            Action::Errno(_) => 2,
+            Action::KillProcess => 3,
         }
     }
 }

@@ -12,7 +12,10 @@ use nix::{
 };
 use serde::Serialize;
 
-use super::launch::{Launched, SandboxError, io_sys};
+use super::{
+    launch::{Launched, SandboxError, io_sys},
+    writes::{self, Attempt},
+};
 use crate::cgroup::Cgroup;
 
 /// How a call's main process ended.
@@ -102,22 +105,32 @@ pub struct Outcome {
     pub duration: Duration,
 }
 
+/// How long a call's write-opens judge may take to see that the call is gone, once its
+/// processes are: it sees at once unless a name it was judging led into a stalled file system.
+const JUDGE_GONE: Duration = Duration::from_secs(2);
+
 /// Waits for the call to end; when `timeout` runs out first, kills its whole cgroup. Either way,
 /// whatever the tool left running in its cgroup is killed: the call is over when its main
-/// process is. The v1 limit cgroups are removed on return.
+/// process is. Meanwhile its write-opens are judged (`writes`), each one outside its rules
+/// handed to `attempted` as it happens. The v1 limit cgroups are removed on return.
 pub async fn run_to_end(
-    launched: Launched,
+    mut launched: Launched,
     cgroup: &Cgroup,
     timeout: Duration,
+    attempted: impl Fn(Attempt),
 ) -> Result<Outcome, SandboxError> {
-    let pidfd = launched.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
-    let waiting = wait(launched.pid, pidfd);
-    tokio::pin!(waiting);
-    let (status, timed_out) = match tokio::time::timeout(timeout, &mut waiting).await {
-        Ok(status) => (status?, false),
-        Err(_) => {
-            cgroup.kill()?;
-            (waiting.await?, true)
+    let (tx, mut attempts) = tokio::sync::mpsc::unbounded_channel();
+    if let Some((listener, rules)) = launched.writes.take() {
+        tokio::task::spawn_blocking(move || writes::serve(listener, &rules, &tx));
+    }
+    let (status, timed_out) = {
+        let ended = end(&launched, cgroup, timeout);
+        tokio::pin!(ended);
+        loop {
+            tokio::select! {
+                Some(attempt) = attempts.recv() => attempted(attempt),
+                ended = &mut ended => break ended?,
+            }
         }
     };
     let duration = launched.started.elapsed();
@@ -128,6 +141,11 @@ pub async fn run_to_end(
     let deadline = Instant::now() + Duration::from_secs(5);
     while !cgroup.pids()?.is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The judge ends once no process is left to stop; what it judged last comes before that.
+    let judged = tokio::time::Instant::now() + JUDGE_GONE;
+    while let Ok(Some(attempt)) = tokio::time::timeout_at(judged, attempts.recv()).await {
+        attempted(attempt);
     }
     if cgroup.pids()?.is_empty() {
         drop(launched);
@@ -142,6 +160,24 @@ pub async fn run_to_end(
         timed_out,
         duration,
     })
+}
+
+/// The main process's end, and whether `timeout` ran out first (its cgroup then killed).
+async fn end(
+    launched: &Launched,
+    cgroup: &Cgroup,
+    timeout: Duration,
+) -> Result<(ExitStatus, bool), SandboxError> {
+    let pidfd = launched.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
+    let waiting = wait(launched.pid, pidfd);
+    tokio::pin!(waiting);
+    match tokio::time::timeout(timeout, &mut waiting).await {
+        Ok(status) => Ok((status?, false)),
+        Err(_) => {
+            cgroup.kill()?;
+            Ok((waiting.await?, true))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -362,14 +362,11 @@ mod tests {
         // Erase the line, go up, and print a harmless one instead: an open a call made, as a
         // divergence names it.
         let path = "/srv/ws/\x1b[2K\x1b[1A\rx";
-        let what = What::Divergence(Divergence {
-            effect: Effect::Open {
-                path: path.into(),
-                flags: 1,
-            },
-            action: Action::Kill,
-            pid: None,
-        });
+        let open = Effect::Open {
+            path: path.into(),
+            flags: 1,
+        };
+        let what = What::Divergence(Divergence::new(open, Action::Kill, None));
         let line = human(&Event::of(Some("c1"), Some("t"), what), false);
         assert!(!line.contains('\x1b') && !line.contains('\r'), "{line:?}");
         assert!(

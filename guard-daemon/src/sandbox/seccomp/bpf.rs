@@ -91,6 +91,7 @@ fn ret(action: Action) -> Insn {
         RET_K,
         match action {
             Action::Allow => libc::SECCOMP_RET_ALLOW,
+            Action::Notify => libc::SECCOMP_RET_USER_NOTIF,
             Action::Errno(e) => libc::SECCOMP_RET_ERRNO | (e & libc::SECCOMP_RET_DATA),
             Action::KillProcess => libc::SECCOMP_RET_KILL_PROCESS,
         },

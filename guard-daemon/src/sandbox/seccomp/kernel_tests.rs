@@ -61,6 +61,23 @@ const NS: &[i32] = &[
 
 const HI: u64 = 0xffff_ffff_0000_0000;
 
+/// Opens of a name at an unmapped address: EFAULT unfiltered, whatever the flags.
+fn opens() -> Vec<Probe> {
+    let at = libc::AT_FDCWD as u64;
+    let mut out = vec![arg0(libc::SYS_creat, 1)];
+    for flags in [
+        libc::O_RDONLY,
+        libc::O_WRONLY,
+        libc::O_RDWR,
+        libc::O_CREAT,
+        libc::O_RDONLY | libc::O_TRUNC,
+    ] {
+        out.push(call(libc::SYS_openat, [at, 1, flags as u64, 0, 0, 0]));
+        out.push(call(libc::SYS_open, [1, flags as u64, 0, 0, 0, 0]));
+    }
+    out
+}
+
 /// The probes, each harmless allowed or not.
 fn probes() -> Vec<Probe> {
     let mut out = vec![
@@ -85,6 +102,7 @@ fn probes() -> Vec<Probe> {
         call(libc::SYS_process_madvise, [u64::MAX, 0, 0, 0, 0, 0]),
         call(libc::SYS_clone3, [0, 0, 0, 0, 0, 0]),
     ];
+    out.extend(opens());
     // clone(2): CLONE_SIGHAND without CLONE_VM is EINVAL before anything is created, so an
     // allowed probe fails with EINVAL, a filtered one with EPERM. Each flag in the low word (the
     // kernel's lower_32_bits), in the high word (ignored by clone), and with junk above it.
@@ -353,6 +371,8 @@ fn check(t: &SeccompTable, probes: &[Probe], baseline: &[Outcome]) {
         } else {
             match t.verdict(p.nr, p.args) {
                 Action::Allow => base,
+                // No listener holds the filter: the kernel fails the syscall.
+                Action::Notify => Outcome::Errno(i64::from(libc::ENOSYS)),
                 Action::Errno(e) => Outcome::Errno(i64::from(e)),
                 Action::KillProcess => Outcome::Killed(libc::SIGSYS),
             }

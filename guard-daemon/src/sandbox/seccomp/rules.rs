@@ -481,3 +481,47 @@ fn strict_allows(syscalls: &[String]) -> Result<Vec<Rule>, SeccompError> {
     }
     Ok(rules)
 }
+
+/// The filter that shows guardd a call's write-opens: every `open` and `openat` for writing
+/// (write or read-write access, or `O_CREAT`), every `creat`, and every `openat2` where a plan
+/// allows it (its flags lie in memory). Each is a notification, and guardd answers "go on": it
+/// judges the open against the call's write rules, and landlock and the read-only mount view
+/// still refuse what they refuse. Installed before the plan's own filter, with a listener;
+/// everything else it allows, so the kernel caches its answer for every other syscall.
+pub fn write_opens(plan: &LaunchPlan) -> SeccompTable {
+    let accmode = libc::O_ACCMODE as u64;
+    let notify = |name: &'static str, nr: i64, arg: u8, mask: u64, value: u64| Rule {
+        name,
+        nr,
+        action: Action::Notify,
+        when: vec![Cond {
+            arg,
+            dword: true,
+            op: Op::MaskedEq(mask),
+            value,
+        }],
+    };
+    let mut rules: Vec<Rule> = [("open", libc::SYS_open, 1), ("openat", libc::SYS_openat, 2)]
+        .into_iter()
+        .flat_map(|(name, nr, arg)| {
+            [
+                notify(name, nr, arg, accmode, libc::O_WRONLY as u64),
+                notify(name, nr, arg, accmode, libc::O_RDWR as u64),
+                notify(name, nr, arg, libc::O_CREAT as u64, libc::O_CREAT as u64),
+            ]
+        })
+        .collect();
+    rules.push(always("creat", libc::SYS_creat, Action::Notify));
+    if plan.confinement.allows_syscall(landlock::OPEN_HOW) {
+        rules.push(always(
+            landlock::OPEN_HOW,
+            libc::SYS_openat2,
+            Action::Notify,
+        ));
+    }
+    SeccompTable {
+        mode: Mode::DenyList,
+        default: Action::Allow,
+        rules,
+    }
+}

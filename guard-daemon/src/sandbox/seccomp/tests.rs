@@ -568,6 +568,7 @@ fn run_counted(program: &[bpf::Insn], nr: u32, arch: u32, args: [u64; 6]) -> (u3
 fn action(ret: u32) -> Action {
     match ret & libc::SECCOMP_RET_ACTION_FULL {
         libc::SECCOMP_RET_ALLOW => Action::Allow,
+        libc::SECCOMP_RET_USER_NOTIF => Action::Notify,
         libc::SECCOMP_RET_ERRNO => Action::Errno(ret & libc::SECCOMP_RET_DATA),
         libc::SECCOMP_RET_KILL_PROCESS => Action::KillProcess,
         other => panic!("ret {other:#x} not emitted by compile"),
@@ -585,13 +586,72 @@ pub(super) fn tables() -> Vec<SeccompTable> {
     strict.confinement.syscalls = vec!["getpid".into(), "socket".into(), "clone".into()];
     let mut strict_plain = plan();
     strict_plain.confinement.syscalls = vec!["getpid".into()];
-    let mut out = Vec::new();
+    let mut openat2 = plan();
+    openat2.confinement.allow_syscalls = vec!["openat2".into()];
+    let mut out = vec![write_opens(&plan()), write_opens(&openat2)];
     for p in [plan(), with_connect(), unix, allowed, strict, strict_plain] {
         for kernel in [false, true] {
             out.push(table(&p, kernel).expect("table"));
         }
     }
     out
+}
+
+#[test]
+fn write_opens_stop_for_guardd_and_nothing_else_does() {
+    let t = write_opens(&plan());
+    let at = |flags: i32| {
+        [
+            libc::AT_FDCWD as u64,
+            0x7fff_0000_1000,
+            flags as u64,
+            0,
+            0,
+            0,
+        ]
+    };
+    for flags in [
+        libc::O_WRONLY,
+        libc::O_RDWR,
+        libc::O_CREAT,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+        libc::O_RDWR | libc::O_TMPFILE,
+    ] {
+        assert_eq!(
+            t.verdict(libc::SYS_openat, at(flags)),
+            Action::Notify,
+            "{flags:o}"
+        );
+        let open = [0x7fff_0000_1000, flags as u64, 0, 0, 0, 0];
+        assert_eq!(t.verdict(libc::SYS_open, open), Action::Notify, "{flags:o}");
+    }
+    for flags in [
+        libc::O_RDONLY,
+        libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY,
+    ] {
+        assert_eq!(
+            t.verdict(libc::SYS_openat, at(flags)),
+            Action::Allow,
+            "{flags:o}"
+        );
+    }
+    assert_eq!(t.verdict(libc::SYS_creat, NONE), Action::Notify);
+    // openat2 is refused (ENOSYS) by the plan's filter unless allowed; then every one stops.
+    assert_eq!(t.verdict(libc::SYS_openat2, NONE), Action::Allow);
+    let mut openat2 = plan();
+    openat2.confinement.allow_syscalls = vec!["openat2".into()];
+    let t2 = write_opens(&openat2);
+    assert_eq!(t2.verdict(libc::SYS_openat2, NONE), Action::Notify);
+    // A refusal of the plan's filter outranks the notification: seccomp's refusal stands.
+    let both = SeccompTable {
+        rules: [t.rules.clone(), table(&plan(), true).expect("table").rules].concat(),
+        ..t.clone()
+    };
+    let trunc_rw = at(libc::O_RDWR | 3);
+    assert_eq!(
+        both.verdict(libc::SYS_openat, trunc_rw),
+        Action::Errno(libc::EPERM as u32)
+    );
 }
 
 /// The syscall number of [`synthetic`]'s rules: none on x86_64 or aarch64 (ENOSYS).
