@@ -57,6 +57,7 @@ struct Scale {
     /// guardd off/on cycles for the unwatched loops.
     cycles: usize,
     open_n: u64,
+    write_open_n: u64,
     connect_n: u64,
     flight_calls: usize,
 }
@@ -70,6 +71,7 @@ const FULL: Scale = Scale {
     loop_runs: 9,
     cycles: 4,
     open_n: 20_000,
+    write_open_n: 5_000,
     connect_n: 2_000,
     flight_calls: 1000,
 };
@@ -82,6 +84,7 @@ const QUICK: Scale = Scale {
     loop_runs: 3,
     cycles: 2,
     open_n: 5_000,
+    write_open_n: 1_000,
     connect_n: 500,
     flight_calls: 200,
 };
@@ -461,6 +464,22 @@ max = 10000000
 [tools.loop_open.effects]
 read = ["{{path}}"]
 
+[tools.loop_write_open]
+tier = "low"
+command = ["{tool}", "loop-write-open", "{{path}}", "{{n}}"]
+timeout = 60
+[tools.loop_write_open.args.path]
+type = "path"
+required = true
+within = ["{dir}/w"]
+[tools.loop_write_open.args.n]
+type = "integer"
+required = true
+min = 1
+max = 10000000
+[tools.loop_write_open.effects]
+write = ["{{path}}"]
+
 [tools.loop_connect]
 tier = "low"
 command = ["{tool}", "loop-connect", "127.0.0.1:{port}", "{{n}}"]
@@ -575,11 +594,25 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755))?;
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+    // Written by the write-open loop, as guard-tool, in a directory of its own: a tool that
+    // may write where the test tool lies could replace it (the policy refuses that).
+    let wdir = dir.join("w");
+    std::fs::create_dir_all(&wdir)?;
+    let wfile = wdir.join("file");
+    std::fs::write(&wfile, b"")?;
+    std::fs::set_permissions(&wfile, std::fs::Permissions::from_mode(0o666))?;
     let sink = Sink::start()?;
     let addr = format!("127.0.0.1:{}", sink.port);
     let bare_open = || {
         let mut c = Command::new(&tool);
         c.arg("loop-open").arg(&file).arg(scale.open_n.to_string());
+        c
+    };
+    let bare_write_open = || {
+        let mut c = Command::new(&tool);
+        c.arg("loop-write-open")
+            .arg(&wfile)
+            .arg(scale.write_open_n.to_string());
         c
     };
     let bare_connect = || {
@@ -732,12 +765,32 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
         format!("n:={}", scale.open_n),
     ];
     let connect_args = [format!("n:={}", scale.connect_n)];
+    let write_open_args = [
+        format!("path={}", wfile.display()),
+        format!("n:={}", scale.write_open_n),
+    ];
+    let (mut bare5_write, mut in_write) = (Vec::new(), Vec::new());
     for _ in 0..scale.loop_runs {
         bare5_open.push(loop_ns(&mut bare_open())?);
         in_open.push(loop_ns(&mut exec("loop_open", &open_args))?);
+        bare5_write.push(loop_ns(&mut bare_write_open())?);
+        in_write.push(loop_ns(&mut exec("loop_write_open", &write_open_args))?);
         bare5_connect.push(loop_ns(&mut bare_connect())?);
         in_connect.push(loop_ns(&mut exec("loop_connect", &connect_args))?);
     }
+    report.rows.push(
+        Row::new(
+            "write-open+close, inside a guarded call",
+            "ns/op",
+            median(&mut in_write),
+        )
+        .baseline("same binary bare", median(&mut bare5_write))
+        .note(format!(
+            "a write-open stops until guardd has judged it (seccomp user notification, a round \
+             trip to guardd); medians of {} runs, interleaved with the bare ones",
+            scale.loop_runs
+        )),
+    );
     drop(candidates);
     guardd.stop()?;
     stage_medians(&guardd, report)?;

@@ -481,15 +481,21 @@ fn run(action: &[String]) -> Res {
             println!("fds {}", fds.join(","));
             Ok(())
         }
-        "loop-open" => {
-            // open(2) + close(2) of PATH, N times: the cost landlock, seccomp and the kernel
-            // programs add to a file syscall (`cargo xtask bench`).
+        "loop-open" | "loop-write-open" => {
+            // open(2) + close(2) of PATH, N times, for reading or writing: the cost landlock,
+            // seccomp, guardd's judge of write-opens and the kernel programs add to a file
+            // syscall (`cargo xtask bench`).
             let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
             let n = num(2)?;
+            let access = if action[0] == "loop-open" {
+                libc::O_RDONLY
+            } else {
+                libc::O_WRONLY
+            };
             let start = std::time::Instant::now();
             for _ in 0..n {
                 // SAFETY: path is NUL-terminated; the fd is ours and closed at once.
-                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                let fd = unsafe { libc::open(path.as_ptr(), access | libc::O_CLOEXEC) };
                 if fd < 0 {
                     return Err(last_errno());
                 }

@@ -120,8 +120,12 @@ pub async fn run_to_end(
     attempted: impl Fn(Attempt),
 ) -> Result<Outcome, SandboxError> {
     let (tx, mut attempts) = tokio::sync::mpsc::unbounded_channel();
-    if let Some((listener, rules)) = launched.writes.take() {
-        tokio::task::spawn_blocking(move || writes::serve(listener, &rules, &tx));
+    match launched.writes.take() {
+        Some((listener, rules)) => {
+            tokio::task::spawn_blocking(move || writes::serve(listener, &rules, &tx));
+        }
+        // Nothing to judge: nothing will come.
+        None => drop(tx),
     }
     let (status, timed_out) = {
         let ended = end(&launched, cgroup, timeout);

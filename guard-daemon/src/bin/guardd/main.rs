@@ -274,8 +274,13 @@ fn main() -> ExitCode {
     if args.reload {
         return reload(&args.socket);
     }
+    // Each running call's write-opens are judged on a blocking thread for the call's life
+    // (`sandbox::writes`), and so are a judge's or approver's: the pool must never be full of
+    // them, or a call's next write-open would wait for another call to end.
+    let blocking = 512 + args.max_calls + args.max_connections;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.workers())
+        .max_blocking_threads(blocking)
         .thread_name("guardd-worker")
         .enable_all()
         .build();
