@@ -450,6 +450,30 @@ fn escape_a_write_outside_the_call_s_effects_is_refused_and_reported_untraced() 
     let first = &row["effects_observed"]["divergences"][0];
     assert_eq!(first["effect"], "write_open", "{row:#}");
     assert_eq!(first["path"], existing.display().to_string(), "{row:#}");
+    drop(guardd);
+    // Where divergences end the call, this one does: the attempt is killed with the rest.
+    let guardd = Guardd::start(&s.policy(
+        &format!("write = [\"{}\"]\non_divergence = \"kill\"", out.display()),
+        "",
+    ));
+    let tried = call(
+        &guardd,
+        &[
+            "write",
+            &created.display().to_string(),
+            "x",
+            "--",
+            "sleep",
+            "5",
+        ],
+    );
+    assert_eq!(tried.status.code(), Some(137), "{tried:?}");
+    let row = last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["stopped"], true, "{row:#}");
+    assert_eq!(
+        row["effects_observed"]["divergences"][0]["action"], "kill",
+        "{row:#}"
+    );
 }
 
 #[test]

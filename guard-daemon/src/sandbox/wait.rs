@@ -132,7 +132,10 @@ pub async fn run_to_end(
         tokio::pin!(ended);
         loop {
             tokio::select! {
-                Some(attempt) = attempts.recv() => attempted(attempt),
+                Some((attempt, recorded)) = attempts.recv() => {
+                    attempted(attempt);
+                    let _ = recorded.send(());
+                }
                 ended = &mut ended => break ended?,
             }
         }
@@ -148,8 +151,10 @@ pub async fn run_to_end(
     }
     // The judge ends once no process is left to stop; what it judged last comes before that.
     let judged = tokio::time::Instant::now() + JUDGE_GONE;
-    while let Ok(Some(attempt)) = tokio::time::timeout_at(judged, attempts.recv()).await {
+    while let Ok(Some((attempt, recorded))) = tokio::time::timeout_at(judged, attempts.recv()).await
+    {
         attempted(attempt);
+        let _ = recorded.send(());
     }
     if cgroup.pids()?.is_empty() {
         drop(launched);

@@ -119,12 +119,17 @@ pub(super) fn receive(socket: &OwnedFd) -> nix::Result<OwnedFd> {
         .ok_or(nix::Error::ENOMSG)
 }
 
+/// An attempt on its way to the call's receipt, and the word that it was recorded.
+pub(super) type Reported = (Attempt, tokio::sync::oneshot::Sender<()>);
+
 /// Serves the call's listener until no process of it is left: judges each write-open, sends
-/// each attempt to `attempts`, and lets the kernel go on. Blocking: run it on its own thread.
-pub fn serve(
+/// each attempt to `attempts` and waits until it is recorded (so a call that a divergence ends
+/// is killed before the open goes on, and never sees its refusal), and lets the kernel go on.
+/// Blocking: run it on its own thread.
+pub(super) fn serve(
     listener: OwnedFd,
     rules: &WriteRules,
-    attempts: &tokio::sync::mpsc::UnboundedSender<Attempt>,
+    attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
     let listener = Listener::new(listener);
     loop {
@@ -139,7 +144,10 @@ pub fn serve(
             }
         };
         if let Some(attempt) = judge(&listener, rules, &n) {
-            let _ = attempts.send(attempt);
+            let (recorded, done) = tokio::sync::oneshot::channel();
+            if attempts.send((attempt, recorded)).is_ok() {
+                let _ = done.blocking_recv();
+            }
         }
         if let Err(e) = listener.go_on(n.id) {
             tracing::error!("answering a call's write-open: {e}");
