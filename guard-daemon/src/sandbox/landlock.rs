@@ -20,7 +20,7 @@ use ::landlock::{
     ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, NetPort,
     PathBeneath, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
 };
-use nix::{errno::Errno, fcntl::OFlag};
+use nix::errno::Errno;
 use serde::Serialize;
 
 use super::resolve;
@@ -418,6 +418,8 @@ pub struct Prepared {
     fd: Option<OwnedFd>,
     pub abi: i32,
     pub status: LandlockStatus,
+    /// What the call may change, as the rules found it: writable in its mount view.
+    pub writable: Vec<Writable>,
 }
 
 /// `struct landlock_path_beneath_attr` (packed in the uapi).
@@ -435,10 +437,15 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
     let abi = kernel_abi();
     if abi < MIN_ABI {
         if allow_without {
+            let mut writable = Vec::new();
+            for rule in rules.fs.iter().filter(|r| r.access.intersects(changes())) {
+                writable.push(Writable::of(&open_rule(rule)?, &rule.path)?);
+            }
             return Ok(Prepared {
                 fd: None,
                 abi,
                 status: LandlockStatus::Disabled,
+                writable,
             });
         }
         return Err(LandlockError::TooOld { abi });
@@ -457,27 +464,12 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         .create()?
         // The child sets no_new_privs itself, before restricting.
         .no_new_privs(false);
+    let mut writable = Vec::new();
     for rule in &rules.fs {
-        let path = |source| LandlockError::Path {
-            path: rule.path.clone(),
-            source,
-        };
-        let fd = match &rule.origin {
-            Origin::Beneath(root) => {
-                resolve::beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
-                    path: rule.path.clone(),
-                    root: root.clone(),
-                    source,
-                })?
-            }
-            Origin::Policy => resolve::open(&rule.path, OFlag::empty()).map_err(path)?,
-            Origin::Host => nix::fcntl::open(
-                &rule.path,
-                OFlag::O_PATH | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .map_err(|e| path(e.into()))?,
-        };
+        let fd = open_rule(rule)?;
+        if rule.access.intersects(changes()) {
+            writable.push(Writable::of(&fd, &rule.path)?);
+        }
         created = created.add_rule(PathBeneath::new(fd, rule.access))?;
     }
     for &port in &rules.connect_ports {
@@ -489,7 +481,12 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
     } else {
         LandlockStatus::NoScopes
     };
-    Ok(Prepared { fd, abi, status })
+    Ok(Prepared {
+        fd,
+        abi,
+        status,
+        writable,
+    })
 }
 
 impl Prepared {
@@ -560,5 +557,9 @@ fn add_proc_rule(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, tree: bool) -
     if errno != 0 { Err(errno) } else { Ok(()) }
 }
 
+mod open;
 #[cfg(test)]
 mod tests;
+
+pub use open::Writable;
+use open::open_rule;

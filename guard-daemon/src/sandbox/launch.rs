@@ -294,8 +294,6 @@ pub struct Ready {
     uid: libc::uid_t,
     gid: libc::gid_t,
     landlock: landlock::Prepared,
-    /// What the call may change: writable in its mount view (`child::mounts`).
-    writable: Vec<CString>,
     programs: std::sync::Arc<Vec<BpfProgram>>,
     /// The write-opens filter (`seccomp::write_opens`) and the rules its opens are judged by.
     watch: (std::sync::Arc<Vec<BpfProgram>>, WriteRules),
@@ -325,18 +323,8 @@ pub fn prepare(
         rules
     };
     let prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
-    // As they resolve now: a mount cannot be put on a symlink (landlock's rules took the
-    // inodes the same paths lead to).
-    let writable = rules
-        .writable()
-        .into_iter()
-        .map(|p| {
-            let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
-            cstring(real.as_os_str().as_bytes(), "writable path")
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if writable.len() > super::child::MAX_WRITABLE {
-        return Err(SandboxError::TooManyWritable(writable.len()));
+    if prepared.writable.len() > super::child::MAX_WRITABLE {
+        return Err(SandboxError::TooManyWritable(prepared.writable.len()));
     }
     stages.lap("landlock");
 
@@ -378,7 +366,6 @@ pub fn prepare(
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
         landlock: prepared,
-        writable,
         programs,
         watch,
         limits,
@@ -461,7 +448,7 @@ impl Ready {
             proc_self: c"/proc/self",
             filters: &filters,
             watch: watch.first().map(|f| (f, listener_w.as_raw_fd())),
-            writable: &self.writable,
+            writable: &self.landlock.writable,
         };
 
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);

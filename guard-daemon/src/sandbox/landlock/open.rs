@@ -1,0 +1,76 @@
+//! Opening the file of a rule, as its origin says, and what the mount view takes from the ones
+//! the call may change.
+
+use std::{
+    ffi::CString,
+    os::{
+        fd::{AsRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::Path,
+};
+
+use nix::{errno::Errno, fcntl::OFlag};
+
+use super::{FsRule, LandlockError, Origin};
+use crate::sandbox::resolve;
+
+/// A file or directory the call may change, as its rule found it: where it lies (its links
+/// resolved) and which file it is. The child finds it again by that path, refusing any link on
+/// the way, and mounts its copy there only if it is still the same file (`child::mounts`): a
+/// path re-pointed since would give the call a writable copy of wherever it leads now.
+#[derive(Debug)]
+pub struct Writable {
+    pub path: CString,
+    pub dev: u64,
+    pub ino: u64,
+    /// Holds the file until the launch is over, so that its identity is no other's: a file
+    /// removed and its inode number reused would otherwise pass for it.
+    pub pin: OwnedFd,
+}
+
+impl Writable {
+    /// The identity and the path of the file `fd` holds.
+    pub(super) fn of(fd: &OwnedFd, rule: &Path) -> Result<Self, LandlockError> {
+        let failed = |e: Errno| LandlockError::Path {
+            path: rule.to_owned(),
+            source: resolve::ResolveError::Sys(e),
+        };
+        let stat = nix::sys::stat::fstat(fd).map_err(failed)?;
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|e| failed(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| failed(Errno::EINVAL))?;
+        Ok(Self {
+            path,
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            pin: fd
+                .try_clone()
+                .map_err(|e| failed(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EMFILE))))?,
+        })
+    }
+}
+
+/// The file `rule` names, opened as its origin says.
+pub(super) fn open_rule(rule: &FsRule) -> Result<OwnedFd, LandlockError> {
+    let path = |source| LandlockError::Path {
+        path: rule.path.clone(),
+        source,
+    };
+    Ok(match &rule.origin {
+        Origin::Beneath(root) => {
+            resolve::beneath(root, &rule.path).map_err(|source| LandlockError::Beneath {
+                path: rule.path.clone(),
+                root: root.clone(),
+                source,
+            })?
+        }
+        Origin::Policy => resolve::open(&rule.path, OFlag::empty()).map_err(path)?,
+        Origin::Host => nix::fcntl::open(
+            &rule.path,
+            OFlag::O_PATH | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| path(e.into()))?,
+    })
+}
