@@ -100,8 +100,10 @@ pub struct Layout {
     pub lock_file: u32,
     pub lock_type: u32,
     pub lock_flags: u32,
+    /// `struct inode`: `i_mode`, for the lock programs (a device file is no call's to lock).
+    pub inode_mode: u32,
 }
-const _: () = assert!(core::mem::size_of::<Layout>() == 68);
+const _: () = assert!(core::mem::size_of::<Layout>() == 72);
 
 #[cfg(feature = "user")]
 // SAFETY: repr(C), integers only, no padding (size asserted above).

@@ -32,6 +32,7 @@ static LAYOUT: Layout = Layout {
     lock_file: 0,
     lock_type: 0,
     lock_flags: 0,
+    inode_mode: 0,
 };
 
 /// The layout the loader set.

@@ -29,6 +29,10 @@ use crate::{
 };
 
 const SIGKILL: u32 = 9;
+/// The file type bits of `i_mode`, and those of character and block devices.
+const S_IFMT: u16 = 0o170_000;
+const S_IFCHR: u16 = 0o020_000;
+const S_IFBLK: u16 = 0o060_000;
 /// `F_UNLCK`: giving a lock back asks for nothing.
 const F_UNLCK: u8 = 2;
 /// `FL_OFDLCK` in `flc_flags`: an open file description lock (`F_OFD_SETLK`).
@@ -67,10 +71,17 @@ fn judge(ctx: &BtfTracePointContext, kind: u32) {
         return;
     }
     let file = read_ptr(fl, l.lock_file);
+    // A device file is no call's to lock, whatever its write effects say: every call may
+    // write `/dev/null`, and one locking it while another watches would be a channel.
+    let inode: *const u8 = ctx.arg(0);
+    let device = inode.is_null()
+        || read::<u16>(inode, l.inode_mode)
+            .map_or(true, |m| matches!(m & S_IFMT, S_IFCHR | S_IFBLK));
     // A walk that cannot be read to its end approves nothing.
-    let allowed = file
-        .and_then(|f| approved(&WRITE_ALLOW, f, &l, cgroup_id, Some(config.name_key)))
-        .unwrap_or(false);
+    let allowed = !device
+        && file
+            .and_then(|f| approved(&WRITE_ALLOW, f, &l, cgroup_id, Some(config.name_key)))
+            .unwrap_or(false);
     if allowed {
         return;
     }

@@ -146,6 +146,7 @@ pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
         lock_file: at("file_lock", "c")? + at("file_lock_core", "flc_file")?,
         lock_type: at("file_lock", "c")? + at("file_lock_core", "flc_type")?,
         lock_flags: at("file_lock", "c")? + at("file_lock_core", "flc_flags")?,
+        inode_mode: at("inode", "i_mode")?,
     })
 }
 

@@ -472,8 +472,13 @@ impl Monitor {
         if installed.traced {
             result = result.and(self.trace_one_less());
         }
+        // A key never inserted (a launch that failed before its kernel watch was whole) is
+        // gone already: ENOENT from the delete.
         let gone = |r: Result<(), MapError>| match r {
             Err(MapError::KeyNotFound) => Ok(()),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
+                Ok(())
+            }
             other => other,
         };
         for key in installed.dests {

@@ -6,9 +6,24 @@
 //! removed with everything in it when the call is over.
 
 use std::{
+    ffi::{CStr, CString},
     fs, io,
-    os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _},
+    os::{
+        fd::{AsFd as _, OwnedFd},
+        unix::{
+            ffi::OsStrExt as _,
+            fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _},
+        },
+    },
     path::{Path, PathBuf},
+};
+
+use nix::{
+    dir::Dir,
+    errno::Errno,
+    fcntl::{Flock, FlockArg, OFlag, openat},
+    sys::stat::{Mode, fstat},
+    unistd::{UnlinkatFlags, unlinkat},
 };
 
 use crate::plan::LaunchPlan;
@@ -28,7 +43,8 @@ pub fn fresh() -> PathBuf {
     Path::new(ROOT).join(format!("call-{name}"))
 }
 
-/// Makes [`ROOT`] if missing; refuses one that is not root's directory, mode 0711 at most.
+/// Makes [`ROOT`] if missing (refusing one that is not root's directory, mode 0711 at most),
+/// and removes what a guardd that died left in it: a directory whose lock no live guardd holds.
 pub fn prepare_root() -> io::Result<()> {
     match fs::DirBuilder::new().mode(0o711).create(ROOT) {
         Ok(()) => {}
@@ -41,12 +57,113 @@ pub fn prepare_root() -> io::Result<()> {
             "{ROOT} is not a directory of root's that only root may list and change"
         )));
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for entry in fs::read_dir(ROOT)? {
+        let path = entry?.path();
+        let ours = path
+            .file_name()
+            .is_some_and(|n| n.as_bytes().starts_with(b"call-"));
+        if !ours {
+            continue;
+        }
+        let Ok(dir) = open_dir(&path) else { continue };
+        // One made a moment ago may not be locked yet by the guardd making it.
+        let young = fstat(&dir).is_ok_and(|s| now - s.st_ctime < 60);
+        // Held (shared) by the guardd whose call it is, for as long as it lives.
+        if !young && Flock::lock(dir, FlockArg::LockExclusiveNonblock).is_ok() {
+            tracing::info!("removing {}, left by a guardd that ended", path.display());
+            if let Err(e) = remove_tree(&path) {
+                tracing::warn!("leaving {}: {e}", path.display());
+            }
+        }
+    }
     Ok(())
 }
 
-/// A call's temporary directory, removed (with what the call left in it) on drop.
+/// `path`, a directory, opened without following a link.
+fn open_dir(path: &Path) -> nix::Result<OwnedFd> {
+    nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// At most this many entries are removed from one call's directory: past that, it is left,
+/// and said so (something keeps filling it).
+const MAX_REMOVALS: u64 = 10_000_000;
+
+/// Removes the directory `root` and everything in it, as root, without following a link and
+/// without recursion: a call may leave a tree tens of thousands of levels deep (one stack frame
+/// a level took guardd's worker down), and the processes of its user may go on changing it.
+/// One directory descriptor at a time; going back up, `..` must be the directory it came
+/// from (by identity), or the removal stops there.
+pub fn remove_tree(root: &Path) -> io::Result<()> {
+    let mut here = open_dir(root)?;
+    let id = |fd: &OwnedFd| fstat(fd).map(|s| (s.st_dev, s.st_ino));
+    let mut path: Vec<((u64, u64), CString)> = Vec::new();
+    let mut removed = 0u64;
+    loop {
+        match first_subdir(&here, &mut removed)? {
+            Some(name) => {
+                let below = openat(&here, name.as_c_str(), dir_flags(), Mode::empty())?;
+                path.push((id(&here)?, name));
+                here = below;
+            }
+            None => {
+                let Some((parent, name)) = path.pop() else {
+                    break;
+                };
+                let up = openat(&here, c"..", dir_flags(), Mode::empty())?;
+                if id(&up)? != parent {
+                    return Err(io::Error::other("a directory was moved during the removal"));
+                }
+                here = up;
+                unlinkat(&here, name.as_c_str(), UnlinkatFlags::RemoveDir)?;
+            }
+        }
+        if removed > MAX_REMOVALS {
+            return Err(io::Error::other("more than 10 million entries"));
+        }
+    }
+    drop(here);
+    fs::remove_dir(root)
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// Removes every entry of `dir` that is not a directory, and the empty directories; the name
+/// of a directory that is not empty, if any.
+fn first_subdir(dir: &OwnedFd, removed: &mut u64) -> io::Result<Option<CString>> {
+    let mut entries = Dir::openat(dir.as_fd(), c".", dir_flags(), Mode::empty())?;
+    for entry in entries.iter() {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        *removed += 1;
+        match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(Errno::EISDIR) => match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(Errno::ENOTEMPTY | Errno::EEXIST) => return Ok(Some(name.to_owned())),
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
+/// A call's temporary directory, removed (with what the call left in it) on drop, off the
+/// runtime's threads. A shared lock on it says, while guardd lives, that it is in use.
 #[derive(Debug)]
-pub struct CallTmp(Option<PathBuf>);
+pub struct CallTmp(Option<(PathBuf, Flock<OwnedFd>)>);
 
 impl CallTmp {
     /// Makes `plan`'s directory, if it has one, for the user it runs as (`default_user` unless
@@ -67,7 +184,9 @@ impl CallTmp {
             .map_err(io::Error::from)?
             .ok_or_else(|| io::Error::other(format!("no user {name}")))?;
         fs::DirBuilder::new().mode(0o700).create(dir)?;
-        let made = Self(Some(dir.clone()));
+        let held = Flock::lock(open_dir(dir)?, FlockArg::LockSharedNonblock)
+            .map_err(|(_, e)| io::Error::from(e))?;
+        let made = Self(Some((dir.clone(), held)));
         std::os::unix::fs::chown(dir, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         Ok(made)
@@ -76,13 +195,62 @@ impl CallTmp {
 
 impl Drop for CallTmp {
     fn drop(&mut self) {
-        if let Some(dir) = &self.0
-            && let Err(e) = fs::remove_dir_all(dir)
-        {
-            tracing::warn!(
-                "leaving a call's temporary directory {}: {e}",
-                dir.display()
-            );
+        let Some((dir, held)) = self.0.take() else {
+            return;
+        };
+        let remove = move || {
+            if let Err(e) = remove_tree(&dir) {
+                tracing::warn!(
+                    "leaving a call's temporary directory {}: {e}",
+                    dir.display()
+                );
+            }
+            drop(held);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(remove)),
+            Err(_) => remove(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_deeper_than_any_stack_is_removed_and_links_are_not_followed() {
+        let dir = crate::audit::testdir::TestDir::new("tmp-tree");
+        let keep = dir.path().join("keep");
+        fs::create_dir(&keep).expect("mkdir");
+        fs::write(keep.join("file"), "kept").expect("write");
+        let root = dir.path().join("call-x");
+        fs::create_dir(&root).expect("mkdir");
+        std::os::unix::fs::symlink(&keep, root.join("link")).expect("symlink");
+        // 20,000 levels, made relative to each one, as a call would.
+        let mut at = open_dir(&root).expect("open");
+        for i in 0..20_000 {
+            nix::sys::stat::mkdirat(&at, c"d", Mode::from_bits_truncate(0o700)).expect("mkdir");
+            if i % 1000 == 0 {
+                fs::write(
+                    format!("/proc/self/fd/{}/f", std::os::fd::AsRawFd::as_raw_fd(&at)),
+                    "x",
+                )
+                .expect("write");
+            }
+            at = openat(&at, c"d", dir_flags(), Mode::empty()).expect("open");
+        }
+        drop(at);
+        // On a small stack, as guardd's workers have.
+        let removing = root.clone();
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || remove_tree(&removing))
+            .expect("thread")
+            .join()
+            .expect("no overflow")
+            .expect("removed");
+        assert!(!root.exists());
+        assert_eq!(fs::read_to_string(keep.join("file")).expect("kept"), "kept");
     }
 }

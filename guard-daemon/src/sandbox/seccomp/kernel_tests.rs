@@ -61,7 +61,8 @@ const NS: &[i32] = &[
 
 const HI: u64 = 0xffff_ffff_0000_0000;
 
-/// Opens of a name at an unmapped address: EFAULT unfiltered, whatever the flags.
+/// Opens of a name at an unmapped address (EFAULT unfiltered, whatever the flags), and the
+/// options and probes refused by argument, on no descriptor.
 fn opens() -> Vec<Probe> {
     let at = libc::AT_FDCWD as u64;
     let mut out = vec![arg0(libc::SYS_creat, 1)];
@@ -75,6 +76,28 @@ fn opens() -> Vec<Probe> {
         out.push(call(libc::SYS_openat, [at, 1, flags as u64, 0, 0, 0]));
         out.push(call(libc::SYS_open, [1, flags as u64, 0, 0, 0, 0]));
     }
+    // On no descriptor (EBADF unfiltered): group joins, page-cache probes, dnotify.
+    let none = u64::from(u32::MAX);
+    for (level, name) in [
+        (libc::SOL_IP, libc::IP_ADD_MEMBERSHIP),
+        (libc::SOL_IPV6, libc::IPV6_JOIN_ANYCAST),
+        (libc::SOL_IP, libc::IP_TTL),
+    ] {
+        out.push(call(
+            libc::SYS_setsockopt,
+            [none, level as u64, name as u64, 0, 0, 0],
+        ));
+    }
+    for advice in [2, 4] {
+        out.push(call(libc::SYS_fadvise64, [none, 0, 0, advice, 0, 0]));
+    }
+    for flags in [0, libc::RWF_NOWAIT] {
+        out.push(call(libc::SYS_preadv2, [none, 0, 0, 0, 0, flags as u64]));
+    }
+    out.push(call(
+        libc::SYS_fcntl,
+        [none, libc::F_NOTIFY as u64, 0, 0, 0, 0],
+    ));
     out
 }
 

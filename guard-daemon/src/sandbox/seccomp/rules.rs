@@ -3,7 +3,7 @@
 
 use super::{
     Action, Cond, Mode, Op, Rule, SeccompError, SeccompTable,
-    socket::{error_queue_rules, socket_rules},
+    socket::{error_queue_rules, group_join_rules, socket_rules},
 };
 use crate::{plan::LaunchPlan, sandbox::landlock, sysname};
 
@@ -272,11 +272,13 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
             .filter(|r| !allowed(r.name)),
     );
     rules.extend(error_queue_rules());
+    rules.extend(group_join_rules());
     rules.extend(
         LOCK_PROBES
             .iter()
             .map(|&(_, cmd)| command("fcntl", libc::SYS_fcntl, cmd as u32)),
     );
+    rules.extend(page_cache_rules());
 
     let (mode, default) = if c.syscalls.is_empty() {
         (Mode::DenyList, Action::Allow)
@@ -434,16 +436,42 @@ fn command(name: &'static str, nr: i64, value: u32) -> Rule {
 }
 
 /// The `fcntl` commands that learn of, or reach, another's use of a file without a lock of
-/// the call's own: `F_GETLK` and `F_OFD_GETLK` test a range for others' locks, and `F_SETLEASE`
-/// is told when anyone else opens the file. The lock programs kill a task that locks a file
-/// outside its write effects before it learns the outcome; these would learn it without
-/// locking, and two calls could talk through the locks on a file both may only read. Not
-/// lifted by `allow_syscalls = ["fcntl"]`, which names a syscall, not these.
+/// the call's own: `F_GETLK` and `F_OFD_GETLK` test a range for others' locks, `F_SETLEASE`
+/// is told when anyone else opens the file, and `F_NOTIFY` (dnotify, the older inotify, which
+/// the deny list refuses) when anyone touches a directory's files. The lock programs kill a
+/// task that locks a file outside its write effects before it learns the outcome; these would
+/// learn it without locking, and two calls could talk through the locks on a file both may
+/// only read, or through their reads in a directory both may read. Not lifted by
+/// `allow_syscalls = ["fcntl"]`, which names a syscall, not these.
 pub(super) const LOCK_PROBES: &[(&str, i32)] = &[
     ("F_GETLK", libc::F_GETLK),
     ("F_OFD_GETLK", libc::F_OFD_GETLK),
     ("F_SETLEASE", libc::F_SETLEASE),
+    ("F_NOTIFY", libc::F_NOTIFY),
 ];
+
+/// `posix_fadvise(POSIX_FADV_DONTNEED)`: drops a file's pages from the page cache.
+const FADV_DONTNEED: u64 = 4;
+
+/// The page cache of a file two calls may both read is shared: one evicts its pages
+/// (`fadvise` `DONTNEED`), the other reads some back in, and the first learns which by asking
+/// to read without waiting for the disk (`preadv2` with `RWF_NOWAIT`, which fails on a page not
+/// cached). Both refused (EPERM), whatever the plan allows: no tool needs them to be correct.
+/// (The kernel already keeps `mincore` and `cachestat` from a file's non-owners; a read's
+/// timing stays, a noisier probe.)
+fn page_cache_rules() -> Vec<Rule> {
+    let nowait = libc::RWF_NOWAIT as u64;
+    vec![
+        Rule {
+            name: "fadvise64",
+            nr: libc::SYS_fadvise64,
+            action: EPERM,
+            when: vec![int_eq(3, FADV_DONTNEED as i32)],
+        },
+        masked_eperm("preadv2", libc::SYS_preadv2, 5, nowait, nowait),
+        masked_eperm("pwritev2", libc::SYS_pwritev2, 5, nowait, nowait),
+    ]
+}
 
 /// `utimensat` with a name (its second argument, a pointer, not NULL): times set by name, as
 /// [`METADATA_BY_NAME`]. With a NULL name it is `futimens` on a descriptor, which `touch` uses.

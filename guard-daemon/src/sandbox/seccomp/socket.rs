@@ -1,6 +1,6 @@
 //! The rules on socket(2) and socketpair(2): which address families and socket types a call may
 //! create, by its effects; and on setsockopt(2), the options that open a socket's error queue
-//! to ICMP errors from anyone.
+//! to ICMP errors from anyone, and those that join a multicast group.
 
 use super::{
     Action, Cond, Op, Rule,
@@ -40,6 +40,36 @@ const RECVERR: &[(i32, i32)] = &[
     (libc::SOL_IPV6, 25),
     (libc::SOL_IPV6, 31),
 ];
+
+/// The `setsockopt` options that join a multicast (or IPv6 anycast) group, by (level, name).
+/// A join is neither a connect nor a send, yet it speaks: the kernel itself sends the IGMP or
+/// MLD report, which leaves the host with the group's address (data a call chose) and no cgroup
+/// program sees, and `/proc/net/igmp` and `igmp6` show every group joined to every local user.
+/// (The source filters, `IP_MSFILTER` and `MCAST_MSFILTER`, change a group already joined.)
+const GROUP_JOINS: &[(i32, i32)] = &[
+    (libc::SOL_IP, libc::IP_ADD_MEMBERSHIP),
+    (libc::SOL_IP, libc::IP_ADD_SOURCE_MEMBERSHIP),
+    (libc::SOL_IP, libc::MCAST_JOIN_GROUP),
+    (libc::SOL_IP, libc::MCAST_JOIN_SOURCE_GROUP),
+    (libc::SOL_IPV6, libc::IPV6_ADD_MEMBERSHIP),
+    (libc::SOL_IPV6, libc::IPV6_JOIN_ANYCAST),
+    (libc::SOL_IPV6, libc::MCAST_JOIN_GROUP),
+    (libc::SOL_IPV6, libc::MCAST_JOIN_SOURCE_GROUP),
+];
+
+/// setsockopt(2) of [`GROUP_JOINS`]: EPERM, for every call and whatever `allow_syscalls` says
+/// (it names a syscall, not these options). No effect declares a group.
+pub(super) fn group_join_rules() -> Vec<Rule> {
+    GROUP_JOINS
+        .iter()
+        .map(|&(level, name)| Rule {
+            name: "setsockopt",
+            nr: libc::SYS_setsockopt,
+            action: EPERM,
+            when: vec![int_eq(1, level), int_eq(2, name)],
+        })
+        .collect()
+}
 
 /// socket(2): AF_UNIX only with the `unix` effect, AF_INET/AF_INET6 only with connect effects
 /// and then of type SOCK_STREAM or SOCK_DGRAM. Never AF_PACKET, AF_NETLINK or SOCK_RAW.
