@@ -16,6 +16,11 @@ use nix::errno::Errno;
 
 use super::{landlock, limits::Rlimits};
 
+mod mounts;
+
+pub(super) use mounts::MAX_WRITABLE;
+use mounts::mounts;
+
 /// The names of the child's steps, indexed by [`Stage`]: the parent turns a report into one.
 pub(super) const STAGES: &[&str] = &[
     "cgroup",
@@ -259,156 +264,6 @@ fn set_rlimits(ctx: &ChildCtx) -> Result<(), Failed> {
     Ok(())
 }
 
-/// At most this many writable paths a call (the writable parts of its mount view).
-pub(super) const MAX_WRITABLE: usize = 64;
-
-/// The call's mount view (it was cloned into a mount namespace of its own): every mount
-/// read-only, and on top, at each path it may change, a copy of that path's mounts as they
-/// are, writable. landlock decides what a call may open; this holds what it may change by name
-/// where landlock has no say: a file's mode, times, owner or attributes (`chmod` by name, which
-/// git needs in a workspace, reached every file of the call's user anywhere), and it makes
-/// the host's writable places (`/tmp`, a home) read-only to the call whatever its user may do
-/// there. Writes to device files (`/dev/null`) are untouched by a read-only mount.
-///
-/// Each writable file is found again by descriptor ([`find`]) and must be the very file its
-/// landlock rule holds: found by path, as root, it could be a symlink another process of the
-/// call's user put there since (a directory swapped for one, between the decision and this
-/// step), and the call would get a writable copy of wherever that leads, the owner's home or
-/// a directory only root could enter. Copies first (`open_tree`, recursive), then the whole
-/// tree read-only (`mount_setattr`, recursive), then each copy moved over the file it was
-/// taken from. Nothing propagates to the host: the tree is made private first.
-/// (`mount_setattr` is 5.12's, older than the landlock ABI guard needs.)
-fn mounts(writable: &[landlock::Writable]) -> Result<(), Failed> {
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
-    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
-    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-    const MOUNT_ATTR_RDONLY: u64 = 1;
-    /// `struct mount_attr`.
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    // SAFETY: mount with a NUL-terminated target and null pointers where none is needed.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    };
-    check(rc as _, Stage::Mounts)?;
-    let mut places = [-1 as RawFd; MAX_WRITABLE];
-    let mut copies = [-1 as RawFd; MAX_WRITABLE];
-    for (i, w) in writable.iter().take(MAX_WRITABLE).enumerate() {
-        places[i] = find(w)?;
-        let flags = OPEN_TREE_CLONE
-            | libc::O_CLOEXEC as libc::c_uint
-            | libc::AT_RECURSIVE as libc::c_uint
-            | libc::AT_EMPTY_PATH as libc::c_uint;
-        // SAFETY: open_tree of a descriptor (empty path); returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_open_tree, places[i], c"".as_ptr(), flags) };
-        check(fd, Stage::Mounts)?;
-        copies[i] = fd as RawFd;
-    }
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: mount_setattr reads `attr` (its size given) from this stack.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c"/".as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    check(rc, Stage::Mounts)?;
-    for (&place, &copy) in places.iter().zip(&copies).take(writable.len()) {
-        // SAFETY: move_mount of a detached tree onto a file, both by descriptor.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                copy,
-                c"".as_ptr(),
-                place,
-                c"".as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-            )
-        };
-        check(rc, Stage::Mounts)?;
-    }
-    Ok(())
-}
-
-/// Opens `w`'s path (`O_PATH`) from `/`, one component at a time and refusing a link at each,
-/// and checks that it is the file `w` was (ESTALE if not). Raw syscalls on a name copied to the
-/// stack: no allocation.
-fn find(w: &landlock::Writable) -> Result<RawFd, Failed> {
-    let failed = |errno| Failed {
-        stage: Stage::Mounts,
-        errno,
-    };
-    // SAFETY: a NUL-terminated literal; returns a new descriptor or -1.
-    let mut at = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    check(at as _, Stage::Mounts)?;
-    let mut name = [0u8; 256];
-    for part in w.path.to_bytes().split(|&b| b == b'/') {
-        if part.is_empty() {
-            continue;
-        }
-        let refused = if part.len() >= name.len() {
-            libc::ENAMETOOLONG
-        } else if part == b"." || part == b".." {
-            libc::EINVAL
-        } else {
-            0
-        };
-        if refused != 0 {
-            // SAFETY: `at` is this function's own descriptor.
-            unsafe { libc::close(at) };
-            return Err(failed(refused));
-        }
-        name[..part.len()].copy_from_slice(part);
-        name[part.len()] = 0;
-        // SAFETY: `name` is NUL-terminated on this stack; returns a new descriptor or -1.
-        let next = unsafe {
-            libc::openat(
-                at,
-                name.as_ptr().cast(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        let errno = Errno::last_raw();
-        // SAFETY: `at` is this function's own descriptor, replaced by `next`.
-        unsafe { libc::close(at) };
-        if next < 0 {
-            return Err(failed(errno));
-        }
-        at = next;
-    }
-    // SAFETY: stat is plain integers, valid when zeroed; fstat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on this function's descriptor into `st` on this stack.
-    let rc = unsafe { libc::fstat(at, &mut st) };
-    let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-    if rc < 0 || link || st.st_dev != w.dev || st.st_ino != w.ino {
-        // SAFETY: as above.
-        unsafe { libc::close(at) };
-        return Err(failed(libc::ESTALE));
-    }
-    Ok(at)
-}
-
 /// No supplementary groups, then gid, then uid: setuid goes last because it drops the right to
 /// change the others. Raw syscalls: they change this task only, which is the whole child, where
 /// glibc's wrappers would also signal the daemon's threads (whose memory the child shares) to
@@ -579,44 +434,6 @@ fn fail(report: RawFd, f: Failed) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The writable place `path` is now.
-    fn writable(path: &std::path::Path) -> landlock::Writable {
-        use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _};
-        let meta = std::fs::metadata(path).expect("stat");
-        landlock::Writable {
-            path: std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path"),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            pin: std::fs::File::open(path).expect("open").into(),
-        }
-    }
-
-    #[test]
-    fn a_writable_place_is_found_only_as_it_was() {
-        let dir = crate::audit::testdir::TestDir::new("child-find");
-        let (a, elsewhere) = (dir.path().join("a"), dir.path().join("elsewhere"));
-        std::fs::create_dir_all(a.join("b")).expect("mkdir");
-        std::fs::create_dir_all(elsewhere.join("b")).expect("mkdir");
-        let real = std::fs::canonicalize(a.join("b")).expect("real path");
-        let w = writable(&real);
-        let fd = find(&w).unwrap_or_else(|f| panic!("errno {}", f.errno));
-        // SAFETY: the descriptor find returned, ours.
-        unsafe { libc::close(fd) };
-        // The path re-pointed (a directory on the way swapped for a symlink): refused.
-        std::fs::rename(&a, dir.path().join("old")).expect("rename");
-        std::os::unix::fs::symlink(&elsewhere, &a).expect("symlink");
-        assert_eq!(find(&w).map_err(|f| f.errno), Err(libc::ENOTDIR));
-        // Another directory at the same path: not the one the rule holds.
-        std::fs::remove_file(&a).expect("unlink");
-        std::fs::rename(&elsewhere, &a).expect("rename");
-        assert_eq!(find(&w).map_err(|f| f.errno), Err(libc::ESTALE));
-        // The place itself a symlink to where it was: refused too.
-        let w2 = writable(&real);
-        std::fs::remove_dir(&real).expect("rmdir");
-        std::os::unix::fs::symlink(dir.path().join("old/b"), &real).expect("symlink");
-        assert_eq!(find(&w2).map_err(|f| f.errno), Err(libc::ESTALE));
-    }
 
     #[test]
     fn stages_match_the_enum() {
