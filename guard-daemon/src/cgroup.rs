@@ -17,6 +17,15 @@ pub const UNIFIED_HYBRID: &str = "/sys/fs/cgroup/unified";
 /// Where the cgroup v2 hierarchy is mounted on a pure v2 host.
 pub const UNIFIED_PURE: &str = "/sys/fs/cgroup";
 
+/// A call cgroup a guardd that died left, removed at the next start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Swept {
+    /// Its name (`call-ID`).
+    pub name: String,
+    /// The processes it still had, killed with it.
+    pub processes: usize,
+}
+
 /// Errors of cgroup management, each naming the path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -195,12 +204,13 @@ impl Cgroup {
     }
 
     /// Kills and removes the child cgroups a guardd of this cgroup left behind when it died
-    /// without cleaning up (kill -9). Only the holder of this cgroup's lock may call this.
-    pub fn sweep_children(&self) -> usize {
+    /// without cleaning up (kill -9), each with how many processes it still had. Only the
+    /// holder of this cgroup's lock may call this.
+    pub fn sweep_children(&self) -> Vec<Swept> {
         let Ok(entries) = fs::read_dir(&self.path) else {
-            return 0;
+            return Vec::new();
         };
-        let mut swept = 0;
+        let mut swept = Vec::new();
         for entry in entries.flatten() {
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
@@ -209,8 +219,12 @@ impl Cgroup {
                 path: entry.path(),
                 id: entry.metadata().map(|m| m.ino()).unwrap_or_default(),
             };
+            let processes = child.pids().map_or(0, |p| p.len());
             match child.remove() {
-                Ok(()) => swept += 1,
+                Ok(()) => swept.push(Swept {
+                    name: entry.file_name().to_string_lossy().into_owned(),
+                    processes,
+                }),
                 Err(e) => tracing::warn!("leaving a dead guardd's cgroup behind: {e}"),
             }
         }

@@ -10,6 +10,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+mod interrupted;
 mod reload;
 use tokio::sync::{mpsc, oneshot};
 
@@ -19,7 +20,7 @@ use crate::{
     audit::{self, AuditLog},
     bus::Bus,
     calls::Calls,
-    cgroup::{self, Cgroup},
+    cgroup::{self, Cgroup, Swept},
     lock::{self, LockError, StateLock},
     monitor::Monitor,
     policy::Policy,
@@ -233,6 +234,9 @@ pub struct Daemon {
     pub started: Instant,
     /// Asks the event pump to read everything the kernel has written so far (see `flush_events`).
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
+    /// What a guardd that died here left (its calls' cgroups, held records refused), until
+    /// the log says so (`close_left_open`).
+    left: std::sync::Mutex<interrupted::Left>,
     /// This guardd's hold on its cgroup, socket and audit log; declared last, so released after
     /// everything else is gone.
     _lock: StateLock,
@@ -265,7 +269,7 @@ impl Daemon {
         let enforced = !options.allow_unenforced;
         let mut layers = Vec::new();
 
-        let (held, root, cgroup_name) = claim(&options)?;
+        let (held, root, cgroup_name, swept) = claim(&options)?;
         let cgroup_path = format!("/{cgroup_name}");
         let audit = AuditLog::open(audit::Options {
             rotate_bytes: options.audit_rotate_bytes,
@@ -297,7 +301,7 @@ impl Daemon {
             ..sandbox::LaunchOptions::default()
         };
 
-        let approvals = held_calls(&options)?;
+        let (approvals, refused) = held_calls(&options)?;
         let sessions = Sessions::beside(&options.audit).map_err(|e| StartError::Audit {
             path: options.audit.clone(),
             reason: format!("terminated sessions: {e}"),
@@ -330,6 +334,7 @@ impl Daemon {
             started: Instant::now(),
             flush: OnceLock::new(),
             options,
+            left: std::sync::Mutex::new(interrupted::Left { swept, refused }),
             _lock: held,
         }))
     }
@@ -421,9 +426,9 @@ impl Daemon {
 }
 
 /// The held calls a previous guardd left beside the audit log, taken in as they were: still
-/// waiting, or approved and waiting for their caller. A file that is no valid record is named
-/// and left alone; it never runs.
-fn held_calls(options: &Options) -> Result<Approvals, StartError> {
+/// waiting, or approved and waiting for their caller; and the files that are no valid record
+/// (name, why), set aside: they never run, and the log says so once (`close_left_open`).
+fn held_calls(options: &Options) -> Result<(Approvals, Vec<(String, String)>), StartError> {
     let fail = |reason: String| StartError::Audit {
         path: options.audit.clone(),
         reason,
@@ -431,7 +436,7 @@ fn held_calls(options: &Options) -> Result<Approvals, StartError> {
     let store = Store::beside(&options.audit).map_err(|e| fail(format!("held calls: {e}")))?;
     let approvals = Approvals::new(options.max_queue, options.approval_timeout, Some(store));
     let bad = approvals.load().map_err(|e| fail(e.to_string()))?;
-    for (file, why) in bad {
+    for (file, why) in &bad {
         tracing::error!(
             file,
             "a held call's record is not valid and will not run: {why}"
@@ -441,7 +446,7 @@ fn held_calls(options: &Options) -> Result<Approvals, StartError> {
     if n > 0 {
         tracing::info!(held = n, "held calls taken in from before the restart");
     }
-    Ok(approvals)
+    Ok((approvals, bad))
 }
 
 /// A missing layer, as a reason not to start.
@@ -454,7 +459,7 @@ fn layer_err(layer: &'static str, reason: String) -> StartError {
 /// same state stops here and leaves the first one's alone. The audit log locks itself, later,
 /// once those cgroups are gone (with any child of the dead guardd that still held its
 /// descriptors).
-fn claim(options: &Options) -> Result<(StateLock, Cgroup, String), StartError> {
+fn claim(options: &Options) -> Result<(StateLock, Cgroup, String, Vec<Swept>), StartError> {
     let unified = cgroup::unified_mount().map_err(|e| layer_err("cgroup v2", e.to_string()))?;
     let mut held = StateLock::default();
     held.lock_file("socket", &lock::lock_path(&options.socket))?;
@@ -474,10 +479,11 @@ fn claim(options: &Options) -> Result<(StateLock, Cgroup, String), StartError> {
         Cgroup::create(&unified, &name).map_err(|e| layer_err("cgroup v2", e.to_string()))?;
     let swept = root.sweep_children();
     sandbox::limits::sweep_v1(&name, false);
-    if swept > 0 {
+    if !swept.is_empty() {
+        let swept = swept.len();
         tracing::warn!(swept, "removed the call cgroups of a guardd that died here");
     }
-    Ok((held, root, name))
+    Ok((held, root, name, swept))
 }
 
 /// landlock, ABI 4 at least (TCP rules), or unenforced by the operator's choice.

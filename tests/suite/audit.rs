@@ -618,3 +618,83 @@ fn a_call_whose_end_the_log_cannot_record_is_an_error_for_mcp_and_python_callers
     recorded_again(&guardd, &audit);
     drop(guardd);
 }
+
+#[test]
+fn every_call_a_crash_interrupts_has_its_end_recorded_at_the_next_start() {
+    if !support::privileged("every_call_a_crash_interrupts_has_its_end_recorded_at_the_next_start")
+    {
+        return;
+    }
+    let s = super::escape::Setup::new();
+    let mut guardd = support::Guardd::start(&s.policy("", ""));
+    // Control: a call that ends has its own end.
+    let done = super::escape::call(&guardd, &["ids"]);
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+    // Five calls running when guardd dies.
+    let mut callers: Vec<std::process::Child> = (0..5)
+        .map(|_| {
+            let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+            guardd
+                .exec("tt", &["a0=sleep", "a1=60"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("guard-exec")
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let running = support::output(guardd.ctl(&["calls", "--running", "--json"]));
+        if String::from_utf8_lossy(&running.stdout).lines().count() == 5 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{running:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    guardd.crash();
+    guardd.start_again();
+    let rows = guardd.audit_rows();
+    let allowed: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["kind"] == "decision" && r["decision"]["decision"] == "allow")
+        .map(|r| &r["call_id"])
+        .collect();
+    assert_eq!(allowed.len(), 6, "{rows:#?}");
+    let ends = |id: &Value| -> Vec<&Value> {
+        rows.iter()
+            .filter(|r| r["kind"] == "finished" && &r["call_id"] == id)
+            .collect()
+    };
+    let mut interrupted = 0;
+    for id in &allowed {
+        let end = ends(id);
+        assert_eq!(end.len(), 1, "{id}: {rows:#?}");
+        if !end[0]["interrupted"].is_null() {
+            interrupted += 1;
+            // Its cgroup was found (and what was left in it killed) at the start.
+            assert!(
+                end[0]["interrupted"]["processes_killed"].is_u64(),
+                "{:#}",
+                end[0]
+            );
+            assert!(end[0]["exit"].is_null(), "{:#}", end[0]);
+        }
+    }
+    assert_eq!(interrupted, 5, "{rows:#?}");
+    // guardctl no longer shows them running, and says how they ended.
+    let audit = guardd.audit.to_str().expect("utf-8").to_owned();
+    let calls = support::output(guardd.ctl(&["calls", "--json", "--audit", &audit]));
+    let said = String::from_utf8_lossy(&calls.stdout);
+    assert_eq!(said.matches("\"interrupted\":true").count(), 5, "{said}");
+    // Said once: the next start finds nothing left open.
+    guardd.restart();
+    let again = guardd
+        .audit_rows()
+        .iter()
+        .filter(|r| r["kind"] == "finished")
+        .count();
+    assert_eq!(again, 6);
+    for c in &mut callers {
+        let _ = c.wait();
+    }
+}

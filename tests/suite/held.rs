@@ -392,3 +392,51 @@ fn an_approved_call_does_not_run_once_its_program_changed() {
     assert_eq!(rows.len(), 2, "the approval, then the refusal: {rows:#?}");
     assert_eq!(rows[1]["approved"], false);
 }
+
+#[test]
+fn a_held_record_refused_or_gone_at_a_start_is_answered_once_in_the_log() {
+    if !support::privileged("a_held_record_refused_or_gone_at_a_start_is_answered_once_in_the_log")
+    {
+        return;
+    }
+    let mut guardd = start(&policy(), &[]);
+    let hold = |target: &str| {
+        let out = output(exec_as_caller(
+            &guardd,
+            &["--no-wait"],
+            &["deploy", &format!("target={target}")],
+        ));
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        text(&out.stdout).trim().to_owned()
+    };
+    let (edited, deleted, kept) = (hold("alpha"), hold("beta"), hold("gamma"));
+    let status = guardd.stop();
+    assert!(status.success(), "{status}");
+    let mut dir = guardd.audit.as_os_str().to_owned();
+    dir.push(".pending");
+    let dir = std::path::PathBuf::from(dir);
+    let record = |id: &str| dir.join(format!("{id}.json"));
+    let bytes = std::fs::read(record(&edited)).expect("record");
+    std::fs::write(record(&edited), &bytes[..bytes.len() / 2]).expect("truncate");
+    std::fs::remove_file(record(&deleted)).expect("delete");
+    guardd.start_again();
+    // Neither runs, and each is answered in the log, with why; the intact one stays held.
+    assert_eq!(held(&guardd, 1)[0]["call_id"], kept.as_str());
+    let answers = |guardd: &Guardd| approval_rows(guardd);
+    let rows = answers(&guardd);
+    for (id, why) in [(&edited, "refused"), (&deleted, "gone")] {
+        let row = rows
+            .iter()
+            .find(|r| r["call_id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no answer for {id}: {rows:#?}"));
+        assert_eq!(row["approved"], false, "{row:#}");
+        assert!(
+            row["reason"].as_str().is_some_and(|r| r.contains(why)),
+            "{row:#}"
+        );
+    }
+    // The refused record is set aside, for an operator to look at: reported once.
+    assert!(dir.join(format!("{edited}.json.refused")).exists());
+    guardd.restart();
+    assert_eq!(answers(&guardd).len(), rows.len());
+}

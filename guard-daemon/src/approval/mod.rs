@@ -159,6 +159,11 @@ impl Approvals {
         let (records, bad) = store
             .load()
             .map_err(|e| ApprovalError::Store(format!("{}: {e}", store.dir().display())))?;
+        for (name, _) in &bad {
+            if let Err(e) = store.set_aside(name) {
+                tracing::error!(file = %name, "setting a refused held record aside: {e}");
+            }
+        }
         let mut map = self.lock();
         for record in records {
             let id = record.held.call_id.clone();

@@ -106,8 +106,15 @@ impl Store {
         }
     }
 
-    /// Every record, and the files that are no record (name, why): those are left in place
-    /// for an operator to look at, and never run.
+    /// Moves a file that is no record (`name`, as [`Store::load`] gave it) aside, to
+    /// `NAME.refused`, for an operator to look at: it is reported once, and never loaded again.
+    pub fn set_aside(&self, name: &str) -> io::Result<()> {
+        let from = self.dir.join(name);
+        fs::rename(&from, self.dir.join(format!("{name}.refused")))?;
+        crate::audit::files::sync_dir(&self.dir)
+    }
+
+    /// Every record, and the files that are no record (name, why): those never run.
     pub fn load(&self) -> io::Result<Loaded> {
         let mut records = Vec::new();
         let mut bad = Vec::new();

@@ -31,9 +31,9 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 pub use chain::{Reason, ZERO_HASH};
-pub use read::{Rows, read_rows};
+pub use read::{Rows, read_recent, read_rows};
 pub use recover::Recovery;
-pub use row::{Finished, Launch, Record, Row};
+pub use row::{Finished, Interrupted, Launch, Record, Row};
 pub use verify::{VerifyError, VerifySummary, verify};
 
 /// Where guardd keeps its audit log unless configured otherwise.

@@ -149,6 +149,22 @@ pub struct Finished {
     /// away), as its `kill` event told it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub killed: Option<String>,
+    /// The call's end was never recorded: the guardd that ran it died, and the next one wrote
+    /// this row for it at its start. What it did is not known; only this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
+}
+
+/// What the next guardd knows of a call a guardd that died left open.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interrupted {
+    /// The processes its cgroup still had, killed at the start's sweep (0: it had none left,
+    /// or guardd's own end took them); none when its cgroup was gone.
+    pub processes_killed: Option<usize>,
+    /// Its decision row was not among the rows read at the start (it is older): the row has
+    /// only what its cgroup told.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decision_not_read: bool,
 }
 
 /// The start of an approved call: when, its first process, its program (not its arguments,

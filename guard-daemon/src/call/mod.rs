@@ -312,6 +312,7 @@ async fn finish(
         enforced: daemon.enforced(),
         launch: call.launch.take(),
         killed: call.killed.take(),
+        interrupted: None,
     }));
     let unrecorded = daemon.audit.record(&row).await.err().map(|e| {
         tracing::error!(call = %call_id, "audit log unavailable for the finished row: {e}");

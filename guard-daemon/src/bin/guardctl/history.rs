@@ -255,6 +255,9 @@ struct Summary<'a> {
     decision: Decision,
     exit_code: Option<i32>,
     verdict: Option<Verdict>,
+    /// Its end was never recorded: the guardd that ran it died (the next one said so).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    interrupted: bool,
 }
 
 /// `guardctl calls`: recent calls from the audit log, or with `--running` those running now.
@@ -298,6 +301,7 @@ pub fn calls(
             verdict: finished
                 .and_then(|f| f.effects_observed.as_ref())
                 .map(|r| r.verdict),
+            interrupted: finished.is_some_and(|f| f.interrupted.is_some()),
         };
         if as_json {
             print_json(&summary);
@@ -306,6 +310,7 @@ pub fn calls(
         let verdict = match summary.verdict {
             Some(Verdict::Conformed) => "conformed",
             Some(Verdict::Diverged) => "diverged",
+            None if summary.interrupted => "interrupted",
             None => "-",
         };
         println!(

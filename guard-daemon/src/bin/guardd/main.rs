@@ -347,6 +347,8 @@ async fn serve(args: Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Before any call: the calls a guardd that died here left open get their end recorded.
+    daemon.close_left_open().await;
     for layer in &daemon.layers {
         tracing::info!(layer = %layer.name, state = layer.state.as_str(), "{}", layer.detail);
     }
