@@ -333,7 +333,12 @@ fn ended(exit: Exit, out: (String, u64), err: (String, u64)) -> CallToolResult {
     }
     // An end the audit log could not record is no success (`result`), whatever the code.
     let error = exit.error.clone().or_else(|| exit.unrecorded_message());
-    let note = if exit.stopped {
+    let note = if let Some(why) = &exit.killed {
+        Some(format!(
+            "guard: the call was killed: {why} (call {})",
+            exit.call_id
+        ))
+    } else if exit.stopped {
         Some(format!(
             "guard: the call did something it was not approved to do and was killed (call {})",
             exit.call_id
@@ -419,6 +424,7 @@ mod tests {
             code,
             diverged: code == Some(137),
             stopped: code == Some(137),
+            killed: None,
             error: error.map(Into::into),
             receipt: code.map(|_| Box::default()),
             unrecorded: None,

@@ -112,7 +112,10 @@ pub fn output_schema() -> JsonObject {
             "diverged",
             flag("it did or tried something it was not approved to do"),
         ),
-        ("stopped", flag("guard killed it for that")),
+        (
+            "stopped",
+            flag("guard killed it: for a divergence, its timeout, or its caller gone"),
+        ),
         (
             "error",
             nullable(

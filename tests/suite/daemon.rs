@@ -331,6 +331,10 @@ fn a_timeout_kills_the_whole_tree_and_so_does_killing_guard_exec() {
         "the timeout did not kill the call"
     );
     assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("guard stopped the call: timed out after"),
+        "{out:?}"
+    );
 
     let call_cgroups = || {
         let root = std::path::Path::new("/sys/fs/cgroup/unified").join(&guardd.cgroup);
@@ -366,6 +370,39 @@ fn a_timeout_kills_the_whole_tree_and_so_does_killing_guard_exec() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(call_cgroups(), 0, "killing guard-exec did not end the call");
+}
+
+#[test]
+fn a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so() {
+    if !support::privileged("a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so")
+    {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let guardd = Guardd::start(&policy(&ws, ""));
+    let null: Vec<std::fs::File> = (0..3)
+        .map(|_| std::fs::File::open("/dev/null").expect("/dev/null"))
+        .collect();
+    let fds: Vec<i32> = null.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    let stream = UnixStream::connect(&guardd.socket).expect("connect");
+    let frame = serde_json::json!({"v": 1, "type": "exec", "tool": "bash",
+        "args": {"script": "sleep 60"}});
+    guard::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds).expect("send");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("decision");
+    assert!(line.contains("\"allow\""), "{line}");
+    // The caller closes its half: guard takes that as the call cancelled.
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    line.clear();
+    reader.read_line(&mut line).expect("exit");
+    let exit: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(exit["type"], "exit", "{exit}");
+    assert_eq!(exit["stopped"], true, "{exit}");
+    assert_eq!(exit["killed"], "caller disconnected", "{exit}");
+    assert_eq!(exit["code"], 137, "{exit}");
 }
 
 #[test]

@@ -396,7 +396,9 @@ fn answer(reply: ExecReply) -> Option<ExitCode> {
             ))
         }
         ExecReply::Exit(exit) => {
-            if exit.stopped {
+            if let Some(why) = &exit.killed {
+                eprintln!("guard-exec: guard stopped the call: {why}");
+            } else if exit.stopped {
                 eprintln!(
                     "guard-exec: the call did something it was not approved to do and was stopped"
                 );

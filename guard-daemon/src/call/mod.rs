@@ -289,7 +289,8 @@ async fn finish(
     let diverged = receipt
         .as_ref()
         .is_some_and(|r| r.verdict == Verdict::Diverged);
-    let stopped = receipt.as_ref().is_some_and(|r| r.stopped);
+    let killed = call.killed.clone();
+    let stopped = receipt.as_ref().is_some_and(|r| r.stopped) || killed.is_some();
     // A call guard stopped ends as SIGKILL for its caller, whichever signal reached its first
     // process first (seccomp's SIGSYS, or cgroup.kill's SIGKILL); the row keeps the real one.
     let code = exit.as_ref().map(|o| {
@@ -335,6 +336,7 @@ async fn finish(
         code,
         diverged,
         stopped,
+        killed,
         error,
         receipt: receipt.map(Box::new),
         unrecorded,

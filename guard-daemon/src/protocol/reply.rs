@@ -99,8 +99,12 @@ pub struct Exit {
     pub code: Option<i32>,
     /// The call did or tried something it was not approved to do.
     pub diverged: bool,
-    /// guard killed the call for it.
+    /// guard killed the call: for a divergence, or for `killed`.
     pub stopped: bool,
+    /// Why guard killed it other than for a divergence: its timeout ran out, its caller went
+    /// away (closed the connection, or only its own half of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed: Option<String>,
     /// Why an approved call could not be carried through.
     pub error: Option<String>,
     /// What the call was seen doing, as its audit row records it (absent when it never ran).

@@ -114,6 +114,8 @@ class Result:
     stopped: bool
     receipt: Dict[str, Any] = field(default_factory=dict)
     approved_by: Optional[int] = None
+    # Why guard killed it other than for a divergence (its timeout, its caller gone).
+    killed: Optional[str] = None
 
 
 def _with_cwd(request: Dict[str, Any], cwd: Optional[str]) -> Dict[str, Any]:
@@ -374,6 +376,7 @@ class Client:
             stderr=bytes(output["stderr"]),
             diverged=exit_reply.get("diverged", False),
             stopped=exit_reply.get("stopped", False),
+            killed=exit_reply.get("killed"),
             receipt=exit_reply.get("receipt") or {},
             approved_by=approved_by,
         )
