@@ -698,3 +698,79 @@ fn every_call_a_crash_interrupts_has_its_end_recorded_at_the_next_start() {
         let _ = c.wait();
     }
 }
+
+#[test]
+fn a_writer_that_takes_every_free_block_takes_no_room_of_running_calls() {
+    if !support::privileged("a_writer_that_takes_every_free_block_takes_no_room_of_running_calls") {
+        return;
+    }
+    use std::{
+        io::Write as _,
+        sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    };
+    let (fs_, _tool, guardd) = guardd_logging_on_ext4();
+    // A call running when the file system fills.
+    let running = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        guardd
+            .exec("tt", &["a0=sleep", "a1=2"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("guard-exec")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !guardd.audit_rows().iter().any(|r| r["kind"] == "decision") {
+        assert!(std::time::Instant::now() < deadline, "no decision row");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A writer outside guard that takes every block the file system frees, retrying.
+    let stop = Arc::new(AtomicBool::new(false));
+    let full = Arc::new(AtomicU64::new(0));
+    let filler = {
+        let (stop, full) = (stop.clone(), full.clone());
+        let path = fs_.path().join("filler");
+        std::thread::spawn(move || {
+            let mut f = fs::File::create(&path).expect("filler");
+            while !stop.load(Ordering::SeqCst) {
+                if f.write_all(&[7u8; 4096]).is_err() {
+                    full.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        })
+    };
+    while full.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // New calls wait (75) while the file system is full; the ones admitted have their rows.
+    let mut refused = 0;
+    for _ in 0..20 {
+        let out = super::escape::call(&guardd, &["ids"]);
+        match out.status.code() {
+            Some(75) => refused += 1,
+            Some(0) => {}
+            other => panic!("{other:?}: {out:?}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "calls were admitted with no room kept for their rows"
+    );
+    let out = running.wait_with_output().expect("the running call");
+    assert_eq!(out.status.code(), Some(0), "the running call: {out:?}");
+    stop.store(true, Ordering::SeqCst);
+    filler.join().expect("filler");
+    // Every call that was admitted has its end, on an intact chain.
+    let rows = guardd.audit_rows();
+    let decided = rows.iter().filter(|r| r["kind"] == "decision").count();
+    let finished = rows.iter().filter(|r| r["kind"] == "finished").count();
+    assert_eq!(decided, finished, "{rows:#?}");
+    assert_eq!(decided, 21 - refused, "{rows:#?}");
+    let audit = fs_.path().join("audit.jsonl");
+    audit::verify(&audit).expect("the chain holds");
+    // And calls are admitted again once there is room.
+    fs::remove_file(fs_.path().join("filler")).expect("rm filler");
+    let out = super::escape::call(&guardd, &["ids"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

@@ -2401,16 +2401,16 @@ fn escape_a_call_that_fills_the_audit_file_system_cannot_starve_its_receipt() {
         guardd.last_decision_id().as_str(),
         "{row:#}"
     );
-    // The reserve gave its room to that row. Were that room taken before the reserve is back
-    // (here by root, as by any writer of the file system), guardd admits no call...
+    // The room kept past the log's end took that row. With every free block taken (here by
+    // root, as by any writer of the file system), guardd admits no call...
     let filler = small.join("filler");
     {
         use std::io::Write as _;
         let mut f = fs::File::create(&filler).expect("filler");
         while f.write_all(&[0u8; 65536]).is_ok() {}
     }
-    // (the first call may still find the reserve in place and spend it on its own rows, as a
-    // running call; the one after it is refused)
+    // (the first call may still be admitted, its rows fitting in the blocks already allocated
+    // past the log's end; the one after it is refused)
     let refused = (0..2).any(|i| {
         let file = ws.join(format!("more{i}.txt"));
         let out = call(&guardd, &["write", file.to_str().expect("utf-8"), "x"]);

@@ -22,6 +22,14 @@ pub fn rotated(base: &Path, n: u64) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The next active file, made (with its room) before a rotation puts it in place: `base.next`,
+/// which [`segments`] never lists.
+pub fn next(base: &Path) -> PathBuf {
+    let mut name = OsString::from(base.as_os_str());
+    name.push(".next");
+    PathBuf::from(name)
+}
+
 /// The files of the log at `base` in chain order: rotated ones by number, then the active one
 /// if it exists. A missing directory is an error; a directory without the log is an empty list.
 pub fn segments(base: &Path) -> io::Result<Vec<Segment>> {

@@ -110,6 +110,13 @@ pub struct Stats {
     pub syncs: u64,
 }
 
+/// Where guardds before the reserve moved into the log kept it.
+fn legacy_reserve(log: &Path) -> PathBuf {
+    let mut name = log.as_os_str().to_owned();
+    name.push(".reserve");
+    PathBuf::from(name)
+}
+
 /// The handle to an open log. Share it with `Arc`; dropping it lets the writer finish what is
 /// queued and closes the file.
 pub struct AuditLog {
@@ -126,14 +133,22 @@ impl AuditLog {
     /// the writer thread.
     pub fn open(options: Options) -> Result<Self, AuditError> {
         let start = recover::open(&options.path)?;
-        let reserve =
-            reserve::Reserve::allocate(&options.path, options.reserve_bytes).map_err(|source| {
-                AuditError::Io {
-                    path: options.path.clone(),
-                    source,
-                }
-            })?;
-        let reserve = Arc::new(reserve);
+        // A rotation's next file that a crash left unused; and the reserve file beside the
+        // log, where older guardds kept the room that is now in the log's own file.
+        for leftover in [files::next(&options.path), legacy_reserve(&options.path)] {
+            let _ = std::fs::remove_file(leftover);
+        }
+        let reserve = Arc::new(reserve::Reserve::new(options.reserve_bytes));
+        reserve.adopt(&start.file, start.len, start.len);
+        if let Err(nix::Error::EOPNOTSUPP) = reserve.try_top_up() {
+            // No room could ever be kept: every call would be refused, or its rows lost.
+            return Err(AuditError::Io {
+                path: options.path.clone(),
+                source: std::io::Error::other(
+                    "its file system cannot allocate room ahead of a file (fallocate                      FALLOC_FL_KEEP_SIZE), where guard keeps the room for running calls' rows:                      put the log on ext4, xfs, btrfs or tmpfs",
+                ),
+            });
+        }
         let counters = Arc::new(writer::Counters::default());
         let writer = writer::Writer {
             base: options.path.clone(),
@@ -149,6 +164,7 @@ impl AuditLog {
             keep_rotated: options.keep_rotated.map(|k| k.max(1)),
             counters: counters.clone(),
             reserve: reserve.clone(),
+            reserve_bytes: options.reserve_bytes,
         };
         let (tx, rx) = mpsc::channel(QUEUE);
         let thread = std::thread::Builder::new()
@@ -171,10 +187,10 @@ impl AuditLog {
         })
     }
 
-    /// Whether new calls may be admitted: the reserve for running calls' rows is in place, or
-    /// could be allocated again now.
+    /// Whether new calls may be admitted: the room for running calls' rows is whole, or could
+    /// be made whole now.
     pub fn admits(&self) -> bool {
-        !self.reserve.released() || self.reserve.restore().is_ok()
+        self.reserve.admits()
     }
 
     /// Appends `row` and returns once it is written and fdatasync'ed. If the future is dropped

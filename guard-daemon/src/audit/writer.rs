@@ -7,10 +7,11 @@
 //! ran. So the cost of a sync is shared exactly when there is contention, and latency is never
 //! traded for throughput.
 //!
-//! A batch that cannot be written is tried once more after releasing the reserve (see
-//! `reserve`). A failed write or sync (ENOSPC, EIO) then fails the whole batch: the file is cut back to the end
-//! of the last synced batch so no partial row stays behind, the batch's rows are answered with
-//! `Unavailable`, and their sequence numbers are reused by the next batch, which tries again.
+//! Rows are written into blocks allocated ahead past the file's end (see `reserve`), topped up
+//! after each batch. A failed write or sync (ENOSPC, EIO) fails the whole batch: the file is cut
+//! back to the end of the last synced batch so no partial row stays behind, the batch's rows are
+//! answered with `Unavailable`, and their sequence numbers are reused by the next batch, which
+//! tries again.
 
 use std::{
     fs::{self, File},
@@ -26,7 +27,7 @@ use std::{
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Appended, AuditError, chain, files, ts};
+use super::{Appended, AuditError, chain, files, reserve::Reserve, ts};
 
 /// The slice the writer asks the scheduler for: it runs for tens of microseconds, then sleeps in
 /// `fdatasync`.
@@ -120,8 +121,10 @@ pub(super) struct Writer {
     /// Rotated files kept (at least 1), or all.
     pub keep_rotated: Option<u64>,
     pub counters: Arc<Counters>,
-    /// Room kept for running calls' rows: released to write a batch that did not fit.
-    pub reserve: Arc<super::reserve::Reserve>,
+    /// Room kept for running calls' rows, past the active file's end.
+    pub reserve: Arc<Reserve>,
+    /// The room each active file keeps.
+    pub reserve_bytes: u64,
 }
 
 impl Writer {
@@ -138,15 +141,9 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let mut written = self.write(&buf);
-            if written.is_err() && self.reserve.release() {
-                // The room kept for exactly this: the rows of calls already running. guardd
-                // admits no new call until the reserve is back.
-                tracing::error!(path = %self.base.display(), "audit log: out of room; released the reserve for running calls' rows, admitting no new call until it can be allocated again");
-                written = self.write(&buf);
-            }
-            match written {
+            match self.write(&buf) {
                 Ok(()) => {
+                    self.reserve.wrote(self.len);
                     self.counters
                         .rows
                         .fetch_add(acks.len() as u64, Ordering::Relaxed);
@@ -231,6 +228,8 @@ impl Writer {
                 if let Err(e) = file.set_len(self.len) {
                     tracing::warn!(path = %path, error = %e, "audit log: cannot cut a failed batch; will retry");
                     self.dirty = true;
+                } else {
+                    self.reserve.cut(self.len);
                 }
                 Err(reason)
             }
@@ -245,6 +244,7 @@ impl Writer {
             // or a crash could keep synced rows under a name recovery never finds.
             files::sync_dir(files::parent(&self.base))?;
             self.len = file.metadata()?.len();
+            self.reserve.adopt(&file, self.len, self.len);
             self.file = Some(file);
         }
         self.file
@@ -254,6 +254,9 @@ impl Writer {
 
     /// Renames the full active file to the next `audit.jsonl.N` and starts a new one. The
     /// chain needs nothing special: the writer's `last_hash` is the new file's first `prev`.
+    /// The new file is made, with its room allocated, before the full one gives its room back:
+    /// on a full file system the rotation waits (the rows go on into the full one's room)
+    /// rather than leave the next rows no room at all.
     fn rotate(&mut self) {
         let to = files::rotated(&self.base, self.next_rotation);
         if to.exists() {
@@ -262,15 +265,43 @@ impl Writer {
             self.next_rotation += 1;
             return;
         }
+        let next = files::next(&self.base);
+        let room = Reserve::new(self.reserve_bytes);
+        let prepared = files::open_active(&next).and_then(|f| {
+            room.adopt(&f, 0, 0);
+            if room.room() == 0 {
+                return Err(io::Error::other("no room for its reserve"));
+            }
+            Ok(f)
+        });
+        let new = match prepared {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = fs::remove_file(&next);
+                tracing::warn!(path = %self.base.display(), error = %e, "audit log: rotation postponed: the next file cannot get its room");
+                return;
+            }
+        };
         if let Err(e) = fs::rename(&self.base, &to) {
             tracing::warn!(path = %self.base.display(), error = %e, "audit log: rotation failed; will retry");
             return;
         }
+        if let Err(e) = fs::rename(&next, &self.base) {
+            tracing::warn!(path = %self.base.display(), error = %e, "audit log: the next file is not in place; will make one");
+        }
         self.next_rotation += 1;
-        self.file = None;
+        if let Some(old) = self.file.take() {
+            Reserve::give_back(&old, self.len, self.reserve.allocated());
+        }
         self.len = 0;
-        if let Err(e) = self.file() {
-            tracing::warn!(path = %self.base.display(), error = %e, "audit log: new file after rotation not ready; will retry");
+        match files::sync_dir(files::parent(&self.base)) {
+            Ok(()) => {
+                self.reserve.adopt(&new, 0, room.allocated());
+                self.file = Some(new);
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.base.display(), error = %e, "audit log: new file after rotation not ready; will retry");
+            }
         }
         tracing::info!(rotated = %to.display(), "audit log rotated");
         self.prune();

@@ -61,19 +61,12 @@ impl Daemon {
             .collect();
         let mut accounted = held;
         accounted.extend(refused.iter().map(|(id, _)| id.clone()));
-        let audit = self.options.audit.clone();
-        let read = tokio::task::spawn_blocking(move || open_calls(&audit, &accounted)).await;
-        let found = match read {
-            Ok(Ok(found)) => found,
-            Ok(Err(e)) => {
-                tracing::error!("reading the audit log for calls left open: {e}");
-                Found::default()
-            }
-            Err(e) => {
-                tracing::error!("reading the audit log for calls left open: {e}");
-                Found::default()
-            }
-        };
+        // Read on this thread: nothing is served yet, and a blocking thread started for it
+        // would linger in the pool for no other use.
+        let found = open_calls(&self.options.audit, &accounted).unwrap_or_else(|e| {
+            tracing::error!("reading the audit log for calls left open: {e}");
+            Found::default()
+        });
         let mut rows: Vec<Row> = ends(found.open, left.swept)
             .into_iter()
             .map(|f| Row::Finished(Box::new(f)))

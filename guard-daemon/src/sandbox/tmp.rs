@@ -208,7 +208,10 @@ impl Drop for CallTmp {
             drop(held);
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(remove)),
+            Ok(rt) => drop(rt.spawn_blocking(move || {
+                super::name_blocking_thread();
+                remove();
+            })),
             Err(_) => remove(),
         }
     }

@@ -131,6 +131,7 @@ pub(super) fn serve(
     rules: &WriteRules,
     attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
+    super::name_blocking_thread();
     let listener = Listener::new(listener);
     loop {
         let n = match listener.next() {
