@@ -14,6 +14,7 @@
     reason = "each benchmark reads as its protocol, baseline beside guard"
 )]
 
+mod client;
 mod daemon;
 mod report;
 
@@ -47,10 +48,10 @@ use report::{Goal, Report, Row, median, p50_p99};
 mod policy100;
 
 /// How much of everything a run does.
-struct Scale {
+pub(crate) struct Scale {
     decide_iters: usize,
     check_secs: f64,
-    launch_runs: usize,
+    pub(crate) launch_runs: usize,
     /// firejail takes tens of milliseconds per launch: fewer runs.
     slow_launch_runs: usize,
     loop_runs: usize,
@@ -169,6 +170,8 @@ fn main() -> Result<()> {
     if runs("launch") {
         phase("3-5/6 launch and syscall loops");
         launch_and_loops(&o, scale, &mut report)?;
+        phase("3/6 launch from a client");
+        client::launch_from_a_client(&o.bin_dir, scale, &mut report)?;
     }
     if runs("flight") {
         phase("6/6 calls in flight");

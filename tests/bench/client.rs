@@ -1,0 +1,108 @@
+//! Launches from a persistent client: what an agent feels. Agents reach guard through
+//! guard-mcp, the Python client or a hook, each one process that stays up and sends `exec`
+//! frames over the socket; guard-exec's own start is a shell user's cost, not the guard's. This
+//! driver is such a client: it runs `/bin/true` through guardd (a connection, an `exec` with
+//! its stdio, the decision, the exit) and with its own fork+exec, round-robin.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    os::{fd::AsRawFd as _, unix::net::UnixStream},
+    path::Path,
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    Scale,
+    daemon::Guardd,
+    report::{Goal, Report, Row, p50_p99},
+};
+
+/// `/bin/true` as a tool.
+const POLICY: &str = "[tools.true]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n";
+
+/// One call of `true` from this process over `socket`, with /dev/null as its stdio, to its
+/// exit reply; its wall time in ms.
+fn exec_true(socket: &Path, null: &[std::fs::File; 3]) -> Result<f64> {
+    let t = Instant::now();
+    let stream = UnixStream::connect(socket).context("connect")?;
+    let fds: Vec<i32> = null.iter().map(|f| f.as_raw_fd()).collect();
+    let frame = b"{\"v\":1,\"type\":\"exec\",\"tool\":\"true\",\"args\":{}}\n";
+    guard::conn::send_with_fds(&stream, frame, &fds).context("send")?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).context("read")? == 0 {
+            bail!("guardd closed the connection");
+        }
+        if line.contains("\"type\":\"exit\"") {
+            break;
+        }
+        if line.contains("\"type\":\"error\"") || line.contains("\"decision\":\"block\"") {
+            bail!("refused: {line}");
+        }
+    }
+    if !line.contains("\"code\":0") {
+        bail!("not a success: {line}");
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
+/// `/bin/true` run by this process itself, as the client would without guard.
+fn fork_exec_true() -> Result<f64> {
+    let t = Instant::now();
+    let status = Command::new("/bin/true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("/bin/true: {status}");
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
+/// The rows `launch from a client p50` and `p99`.
+pub fn launch_from_a_client(bin_dir: &Path, scale: &Scale, report: &mut Report) -> Result<()> {
+    let mut guardd = Guardd::start(bin_dir, POLICY, &[])?;
+    let open = || std::fs::File::open("/dev/null");
+    let null = [open()?, open()?, open()?];
+    // Warm both paths once.
+    exec_true(&guardd.socket, &null)?;
+    fork_exec_true()?;
+    let (mut guarded, mut bare) = (Vec::new(), Vec::new());
+    for round in 0..scale.launch_runs {
+        // Alternating which goes first, so neither always follows the other.
+        if round % 2 == 0 {
+            guarded.push(exec_true(&guardd.socket, &null)?);
+            bare.push(fork_exec_true()?);
+        } else {
+            bare.push(fork_exec_true()?);
+            guarded.push(exec_true(&guardd.socket, &null)?);
+        }
+    }
+    guardd.stop()?;
+    let (g50, g99) = p50_p99(&mut guarded);
+    let (b50, b99) = p50_p99(&mut bare);
+    let note = format!(
+        "{} calls each, alternating: a connection and an `exec` frame with /dev/null as stdio, \
+         to the exit reply (both audit rows durable), against the same process's own \
+         fork+exec of /bin/true",
+        scale.launch_runs
+    );
+    report.rows.push(
+        Row::new("launch from a client p50", "ms", g50)
+            .baseline("the client's fork+exec", b50)
+            .goal(Goal::RatioAtMost(2.0))
+            .note(note),
+    );
+    report.rows.push(
+        Row::new("launch from a client p99", "ms", g99)
+            .baseline("the client's fork+exec", b99)
+            .goal(Goal::RatioAtMost(2.5)),
+    );
+    Ok(())
+}
