@@ -487,10 +487,13 @@ impl Receipts {
         {
             // 0: seen in softirq, on no task of the call's.
             let pid = i32::try_from(event.pid).ok().filter(|&pid| pid != 0);
-            // An unapproved exec kills the process that tried it, before its first instruction:
-            // that is the exec refused, and under `on_divergence = "deny"` the rest of the call
-            // goes on (a shell whose command tried a program it may read but not run).
-            let takes_the_call = event.action == ACTION_KILLED && event.kind != KIND_EXEC;
+            // An unapproved exec kills the process that tried it, before its first instruction,
+            // and a lock outside the write effects the task that took it, before it learns the
+            // outcome: that is the attempt refused, and under `on_divergence = "deny"` the rest
+            // of the call goes on (a shell whose command tried a program it may read but not
+            // run, or a reader that locks what it reads).
+            let takes_the_call =
+                event.action == ACTION_KILLED && event.kind != KIND_EXEC && event.kind != KIND_LOCK;
             draft.diverge(effect, pid, takes_the_call, bus);
         }
     }

@@ -182,7 +182,20 @@ impl SeccompTable {
         // there leaves the same one: rules on one argument in a row (the ioctl requests) load
         // it once.
         let mut holds = None;
-        for r in denies {
+        let mut i = 0;
+        while i < denies.len() {
+            let run = pair_run(&denies[i..]);
+            if run > 1 {
+                out.extend(
+                    pair_block(&denies[i..i + run], holds)
+                        .map_err(|why| SeccompError::Compile { nr, why })?,
+                );
+                holds = None;
+                i += run;
+                continue;
+            }
+            let r = denies[i];
+            i += 1;
             let mut rule = Vec::new();
             for (i, c) in r.when.iter().enumerate() {
                 let known = if i == 0 { holds } else { None };
@@ -196,17 +209,7 @@ impl SeccompTable {
             };
             rule.push(ret(r.action));
             // A false condition jumps past this rule's `ret`, to the next rule.
-            let len = rule.len();
-            for (i, insn) in rule.iter_mut().enumerate() {
-                for target in [&mut insn.jt, &mut insn.jf] {
-                    if *target == TO_NEXT_RULE {
-                        *target = u8::try_from(len - i - 1).map_err(|_| SeccompError::Compile {
-                            nr,
-                            why: "a rule of more than 255 instructions",
-                        })?;
-                    }
-                }
-            }
+            patch_next(&mut rule).map_err(|why| SeccompError::Compile { nr, why })?;
             out.extend(rule);
             if r.when.is_empty() {
                 return Ok(out); // always taken: nothing after it runs
@@ -215,6 +218,69 @@ impl SeccompTable {
         out.push(ret(base));
         Ok(out)
     }
+}
+
+/// Points every [`TO_NEXT_RULE`] jump of `rule` past its last instruction.
+fn patch_next(rule: &mut [Insn]) -> Result<(), &'static str> {
+    let len = rule.len();
+    for (i, insn) in rule.iter_mut().enumerate() {
+        for target in [&mut insn.jt, &mut insn.jf] {
+            if *target == TO_NEXT_RULE {
+                *target = u8::try_from(len - i - 1)
+                    .map_err(|_| "a rule of more than 255 instructions")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `c` is a 32-bit equality: one load and one compare.
+fn simple_eq(c: &Cond) -> bool {
+    c.dword && c.op == Op::Eq
+}
+
+/// How many rules from the first of `rules` are a run of pairs: two 32-bit equalities each, the
+/// first the same for all (a level, then an option name: setsockopt's rules).
+fn pair_run(rules: &[&Rule]) -> usize {
+    let first = match rules.first().map(|r| r.when.as_slice()) {
+        Some([a, b]) if simple_eq(a) && simple_eq(b) => *a,
+        _ => return 0,
+    };
+    rules
+        .iter()
+        .take_while(|r| matches!(r.when.as_slice(), [a, b] if *a == first && simple_eq(b)))
+        .count()
+}
+
+/// The code of a run of pairs (see [`pair_run`]): their shared first condition once, then each
+/// one's second and its `ret`; a first condition that does not hold skips the whole run. Two
+/// instructions a rule where each on its own took five.
+fn pair_block(rules: &[&Rule], holds: Option<u32>) -> Result<Vec<Insn>, &'static str> {
+    let mut body = Vec::new();
+    let mut loaded = None;
+    for r in rules {
+        let c = &r.when[1];
+        let (lo_at, _) = word_offsets(c.arg)?;
+        if loaded != Some(lo_at) {
+            body.push(stmt(LD_ABS, lo_at));
+            loaded = Some(lo_at);
+        }
+        body.extend([jump(JEQ_K, c.value as u32, 0, 1), ret(r.action)]);
+    }
+    let mut out = Vec::new();
+    condition(&rules[0].when[0], holds, &mut out)?;
+    // The first condition's false jump goes past the body.
+    let skip = u8::try_from(body.len()).map_err(|_| "a run of more than 255 instructions")?;
+    for insn in &mut out {
+        if insn.jf == TO_NEXT_RULE {
+            insn.jf = skip;
+        }
+        if insn.jt == TO_NEXT_RULE {
+            insn.jt = skip;
+        }
+    }
+    out.extend(body);
+    Ok(out)
 }
 
 /// Blocks this many or fewer are tried one after the other; more are split in two.

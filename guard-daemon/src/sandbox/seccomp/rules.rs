@@ -47,6 +47,11 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("inotify_add_watch", libc::SYS_inotify_add_watch),
     ("fanotify_init", libc::SYS_fanotify_init),
     ("fanotify_mark", libc::SYS_fanotify_mark),
+    // Linux AIO: a request's flags lie in memory seccomp cannot read, and `RWF_NOWAIT` there
+    // tells which pages of a file another process read (see `page_cache_rules`). Its users are
+    // databases and emulators, which a policy allows it back to.
+    ("io_setup", libc::SYS_io_setup),
+    ("io_submit", libc::SYS_io_submit),
     ("keyctl", libc::SYS_keyctl),
     ("add_key", libc::SYS_add_key),
     ("request_key", libc::SYS_request_key),
@@ -271,8 +276,11 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
             .into_iter()
             .filter(|r| !allowed(r.name)),
     );
-    rules.extend(error_queue_rules());
-    rules.extend(group_join_rules());
+    // setsockopt's rules by level: a run on one level compiles to one load and compare of it.
+    let mut options = error_queue_rules();
+    options.extend(group_join_rules());
+    options.sort_by_key(|r| r.when.first().map(|c| c.value));
+    rules.extend(options);
     rules.extend(
         LOCK_PROBES
             .iter()

@@ -41,7 +41,8 @@ const RECVERR: &[(i32, i32)] = &[
     (libc::SOL_IPV6, 31),
 ];
 
-/// The `setsockopt` options that join a multicast (or IPv6 anycast) group, by (level, name).
+/// The `setsockopt` options that join a multicast (or IPv6 anycast) group or lease an IPv6
+/// flow label, by (level, name).
 /// A join is neither a connect nor a send, yet it speaks: the kernel itself sends the IGMP or
 /// MLD report, which leaves the host with the group's address (data a call chose) and no cgroup
 /// program sees, and `/proc/net/igmp` and `igmp6` show every group joined to every local user.
@@ -55,7 +56,14 @@ const GROUP_JOINS: &[(i32, i32)] = &[
     (libc::SOL_IPV6, libc::IPV6_JOIN_ANYCAST),
     (libc::SOL_IPV6, libc::MCAST_JOIN_GROUP),
     (libc::SOL_IPV6, libc::MCAST_JOIN_SOURCE_GROUP),
+    // A flow label leased (`IPV6_FLOWLABEL_MGR`): 20 bits of the call's choosing, with its
+    // options, kept by the kernel for a minute and listed to every local user in
+    // `/proc/net/ip6_flowlabel`.
+    (libc::SOL_IPV6, IPV6_FLOWLABEL_MGR),
 ];
+
+/// `IPV6_FLOWLABEL_MGR` (linux/in6.h), which libc does not name.
+const IPV6_FLOWLABEL_MGR: i32 = 32;
 
 /// setsockopt(2) of [`GROUP_JOINS`]: EPERM, for every call and whatever `allow_syscalls` says
 /// (it names a syscall, not these options). No effect declares a group.
