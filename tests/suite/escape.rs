@@ -450,6 +450,33 @@ fn escape_a_write_outside_the_call_s_effects_is_refused_and_reported_untraced() 
     let first = &row["effects_observed"]["divergences"][0];
     assert_eq!(first["effect"], "write_open", "{row:#}");
     assert_eq!(first["path"], existing.display().to_string(), "{row:#}");
+    // Names that mean another file to guardd than to the call are found as the call finds
+    // them: procfs's `self` however spelt, and a dangling link created through.
+    let dangling = s.subdir("links", 0o755).join("dangling");
+    std::os::unix::fs::symlink(other.join("through-link"), &dangling).expect("symlink");
+    for (name, lands) in [
+        (
+            "/proc/./self/cwd/via-proc".to_owned(),
+            other.join("via-proc"),
+        ),
+        (
+            "//proc/self/cwd/via-slashes".to_owned(),
+            other.join("via-slashes"),
+        ),
+        (dangling.display().to_string(), other.join("through-link")),
+    ] {
+        let tried = call(&guardd, &["chdir", &other_dir, "--", "write", &name, "x"]);
+        assert_eq!(tried.status.code(), Some(1), "{name}: {tried:?}");
+        assert!(!lands.exists(), "{name}: the write went through");
+        let row = last_receipt(&guardd);
+        let first = &row["effects_observed"]["divergences"][0];
+        assert_eq!(first["effect"], "write_open", "{name}: {row:#}");
+        assert_eq!(
+            first["path"],
+            lands.display().to_string(),
+            "{name}: {row:#}"
+        );
+    }
     drop(guardd);
     // Where divergences end the call, this one does: the attempt is killed with the rest.
     let guardd = Guardd::start(&s.policy(

@@ -439,7 +439,7 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         if allow_without {
             let mut writable = Vec::new();
             for rule in rules.fs.iter().filter(|r| r.access.intersects(changes())) {
-                writable.push(Writable::of(&open_rule(rule)?, &rule.path)?);
+                writable.push(Writable::of(&open_rule(rule)?, rule)?);
             }
             return Ok(Prepared {
                 fd: None,
@@ -468,7 +468,7 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
     for rule in &rules.fs {
         let fd = open_rule(rule)?;
         if rule.access.intersects(changes()) {
-            writable.push(Writable::of(&fd, &rule.path)?);
+            writable.push(Writable::of(&fd, rule)?);
         }
         created = created.add_rule(PathBeneath::new(fd, rule.access))?;
     }

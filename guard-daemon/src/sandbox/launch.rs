@@ -332,7 +332,7 @@ pub fn prepare(
     let programs = seccomp::compiled(&table)?;
     let watch = (
         seccomp::compiled(&seccomp::write_opens(plan))?,
-        WriteRules::of(&rules),
+        WriteRules::of(&prepared.writable, (user.uid.as_raw(), user.gid.as_raw())),
     );
     stages.lap("seccomp");
 

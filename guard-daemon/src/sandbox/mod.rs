@@ -29,3 +29,31 @@ pub(crate) fn name_blocking_thread() {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"guardd-blocking".as_ptr(), 0, 0, 0) };
 }
+
+/// Runs `f` with the file-system identity of `uid` and `gid` and no supplementary groups, on
+/// this thread alone (raw syscalls: credentials are per thread in the kernel, and glibc would
+/// change every thread's), then puts the thread's own back. What `f` looks up or removes is
+/// then what that user could.
+pub(crate) fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
+    let mut groups = [0 as libc::gid_t; 64];
+    // SAFETY: getgroups writes at most `groups.len()` ids into the array.
+    let n = unsafe { libc::syscall(libc::SYS_getgroups, groups.len(), groups.as_mut_ptr()) };
+    // SAFETY: integer arguments; setgroups with 0 reads no list. setfsuid/setfsgid return the
+    // previous id.
+    let (old_gid, old_uid) = unsafe {
+        libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
+        let g = libc::syscall(libc::SYS_setfsgid, gid);
+        let u = libc::syscall(libc::SYS_setfsuid, uid);
+        (g, u)
+    };
+    let out = f();
+    // SAFETY: as above; the list is the one read back at the start (its first `n` ids).
+    unsafe {
+        libc::syscall(libc::SYS_setfsuid, old_uid);
+        libc::syscall(libc::SYS_setfsgid, old_gid);
+        if n >= 0 {
+            libc::syscall(libc::SYS_setgroups, n, groups.as_ptr());
+        }
+    }
+    out
+}

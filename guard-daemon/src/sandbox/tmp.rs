@@ -99,8 +99,18 @@ const MAX_REMOVALS: u64 = 10_000_000;
 /// without recursion: a call may leave a tree tens of thousands of levels deep (one stack frame
 /// a level took guardd's worker down), and the processes of its user may go on changing it.
 /// One directory descriptor at a time; going back up, `..` must be the directory it came
-/// from (by identity), or the removal stops there.
+/// from (by identity), or the removal stops there. What is in it is removed as its owner
+/// (`as_user`): guardd removes nothing the call's user could not (a root-owned tree the user
+/// moved in stays, and the directory with it); the directory itself, in root's [`ROOT`], as
+/// root.
 pub fn remove_tree(root: &Path) -> io::Result<()> {
+    let owner = fs::symlink_metadata(root)?;
+    super::as_user(owner.uid(), owner.gid(), || empty_tree(root))?;
+    fs::remove_dir(root)
+}
+
+/// Removes everything in the directory `root` (see [`remove_tree`]).
+fn empty_tree(root: &Path) -> io::Result<()> {
     let mut here = open_dir(root)?;
     let id = |fd: &OwnedFd| fstat(fd).map(|s| (s.st_dev, s.st_ino));
     let mut path: Vec<((u64, u64), CString)> = Vec::new();
@@ -128,8 +138,7 @@ pub fn remove_tree(root: &Path) -> io::Result<()> {
             return Err(io::Error::other("more than 10 million entries"));
         }
     }
-    drop(here);
-    fs::remove_dir(root)
+    Ok(())
 }
 
 fn dir_flags() -> OFlag {
@@ -220,6 +229,30 @@ impl Drop for CallTmp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_its_user_could_not_remove_stays() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let dir = crate::audit::testdir::TestDir::new("tmp-owner");
+        let root = dir.path().join("call-y");
+        fs::create_dir(&root).expect("mkdir");
+        let nobody = Some(65534);
+        std::os::unix::fs::chown(&root, nobody, nobody).expect("chown");
+        fs::write(root.join("own"), "x").expect("write");
+        std::os::unix::fs::chown(root.join("own"), nobody, nobody).expect("chown");
+        // A tree of root's, moved in by the call's user (who may move what it may not remove).
+        let theirs = root.join("moved-in");
+        fs::create_dir(&theirs).expect("mkdir");
+        fs::write(theirs.join("root-s"), "kept").expect("write");
+        assert!(remove_tree(&root).is_err());
+        assert_eq!(
+            fs::read_to_string(theirs.join("root-s")).expect("kept"),
+            "kept"
+        );
+        assert!(!root.join("own").exists());
+    }
 
     #[test]
     fn a_tree_deeper_than_any_stack_is_removed_and_links_are_not_followed() {

@@ -5,32 +5,34 @@
 //! not approved to, an attempt, and its receipt says so.
 //!
 //! The judgement mirrors landlock's: the file (or, for one to be created, its directory) is
-//! found as the thread names it (its working directory or directory descriptor, read from
-//! /proc), and its path is walked up to `/`, each directory on the way compared by identity
-//! with the call's rules, the rights of those it matches put together; an open whose rights
-//! they do not all grant is an attempt. Opens landlock does not judge (a pipe or socket through
-//! `/proc/self/fd`) are not attempts either.
+//! found as the thread would find it ([`walk`]), and each directory on the way down to it is
+//! compared by identity with the call's rules, as landlock's own rules hold them, the rights of
+//! those it matches put together; an open whose rights they do not all grant is an attempt.
+//! Opens landlock does not judge (a pipe or socket through `/proc/self/fd`) are not attempts.
 //!
-//! The listener is served on a blocking thread of the runtime, one per running call: a name
-//! that leads into a stalled file system stalls that call's judge, not guardd's workers.
+//! The listener is served on a blocking thread of the runtime, one per running call, with the
+//! call's file-system identity: a name that leads into a stalled file system stalls that
+//! call's judge, not guardd's workers, and a name the call could not look up is not found.
 
 mod listener;
+mod walk;
 
 use std::{
     collections::HashMap,
-    ffi::OsStr,
-    os::{
-        fd::{AsRawFd as _, OwnedFd},
-        unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
-    },
-    path::{Path, PathBuf},
+    os::fd::{AsRawFd as _, OwnedFd},
 };
 
 use ::landlock::{AccessFs, BitFlags};
-use nix::{fcntl::OFlag, sys::stat::Mode};
+use nix::{
+    fcntl::OFlag,
+    sys::stat::{Mode, fstat},
+};
 
-use self::listener::{Listener, Next, Notification, read_cstr, read_mem};
-use super::landlock::LandlockRules;
+use self::{
+    listener::{Listener, Next, Notification, read_cstr, read_mem},
+    walk::{Found, Id, Walker, shown},
+};
+use super::landlock::Writable;
 
 /// `/dev/tty`, the opener's controlling terminal: a call has none (it is a session of its own,
 /// and seccomp refuses `TIOCSCTTY`), so its open reaches nothing (ENXIO, were landlock not
@@ -53,34 +55,31 @@ pub struct Attempt {
 }
 
 /// The rights a call's landlock rules grant, by the identity (device, inode) of each rule's
-/// file or directory: the rules that let it write or create something only.
-#[derive(Clone, Debug, Default)]
+/// file or directory, as landlock's rules hold them: the rules that let it write or create
+/// something only.
+#[derive(Debug, Default)]
 pub struct WriteRules {
-    by_identity: HashMap<(u64, u64), BitFlags<AccessFs>>,
+    by_identity: HashMap<Id, BitFlags<AccessFs>>,
+    /// The call's user and group: the judge looks names up as the call would.
+    pub(super) user: (u32, u32),
 }
 
 impl WriteRules {
-    /// The write rights of `rules`, each at the file its path leads to now (as landlock's rule
-    /// took it); a path that leads nowhere grants nothing.
-    pub fn of(rules: &LandlockRules) -> Self {
-        let mut by_identity: HashMap<(u64, u64), BitFlags<AccessFs>> = HashMap::new();
+    /// The write rights of the rules landlock took (`writable`), for a call as `user`.
+    pub fn of(writable: &[Writable], user: (u32, u32)) -> Self {
+        let mut by_identity: HashMap<Id, BitFlags<AccessFs>> = HashMap::new();
         let writes = AccessFs::WriteFile | AccessFs::MakeReg;
-        for rule in rules.fs.iter().filter(|r| r.access.intersects(writes)) {
-            if let Ok(meta) = std::fs::metadata(&rule.path) {
-                *by_identity.entry((meta.dev(), meta.ino())).or_default() |= rule.access;
-            }
+        for w in writable.iter().filter(|w| w.access.intersects(writes)) {
+            *by_identity.entry((w.dev, w.ino)).or_default() |= w.access;
         }
-        Self { by_identity }
+        Self { by_identity, user }
     }
 
-    /// Whether the rules on `path` and the directories above it grant all of `needed`; `path`
-    /// has no links left in it.
-    fn grant(&self, path: &Path, needed: BitFlags<AccessFs>) -> bool {
+    /// Whether the rules on the directories of `chain` (root first) grant all of `needed`.
+    fn grant(&self, chain: &[Id], needed: BitFlags<AccessFs>) -> bool {
         let mut granted = BitFlags::<AccessFs>::empty();
-        for dir in path.ancestors() {
-            if let Ok(meta) = std::fs::metadata(dir)
-                && let Some(access) = self.by_identity.get(&(meta.dev(), meta.ino()))
-            {
+        for at in chain.iter().rev() {
+            if let Some(access) = self.by_identity.get(at) {
                 granted |= *access;
                 if granted.contains(needed) {
                     return true;
@@ -133,6 +132,16 @@ pub(super) fn serve(
 ) {
     super::name_blocking_thread();
     let listener = Listener::new(listener);
+    let (uid, gid) = rules.user;
+    super::as_user(uid, gid, || serve_as_user(&listener, rules, attempts));
+}
+
+/// [`serve`]'s loop, on a thread with the call's file-system identity.
+fn serve_as_user(
+    listener: &Listener,
+    rules: &WriteRules,
+    attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
+) {
     loop {
         let n = match listener.next() {
             Ok(Next::Notification(n)) => n,
@@ -144,7 +153,7 @@ pub(super) fn serve(
                 return;
             }
         };
-        if let Some(attempt) = judge(&listener, rules, &n) {
+        if let Some(attempt) = judge(listener, rules, &n) {
             let (recorded, done) = tokio::sync::oneshot::channel();
             if attempts.send((attempt, recorded)).is_ok() {
                 let _ = done.blocking_recv();
@@ -160,164 +169,195 @@ pub(super) fn serve(
 /// The open `n` asks for, judged against `rules` while its thread waits; `None` when the rules
 /// grant it or it is none landlock judges (a pipe, a name that leads nowhere).
 fn judge(listener: &Listener, rules: &WriteRules, n: &Notification) -> Option<Attempt> {
-    let (dirfd, name_at, flags) = open_args(n)?;
-    let name = read_cstr(n.pid, name_at, PATH_MAX)?;
+    let open = open_args(n)?;
+    let name = read_cstr(n.pid, open.name_at, PATH_MAX)?;
     // The pid names the thread that asked only while its syscall waits.
     if !listener.pending(n.id) {
         return None;
     }
-    let flags = flags as i32;
-    let writes = matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR);
-    let name = of_thread(n.pid, &name);
-    let base = base_of(n.pid, dirfd, &name)?;
-    let mut follow = OFlag::O_PATH | OFlag::O_CLOEXEC;
-    if flags & libc::O_NOFOLLOW != 0 {
-        follow |= OFlag::O_NOFOLLOW;
-    }
-    let (path, needed) = match nix::fcntl::openat(&base, name.as_path(), follow, Mode::empty()) {
-        Ok(file) => {
-            // Opening an existing file with O_EXCL fails (EEXIST), one not for writing asks
-            // only to read it, and a directory or a socket cannot be opened for writing.
-            let stat = nix::sys::stat::fstat(&file).ok()?;
-            let kind = stat.st_mode & libc::S_IFMT;
-            if flags & libc::O_EXCL != 0
-                || !writes
-                || kind == libc::S_IFDIR
-                || kind == libc::S_IFSOCK
-                || (kind == libc::S_IFCHR && stat.st_rdev == CONTROLLING_TERMINAL)
-            {
-                return None;
-            }
-            (real_path(&file)?, BitFlags::from(AccessFs::WriteFile))
-        }
-        Err(nix::Error::ENOENT) if flags & libc::O_CREAT != 0 => {
-            let dir = name.parent().filter(|d| !d.as_os_str().is_empty());
-            let dir = nix::fcntl::openat(
-                &base,
-                dir.unwrap_or(Path::new(".")),
-                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-            .ok()?;
+    let flags = open.flags as i32;
+    let start = dir_of(n.pid, open.dirfd)?;
+    let root = if open.in_root {
+        start.try_clone().ok()?
+    } else {
+        nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?
+    };
+    let walker = Walker { pid: n.pid, root };
+    // A last link is not followed with O_NOFOLLOW (ELOOP), nor by O_CREAT | O_EXCL (EEXIST).
+    let exclusive = flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0;
+    let nofollow = flags & libc::O_NOFOLLOW != 0 || exclusive;
+    let (shown_as, chain, needed) = match walker.find(start, &name, nofollow)? {
+        Found::File { fd, chain } => (shown(&fd, None), chain, needed_by(&fd, flags)?),
+        Found::New { dir, chain, name } if flags & libc::O_CREAT != 0 => {
             let mut needed = BitFlags::from(AccessFs::MakeReg);
-            if writes {
+            if writes(flags) {
                 needed |= AccessFs::WriteFile;
             }
-            let real = real_path(&dir)?;
-            if rules.grant(&real, needed) {
-                return None;
-            }
-            (real.join(name.file_name()?), needed)
+            (shown(&dir, Some(&name)), chain, needed)
         }
-        Err(_) => return None,
+        Found::New { .. } => return None, // ENOENT
     };
-    if rules.grant(&path, needed) {
+    if rules.grant(&chain, needed) {
         return None;
     }
     Some(Attempt {
         pid: n.pid,
-        path: path.to_string_lossy().into_owned(),
+        path: shown_as,
         flags: flags as u32,
     })
 }
 
-/// The directory descriptor, the name's address and the flags of an open syscall.
-fn open_args(n: &Notification) -> Option<(i32, u64, u64)> {
+/// Whether `flags` open for writing.
+fn writes(flags: i32) -> bool {
+    matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
+}
+
+/// The rights an open with `flags` of the existing file `fd` asks landlock for, if it asks
+/// any it judges: none when it only reads, fails for a reason of its own (O_EXCL, a directory
+/// or a socket opened for writing), or opens the controlling terminal.
+fn needed_by(fd: &OwnedFd, flags: i32) -> Option<BitFlags<AccessFs>> {
+    let stat = fstat(fd).ok()?;
+    let kind = stat.st_mode & libc::S_IFMT;
+    // O_TMPFILE names the directory the new, nameless file is made in.
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return (kind == libc::S_IFDIR).then(|| AccessFs::WriteFile | AccessFs::MakeReg);
+    }
+    let own_reason = flags & libc::O_EXCL != 0 && flags & libc::O_CREAT != 0
+        || kind == libc::S_IFDIR
+        || kind == libc::S_IFSOCK
+        || (kind == libc::S_IFCHR && stat.st_rdev == CONTROLLING_TERMINAL);
+    (writes(flags) && !own_reason).then(|| BitFlags::from(AccessFs::WriteFile))
+}
+
+/// An open syscall's arguments, as the judge needs them.
+struct OpenArgs {
+    dirfd: i32,
+    name_at: u64,
+    flags: u64,
+    /// `openat2`'s `RESOLVE_IN_ROOT`: the directory is the name's root.
+    in_root: bool,
+}
+
+/// The arguments of the open syscall `n`.
+fn open_args(n: &Notification) -> Option<OpenArgs> {
     let [a0, a1, a2, ..] = n.args;
+    let at = |dirfd: i32, name_at, flags| OpenArgs {
+        dirfd,
+        name_at,
+        flags,
+        in_root: false,
+    };
     match n.nr {
-        libc::SYS_open => Some((libc::AT_FDCWD, a0, a1)),
-        libc::SYS_openat => Some((a0 as i32, a1, a2)),
-        libc::SYS_creat => Some((
+        libc::SYS_open => Some(at(libc::AT_FDCWD, a0, a1)),
+        libc::SYS_openat => Some(at(a0 as i32, a1, a2)),
+        libc::SYS_creat => Some(at(
             libc::AT_FDCWD,
             a0,
             (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64,
         )),
         libc::SYS_openat2 => {
-            // `struct open_how` begins with its u64 flags.
-            let mut flags = [0u8; 8];
-            let got = read_mem(n.pid, a2, &mut flags)?;
-            (got == flags.len()).then(|| (a0 as i32, a1, u64::from_ne_bytes(flags)))
+            // `struct open_how`: u64 flags, mode, resolve.
+            let mut how = [0u8; 24];
+            let got = read_mem(n.pid, a2, &mut how)?;
+            let word = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&how[i * 8..i * 8 + 8]);
+                u64::from_ne_bytes(b)
+            };
+            const RESOLVE_IN_ROOT: u64 = 0x10;
+            (got == how.len()).then(|| OpenArgs {
+                in_root: word(2) & RESOLVE_IN_ROOT != 0,
+                ..at(a0 as i32, a1, word(0))
+            })
         }
         _ => None,
     }
 }
 
-/// `name` as guardd must look it up: `/proc/self` and `/proc/thread-self` are the thread's,
-/// not guardd's.
-fn of_thread(pid: i32, name: &[u8]) -> PathBuf {
-    for own in [&b"/proc/self"[..], b"/proc/thread-self"] {
-        if let Some(rest) = name.strip_prefix(own)
-            && (rest.is_empty() || rest.starts_with(b"/"))
-        {
-            let mut path = format!("/proc/{pid}").into_bytes();
-            path.extend_from_slice(rest);
-            return PathBuf::from(OsStr::from_bytes(&path));
-        }
-    }
-    PathBuf::from(OsStr::from_bytes(name))
-}
-
-/// Where a relative `name` starts: the thread's working directory or its directory descriptor
-/// (an absolute one ignores it).
-fn base_of(pid: i32, dirfd: i32, name: &Path) -> Option<OwnedFd> {
-    let dir = if name.is_absolute() {
-        PathBuf::from("/")
-    } else if dirfd == libc::AT_FDCWD {
-        PathBuf::from(format!("/proc/{pid}/cwd"))
+/// The directory a thread's relative name starts at: its working directory, or its directory
+/// descriptor.
+fn dir_of(pid: i32, dirfd: i32) -> Option<OwnedFd> {
+    let dir = if dirfd == libc::AT_FDCWD {
+        format!("/proc/{pid}/cwd")
     } else {
-        PathBuf::from(format!("/proc/{pid}/fd/{dirfd}"))
+        format!("/proc/{pid}/fd/{dirfd}")
     };
     nix::fcntl::open(
-        &dir,
+        dir.as_str(),
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .ok()
 }
 
-/// The path `file` was reached by, its links resolved; `None` for one outside the tree of
-/// names (a pipe, a socket, a deleted file), which landlock does not judge by path.
-fn real_path(file: &OwnedFd) -> Option<PathBuf> {
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
-    let bytes = link.as_os_str().as_bytes();
-    (bytes.starts_with(b"/") && !bytes.ends_with(b" (deleted)")).then_some(link)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::os::{fd::AsRawFd as _, unix::fs::MetadataExt as _};
+
     use super::*;
 
-    #[test]
-    fn a_thread_s_own_proc_is_its_own() {
-        assert_eq!(
-            of_thread(42, b"/proc/self/fd/1"),
-            Path::new("/proc/42/fd/1")
-        );
-        assert_eq!(of_thread(42, b"/proc/thread-self"), Path::new("/proc/42"));
-        assert_eq!(of_thread(42, b"/proc/selfish"), Path::new("/proc/selfish"));
-        assert_eq!(of_thread(42, b"out.txt"), Path::new("out.txt"));
+    fn id_of(p: &std::path::Path) -> Id {
+        let m = std::fs::metadata(p).expect("stat");
+        (m.dev(), m.ino())
     }
 
     #[test]
-    fn rights_add_up_along_the_path() {
-        let dir = crate::audit::testdir::TestDir::new("write-rules");
-        let sub = dir.path().join("a/b");
-        std::fs::create_dir_all(&sub).expect("mkdir");
+    fn rights_add_up_along_the_chain() {
         let mut rules = WriteRules::default();
-        let id = |p: &Path| {
-            let m = std::fs::metadata(p).expect("stat");
-            (m.dev(), m.ino())
-        };
-        rules
-            .by_identity
-            .insert(id(dir.path()), AccessFs::MakeReg.into());
-        rules
-            .by_identity
-            .insert(id(&dir.path().join("a")), AccessFs::WriteFile.into());
+        rules.by_identity.insert((1, 2), AccessFs::MakeReg.into());
+        rules.by_identity.insert((1, 3), AccessFs::WriteFile.into());
         let both = AccessFs::MakeReg | AccessFs::WriteFile;
-        assert!(rules.grant(&sub, both));
-        assert!(!rules.grant(dir.path(), both));
-        assert!(rules.grant(dir.path(), AccessFs::MakeReg.into()));
-        assert!(!rules.grant(Path::new("/etc"), AccessFs::WriteFile.into()));
+        assert!(rules.grant(&[(1, 1), (1, 2), (1, 3), (1, 4)], both));
+        assert!(!rules.grant(&[(1, 1), (1, 2)], both));
+        assert!(rules.grant(&[(1, 2)], AccessFs::MakeReg.into()));
+        assert!(!rules.grant(&[(1, 1), (1, 9)], AccessFs::WriteFile.into()));
+    }
+
+    #[test]
+    fn a_name_is_found_as_its_thread_would_find_it() {
+        let dir = crate::audit::testdir::TestDir::new("walk");
+        let base = std::fs::canonicalize(dir.path()).expect("real path");
+        let ws = base.join("ws");
+        std::fs::create_dir(&ws).expect("mkdir");
+        std::fs::write(ws.join("file"), "x").expect("write");
+        std::os::unix::fs::symlink(&ws, base.join("link")).expect("symlink");
+        std::os::unix::fs::symlink(ws.join("new"), base.join("dangling")).expect("symlink");
+        let open = |p: &std::path::Path| {
+            nix::fcntl::open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).expect("open")
+        };
+        let walker = Walker {
+            pid: std::process::id() as i32,
+            root: open(std::path::Path::new("/")),
+        };
+        // Through a link: the file, and its directory on the chain.
+        match walker.find(open(&base), b"link/./file", false) {
+            Some(Found::File { chain, .. }) => {
+                assert_eq!(chain.last(), Some(&id_of(&ws.join("file"))));
+                assert!(chain.contains(&id_of(&ws)) && chain.contains(&id_of(&base)));
+            }
+            _ => panic!("link/file not found"),
+        }
+        // A dangling link, created through: the file it names, in its directory.
+        match walker.find(open(&base), b"dangling", false) {
+            Some(Found::New { chain, name, .. }) => {
+                assert_eq!(name, "new");
+                assert_eq!(chain.last(), Some(&id_of(&ws)));
+            }
+            _ => panic!("dangling not found"),
+        }
+        // procfs's `self` is the thread's, however the name reaches it.
+        let file = std::fs::File::open(ws.join("file")).expect("open");
+        let name = format!("//proc/./self/fd/{}", file.as_raw_fd());
+        match walker.find(open(&base), name.as_bytes(), false) {
+            Some(Found::File { chain, .. }) => {
+                assert_eq!(chain.last(), Some(&id_of(&ws.join("file"))));
+            }
+            _ => panic!("{name} not found"),
+        }
+        assert!(walker.find(open(&base), b"missing/x", false).is_none());
+        assert!(
+            walker.find(open(&base), b"link", true).is_none(),
+            "O_NOFOLLOW"
+        );
     }
 }

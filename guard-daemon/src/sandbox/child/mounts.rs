@@ -169,6 +169,7 @@ mod tests {
             path: std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path"),
             dev: meta.dev(),
             ino: meta.ino(),
+            access: crate::sandbox::landlock::WRITE_TREE,
             pin: std::fs::File::open(path).expect("open").into(),
         }
     }

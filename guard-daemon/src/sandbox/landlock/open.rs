@@ -7,9 +7,9 @@ use std::{
         fd::{AsRawFd as _, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
-    path::Path,
 };
 
+use ::landlock::{AccessFs, BitFlags};
 use nix::{errno::Errno, fcntl::OFlag};
 
 use super::{FsRule, LandlockError, Origin};
@@ -24,6 +24,8 @@ pub struct Writable {
     pub path: CString,
     pub dev: u64,
     pub ino: u64,
+    /// What its rule grants.
+    pub access: BitFlags<AccessFs>,
     /// Holds the file until the launch is over, so that its identity is no other's: a file
     /// removed and its inode number reused would otherwise pass for it.
     pub pin: OwnedFd,
@@ -31,9 +33,9 @@ pub struct Writable {
 
 impl Writable {
     /// The identity and the path of the file `fd` holds.
-    pub(super) fn of(fd: &OwnedFd, rule: &Path) -> Result<Self, LandlockError> {
+    pub(super) fn of(fd: &OwnedFd, rule: &FsRule) -> Result<Self, LandlockError> {
         let failed = |e: Errno| LandlockError::Path {
-            path: rule.to_owned(),
+            path: rule.path.clone(),
             source: resolve::ResolveError::Sys(e),
         };
         let stat = nix::sys::stat::fstat(fd).map_err(failed)?;
@@ -44,6 +46,7 @@ impl Writable {
             path,
             dev: stat.st_dev,
             ino: stat.st_ino,
+            access: rule.access,
             pin: fd
                 .try_clone()
                 .map_err(|e| failed(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EMFILE))))?,
