@@ -35,10 +35,9 @@ impl Peer {
     /// refused, since where it ran decides whether it is a confined call.
     pub fn of(stream: &impl AsFd) -> io::Result<Self> {
         let fd = stream.as_fd();
-        let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)?;
-        let groups = peer_groups(fd)?;
+        let mut peer = Self::credentials(stream)?;
         let pidfd = peer_pidfd(fd)?;
-        let cgroup = cgroup_of(cred.pid());
+        let cgroup = cgroup_of(peer.pid);
         let alive = match &pidfd {
             Some(pidfd) => signal0(pidfd),
             // A kernel before 6.5: no pidfd to pin the pid with; a /proc read that worked is
@@ -46,15 +45,26 @@ impl Peer {
             None => cgroup.is_some(),
         };
         match cgroup {
-            Some(cgroup) if alive => Ok(Self {
-                pid: cred.pid(),
-                uid: cred.uid(),
-                gid: cred.gid(),
-                groups,
-                cgroup,
-            }),
-            _ => Err(gone(cred.pid())),
+            Some(cgroup) if alive => {
+                peer.cgroup = cgroup;
+                Ok(peer)
+            }
+            _ => Err(gone(peer.pid)),
         }
+    }
+
+    /// The ids and groups the kernel recorded at connect, and nothing else: two getsockopts,
+    /// what a connection is admitted on before it costs anything more (its cgroup is empty).
+    pub fn credentials(stream: &impl AsFd) -> io::Result<Self> {
+        let fd = stream.as_fd();
+        let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)?;
+        Ok(Self {
+            pid: cred.pid(),
+            uid: cred.uid(),
+            gid: cred.gid(),
+            groups: peer_groups(fd)?,
+            cgroup: String::new(),
+        })
     }
 
     /// Whether the peer runs inside the cgroup subtree `root` (relative to the v2 mount, e.g.

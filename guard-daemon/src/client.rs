@@ -3,8 +3,12 @@
 
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
-    os::unix::net::UnixStream,
+    os::{
+        fd::{AsFd as _, AsRawFd as _},
+        unix::net::UnixStream,
+    },
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use serde::de::DeserializeOwned;
@@ -54,26 +58,189 @@ impl StdioFlags {
     }
 }
 
+/// How long a client waits for guardd before it gives up and says guardd is busy (guard-exec
+/// exits 75): for a place in its listen queue, and for guardd to take a request (an exec) or
+/// answer it (any other). Never while a call runs or waits for a human: an exec, once guardd
+/// has read it, is guardd's to bound (its judges', approvers', approval's and call's timeouts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub reply: Duration,
+}
+
+/// `GUARD_CONNECT_TIMEOUT`'s default, in seconds.
+pub const CONNECT_TIMEOUT_S: u64 = 10;
+/// `GUARD_REPLY_TIMEOUT`'s default, in seconds.
+pub const REPLY_TIMEOUT_S: u64 = 30;
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(CONNECT_TIMEOUT_S),
+            reply: Duration::from_secs(REPLY_TIMEOUT_S),
+        }
+    }
+}
+
+impl Timeouts {
+    /// `GUARD_CONNECT_TIMEOUT` and `GUARD_REPLY_TIMEOUT` (seconds, more than 0), else the
+    /// defaults; a value that is no such number is an error naming the variable.
+    pub fn from_env() -> io::Result<Self> {
+        let var = |name: &str, default: Duration| match std::env::var(name) {
+            Err(_) => Ok(default),
+            Ok(text) => seconds(&text).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{name}={text}: {e}"))
+            }),
+        };
+        let d = Self::default();
+        Ok(Self {
+            connect: var("GUARD_CONNECT_TIMEOUT", d.connect)?,
+            reply: var("GUARD_REPLY_TIMEOUT", d.reply)?,
+        })
+    }
+}
+
+/// A number of seconds, more than 0 (fractions allowed): a timeout's value.
+pub fn seconds(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 1e6 => Ok(Duration::from_secs_f64(s)),
+        _ => Err("not a number of seconds from 0 to 1000000 (exclusive of 0)".into()),
+    }
+}
+
+/// Whether `e` says guardd is there but did not serve in time (a full listen queue, a request
+/// not taken or not answered), or refused for now (`busy`, `not admitted`): try again later,
+/// rather than guardd is unreachable.
+pub fn busy(e: &io::Error) -> bool {
+    let said = e.to_string();
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    ) || said.starts_with("busy")
+        || said.starts_with("not admitted")
+}
+
+/// Connects to the socket at `path`, waiting at most `within` for a place in guardd's listen
+/// queue (a Unix socket's connect waits while the queue is full, for as long as SO_SNDTIMEO
+/// lets it, then fails with EAGAIN).
+pub fn connect_within(path: &Path, within: Duration) -> io::Result<UnixStream> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, UnixAddr, connect, setsockopt, socket, sockopt,
+    };
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let addr = UnixAddr::new(path)?;
+    setsockopt(&fd, sockopt::SendTimeout, &timeval(within))?;
+    match connect(fd.as_raw_fd(), &addr) {
+        Ok(()) => Ok(UnixStream::from(fd)),
+        Err(nix::errno::Errno::EAGAIN) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "guardd's listen queue stayed full for {} s: guardd is busy",
+                within.as_secs_f64()
+            ),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn timeval(d: Duration) -> nix::sys::time::TimeVal {
+    nix::sys::time::TimeVal::new(
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        i64::from(d.subsec_micros()),
+    )
+}
+
+/// The bytes sent on `stream` that the peer has not read yet (SIOCOUTQ: for a Unix socket, what
+/// the kernel still holds of ours in the peer's queue, or in its listen queue before `accept`).
+pub fn unread(stream: &impl std::os::fd::AsFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int through the pointer.
+    let rc = unsafe { libc::ioctl(stream.as_fd().as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Waits until guardd has read everything sent on `stream`, or has something to say on it;
+/// `TimedOut` when neither happened within `within`. How a caller tells a guardd that has its
+/// call (from then on, the call's and its review's own deadlines hold) from one that never
+/// accepted the connection, without a reply timeout that a judge or a human would outlast.
+pub fn wait_taken(stream: &UnixStream, within: Duration) -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let deadline = Instant::now() + within;
+    let mut step = Duration::from_millis(1);
+    loop {
+        if unread(stream)? == 0 {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "guardd did not take the request within {} s: guardd is busy",
+                    within.as_secs_f64()
+                ),
+            ));
+        }
+        let wait = step.min(left);
+        let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
+        let ms = PollTimeout::try_from(wait.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, ms) {
+            Ok(n) if n > 0 => return Ok(()),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        step = (step * 2).min(Duration::from_millis(50));
+    }
+}
+
 /// A connection to guardd.
 pub struct Client {
     stream: UnixStream,
     reader: BufReader<UnixStream>,
+    /// How long `request` waits for its reply.
+    reply: Duration,
+    /// The bound on every other read (`None`: a stream may be quiet for as long as it likes).
+    read_timeout: Option<Duration>,
 }
 
 impl Client {
-    /// Connects to guardd's socket.
+    /// Connects to guardd's socket, with the timeouts of the environment
+    /// ([`Timeouts::from_env`]).
     pub fn connect(path: &Path) -> io::Result<Self> {
-        let stream = UnixStream::connect(path)?;
+        Self::connect_with(path, Timeouts::from_env()?)
+    }
+
+    /// Connects to guardd's socket within `timeouts.connect`; `request` waits
+    /// `timeouts.reply` for its answer, and a write as long.
+    pub fn connect_with(path: &Path, timeouts: Timeouts) -> io::Result<Self> {
+        let stream = connect_within(path, timeouts.connect)?;
+        stream.set_write_timeout(Some(timeouts.reply))?;
         let reader = BufReader::new(stream.try_clone()?);
-        Ok(Self { stream, reader })
+        Ok(Self {
+            stream,
+            reader,
+            reply: timeouts.reply,
+            read_timeout: None,
+        })
     }
 
     /// Bounds each later read and write by `timeout`: for a client that must not hang on a
     /// stuck guardd (a shell's completion).
-    pub fn set_timeout(&self, timeout: std::time::Duration) -> io::Result<()> {
+    pub fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         // The reader is a clone of the same socket: the timeouts are the socket's, for both.
         self.stream.set_read_timeout(Some(timeout))?;
-        self.stream.set_write_timeout(Some(timeout))
+        self.stream.set_write_timeout(Some(timeout))?;
+        self.reply = timeout;
+        self.read_timeout = Some(timeout);
+        Ok(())
     }
 
     /// Sends one request, with `fds` attached if any.
@@ -91,11 +258,29 @@ impl Client {
         }
     }
 
+    /// Waits until guardd has taken what was sent (see [`wait_taken`]).
+    pub fn wait_taken(&self, within: Duration) -> io::Result<()> {
+        wait_taken(&self.stream, within)
+    }
+
     /// Reads the next reply (an [`ExecReply`](protocol::ExecReply) after `exec`, a [`Reply`]
     /// otherwise); `None` when guardd closed the connection.
     pub fn recv<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
         let mut line = Vec::new();
-        if self.reader.read_until(b'\n', &mut line)? == 0 {
+        let read = self.reader.read_until(b'\n', &mut line).map_err(|e| {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "guardd did not answer in time: guardd is busy",
+                )
+            } else {
+                e
+            }
+        })?;
+        if read == 0 {
             return Ok(None);
         }
         protocol::parse_reply(&line)
@@ -103,10 +288,31 @@ impl Client {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// Sends a request and reads one reply; an `error` reply becomes an error.
+    /// What guardd said before it closed a connection it refused (`busy: ...`), once a send
+    /// failed on it; `None` when it said nothing within a second.
+    pub fn said<T: DeserializeOwned>(&mut self) -> Option<T> {
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .ok()?;
+        let said = self.recv().ok().flatten();
+        let _ = self.stream.set_read_timeout(self.read_timeout);
+        said
+    }
+
+    /// Sends a request and reads one reply within the reply timeout; an `error` reply becomes
+    /// an error.
     pub fn request(&mut self, request: &Request) -> io::Result<Reply> {
-        self.send(request, &[])?;
-        match self.recv()? {
+        if let Err(e) = self.send(request, &[]) {
+            // Refused at the door: guardd's reason is the better error.
+            return match self.said() {
+                Some(Reply::Error(said)) => Err(io::Error::other(said.error)),
+                _ => Err(e),
+            };
+        }
+        self.stream.set_read_timeout(Some(self.reply))?;
+        let reply = self.recv();
+        self.stream.set_read_timeout(self.read_timeout)?;
+        match reply? {
             None => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "guardd closed the connection",

@@ -5,6 +5,7 @@ use std::{
     collections::VecDeque,
     io::{self, IoSlice, IoSliceMut},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+    time::Duration,
 };
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -30,6 +31,29 @@ pub enum FrameError {
     Io(#[from] io::Error),
 }
 
+/// How long a connection may keep guardd waiting, either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    /// A client that sends no whole request for this long is disconnected (`--idle-timeout`).
+    pub idle: Duration,
+    /// A reply the client does not take within this long ends the connection
+    /// (`--write-timeout`).
+    pub write: Duration,
+    /// A follower (`tools` with `follow`, `subscribe`) gets a keepalive this often, and is
+    /// dropped when it has not read the last one by then (`--keepalive`).
+    pub keepalive: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(30),
+            write: Duration::from_secs(10),
+            keepalive: Duration::from_secs(15),
+        }
+    }
+}
+
 /// The daemon's side of one client connection.
 pub struct Conn {
     stream: UnixStream,
@@ -37,15 +61,20 @@ pub struct Conn {
     /// Descriptors received and not yet claimed, in arrival order.
     fds: VecDeque<OwnedFd>,
     eof: bool,
+    /// How long one frame's write may wait for the client to read.
+    write_deadline: Duration,
 }
 
 impl Conn {
-    pub fn new(stream: UnixStream) -> Self {
+    /// A connection whose writes each end it when the client has not taken them within
+    /// `write_deadline`.
+    pub fn new(stream: UnixStream, write_deadline: Duration) -> Self {
         Self {
             stream,
             buf: Vec::new(),
             fds: VecDeque::new(),
             eof: false,
+            write_deadline,
         }
     }
 
@@ -92,9 +121,55 @@ impl Conn {
         self.fds.drain(..).collect()
     }
 
-    /// Writes one whole frame.
+    /// Writes one whole frame; a client that does not take it within the write deadline gets
+    /// a `TimedOut` error, and its connection ends with it (a reply left unread must not hold a
+    /// connection, or the call behind it, past any deadline).
     pub async fn write(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.stream.write_all(frame).await
+        match tokio::time::timeout(self.write_deadline, self.stream.write_all(frame)).await {
+            Ok(written) => written,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the client took no reply for {} s (write deadline)",
+                    self.write_deadline.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
+    /// The bytes written to this connection that the client has not read yet (SIOCOUTQ: for a
+    /// Unix socket, what the kernel still holds of ours in the client's receive queue).
+    pub fn unread(&self) -> io::Result<usize> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ writes one int through the pointer.
+        let rc = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Waits until the client has read everything written to it so far, or at least some of
+    /// it; `TimedOut` when it read nothing within `within`. How a follower that no longer
+    /// reads is found: a keepalive is a few bytes, and a socket's buffer would hold days of them.
+    pub async fn reading(&self, within: Duration) -> io::Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut last = self.unread()?;
+        while last > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the follower read nothing for {} s", within.as_secs_f64()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.unread()?;
+            if now < last {
+                return Ok(());
+            }
+            last = now;
+        }
+        Ok(())
     }
 
     async fn fill(&mut self) -> io::Result<()> {

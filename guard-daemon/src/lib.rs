@@ -1,15 +1,15 @@
 //! guard: decide, confine and watch the tool calls of AI agents.
 //!
 //! The way of a call, top-down: [`server`] accepts it on the socket ([`conn`], [`protocol`]),
-//! [`access`] checks who sent it, [`calls`] admits it, [`policy`] decides the [`intent`]
-//! ([`decision`], [`detect`]), [`audit`] records the decision, [`approval`] holds a call for a
-//! human when the policy says so, and [`call`] carries an allowed call through: a [`cgroup`], a
-//! resolver of its own ([`dns`]), the kernel's allow-lists ([`monitor`], reading kernel structs
-//! at offsets from [`btf`]), the confined launch ([`sandbox`]) of its [`plan`], and the
-//! [`receipt`] of what it did ([`opens`]), published on the [`bus`]. [`daemon`] holds the shared
-//! state and the start-up, proven by [`selftest`], guarded by [`lock`] and announced by
-//! [`notify`]. [`stages`] times a call's way through all of it; [`client`] and [`cli`] serve the
-//! binaries.
+//! [`access`] checks who sent it, [`fair`] counts its connection against its uid's share,
+//! [`calls`] admits it, [`policy`] decides the [`intent`] ([`decision`], [`detect`]), [`audit`]
+//! records the decision, [`approval`] holds a call for a human when the policy says so, and
+//! [`call`] carries an allowed call through: a [`cgroup`], a resolver of its own ([`dns`]), the
+//! kernel's allow-lists ([`monitor`], reading kernel structs at offsets from [`btf`]), the
+//! confined launch ([`sandbox`]) of its [`plan`], and the [`receipt`] of what it did
+//! ([`opens`]), published on the [`bus`]. [`daemon`] holds the shared state and the start-up,
+//! proven by [`selftest`], guarded by [`lock`] and announced by [`notify`]. [`stages`] times a
+//! call's way through all of it; [`client`] and [`cli`] serve the binaries.
 pub mod access;
 pub mod approval;
 pub mod approver;
@@ -27,6 +27,7 @@ pub mod daemon;
 pub mod decision;
 pub mod detect;
 pub mod dns;
+pub mod fair;
 pub mod hold;
 pub mod hook;
 pub mod intent;

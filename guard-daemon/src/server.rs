@@ -1,35 +1,39 @@
-//! guardd's socket: accept, authenticate, read one request at a time, answer.
+//! guardd's socket: accept, admit, authenticate, read one request at a time, answer.
 //!
-//! Shaped like mini-redis's server: a semaphore caps connections, a connection's error ends that
-//! connection and never the daemon, and shutdown stops accepting, drains running calls up to a
-//! deadline, kills what is left, and removes the socket file.
+//! Shaped like mini-redis's server: a connection's error ends that connection and never the
+//! daemon, and shutdown stops accepting, drains running calls up to a deadline, kills what is
+//! left, and removes the socket file. Where mini-redis caps connections with one semaphore taken
+//! before `accept`, guardd accepts at once and admits on the peer's credentials ([`fair`]): a
+//! cap taken before the peer is known lets anyone's connections count against everyone's.
+//! Every read and write has a deadline ([`Deadlines`]); followed streams are in [`follow`].
+
+mod follow;
 
 use std::{
     fs, io,
-    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    os::{
+        fd::AsRawFd as _,
+        unix::fs::{MetadataExt as _, PermissionsExt as _},
+    },
     path::Path,
     sync::Arc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use tokio::{
-    net::{UnixListener, UnixStream},
-    sync::{Semaphore, broadcast::error::RecvError},
-    time::timeout,
-};
+use nix::sys::socket::MsgFlags;
+use tokio::{io::unix::AsyncFd, net::UnixStream, time::timeout};
 
 use crate::{
     access::{Peer, Role},
     audit::Row,
-    bus::{Event, What},
     call,
-    conn::{Conn, FrameError},
+    conn::{Conn, Deadlines, FrameError},
     daemon::Daemon,
+    fair::{self, Connections, Slot},
     hold,
     intent::Intent,
     protocol::{
         self, CallOptions, ErrorReply, ExecRequest, ProtocolError, Reply, Request,
-        SubscribeRequest,
         reply::{
             AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus, Reloaded, Resolved,
             SessionList, Status, ToolList,
@@ -38,11 +42,28 @@ use crate::{
     review::CallContext,
 };
 
-/// A client that sends nothing for this long is disconnected (slow-loris).
-const IDLE: Duration = Duration::from_secs(30);
+/// How many connections wait in the kernel for guardd to accept them. Small on purpose: a
+/// connect past it sleeps in the kernel, and such sleepers are woken in turn (exclusive
+/// waiters), so a caller behind a flood waits for this many accepts, not for the whole flood.
+const BACKLOG: libc::c_int = 64;
+
+/// guardd's listening socket, accepted from without registering a connection with the runtime
+/// until it is admitted: a refusal costs an accept, two getsockopts, a send and a close.
+pub struct Listener(AsyncFd<std::os::unix::net::UnixListener>);
+
+impl Listener {
+    async fn accept(&self) -> io::Result<std::os::unix::net::UnixStream> {
+        loop {
+            let mut ready = self.0.readable().await?;
+            if let Ok(accepted) = ready.try_io(|l| l.get_ref().accept()) {
+                return accepted.map(|(stream, _)| stream);
+            }
+        }
+    }
+}
 
 /// Binds the socket: removes a stale file, sets mode 0660 and the group.
-pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
+pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<Listener> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
@@ -56,35 +77,40 @@ pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
         }
         fs::remove_file(path)?;
     }
-    let listener = UnixListener::bind(path)?;
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    // listen(2) again on a listening socket sets its backlog anew.
+    // SAFETY: a socket of ours, bound and listening.
+    if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    listener.set_nonblocking(true)?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))?;
     if let Some(gid) = gid {
         nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
             .map_err(io::Error::from)?;
     }
-    Ok(listener)
+    // SAFETY: the listener owns its descriptor, and the AsyncFd owns the listener: neither is
+    // closed or replaced while registered.
+    let registered = unsafe { AsyncFd::register(listener) }.map_err(io::Error::from)?;
+    Ok(Listener(registered))
 }
 
 /// Serves until `shutdown` resolves, then drains.
 pub async fn run(
     daemon: Arc<Daemon>,
-    listener: UnixListener,
+    listener: Listener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let connections = Arc::new(Semaphore::new(daemon.options.max_connections));
+    let connections = Connections::new(daemon.options.connections);
+    let mut refusals = Refusals::default();
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => break,
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
+        // Never waits for a place: a connection is accepted, admitted or refused at once, so
+        // the listen queue drains whoever fills it.
         let stream = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(stream) => stream,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::warn!("accept: {e}");
@@ -93,16 +119,88 @@ pub async fn run(
                 }
             },
         };
+        let Some(slot) = admit(&daemon, &connections, &stream, &mut refusals) else {
+            continue;
+        };
+        let stream = match stream
+            .set_nonblocking(true)
+            .and_then(|()| UnixStream::from_std(stream))
+        {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!("an admitted connection: {e}");
+                continue;
+            }
+        };
         let daemon = Arc::clone(&daemon);
+        let connections = Arc::clone(&connections);
         tokio::spawn(async move {
-            if let Err(e) = handle(&daemon, stream).await {
+            if let Err(e) = handle(&daemon, &connections, stream, slot).await {
                 tracing::debug!("connection ended: {e}");
             }
-            drop(permit);
         });
     }
     drain(&daemon).await;
     let _ = fs::remove_file(daemon.socket());
+}
+
+/// Admits a connection on what the kernel recorded of its peer, before anything is spent on it;
+/// a refused one is told why (its first frame, `busy: ...`) and closed.
+fn admit(
+    daemon: &Daemon,
+    connections: &Arc<Connections>,
+    stream: &std::os::unix::net::UnixStream,
+    refusals: &mut Refusals,
+) -> Option<Slot> {
+    let peer = match Peer::credentials(stream) {
+        Ok(peer) => peer,
+        Err(e) => {
+            tracing::debug!("refused a connection: its credentials: {e}");
+            return None;
+        }
+    };
+    let permitted = daemon
+        .access
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .permits(&peer, Role::Client);
+    match connections.admit(peer.uid, permitted) {
+        Ok(slot) => Some(slot),
+        Err(refused) => {
+            let error = ProtocolError {
+                message: refused.to_string(),
+                field: None,
+            };
+            // A socket just accepted has an empty buffer: the frame goes in without waiting.
+            let frame = protocol::error_frame(&error);
+            let _ = nix::sys::socket::send(stream.as_raw_fd(), &frame, MsgFlags::MSG_DONTWAIT);
+            refusals.note(&refused);
+            None
+        }
+    }
+}
+
+/// The refusals of the accept loop, logged at most every ten seconds: a flood must not flood
+/// the journal too.
+#[derive(Default)]
+struct Refusals {
+    since: Option<Instant>,
+    count: u64,
+}
+
+impl Refusals {
+    fn note(&mut self, refused: &fair::Refused) {
+        self.count += 1;
+        if self
+            .since
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
+            return;
+        }
+        tracing::warn!(refused = self.count, "connections refused: {refused}");
+        self.since = Some(Instant::now());
+        self.count = 0;
+    }
 }
 
 /// A confined call never talks to guardd, whatever its uid and the socket's mode. Only a call
@@ -162,7 +260,12 @@ async fn send(conn: &mut Conn, reply: Reply) -> io::Result<()> {
     conn.write(&protocol::frame(&reply)).await
 }
 
-async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
+async fn handle(
+    daemon: &Arc<Daemon>,
+    connections: &Arc<Connections>,
+    stream: UnixStream,
+    slot: Slot,
+) -> io::Result<()> {
     let peer = match Peer::of(&stream) {
         Ok(peer) => peer,
         Err(e) => {
@@ -170,12 +273,13 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
             return Ok(());
         }
     };
-    let mut conn = Conn::new(stream);
+    let deadlines: Deadlines = daemon.options.deadlines;
+    let mut conn = Conn::new(stream, deadlines.write);
     if peer.inside(&daemon.cgroup_path) {
         return refuse_confined(daemon, &peer, conn).await;
     }
     loop {
-        let frame = match timeout(IDLE, conn.read_frame()).await {
+        let frame = match timeout(deadlines.idle, conn.read_frame()).await {
             Err(_) => return Ok(()),
             Ok(Ok(None)) => return Ok(()),
             Ok(Ok(Some(frame))) => frame,
@@ -213,11 +317,22 @@ async fn handle(daemon: &Arc<Daemon>, stream: UnixStream) -> io::Result<()> {
             }
             Request::Subscribe(req) => {
                 conn.take_fds();
-                return subscribe(daemon, conn, req).await;
+                if let Some(follower) = follow::place(connections, &slot, &mut conn).await? {
+                    return follow::subscribe(daemon, conn, req, follower).await;
+                }
             }
             Request::Tools(req) if req.follow => {
                 conn.take_fds();
-                return follow_tools(daemon, conn).await;
+                if let Some(follower) = follow::place(connections, &slot, &mut conn).await? {
+                    return follow::tools(daemon, conn, follower).await;
+                }
+            }
+            Request::Status(_) => {
+                conn.take_fds();
+                let mut status = status(daemon);
+                status.connections = connections.counts();
+                send(&mut conn, Reply::Status(Box::new(status))).await?;
+                to_the_back().await;
             }
             other => {
                 // Only an exec takes descriptors: any others sent are closed here.
@@ -381,28 +496,6 @@ fn tools(daemon: &Daemon) -> Reply {
     })
 }
 
-/// `tools` with `follow`: the list now, and again after each reload that put a policy in force,
-/// until the client goes away. A client that falls behind gets the list in force when it
-/// catches up: only the latest list matters.
-async fn follow_tools(daemon: &Daemon, mut conn: Conn) -> io::Result<()> {
-    let mut rx = daemon.bus.subscribe();
-    send(&mut conn, tools(daemon)).await?;
-    loop {
-        let event = tokio::select! {
-            _ = conn.closed() => return Ok(()),
-            event = rx.recv() => event,
-        };
-        match event {
-            Ok(event) if matches!(event.what, What::Reload { error: None, .. }) => {
-                send(&mut conn, tools(daemon)).await?;
-            }
-            Ok(_) => {}
-            Err(RecvError::Lagged(_)) => send(&mut conn, tools(daemon)).await?,
-            Err(RecvError::Closed) => return Ok(()),
-        }
-    }
-}
-
 /// Lets a terminated session submit calls again, after its row.
 async fn clear_session(daemon: &Daemon, peer: &Peer, session: String) -> Reply {
     if daemon.sessions.get(&session).is_none() {
@@ -449,41 +542,7 @@ pub fn status(daemon: &Daemon) -> Status {
         running: daemon.calls.running(),
         queued: daemon.calls.queued(),
         dropped_events: daemon.dropped_events(),
-    }
-}
-
-async fn subscribe(daemon: &Daemon, mut conn: Conn, req: SubscribeRequest) -> io::Result<()> {
-    let mut rx = daemon.bus.subscribe();
-    send(&mut conn, Reply::Subscribed(Default::default())).await?;
-
-    loop {
-        let event = tokio::select! {
-            _ = conn.closed() => return Ok(()),
-            event = rx.recv() => event,
-        };
-        match event {
-            Ok(event) => {
-                if req
-                    .call
-                    .as_ref()
-                    .is_some_and(|c| event.call_id.as_ref() != Some(c))
-                {
-                    continue;
-                }
-                if let (Some(glob), Some(tool)) = (&req.tool, &event.tool)
-                    && !crate::policy::glob_match(glob, tool)
-                {
-                    continue;
-                }
-                send(&mut conn, Reply::Event(Event::clone(&event))).await?;
-            }
-            Err(RecvError::Lagged(missed)) => {
-                // Dropped rather than allowed to slow the calls it watches.
-                let lagged = Event::of(None, None, What::Lagged { missed });
-                let _ = send(&mut conn, Reply::Event(lagged)).await;
-                return Ok(());
-            }
-            Err(RecvError::Closed) => return Ok(()),
-        }
+        // The server's own, which `handle` fills in.
+        connections: Default::default(),
     }
 }

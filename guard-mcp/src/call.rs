@@ -36,6 +36,9 @@ const MAX_OUTPUT: usize = 1 << 20;
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// How often to try guardd again for a held call while it is away.
 const RESUME_EVERY: Duration = Duration::from_millis(200);
+/// How often the wait for guardd to take a call looks again (it returns at once when guardd
+/// answers).
+const TAKEN_POLL: Duration = Duration::from_millis(20);
 /// How long the output of an ended call may take to drain (a child the tool left behind may
 /// hold the pipe; guardd kills the call's cgroup, so this is a bound, not a wait).
 const DRAIN: Duration = Duration::from_secs(5);
@@ -92,7 +95,7 @@ pub async fn run(
     cancel: impl std::future::Future<Output = ()>,
 ) -> CallToolResult {
     tokio::pin!(cancel);
-    let started = match start(socket, &exec(tool, args)) {
+    let started = match start(socket, &exec(tool, args)).await {
         Ok(s) => s,
         Err(e) => return result(Vec::new(), Outcome::failed(e), None),
     };
@@ -200,7 +203,7 @@ async fn comeback(
             }
             () = tokio::time::sleep(RESUME_EVERY) => {}
         }
-        if let Ok(s) = start(socket, &request) {
+        if let Ok(s) = start(socket, &request).await {
             return Ok(s);
         }
     }
@@ -216,32 +219,99 @@ struct Started {
     stderr: Capture,
 }
 
-/// Connects, and sends `request` (an exec, or a resume) with /dev/null as stdin and our pipes
-/// as stdout and stderr.
-fn start(socket: &Path, request: &Request) -> Result<Started, String> {
+/// Connects, sends `request` (an exec, or a resume) with /dev/null as stdin and our pipes as
+/// stdout and stderr, and waits until guardd has taken it. Connecting and sending block (a
+/// full listen queue, up to the connect timeout), so they run off the MCP server's thread; the
+/// wait for guardd to take the call is bounded by the reply timeout (the environment's,
+/// `GUARD_CONNECT_TIMEOUT` and `GUARD_REPLY_TIMEOUT`), and past either the call is an error
+/// result saying guardd is busy: nothing ran.
+async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
+    let timeouts = guard::client::Timeouts::from_env().map_err(|e| e.to_string())?;
+    let (socket, request) = (socket.to_owned(), request.clone());
+    let sent = tokio::task::spawn_blocking(move || send(&socket, &request, timeouts))
+        .await
+        .map_err(|e| format!("guard-mcp: {e}"))??;
+    let (stream, stdout, stderr) = sent;
+    let stream = stream
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(stream))
+        .map_err(|e| format!("guardd's connection: {e}"))?;
+    taken(&stream, timeouts.reply).await?;
+    Ok(Started {
+        stream,
+        stdout,
+        stderr,
+    })
+}
+
+/// Waits until guardd has read the request, or has something to say (see
+/// `guard::client::wait_taken`, whose asynchronous twin this is).
+async fn taken(stream: &UnixStream, within: Duration) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match guard::client::unread(stream) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("guardd's connection: {e}")),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "guardd did not take the call within {} s: guardd is busy; the tool did not \
+                 run, try again later",
+                within.as_secs_f64()
+            ));
+        }
+        tokio::select! {
+            ready = stream.readable() => return ready.map_err(|e| format!("guardd's connection: {e}")),
+            () = tokio::time::sleep(TAKEN_POLL) => {}
+        }
+    }
+}
+
+type Sent = (StdStream, Capture, Capture);
+
+/// The blocking half of [`start`]: the connection, the request sent with its descriptors, and
+/// the captures of the tool's output.
+fn send(
+    socket: &Path,
+    request: &Request,
+    timeouts: guard::client::Timeouts,
+) -> Result<Sent, String> {
     let unreachable = |e: std::io::Error| {
+        if guard::client::busy(&e) {
+            return format!("{e}; the tool did not run, try again later");
+        }
         format!(
             "guardd unreachable at {}: {e}; the tool did not run",
             socket.display()
         )
     };
-    let stream = StdStream::connect(socket).map_err(unreachable)?;
+    let stream = guard::client::connect_within(socket, timeouts.connect).map_err(unreachable)?;
     let stdin = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let fds = [stdin.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-    guard::conn::send_with_fds(&stream, &protocol::frame(request), &fds).map_err(unreachable)?;
+    if let Err(e) = guard::conn::send_with_fds(&stream, &protocol::frame(request), &fds) {
+        // Refused at the door: guardd said why before it closed the connection.
+        return Err(refusal(&stream).unwrap_or_else(|| unreachable(e)));
+    }
     // Ours closed now, so the pipes end when the tool's copies do.
     drop((stdin, out_w, err_w));
-    stream
-        .set_nonblocking(true)
-        .and_then(|()| UnixStream::from_std(stream))
-        .map(|stream| Started {
-            stream,
-            stdout: Capture::start(out_r),
-            stderr: Capture::start(err_r),
-        })
-        .map_err(|e| format!("guardd's connection: {e}"))
+    Ok((stream, Capture::start(out_r), Capture::start(err_r)))
+}
+
+/// What guardd said on a connection it refused, read within a second.
+fn refusal(stream: &StdStream) -> Option<String> {
+    use std::io::BufRead as _;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(stream)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    match protocol::parse_reply::<ExecReply>(&line).ok()? {
+        ExecReply::Error(e) => Some(e.error),
+        _ => None,
+    }
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {

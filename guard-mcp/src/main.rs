@@ -156,6 +156,8 @@ async fn feed(
     while let Some(line) = lines.next_line().await? {
         let list = match protocol::parse_reply::<Reply>(line.as_bytes()) {
             Ok(Reply::Tools(list)) => list,
+            // guardd is there, and the list as it was.
+            Ok(Reply::Keepalive(_)) => continue,
             Ok(other) => return Err(std::io::Error::other(format!("{other:?}"))),
             Err(e) => return Err(std::io::Error::other(e)),
         };

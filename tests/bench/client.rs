@@ -6,9 +6,12 @@
 
 use std::{
     io::{BufRead as _, BufReader},
-    os::{fd::AsRawFd as _, unix::net::UnixStream},
+    os::{
+        fd::AsRawFd as _,
+        unix::{fs::PermissionsExt as _, net::UnixStream, process::CommandExt as _},
+    },
     path::Path,
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     time::Instant,
 };
 
@@ -16,7 +19,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     Scale,
-    daemon::Guardd,
+    daemon::{Guardd, TempDir},
     report::{Goal, Report, Row, p50_p99},
 };
 
@@ -103,6 +106,83 @@ pub fn launch_from_a_client(bin_dir: &Path, scale: &Scale, report: &mut Report) 
         Row::new("launch from a client p99", "ms", g99)
             .baseline("the client's fork+exec", b99)
             .goal(Goal::RatioAtMost(2.5)),
+    );
+    Ok(())
+}
+
+/// The uid that floods guardd in `call latency under a connection flood`: no user's, listed as
+/// a client so that it gets a whole uid's share, not a stranger's.
+const FLOODER: u32 = 40_001;
+
+/// `guard-testtool flood` as [`FLOODER`]: 5,000 connections to `socket`, 64 of them silent
+/// followers, reopened as guardd closes them; returns once they were tried.
+fn flood(bin_dir: &Path, dir: &TempDir, socket: &Path) -> Result<Child> {
+    // A copy the flooding uid can run (the build's directory may not be open to it).
+    let tool = dir.join("guard-testtool");
+    std::fs::copy(bin_dir.join("guard-testtool"), &tool).context("copying guard-testtool")?;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755))?;
+    let mut cmd = Command::new(&tool);
+    cmd.arg("flood")
+        .arg(socket)
+        .args(["5000", "64", "1000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    // SAFETY: setgroups/setgid/setuid between fork and exec are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setgid(FLOODER) < 0
+                || libc::setuid(FLOODER) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("spawning the flood")?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().context("the flood's stdout")?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    if !line.starts_with("flooding") {
+        let _ = child.kill();
+        bail!("the flood did not start: {line:?}");
+    }
+    Ok(child)
+}
+
+/// The row `call latency under a connection flood p99`: root's calls while another uid holds
+/// every connection guardd gives it, against the same calls on the same guardd just before.
+pub fn latency_under_a_flood(bin_dir: &Path, scale: &Scale, report: &mut Report) -> Result<()> {
+    let policy = format!("[settings]\nclients = [{FLOODER}]\n\n{POLICY}");
+    let mut guardd = Guardd::start(bin_dir, &policy, &[])?;
+    // The socket is 0660 root:root: the flooder meets the fair admission, not the file mode.
+    std::fs::set_permissions(&guardd.socket, std::fs::Permissions::from_mode(0o666))?;
+    let open = || std::fs::File::open("/dev/null");
+    let null = [open()?, open()?, open()?];
+    exec_true(&guardd.socket, &null)?;
+    let runs = scale.launch_runs.min(300);
+    let quiet: Result<Vec<f64>> = (0..runs)
+        .map(|_| exec_true(&guardd.socket, &null))
+        .collect();
+    let dir = TempDir::new("guard-bench-flood")?;
+    let mut flooder = flood(bin_dir, &dir, &guardd.socket)?;
+    let flooded: Result<Vec<f64>> = (0..runs)
+        .map(|_| exec_true(&guardd.socket, &null))
+        .collect();
+    let _ = flooder.kill();
+    let _ = flooder.wait();
+    guardd.stop()?;
+    let (_, q99) = p50_p99(&mut quiet?);
+    let (_, f99) = p50_p99(&mut flooded?);
+    report.rows.push(
+        Row::new("call latency under a connection flood p99", "ms", f99)
+            .baseline("the same calls, no flood", q99)
+            .goal(Goal::RatioAtMost(2.0))
+            .note(format!(
+                "{runs} calls of /bin/true from root, then {runs} more while uid {FLOODER} \
+                 holds 5,000 connections to guardd (64 of them silent followers), reopened \
+                 as guardd refuses or drops them"
+            )),
     );
     Ok(())
 }

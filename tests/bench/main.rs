@@ -172,6 +172,7 @@ fn main() -> Result<()> {
         launch_and_loops(&o, scale, &mut report)?;
         phase("3/6 launch from a client");
         client::launch_from_a_client(&o.bin_dir, scale, &mut report)?;
+        client::latency_under_a_flood(&o.bin_dir, scale, &mut report)?;
     }
     if runs("flight") {
         phase("6/6 calls in flight");

@@ -9,6 +9,7 @@ mod daemon;
 mod ebpf;
 mod escape;
 mod events;
+mod fair;
 mod held;
 mod hook;
 mod install;

@@ -471,6 +471,15 @@ fn run(action: &[String]) -> Res {
             println!("unshare ok");
             Ok(())
         }
+        "flood" => {
+            // A hostile client of guardd, not a tool: holds N connections to SOCKET, the first
+            // FOLLOWERS of them following the tool list and never reading, and every REOPEN_MS
+            // opens again those guardd closed (refused, idled out, dropped).
+            let n = usize::try_from(num(2)?).map_err(|_| usage("N"))?;
+            let followers = usize::try_from(num(3)?).map_err(|_| usage("FOLLOWERS"))?;
+            let reopen = Duration::from_millis(u64::try_from(num(4)?).map_err(|_| usage("MS"))?);
+            flood(arg(1)?, n, followers, reopen)
+        }
         "fds" => {
             // Lists this process's open fds (other than the one used to list them).
             let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")?
@@ -1400,6 +1409,54 @@ fn host_pid() -> libc::pid_t {
                 .then(|| pid * 10 + libc::pid_t::from(d - b'0'))
         })
         .unwrap_or(-1)
+}
+
+/// The `flood` action: see its arm. Runs until killed; prints `flooding N` once the first N
+/// connections were made.
+fn flood(socket: &str, n: usize, followers: usize, reopen: Duration) -> Res {
+    use std::os::{fd::AsRawFd, unix::net::UnixStream};
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lim is a valid rlimit to fill and then to pass back.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+    let open = |i: usize| -> Option<UnixStream> {
+        let mut s = UnixStream::connect(socket).ok()?;
+        if i < followers {
+            // Refused or not, it stays: a silent follower reads nothing.
+            let _ = s.write_all(b"{\"v\":1,\"type\":\"tools\",\"follow\":true}\n");
+        }
+        Some(s)
+    };
+    let mut conns: Vec<Option<UnixStream>> = (0..n).map(open).collect();
+    println!("flooding {n}");
+    let _ = io::stdout().flush();
+    loop {
+        std::thread::sleep(reopen);
+        let mut polled: Vec<libc::pollfd> = conns
+            .iter()
+            .map(|c| libc::pollfd {
+                fd: c.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `polled` is an array of that many pollfds; a negative fd is skipped.
+        unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
+        for (i, p) in polled.iter().enumerate() {
+            let closed =
+                p.fd < 0 || p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+            if closed {
+                conns[i] = open(i);
+            }
+        }
+    }
 }
 
 fn errno_name(e: i32) -> &'static str {

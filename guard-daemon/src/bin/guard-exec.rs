@@ -42,8 +42,9 @@ stdin when stdin is a pipe or a file\n\n\
 EXIT STATUS:\n  the tool's own   when it ran (128+N when killed by signal N; 137 when guard stopped it)\n  \
 126              blocked by policy, held for approval and not approved, or a caller guardd does not serve\n  \
 77               an approver terminated the caller's session (--session): its calls are blocked until an admin clears it\n  \
-75               guardd is busy, or admits no call until its audit log has room again: try later; \
-or the call is held and --no-wait was given (its id is on stdout)\n  \
+75               guardd is busy (too many calls queued, this uid's connections at their limit, no place in its \
+listen queue within --connect-timeout, the call not taken within --reply-timeout), or admits no call until its \
+audit log has room again: the tool did not run, try later; or the call is held and --no-wait was given (its id is on stdout)\n  \
 69               guardd is unreachable: the tool did not run\n  \
 70               guardd could not carry out an approved call\n  \
 64               bad usage or a request guardd rejected"
@@ -52,6 +53,17 @@ struct Cli {
     /// guardd's socket.
     #[arg(long, env = "GUARD_SOCKET")]
     socket: Option<PathBuf>,
+    /// Seconds to wait for a place in guardd's listen queue; past them guard-exec exits 75
+    /// (busy) and the tool did not run.
+    #[arg(long, env = "GUARD_CONNECT_TIMEOUT", value_name = "SECONDS",
+          value_parser = client::seconds, default_value = "10")]
+    connect_timeout: Duration,
+    /// Seconds guardd may take to take the call (read its request); past them guard-exec exits
+    /// 75 (busy) and the tool did not run. Once guardd has it, guard-exec waits as long as the
+    /// call's review, a human's approval and the call itself take, which guardd bounds.
+    #[arg(long, env = "GUARD_REPLY_TIMEOUT", value_name = "SECONDS",
+          value_parser = client::seconds, default_value = "30")]
+    reply_timeout: Duration,
     /// Arguments as a JSON object ("-" reads it from stdin).
     #[arg(long, conflicts_with = "args_file")]
     args: Option<String>,
@@ -168,22 +180,14 @@ fn main() -> ExitCode {
         Err(e) => return fail(EXIT_USAGE, e),
     };
     let socket = client::socket_path(cli.socket.clone());
+    let timeouts = client::Timeouts {
+        connect: cli.connect_timeout,
+        reply: cli.reply_timeout,
+    };
     // Fail closed: no guardd, no tool.
-    let mut client = match Client::connect(&socket) {
+    let mut client = match Client::connect_with(&socket, timeouts) {
         Ok(c) => c,
-        Err(e) => {
-            // Its socket is there, and not ours to use: say so, not that guardd is away.
-            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
-                " (you are not in the socket's group: ask an admin to let you submit calls)"
-            } else {
-                ""
-            };
-            let message = format!(
-                "guardd unreachable at {}: {e}{hint}; the tool did not run",
-                socket.display()
-            );
-            return fail(EXIT_UNAVAILABLE, message);
-        }
+        Err(e) => return unreachable(&socket, &e),
     };
     if let Err(e) = input_from_stdin(&cli, &mut client, &mut args) {
         return fail(EXIT_USAGE, e);
@@ -191,13 +195,55 @@ fn main() -> ExitCode {
     let request = request(&cli, args);
     // The tool gets these very descriptors: whatever flags it sets on them are put back.
     let stdio = client::StdioFlags::save(&[0, 1, 2]);
-    if let Err(e) = client.send(&request, &[0, 1, 2]) {
-        let message = format!("sending to guardd: {e}; the tool did not run");
-        return fail(EXIT_UNAVAILABLE, message);
+    if let Some(code) = submit(&mut client, &request, cli.reply_timeout) {
+        return code;
     }
-    let code = follow(client, &socket, cli.no_wait);
+    let code = follow(client, &socket, cli.no_wait, timeouts);
     stdio.restore();
     code
+}
+
+/// Why there is no connection to guardd, and the exit that says it: busy (75) when its listen
+/// queue stayed full, else unreachable (69).
+fn unreachable(socket: &Path, e: &std::io::Error) -> ExitCode {
+    if client::busy(e) {
+        return fail(
+            EXIT_TEMPFAIL,
+            format!("{e}; the tool did not run, try again later"),
+        );
+    }
+    // Its socket is there, and not ours to use: say so, not that guardd is away.
+    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+        " (you are not in the socket's group: ask an admin to let you submit calls)"
+    } else {
+        ""
+    };
+    let message = format!(
+        "guardd unreachable at {}: {e}{hint}; the tool did not run",
+        socket.display()
+    );
+    fail(EXIT_UNAVAILABLE, message)
+}
+
+/// Sends the call with guard-exec's stdio and waits until guardd has taken it; `Some` exit
+/// when it did not (nothing ran).
+fn submit(client: &mut Client, request: &Request, within: Duration) -> Option<ExitCode> {
+    if let Err(e) = client.send(request, &[0, 1, 2]) {
+        // guardd refused the connection at the door, and said why before it closed it.
+        if let Some(said) = client.said::<ExecReply>() {
+            return answer(said);
+        }
+        let message = format!("sending to guardd: {e}; the tool did not run");
+        return Some(fail(EXIT_UNAVAILABLE, message));
+    }
+    match client.wait_taken(within) {
+        Ok(()) => None,
+        Err(e) if client::busy(&e) => Some(fail(
+            EXIT_TEMPFAIL,
+            format!("{e}; the tool did not run, try again later"),
+        )),
+        Err(e) => Some(fail(EXIT_UNAVAILABLE, format!("guardd: {e}"))),
+    }
 }
 
 /// A tool's input argument (`stdin = { arg = "NAME" }` in its policy) that the command line
@@ -255,7 +301,12 @@ fn input_from_stdin(
 
 /// Reads guardd's replies to the end of the call, coming back for a held call when guardd
 /// restarts meanwhile; returns guard-exec's exit.
-fn follow(mut client: Client, socket: &Path, no_wait: bool) -> ExitCode {
+fn follow(
+    mut client: Client,
+    socket: &Path,
+    no_wait: bool,
+    timeouts: client::Timeouts,
+) -> ExitCode {
     // The held call this caller waits for, and until when guardd may come back for it.
     let mut held: Option<(String, Instant)> = None;
     loop {
@@ -267,7 +318,7 @@ fn follow(mut client: Client, socket: &Path, no_wait: bool) -> ExitCode {
                 let Some((id, until)) = &held else {
                     continue;
                 };
-                match reconnect(socket, id, *until) {
+                match reconnect(socket, id, *until, timeouts) {
                     Some(c) => {
                         client = c;
                         continue;
@@ -348,17 +399,22 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
 
 /// Connects to guardd again (it restarted) and resumes held call `call_id`, trying until
 /// `until`; `None` when guardd did not come back in time.
-fn reconnect(socket: &Path, call_id: &str, until: Instant) -> Option<Client> {
+fn reconnect(
+    socket: &Path,
+    call_id: &str,
+    until: Instant,
+    timeouts: client::Timeouts,
+) -> Option<Client> {
     eprintln!("guard-exec: guardd went away; call {call_id} stays held: waiting for guardd");
     let request = Request::Resume(ResumeRequest {
         call_id: call_id.to_owned(),
     });
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(200));
-        let Ok(mut client) = Client::connect(socket) else {
+        let Ok(mut client) = Client::connect_with(socket, timeouts) else {
             continue;
         };
-        if client.send(&request, &[0, 1, 2]).is_ok() {
+        if client.send(&request, &[0, 1, 2]).is_ok() && client.wait_taken(timeouts.reply).is_ok() {
             return Some(client);
         }
     }

@@ -12,6 +12,7 @@ use crate::{
     calls::Running,
     daemon::Layer,
     decision::{Decision, DecisionRow},
+    fair::Counts,
     plan::LaunchPlan,
     policy::ToolSpec,
     receipt::Receipt,
@@ -56,6 +57,9 @@ pub enum Reply {
     Subscribed(Subscribed),
     /// `subscribe`: one event.
     Event(Event),
+    /// On a followed stream (`tools` with `follow`, `subscribe`) that had nothing else to say:
+    /// guardd is there, and the follower is expected to read it.
+    Keepalive(Keepalive),
     /// The request was refused; `field` names the field at fault, when there is one.
     Error(ErrorReply),
 }
@@ -153,6 +157,9 @@ pub struct Status {
     pub queued: u64,
     /// Kernel events the ring buffer had no room for, since guardd started.
     pub dropped_events: u64,
+    /// The connections open, per the fair admission's counts.
+    #[serde(default)]
+    pub connections: Counts,
 }
 
 /// The policy in force.
@@ -217,6 +224,10 @@ pub struct ToolList {
 /// The answer to `subscribe`, before the events.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Subscribed {}
+
+/// A followed stream's sign of life.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Keepalive {}
 
 /// A refusal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,10 +7,16 @@ runs it confined. `run()` passes the tool's stdin, stdout and stderr as descript
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import select
 import selectors
 import socket as _socket
+import struct
+import termios
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -36,6 +42,10 @@ VERSION = 1
 DEFAULT_SOCKET = "/run/guard/guard.sock"
 #: The most of stdout and of stderr `run()` keeps; the rest is read and counted.
 MAX_OUTPUT = 16 << 20
+#: Seconds to wait for a place in guardd's listen queue (GUARD_CONNECT_TIMEOUT overrides it).
+CONNECT_TIMEOUT = 10.0
+#: Seconds guardd may take to answer a request, or to take a call's (GUARD_REPLY_TIMEOUT).
+REPLY_TIMEOUT = 30.0
 
 
 class GuardError(Exception):
@@ -51,7 +61,9 @@ class NotPermitted(GuardError):
 
 
 class Busy(GuardError):
-    """guardd admits no call now (`busy`, or `not admitted` while its audit log has no room)."""
+    """guardd admits no call now (`busy`, or `not admitted` while its audit log has no room), or
+    did not serve in time: no place in its listen queue within the connect timeout, a request
+    not answered (a call not taken) within the reply timeout. Nothing ran: try again later."""
 
 
 class RequestError(GuardError):
@@ -138,16 +150,46 @@ def _raise_error(reply: Dict[str, Any]) -> None:
     raise RequestError(message, reply.get("field"))
 
 
+def _seconds(name: str, given: Optional[float], default: float) -> float:
+    """`given`, else the environment's `name`, else `default`: a timeout in seconds, over 0."""
+    if given is not None:
+        value = float(given)
+    else:
+        text = os.environ.get(name)
+        try:
+            value = float(text) if text is not None else default
+        except ValueError:
+            raise RequestError(f"{name}={text}: not a number of seconds") from None
+    if not value > 0:
+        raise RequestError(f"{name}: a timeout must be more than 0 seconds, not {value}")
+    return value
+
+
+def _unread(sock: _socket.socket) -> int:
+    """The bytes sent on `sock` that guardd has not read yet (SIOCOUTQ)."""
+    out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+    return struct.unpack("i", out)[0]
+
+
 class _Conn:
     """One connection: frames out, frames in."""
 
-    def __init__(self, path: str, timeout: Optional[float]):
+    def __init__(self, path: str, connect_timeout: float, reply_timeout: float):
+        self.path = path
+        self.reply_timeout = reply_timeout
         self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        # A blocking connect waits while guardd's listen queue is full, as long as SO_SNDTIMEO
+        # lets it, then fails with EAGAIN (a timeout set with settimeout() would not wait).
+        whole = int(connect_timeout)
+        timeval = struct.pack("ll", whole, int((connect_timeout - whole) * 1e6))
+        self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, timeval)
         try:
             self.sock.connect(path)
         except OSError as e:
             self.sock.close()
+            if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise Busy(f"guardd's listen queue at {path} stayed full for {connect_timeout} s: "
+                           "guardd is busy; nothing ran") from e
             raise Unreachable(f"guardd unreachable at {path}: {e}; nothing ran") from e
         self.buf = b""
 
@@ -161,7 +203,35 @@ class _Conn:
             else:
                 self.sock.sendall(frame)
         except OSError as e:
+            # Refused at the door: guardd said why before it closed the connection.
+            said = self._refusal()
+            if said is not None:
+                _raise_error(said)
             raise Unreachable(f"sending to guardd: {e}; nothing ran") from e
+
+    def _refusal(self) -> Optional[Dict[str, Any]]:
+        try:
+            self.sock.settimeout(1)
+            reply = self.recv()
+        except GuardError:
+            return None
+        return reply if reply.get("type") == "error" else None
+
+    def wait_taken(self) -> None:
+        """Waits until guardd has read what was sent, or has something to say; `Busy` when
+        neither within the reply timeout. From then on a call is guardd's to bound."""
+        deadline = time.monotonic() + self.reply_timeout
+        step = 0.001
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        while _unread(self.sock) > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Busy(f"guardd did not take the request within {self.reply_timeout} s: "
+                           "guardd is busy; nothing ran")
+            if poller.poll(max(1, int(min(step, left) * 1000))):
+                return
+            step = min(step * 2, 0.05)
 
     def feed(self, data: bytes) -> List[Dict[str, Any]]:
         """Frames completed by `data`; b"" means guardd closed the connection."""
@@ -179,6 +249,9 @@ class _Conn:
                 return self._pop()
             try:
                 data = self.sock.recv(65536)
+            except _socket.timeout as e:
+                raise Busy(f"guardd did not answer within {self.sock.gettimeout()} s: "
+                           "guardd is busy") from e
             except OSError as e:
                 raise Unreachable(f"guardd: {e}") from e
             if not data:
@@ -197,16 +270,29 @@ class _Conn:
 
 
 class Client:
-    """guardd at `socket` (else GUARD_SOCKET, else /run/guard/guard.sock)."""
+    """guardd at `socket` (else GUARD_SOCKET, else /run/guard/guard.sock).
 
-    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None):
+    `connect_timeout` (else GUARD_CONNECT_TIMEOUT, else 10 s) bounds the wait for a place in
+    guardd's listen queue; `timeout` (else GUARD_REPLY_TIMEOUT, else 30 s) the wait for an
+    answer to a request, and for guardd to take a call's request in `run()`. Past either,
+    `Busy`: nothing ran. A call guardd has taken is waited for as long as it, its review and a
+    human's approval take (guardd bounds those); an event stream as long as it lasts.
+    """
+
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None,
+                 connect_timeout: Optional[float] = None):
         self.socket = socket or os.environ.get("GUARD_SOCKET") or DEFAULT_SOCKET
-        self.timeout = timeout
+        self.timeout = _seconds("GUARD_REPLY_TIMEOUT", timeout, REPLY_TIMEOUT)
+        self.connect_timeout = _seconds("GUARD_CONNECT_TIMEOUT", connect_timeout, CONNECT_TIMEOUT)
+
+    def _connect(self) -> _Conn:
+        return _Conn(self.socket, self.connect_timeout, self.timeout)
 
     def _request(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        conn = _Conn(self.socket, self.timeout)
+        conn = self._connect()
         try:
             conn.send(request)
+            conn.sock.settimeout(self.timeout)
             reply = conn.recv()
         finally:
             conn.close()
@@ -264,11 +350,12 @@ class Client:
             request["stdin"] = "none"
         elif self._input_argument(tool, request["args"], input):
             input = None  # given as the argument; guardd writes it to the tool's stdin
-        conn = _Conn(self.socket, None)
+        conn = self._connect()
         pipes = [os.pipe() for _ in range(3)]
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = pipes
         try:
             conn.send(request, [in_r, out_w, err_w])
+            conn.wait_taken()
         except GuardError:
             for r, w in pipes:
                 os.close(r)
@@ -387,7 +474,7 @@ class Client:
         Ends when guardd goes away (`Unreachable`) or drops a subscriber that fell behind (a
         final event of kind `lagged`).
         """
-        conn = _Conn(self.socket, None)
+        conn = self._connect()
         try:
             request: Dict[str, Any] = {"type": "subscribe"}
             if tool is not None:
@@ -395,11 +482,16 @@ class Client:
             if call is not None:
                 request["call"] = call
             conn.send(request)
+            conn.sock.settimeout(self.timeout)
             first = conn.recv()
             if first.get("type") == "error":
                 _raise_error(first)
+            # From here the stream is as quiet as guardd is; guardd's keepalives are skipped.
+            conn.sock.settimeout(None)
             while True:
                 reply = conn.recv()
+                if reply.get("type") == "keepalive":
+                    continue
                 if reply.get("type") == "error":
                     _raise_error(reply)
                 event = {k: v for k, v in reply.items() if k not in ("v", "type")}

@@ -4,7 +4,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use guard::{
-    client::{self, Client},
+    client,
     protocol::{
         ApproveRequest, ClearSessionRequest, DenyRequest, PendingRequest, ReloadRequest, Reply,
         Request, SessionsRequest,
@@ -16,14 +16,8 @@ use crate::{print_json, printable};
 /// Sends one admin request and returns what comes back; an error is printed, with its exit.
 fn ask(socket: Option<PathBuf>, request: &Request) -> Result<Reply, ExitCode> {
     let socket = client::socket_path(socket);
-    let mut client = Client::connect(&socket).map_err(|e| {
-        eprintln!("guardctl: guardd unreachable at {}: {e}", socket.display());
-        ExitCode::from(69)
-    })?;
-    client.request(request).map_err(|e| {
-        eprintln!("guardctl: {e}");
-        ExitCode::FAILURE
-    })
+    let mut client = crate::live::connect(&socket)?;
+    client.request(request).map_err(|e| crate::live::failed(&e))
 }
 
 /// A reply other than the one the request expects.

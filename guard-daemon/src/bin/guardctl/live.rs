@@ -10,12 +10,28 @@ use guard::{
 
 use crate::{print_json, printable};
 
-/// Connects or explains, in one line, why not.
-fn connect(socket: &Path) -> Result<Client, ExitCode> {
+/// Connects or explains, in one line, why not: 75 when guardd is there and busy, 69 when it
+/// is not there.
+pub fn connect(socket: &Path) -> Result<Client, ExitCode> {
     Client::connect(socket).map_err(|e| {
+        if client::busy(&e) {
+            eprintln!("guardctl: {e}; try again later");
+            return ExitCode::from(75);
+        }
         eprintln!("guardctl: guardd unreachable at {}: {e}", socket.display());
         ExitCode::from(69)
     })
+}
+
+/// The exit for a request that failed, after saying why: 75 for a guardd that is busy (it
+/// refused the connection for now, or did not answer within the reply timeout), else 1.
+pub fn failed(e: &std::io::Error) -> ExitCode {
+    eprintln!("guardctl: {e}");
+    if client::busy(e) {
+        ExitCode::from(75)
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// guardd's status, or the exit code after saying why not.
@@ -27,10 +43,7 @@ pub fn ask_status(socket: &Path) -> Result<Status, ExitCode> {
             eprintln!("guardctl: {}", client::unexpected(&other));
             Err(ExitCode::FAILURE)
         }
-        Err(e) => {
-            eprintln!("guardctl: {e}");
-            Err(ExitCode::FAILURE)
-        }
+        Err(e) => Err(failed(&e)),
     }
 }
 
@@ -104,6 +117,11 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         let state = layer.state.as_str();
         println!("  {:<22} {state:<10} {}", layer.name, layer.detail);
     }
+    let c = &status.connections;
+    println!(
+        "connections: {} open ({} beyond their uid's reserve) from {} uids, {} following",
+        c.open, c.shared, c.uids, c.followers
+    );
     println!(
         "running calls: {}  queued: {}",
         status.running.len(),
@@ -290,12 +308,13 @@ pub fn events(
         call: filter.call.clone(),
     });
     if let Err(e) = client.request(&subscribe) {
-        eprintln!("guardctl: {e}");
-        return ExitCode::from(1);
+        return failed(&e);
     }
     loop {
         match client.recv::<Reply>() {
             Ok(Some(Reply::Event(event))) => print(&event),
+            // guardd is there; nothing happened.
+            Ok(Some(Reply::Keepalive(_))) => {}
             Ok(Some(other)) => {
                 eprintln!("guardctl: {}", client::unexpected(&other));
                 return ExitCode::from(1);

@@ -4,7 +4,7 @@ mod config;
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, parser::ValueSource};
-use guard::{daemon, server};
+use guard::{conn, daemon, fair, server};
 use tokio::signal::{self, unix::SignalKind};
 use tracing_subscriber::EnvFilter;
 
@@ -55,9 +55,33 @@ struct Args {
     /// Calls waiting for a slot before new ones get a "busy" reply.
     #[arg(long, default_value_t = 1024)]
     max_queue: usize,
-    /// Connections open at once.
+    /// Connections open at once beyond each uid's reserve, all uids together (the shared pool).
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
+    /// Connections one uid may hold at once; its next one is refused as busy, whatever the
+    /// pool holds: one uid's flood stops no one but itself.
+    #[arg(long, default_value_t = 256)]
+    max_connections_per_uid: usize,
+    /// Each uid's own connections, admitted whatever the others hold (an admin's status, a
+    /// caller's calls); a peer that is no client or admin gets these only.
+    #[arg(long, default_value_t = 8)]
+    reserved_connections_per_uid: usize,
+    /// Streams one uid may follow at once (`tools` with follow: guard-mcp; `subscribe`:
+    /// `guardctl events --follow`). A follower never idles out, so this bounds what one uid
+    /// can hold for good.
+    #[arg(long, default_value_t = 8)]
+    max_followers_per_uid: usize,
+    /// Seconds a connection may take to send a whole request before it is closed (slow-loris).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    idle_timeout: u64,
+    /// Seconds a reply may wait for its client to read it before the connection is closed (a
+    /// call whose caller stops reading ends as a caller gone).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    write_timeout: u64,
+    /// Seconds between keepalives on a quiet followed stream; a follower that has not read the
+    /// last one by then, and reads nothing within --write-timeout, is dropped.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    keepalive: u64,
     /// Seconds shutdown waits for running calls before killing them.
     #[arg(long, default_value_t = 10)]
     drain_seconds: u64,
@@ -91,6 +115,31 @@ struct Args {
 }
 
 impl Args {
+    /// Who gets a connection, and the deadlines each one has; settings that contradict each
+    /// other (or a file's value out of its flag's range) are an error naming the key.
+    fn connections(&self) -> Result<(fair::Limits, conn::Deadlines), String> {
+        let limits = fair::Limits {
+            shared: self.max_connections,
+            per_uid: self.max_connections_per_uid,
+            reserved: self.reserved_connections_per_uid,
+            followers: self.max_followers_per_uid,
+        };
+        limits.check()?;
+        let seconds = |key: &str, n: u64, max: u64| {
+            if (1..=max).contains(&n) {
+                Ok(Duration::from_secs(n))
+            } else {
+                Err(format!("{key} = {n}: must be from 1 to {max} seconds"))
+            }
+        };
+        let deadlines = conn::Deadlines {
+            idle: seconds("idle_timeout", self.idle_timeout, 86400)?,
+            write: seconds("write_timeout", self.write_timeout, 3600)?,
+            keepalive: seconds("keepalive", self.keepalive, 3600)?,
+        };
+        Ok((limits, deadlines))
+    }
+
     /// The runtime's worker threads: the setting, else one fewer than the CPUs.
     fn workers(&self) -> usize {
         match self.worker_threads {
@@ -136,9 +185,13 @@ fn settings() -> anyhow::Result<Args> {
     from_file!(
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
         socket_group => Some, cgroup => Some,
-        max_calls, max_queue, max_connections, drain_seconds, allow_unenforced, trace_syscalls,
-        event_ring_bytes, approval_timeout, allow_writes_on_audit_fs, worker_threads => Some
+        max_calls, max_queue, max_connections, max_connections_per_uid,
+        reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
+        keepalive, drain_seconds, allow_unenforced, trace_syscalls, event_ring_bytes,
+        approval_timeout, allow_writes_on_audit_fs, worker_threads => Some
     );
+    args.connections()
+        .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
     // The file's value did not pass the flag's parser.
     guard::monitor::ring_bytes(u64::from(args.event_ring_bytes))
         .map_err(|e| anyhow::anyhow!("config {}: event_ring_bytes = {e}", path.display()))?;
@@ -172,6 +225,14 @@ fn check_config(args: &Args) -> ExitCode {
     println!(
         "max_calls = {}\nmax_queue = {}\nmax_connections = {}",
         args.max_calls, args.max_queue, args.max_connections
+    );
+    println!(
+        "max_connections_per_uid = {}\nreserved_connections_per_uid = {}\nmax_followers_per_uid = {}",
+        args.max_connections_per_uid, args.reserved_connections_per_uid, args.max_followers_per_uid
+    );
+    println!(
+        "idle_timeout = {}\nwrite_timeout = {}\nkeepalive = {}",
+        args.idle_timeout, args.write_timeout, args.keepalive
     );
     println!(
         "drain_seconds = {}\napproval_timeout = {}",
@@ -322,6 +383,14 @@ async fn serve(args: Args) -> ExitCode {
             "--allow-unenforced: calls may run without kernel enforcement; every audit row will say so"
         );
     }
+    let (connections, deadlines) = match args.connections() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("guardd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    raise_fd_limit(&connections);
     let options = daemon::Options {
         policy: args.policy.unwrap_or_else(default_policy),
         socket: args.socket,
@@ -330,7 +399,8 @@ async fn serve(args: Args) -> ExitCode {
         cgroup: args.cgroup,
         max_calls: args.max_calls,
         max_queue: args.max_queue,
-        max_connections: args.max_connections,
+        connections,
+        deadlines,
         drain: Duration::from_secs(args.drain_seconds),
         approval_timeout: Duration::from_secs(args.approval_timeout),
         allow_unenforced: args.allow_unenforced,
@@ -392,6 +462,32 @@ async fn serve(args: Args) -> ExitCode {
     .await;
     tracing::info!("stopped: socket removed, kernel programs detached");
     ExitCode::SUCCESS
+}
+
+/// Raises the soft limit on open files to the hard one: outside systemd (whose unit sets
+/// `LimitNOFILE=65536`) it is often 1024, below the connections guardd admits, and an accept that
+/// fails for want of a descriptor leaves every later caller in the listen queue.
+fn raise_fd_limit(limits: &fair::Limits) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit to fill and then to pass back.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) == 0 && {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) == 0
+        }
+    };
+    // The pool, a few uids' reserves and the calls' own descriptors.
+    let wanted = (limits.shared + 64 * limits.reserved + 1024) as u64;
+    if !raised || lim.rlim_cur < wanted {
+        tracing::warn!(
+            open_files = lim.rlim_cur,
+            wanted,
+            "the limit on open files is below the connections guardd admits (LimitNOFILE)"
+        );
+    }
 }
 
 /// SIGHUP loads the policy file again, as `guardctl reload` does; a bad file changes nothing.
