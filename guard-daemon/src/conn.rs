@@ -127,26 +127,56 @@ impl Conn {
     pub async fn write(&mut self, frame: &[u8]) -> io::Result<()> {
         match tokio::time::timeout(self.write_deadline, self.stream.write_all(frame)).await {
             Ok(written) => written,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "the client took no reply for {} s (write deadline)",
-                    self.write_deadline.as_secs_f64()
-                ),
-            )),
+            Err(_) => Err(self.took_no_reply()),
         }
+    }
+
+    /// Writes one whole frame with `fd` attached to its first byte (SCM_RIGHTS), within the
+    /// write deadline as [`Conn::write`].
+    pub async fn write_with_fd(&mut self, frame: &[u8], fd: RawFd) -> io::Result<()> {
+        let fds = [fd];
+        let first = async {
+            loop {
+                self.stream.writable().await?;
+                let sent = self.stream.try_io(tokio::io::Interest::WRITABLE, || {
+                    let cmsgs = [ControlMessage::ScmRights(&fds)];
+                    let iov = [IoSlice::new(frame)];
+                    sendmsg::<()>(
+                        self.stream.as_raw_fd(),
+                        &iov,
+                        &cmsgs,
+                        MsgFlags::MSG_DONTWAIT,
+                        None,
+                    )
+                    .map_err(io::Error::from)
+                });
+                match sent {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    other => return other,
+                }
+            }
+        };
+        let sent = match tokio::time::timeout(self.write_deadline, first).await {
+            Ok(sent) => sent?,
+            Err(_) => return Err(self.took_no_reply()),
+        };
+        self.write(&frame[sent..]).await
+    }
+
+    fn took_no_reply(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the client took no reply for {} s (write deadline)",
+                self.write_deadline.as_secs_f64()
+            ),
+        )
     }
 
     /// The bytes written to this connection that the client has not read yet (SIOCOUTQ: for a
     /// Unix socket, what the kernel still holds of ours in the client's receive queue).
     pub fn unread(&self) -> io::Result<usize> {
-        let mut n: libc::c_int = 0;
-        // SAFETY: SIOCOUTQ writes one int through the pointer.
-        let rc = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(usize::try_from(n).unwrap_or(0))
+        crate::client::unread(&self.stream)
     }
 
     /// Waits until the client has read everything written to it so far, or at least some of
@@ -188,15 +218,25 @@ impl Conn {
     }
 }
 
-/// One recvmsg: the bytes read and any descriptors that came with them (close-on-exec).
-fn recv_with_fds(fd: RawFd, chunk: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+/// One recvmsg that does not wait: the bytes read and any descriptors that came with them
+/// (close-on-exec).
+pub fn recv_with_fds(fd: RawFd, chunk: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    recvmsg_fds(fd, chunk, MsgFlags::MSG_DONTWAIT)
+}
+
+/// [`recv_with_fds`] on a blocking socket: waits as long as its read timeout says.
+pub fn recv_with_fds_blocking(fd: RawFd, chunk: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    recvmsg_fds(fd, chunk, MsgFlags::empty())
+}
+
+fn recvmsg_fds(fd: RawFd, chunk: &mut [u8], flags: MsgFlags) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
     let mut iov = [IoSliceMut::new(chunk)];
     let msg = recvmsg::<()>(
         fd,
         &mut iov,
         Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+        MsgFlags::MSG_CMSG_CLOEXEC | flags,
     )
     .map_err(io::Error::from)?;
     let mut fds = Vec::new();

@@ -13,10 +13,11 @@ use std::{
 };
 
 use guard::{
+    client::AsyncReceiver,
     decision::Decision,
     protocol::{
         self, CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
-        reply::{CallDecision, Exit, Hold},
+        reply::{CallDecision, Exit, Hold, Started as StartedReply},
     },
     receipt::Receipt,
 };
@@ -104,7 +105,9 @@ pub async fn run(
         mut stdout,
         mut stderr,
     } = started;
-    let mut lines = BufReader::new(stream).lines();
+    let mut lines = BufReader::new(AsyncReceiver::new(stream)).lines();
+    // The call's start, and its pidfd: what tells a stopped call from a running one.
+    let mut begun: Option<(StartedReply, Option<OwnedFd>)> = None;
     // The hold, and until when guardd may come back for it.
     let mut hold: Option<(Hold, Instant)> = None;
     let mut waited = 0.0;
@@ -129,18 +132,17 @@ pub async fn run(
                 let Some((h, until)) = &hold else { continue };
                 match comeback(socket, &h.call_id, *until, cancel.as_mut()).await {
                     Ok(s) => {
-                        lines = BufReader::new(s.stream).lines();
+                        lines = BufReader::new(AsyncReceiver::new(s.stream)).lines();
                         (stdout, stderr) = (s.stdout, s.stderr);
                         continue;
                     }
                     Err(e) => return result(Vec::new(), Outcome::failed(e), None),
                 }
             }
-            Ok(None) => {
-                let e = "guardd closed the connection; the call, if it ran, was stopped";
-                return result(Vec::new(), Outcome::failed(e), None);
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return result(Vec::new(), Outcome::failed(format!("guardd: {e}")), None);
             }
-            Err(e) => return result(Vec::new(), Outcome::failed(format!("guardd: {e}")), None),
+            Ok(None) | Err(_) => return lost(begun).await,
         };
         let reply = match protocol::parse_reply::<ExecReply>(line.as_bytes()) {
             Ok(r) => r,
@@ -158,6 +160,14 @@ pub async fn run(
                 hold = Some((h, until));
                 tick.reset();
             }
+            ExecReply::Started(s) => {
+                let pidfd = if s.pidfd {
+                    lines.get_mut().get_mut().take_fd()
+                } else {
+                    None
+                };
+                begun = Some((s, pidfd));
+            }
             ExecReply::Error(e) => return result(Vec::new(), Outcome::failed(e.error), None),
             ExecReply::Exit(exit) => {
                 let out = stdout.finish().await;
@@ -166,6 +176,18 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The result of a call whose guardd went away before its end: what became of it, once its
+/// processes were seen gone (waited for off this thread).
+async fn lost(begun: Option<(StartedReply, Option<OwnedFd>)>) -> CallToolResult {
+    let said = tokio::task::spawn_blocking(move || {
+        let (started, pidfd) = begun.as_ref().map(|(s, fd)| (s, fd.as_ref())).unzip();
+        guard::client::lost(started, pidfd.flatten())
+    })
+    .await
+    .unwrap_or_else(|e| format!("guardd closed the connection: {e}"));
+    result(Vec::new(), Outcome::failed(said), None)
 }
 
 /// The `exec` of a call. An MCP client has no input stream to give: it says so, and guardd

@@ -396,6 +396,10 @@ fn a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so() {
     stream
         .shutdown(std::net::Shutdown::Write)
         .expect("shutdown");
+    // Its start (the pidfd that came with it closed by this plain read), then its end.
+    line.clear();
+    reader.read_line(&mut line).expect("started");
+    assert!(line.contains("\"type\":\"started\""), "{line}");
     line.clear();
     reader.read_line(&mut line).expect("exit");
     let exit: serde_json::Value = serde_json::from_str(&line).expect("JSON");
@@ -1033,4 +1037,63 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
         ["--worker-threads", "0"],
         "worker-threads",
     );
+}
+
+#[test]
+fn a_caller_that_loses_guardd_says_stopped_only_once_the_call_s_processes_are_gone() {
+    if !support::privileged(
+        "a_caller_that_loses_guardd_says_stopped_only_once_the_call_s_processes_are_gone",
+    ) {
+        return;
+    }
+    use std::io::Read as _;
+    let s = super::escape::Setup::new();
+    let mut guardd = Guardd::start(&s.policy("", ""));
+    // A call whose process takes a while to die: the kernel frees its 768 MiB first.
+    let mut caller = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        guardd
+            .exec("tt", &["a0=hog", "a1=768"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("guard-exec")
+    };
+    let mut line = String::new();
+    BufReader::new(caller.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the tool's first line");
+    if line != "hogging\n" {
+        let out = caller.wait_with_output().expect("guard-exec");
+        panic!("the tool did not start: {out:?}");
+    }
+    let root = std::path::Path::new("/sys/fs/cgroup/unified").join(&guardd.cgroup);
+    let calls: Vec<_> = std::fs::read_dir(&root)
+        .expect("guardd's cgroup")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("call-"))
+        .map(|e| e.path().join("cgroup.procs"))
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    guardd.crash();
+    let status = caller.wait().expect("guard-exec");
+    // Read the moment guard-exec has said it: nothing of the call is left.
+    let left = std::fs::read_to_string(&calls[0]).unwrap_or_default();
+    let mut said = String::new();
+    caller
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut said)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(69), "{said}");
+    assert!(
+        said.contains("the call was stopped: its processes are gone"),
+        "{said}"
+    );
+    assert_eq!(
+        left, "",
+        "guard-exec said {said:?} while the call still had {left:?}"
+    );
+    guardd.start_again();
 }

@@ -219,3 +219,42 @@ fn mcp_log_has_no_colour_codes_when_stderr_is_no_terminal() {
     assert!(text.contains("listing no tools"), "{text}");
     assert!(!log.contains(&0x1b), "an escape byte in the log: {text:?}");
 }
+
+/// guardd dies while a call runs (its death kills the call): the client's error result says the
+/// call was stopped once guard-mcp saw its processes gone, through the pidfd guardd passed with
+/// the call's start, not before.
+#[test]
+fn mcp_a_call_whose_guardd_dies_is_said_stopped_once_its_processes_are_gone() {
+    if !support::privileged("mcp_a_call_whose_guardd_dies_is_said_stopped_once") {
+        return;
+    }
+    let Some(python) = support::python("mcp_guardd_dies") else {
+        return;
+    };
+    let s = super::escape::Setup::new();
+    let mut guardd = Guardd::start(&s.policy("", ""));
+    let socket = guardd.socket.clone();
+    let session = std::thread::spawn(move || {
+        let plan = json!([{"call": "tt", "arguments": {"a0": "hog", "a1": "512"}}]);
+        session(&python, &socket, &plan)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let running = support::output(guardd.ctl(&["calls", "--running", "--json"]));
+        if String::from_utf8_lossy(&running.stdout).lines().count() == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{running:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    guardd.crash();
+    let steps = session.join().expect("the session");
+    let call = &steps[0];
+    assert_eq!(call["isError"], true, "{call}");
+    let said = call["texts"][0].as_str().unwrap_or_default();
+    assert!(
+        said.contains("the call was stopped: its processes are gone"),
+        "{call}"
+    );
+    guardd.start_again();
+}

@@ -409,6 +409,20 @@ fn run(action: &[String]) -> Res {
             unsafe { libc::munmap(map, len.max(1)) };
             result
         }
+        "hog" => {
+            // Takes MIB MiB of memory, every page touched, says so, and sleeps: a process whose
+            // exit takes a while (the kernel frees its pages before it leaves its cgroup).
+            let len = usize::try_from(num(1)?).map_err(|_| usage("MIB"))? << 20;
+            let mut memory = vec![0u8; len];
+            for page in memory.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            println!("hogging");
+            io::stdout().flush()?;
+            std::thread::sleep(Duration::from_secs(60));
+            std::hint::black_box(&memory);
+            Ok(())
+        }
         "sleep" => {
             let secs: f64 = arg(1)?.parse().map_err(|_| usage("not a number"))?;
             std::thread::sleep(Duration::from_secs_f64(secs));

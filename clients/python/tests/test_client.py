@@ -10,8 +10,12 @@ environment: GUARD_SOCKET, GUARD_CTL for guardctl). The policy it runs:
   mail  high and irreversible: held for an admin ([approvals] allow_self, so root may approve)
 """
 
+import json
 import os
+import shutil
+import socket
 import subprocess
+import tempfile
 import threading
 import unittest
 
@@ -109,6 +113,44 @@ class ClientTest(unittest.TestCase):
             gone.run("echo", {"words": "hi"})
         with self.assertRaises(guard_client.GuardError):
             gone.check("echo", {"words": "hi"})
+
+    def test_a_lost_guardd_is_said_to_have_stopped_the_call_only_once_it_is_gone(self):
+        # guardd's side as a stand-in, for the one thing a real guardd cannot be made to do on
+        # cue: allow the call, say it started with the pidfd of a process, and die while that
+        # process still runs (for half a second more).
+        d = tempfile.mkdtemp(dir="/run")
+        path = os.path.join(d, "g.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(1)
+        call = subprocess.Popen(["sleep", "0.5"])
+
+        def serve():
+            conn, _ = server.accept()
+            request = b""
+            while b"\n" not in request:
+                request += conn.recv(65536)
+            conn.sendall(b'{"v":1,"type":"decision","call_id":"c-1","decision":"allow"}\n')
+            started = {"v": 1, "type": "started", "call_id": "c-1", "pid": call.pid,
+                       "pidfd": True}
+            pidfd = os.pidfd_open(call.pid)
+            socket.send_fds(conn, [json.dumps(started).encode() + b"\n"], [pidfd])
+            os.close(pidfd)
+            conn.close()
+            server.close()
+
+        serving = threading.Thread(target=serve)
+        serving.start()
+        try:
+            with self.assertRaises(Unreachable) as caught:
+                Client(path).run("echo", {"words": "hi"})
+            still_running = call.poll() is None
+        finally:
+            serving.join()
+            call.wait()
+            shutil.rmtree(d)
+        self.assertIn("the call was stopped: its processes are gone", str(caught.exception))
+        self.assertFalse(still_running, "said stopped while the call's process ran")
 
     def test_events_follow_a_call(self):
         seen = []

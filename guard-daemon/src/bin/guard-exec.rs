@@ -4,6 +4,7 @@
 use std::{
     fs,
     io::Read as _,
+    os::fd::OwnedFd,
     path::{Path, PathBuf},
     process::ExitCode,
     time::{Duration, Instant},
@@ -16,7 +17,7 @@ use guard::{
     policy::StdinSpec,
     protocol::{
         CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, MAX_FRAME, Reply, Request,
-        ResumeRequest, ToolsRequest,
+        ResumeRequest, ToolsRequest, reply::Started,
     },
 };
 use serde_json::{Map, Value};
@@ -309,6 +310,8 @@ fn follow(
 ) -> ExitCode {
     // The held call this caller waits for, and until when guardd may come back for it.
     let mut held: Option<(String, Instant)> = None;
+    // The call's start, and its pidfd: what tells a stopped call from a running one.
+    let mut started: Option<(Started, Option<OwnedFd>)> = None;
     loop {
         let reply = match client.recv::<ExecReply>() {
             Ok(Some(r)) => r,
@@ -332,14 +335,19 @@ fn follow(
                     }
                 }
             }
-            Ok(None) => {
-                return fail(
-                    EXIT_UNAVAILABLE,
-                    "guardd closed the connection; the call, if it ran, was stopped",
-                );
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return fail(EXIT_UNAVAILABLE, e);
             }
-            Err(e) => return fail(EXIT_UNAVAILABLE, e),
+            Ok(None) | Err(_) => {
+                let (started, pidfd) = started.as_ref().map(|(s, fd)| (s, fd.as_ref())).unzip();
+                return fail(EXIT_UNAVAILABLE, client::lost(started, pidfd.flatten()));
+            }
         };
+        if let ExecReply::Started(s) = reply {
+            let pidfd = if s.pidfd { client.take_fd() } else { None };
+            started = Some((s, pidfd));
+            continue;
+        }
         if let ExecReply::Pending(hold) = &reply {
             if no_wait {
                 // The id on stdout, for a script to resume it with.
@@ -425,6 +433,7 @@ fn reconnect(
 fn answer(reply: ExecReply) -> Option<ExitCode> {
     match reply {
         ExecReply::Decision(d) if d.decision == Decision::Allow => None,
+        ExecReply::Started(_) => None,
         ExecReply::Pending(hold) => {
             // Held for a human: say so, then keep waiting for the answer.
             let id = &hold.call_id;

@@ -4,7 +4,12 @@
 
 mod watch;
 
-use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
+use std::{
+    io,
+    os::fd::{AsRawFd as _, OwnedFd},
+    sync::Arc,
+    time::Instant,
+};
 
 pub(crate) use watch::watch_of;
 
@@ -24,7 +29,7 @@ use crate::{
     plan::{LaunchPlan, OnDivergence},
     protocol::{
         self, ErrorReply, ExecReply,
-        reply::{CallDecision, Exit},
+        reply::{CallDecision, Exit, Started},
     },
     receipt::{Receipt, ReceiptFor, Verdict},
     review::{self, CallContext, Recording},
@@ -398,7 +403,7 @@ impl Call<'_, '_> {
             .map_err(|e| (e.into(), None))?;
         let id = cgroup.id();
         // Before the kernel takes the call's write identities: the directory must exist.
-        let _tmp = sandbox::tmp::CallTmp::create(self.plan, &daemon.launch.default_user)
+        let tmp = sandbox::tmp::CallTmp::create(self.plan, &daemon.launch.default_user)
             .map_err(|e| (CallError::Tmp(e), None))?;
         self.stages.lap("cgroup");
         let (watch, responder) = self.watch().await.map_err(|e| (e, None))?;
@@ -425,6 +430,8 @@ impl Call<'_, '_> {
             tracing::warn!(call = %self.id, "removing the call's cgroup: {e}");
         }
         self.stages.lap("cgroup_remove");
+        tmp.remove().await;
+        self.stages.lap("tmp_remove");
         match result {
             Ok((outcome, applied)) => Ok((outcome, applied, receipt)),
             Err(e) => Err((e, receipt)),
@@ -462,6 +469,7 @@ impl Call<'_, '_> {
         let (stdio, _input) = sandbox::input::attach(&plan.confinement.stdin, stdio)?;
         let launched = ready.start(stdio)?;
         self.stages.absorb(&launched.stages);
+        self.started(&launched).await;
         let applied = launched.applied.clone();
         let pid = launched.pid.as_raw() as u32;
         let launch = crate::audit::Launch::of(&plan.argv, pid, self.peer.uid);
@@ -496,6 +504,24 @@ impl Call<'_, '_> {
         }
         self.stages.lap("run");
         Ok((outcome, applied))
+    }
+
+    /// Tells the caller the call started, with a pidfd of its first process. A caller that
+    /// cannot hear it is gone, which the wait for the call's end finds.
+    async fn started(&mut self, launched: &sandbox::Launched) {
+        let started = Started {
+            call_id: self.id.to_owned(),
+            pid: launched.pid.as_raw() as u32,
+            pidfd: launched.pidfd.is_some(),
+        };
+        let frame = protocol::frame(&ExecReply::Started(started));
+        let sent = match &launched.pidfd {
+            Some(pidfd) => self.conn.write_with_fd(&frame, pidfd.as_raw_fd()).await,
+            None => self.conn.write(&frame).await,
+        };
+        if let Err(e) = sent {
+            tracing::debug!(call = %self.id, "telling the caller the call started: {e}");
+        }
     }
 
     /// The call's receipt, with what the kernel counted and the names it asked folded in; read

@@ -27,6 +27,9 @@ pub enum ExecReply {
     Decision(CallDecision),
     /// Held for an admin; a decision follows once one answered (or the wait ran out).
     Pending(Hold),
+    /// The call's first process started; a pidfd for it comes with this frame (SCM_RIGHTS)
+    /// when the kernel has pidfds.
+    Started(Started),
     /// The call ended.
     Exit(Exit),
     /// The request was refused before any decision.
@@ -92,6 +95,18 @@ pub struct Hold {
     /// SHA-256 of the call's canonical form: what an approval binds to.
     #[serde(default)]
     pub digest: String,
+}
+
+/// The start of an allowed call. Its first process is the init of the call's pid namespace:
+/// its pidfd turns readable only once every process of the call is gone, which is how a caller
+/// that loses guardd tells a stopped call from one still running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Started {
+    pub call_id: String,
+    /// The first process's pid, in guardd's pid namespace.
+    pub pid: u32,
+    /// Whether a pidfd came with the frame.
+    pub pidfd: bool,
 }
 
 /// The end of a call that ran.

@@ -169,8 +169,9 @@ fn first_subdir(dir: &OwnedFd, removed: &mut u64) -> io::Result<Option<CString>>
     Ok(None)
 }
 
-/// A call's temporary directory, removed (with what the call left in it) on drop, off the
-/// runtime's threads. A shared lock on it says, while guardd lives, that it is in use.
+/// A call's temporary directory, removed (with what the call left in it) by [`CallTmp::remove`]
+/// before the call's end is told, else on drop; either way off the runtime's threads. A shared
+/// lock on it says, while guardd lives, that it is in use.
 #[derive(Debug)]
 pub struct CallTmp(Option<(PathBuf, Flock<OwnedFd>)>);
 
@@ -202,12 +203,22 @@ impl CallTmp {
     }
 }
 
-impl Drop for CallTmp {
-    fn drop(&mut self) {
-        let Some((dir, held)) = self.0.take() else {
-            return;
-        };
-        let remove = move || {
+impl CallTmp {
+    /// Removes the directory and waits for it: a call's caller hears of its end once what the
+    /// call left in it is gone (a deep tree delays that caller alone).
+    pub async fn remove(mut self) {
+        if let Some(removal) = self.removal() {
+            let _ = tokio::task::spawn_blocking(move || {
+                super::name_blocking_thread();
+                removal();
+            })
+            .await;
+        }
+    }
+
+    fn removal(&mut self) -> Option<impl FnOnce() + Send + 'static> {
+        let (dir, held) = self.0.take()?;
+        Some(move || {
             if let Err(e) = remove_tree(&dir) {
                 tracing::warn!(
                     "leaving a call's temporary directory {}: {e}",
@@ -215,13 +226,21 @@ impl Drop for CallTmp {
                 );
             }
             drop(held);
+        })
+    }
+}
+
+impl Drop for CallTmp {
+    fn drop(&mut self) {
+        let Some(removal) = self.removal() else {
+            return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => drop(rt.spawn_blocking(move || {
                 super::name_blocking_thread();
-                remove();
+                removal();
             })),
-            Err(_) => remove(),
+            Err(_) => removal(),
         }
     }
 }

@@ -165,6 +165,29 @@ def _seconds(name: str, given: Optional[float], default: float) -> float:
     return value
 
 
+#: Seconds a caller that lost guardd waits to see its call's processes gone.
+GONE_WITHIN = 10.0
+
+
+def _lost(started: Optional[Dict[str, Any]], pidfd: Optional[int]) -> str:
+    """What became of a call whose guardd went away, as guard-exec says it: stopped only once
+    the pidfd of its first process (its pid namespace's init) says every process is gone."""
+    if started is None:
+        return ("guardd closed the connection before it said the call started; a call it had "
+                "started dies with it")
+    call_id, pid = started.get("call_id"), started.get("pid")
+    if pidfd is None:
+        return (f"guardd closed the connection while call {call_id} ran (pid {pid}); it dies "
+                "with guardd, but without a pidfd its processes' end was not seen")
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    if poller.poll(int(GONE_WITHIN * 1000)):
+        return (f"guardd closed the connection while call {call_id} ran; the call was "
+                "stopped: its processes are gone")
+    return (f"guardd closed the connection while call {call_id} ran; its first process "
+            f"(pid {pid}) was still there {GONE_WITHIN:g} s later")
+
+
 def _unread(sock: _socket.socket) -> int:
     """The bytes sent on `sock` that guardd has not read yet (SIOCOUTQ)."""
     out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
@@ -407,6 +430,10 @@ class Client:
         open_pipes = {"stdout", "stderr"}
         exit_reply = None
         approved_by = None
+        # The call's start, and its first process's pidfd: what tells a stopped call from a
+        # running one when guardd goes away.
+        started: Optional[Dict[str, Any]] = None
+        pidfd: Optional[int] = None
         while exit_reply is None or open_pipes:
             ready = sel.select(timeout=None if exit_reply is None else 5)
             if not ready:
@@ -424,7 +451,15 @@ class Client:
                         open_fds.discard(in_w)
                         os.close(in_w)
                 elif name == "guardd":
-                    chunk = conn.sock.recv(65536)
+                    chunk, fds, _, _ = _socket.recv_fds(conn.sock, 65536, 1)
+                    for fd in fds:
+                        if pidfd is None:
+                            pidfd = fd
+                            open_fds.add(fd)
+                        else:
+                            os.close(fd)
+                    if not chunk:
+                        raise Unreachable(_lost(started, pidfd))
                     for reply in conn.feed(chunk):
                         kind = reply.get("type")
                         if kind == "error":
@@ -438,6 +473,8 @@ class Client:
                                           reply["call_id"], reply["decision"])
                         elif kind == "decision":
                             approved_by = reply.get("approved_by")
+                        elif kind == "started":
+                            started = reply
                         elif kind == "exit":
                             exit_reply = reply
                             sel.unregister(conn.sock)
