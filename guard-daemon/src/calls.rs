@@ -1,19 +1,22 @@
-//! Admission of calls: at most `max_calls` run at once, at most `max_queue` wait for a slot, and
-//! the rest are refused as busy. An admitted call holds an [`Admission`]: the call is listed as
-//! running while it holds one, and its slot is free again when it is dropped, whatever way the
-//! call ends. Shutdown [`drain`](Calls::drain)s by taking every slot.
+//! Admission of calls: at most `max_calls` run at once, at most `per_uid` of them a single
+//! caller uid's, at most `max_queue` wait for a slot, and the rest are refused as busy. A uid
+//! takes its own slot before one of all: past its share its calls wait behind its own, never in
+//! front of another uid's, so one caller's long calls delay no one else's. An admitted call
+//! holds an [`Admission`]: the call is listed as running while it holds one, and its slots are
+//! free again when it is dropped, whatever way the call ends. Shutdown
+//! [`drain`](Calls::drain)s by taking every slot.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::{
-        Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 /// A call that is running now.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -30,6 +33,9 @@ pub struct Running {
 pub struct Calls {
     slots: Semaphore,
     max_calls: u32,
+    /// Each caller uid's slots, taken before one of `slots`.
+    uids: Mutex<HashMap<u32, Arc<Semaphore>>>,
+    per_uid: usize,
     max_queue: u64,
     queued: AtomicU64,
     running: Mutex<BTreeMap<String, Running>>,
@@ -42,18 +48,21 @@ pub struct Calls {
 pub struct Admission<'a> {
     calls: &'a Calls,
     _slot: SemaphorePermit<'a>,
+    _own: OwnedSemaphorePermit,
     listed: Option<String>,
 }
 
 impl Calls {
-    /// `max_calls` run at once, `max_queue` more may wait.
-    pub fn new(max_calls: usize, max_queue: usize) -> Self {
+    /// `max_calls` run at once, `per_uid` of them one uid's, `max_queue` more may wait.
+    pub fn new(max_calls: usize, per_uid: usize, max_queue: usize) -> Self {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         Self {
             slots: Semaphore::new(max_calls),
             max_calls: u32::try_from(max_calls).unwrap_or(u32::MAX),
+            uids: Mutex::new(HashMap::new()),
+            per_uid: per_uid.clamp(1, max_calls.max(1)),
             max_queue: max_queue as u64,
             queued: AtomicU64::new(0),
             running: Mutex::new(BTreeMap::new()),
@@ -62,31 +71,59 @@ impl Calls {
         }
     }
 
+    /// The calls `options` allow.
+    pub fn of(options: &crate::daemon::Options) -> Self {
+        Self::new(
+            options.max_calls,
+            options.max_calls_per_uid,
+            options.max_queue,
+        )
+    }
+
     /// A fresh call id, unique across restarts (start time) and within a run (counter).
     pub fn new_id(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         format!("{}-{n}", self.prefix)
     }
 
-    /// Waits for a slot in the bounded queue; `None` when the queue is full (busy).
-    pub async fn admit(&self) -> Option<Admission<'_>> {
+    /// Waits for a slot of `uid`'s and then one of all, in the bounded queue; `None` when the
+    /// queue is full (busy).
+    pub async fn admit(&self, uid: u32) -> Option<Admission<'_>> {
+        let own = Arc::clone(
+            self.uids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(uid)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_uid))),
+        );
+        let own = match Arc::clone(&own).try_acquire_owned() {
+            Ok(own) => own,
+            Err(_) => self.queue(own.acquire_owned()).await?,
+        };
         let slot = match self.slots.try_acquire() {
             Ok(slot) => slot,
-            Err(_) => {
-                if self.queued.fetch_add(1, Ordering::SeqCst) >= self.max_queue {
-                    self.queued.fetch_sub(1, Ordering::SeqCst);
-                    return None;
-                }
-                let slot = self.slots.acquire().await.ok();
-                self.queued.fetch_sub(1, Ordering::SeqCst);
-                slot?
-            }
+            Err(_) => self.queue(self.slots.acquire()).await?,
         };
         Some(Admission {
             calls: self,
             _slot: slot,
+            _own: own,
             listed: None,
         })
+    }
+
+    /// Waits for `slot` as one of the queued calls; `None` when the queue is full.
+    async fn queue<T, E>(
+        &self,
+        slot: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Option<T> {
+        if self.queued.fetch_add(1, Ordering::SeqCst) >= self.max_queue {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let slot = slot.await.ok();
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        slot
     }
 
     /// The calls running now.
@@ -154,15 +191,39 @@ mod tests {
 
     #[tokio::test]
     async fn admission_lists_the_call_until_dropped_and_the_queue_is_bounded() {
-        let calls = Calls::new(1, 0);
-        let mut first = calls.admit().await.expect("a free slot");
+        let calls = Calls::new(1, 1, 0);
+        let mut first = calls.admit(0).await.expect("a free slot");
         first.running(running("a"));
         assert_eq!(calls.running().len(), 1);
         // The one slot is taken and no call may wait: busy.
-        assert!(calls.admit().await.is_none());
+        assert!(calls.admit(0).await.is_none());
         drop(first);
         assert!(calls.running().is_empty());
-        assert!(calls.admit().await.is_some());
+        assert!(calls.admit(0).await.is_some());
         assert_ne!(calls.new_id(), calls.new_id());
+    }
+
+    #[tokio::test]
+    async fn one_uid_past_its_share_waits_behind_its_own_calls_not_in_front_of_others() {
+        let calls = Arc::new(Calls::new(4, 2, 100));
+        let mine: Vec<Admission<'_>> = vec![
+            calls.admit(7).await.expect("first"),
+            calls.admit(7).await.expect("second"),
+        ];
+        // Its third waits for one of its own, though two slots of all are free.
+        let third = calls.admit(7);
+        tokio::pin!(third);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut third)
+                .await
+                .is_err()
+        );
+        assert_eq!(calls.queued(), 1);
+        // Another uid's call takes a free slot at once, and so does a third uid's.
+        let other = calls.admit(8).await.expect("another uid");
+        let _third_uid = calls.admit(9).await.expect("a third uid");
+        drop(mine);
+        assert!(third.await.is_some());
+        drop(other);
     }
 }

@@ -3,12 +3,12 @@
 
 use std::{
     collections::VecDeque,
-    io::{self, IoSlice, IoSliceMut},
+    io::{self, IoSlice},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
     time::Duration,
 };
 
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use tokio::{
     io::{AsyncWriteExt as _, Interest},
     net::UnixStream,
@@ -16,9 +16,16 @@ use tokio::{
 
 use crate::protocol::MAX_FRAME;
 
-/// Most descriptors one message can carry (the kernel's SCM_MAX_FD); sized so that a client
-/// sending many never truncates the control data, which would leak the ones received.
+/// Most descriptors one message can carry (the kernel's SCM_MAX_FD).
 const MAX_FDS: usize = 253;
+
+/// The control data of a message that carries [`MAX_FDS`]: its header and the descriptors.
+const CONTROL_BYTES: usize = std::mem::size_of::<libc::cmsghdr>() + MAX_FDS * 4;
+
+/// Most descriptors a connection holds unclaimed: an exec's stdin, stdout and stderr. More is
+/// no request of the protocol, and a peer that sends them loses its connection: a full
+/// descriptor table stops guardd for everyone.
+const MAX_HELD_FDS: usize = 3;
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -58,11 +65,15 @@ impl Default for Deadlines {
 pub struct Conn {
     stream: UnixStream,
     buf: Vec<u8>,
+    /// How much of `buf` holds no newline (already searched).
+    scanned: usize,
     /// Descriptors received and not yet claimed, in arrival order.
     fds: VecDeque<OwnedFd>,
     eof: bool,
     /// How long one frame's write may wait for the client to read.
     write_deadline: Duration,
+    /// What the bytes held in `buf` count against: the peer uid's share.
+    budget: crate::fair::Budget,
 }
 
 impl Conn {
@@ -72,10 +83,18 @@ impl Conn {
         Self {
             stream,
             buf: Vec::new(),
+            scanned: 0,
             fds: VecDeque::new(),
             eof: false,
             write_deadline,
+            budget: crate::fair::Budget::default(),
         }
+    }
+
+    /// Counts the bytes of unfinished requests this connection holds against `budget`.
+    pub fn with_budget(mut self, budget: crate::fair::Budget) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// The underlying stream (for peer credentials).
@@ -86,11 +105,22 @@ impl Conn {
     /// Reads the next frame, without its newline; `None` at a clean end of stream.
     pub async fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
         loop {
-            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+            // Only the bytes not looked at yet: a peer sending a long frame a byte at a time
+            // must not have guardd read the whole of it again for each byte.
+            let fresh = &self.buf[self.scanned..];
+            if let Some(at) = fresh.iter().position(|&b| b == b'\n') {
+                let pos = self.scanned + at;
+                self.scanned = 0;
                 let mut frame: Vec<u8> = self.buf.drain(..=pos).collect();
+                self.budget.give(frame.len());
+                // A long frame's room goes back with it, not with the connection.
+                if self.buf.capacity() > 64 << 10 && self.buf.len() < 4 << 10 {
+                    self.buf.shrink_to(4 << 10);
+                }
                 frame.pop();
                 return Ok(Some(frame));
             }
+            self.scanned = self.buf.len();
             if self.buf.len() >= MAX_FRAME {
                 return Err(FrameError::TooLong);
             }
@@ -110,7 +140,9 @@ impl Conn {
     pub async fn closed(&mut self) -> io::Result<()> {
         while !self.eof {
             self.fill().await?;
+            self.budget.give(self.buf.len());
             self.buf.clear();
+            self.scanned = 0;
             self.fds.clear();
         }
         Ok(())
@@ -209,12 +241,37 @@ impl Conn {
             .stream
             .async_io(Interest::READABLE, || recv_with_fds(fd, &mut chunk))
             .await?;
+        if self.fds.len() + fds.len() > MAX_HELD_FDS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "more than {MAX_HELD_FDS} descriptors sent (an exec passes its stdin, \
+                     stdout and stderr, nothing else does): connection closed"
+                ),
+            ));
+        }
         self.fds.extend(fds);
         if n == 0 {
             self.eof = true;
         }
+        if !self.budget.take(n) {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "this uid's connections hold {} bytes of unfinished requests: connection \
+                     closed",
+                    crate::fair::BUFFERED_PER_UID
+                ),
+            ));
+        }
         self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.budget.give(self.buf.len());
     }
 }
 
@@ -230,23 +287,48 @@ pub fn recv_with_fds_blocking(fd: RawFd, chunk: &mut [u8]) -> io::Result<(usize,
 }
 
 fn recvmsg_fds(fd: RawFd, chunk: &mut [u8], flags: MsgFlags) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
-    let mut iov = [IoSliceMut::new(chunk)];
-    let msg = recvmsg::<()>(
-        fd,
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC | flags,
-    )
-    .map_err(io::Error::from)?;
+    // Room for the most one message can carry: only a full descriptor table truncates it.
+    let mut control = [0u64; CONTROL_BYTES.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: chunk.as_mut_ptr().cast(),
+        iov_len: chunk.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live buffers of this frame.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    let flags = libc::MSG_CMSG_CLOEXEC | flags.bits();
+    // SAFETY: recvmsg writes into the buffers `msg` points to, within the lengths it gives.
+    let n = unsafe { libc::recvmsg(fd, &raw mut msg, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Every descriptor the kernel installed is owned here before anything can fail: one left
+    // as a bare number would stay open for guardd's life.
     let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            // SAFETY: the kernel just installed these descriptors in our table; we own them.
-            fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
+    // SAFETY: the CMSG_* walk stays within `control`, as the kernel filled it (msg_controllen).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let bytes = (*c).cmsg_len as usize - (data as usize - c as usize);
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    let raw = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(raw));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
-    Ok((msg.bytes, fds))
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other(
+            "descriptors lost in transit (guardd's descriptor table is full): connection closed",
+        ));
+    }
+    Ok((n as usize, fds))
 }
 
 /// Client side: sends `frame` with `fds` attached in one message (blocking socket).

@@ -42,6 +42,8 @@ pub struct Options {
     pub cgroup: Option<String>,
     /// Calls running at once; more wait in the queue.
     pub max_calls: usize,
+    /// Of those, calls of one caller uid at once; its others wait behind its own.
+    pub max_calls_per_uid: usize,
     /// Calls waiting for a slot before new ones are refused as busy.
     pub max_queue: usize,
     /// Connections admitted, per uid and in all (`fair`).
@@ -332,7 +334,7 @@ impl Daemon {
             cgroup_name,
             layers,
             launch,
-            calls: Calls::new(options.max_calls, options.max_queue),
+            calls: Calls::of(&options),
             started: Instant::now(),
             flush: OnceLock::new(),
             options,

@@ -18,7 +18,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use serde::{Deserialize, Serialize};
@@ -111,6 +114,36 @@ pub struct Counts {
 struct Uid {
     open: usize,
     followers: usize,
+    /// Bytes of unfinished requests its connections hold ([`Budget`]).
+    buffered: Arc<AtomicUsize>,
+}
+
+/// Most bytes of unfinished requests one uid's connections hold at once: sixteen whole frames.
+/// Past it, the connection that reads more is closed: a uid's connections each holding a frame
+/// short of its end would otherwise keep a mebibyte apiece.
+pub const BUFFERED_PER_UID: usize = 16 * crate::protocol::MAX_FRAME;
+
+/// What one uid's connections may hold of unfinished requests, shared by them.
+#[derive(Clone, Debug, Default)]
+pub struct Budget(Option<Arc<AtomicUsize>>);
+
+impl Budget {
+    /// Counts `n` more bytes held; `false` (nothing counted) when that is past the uid's share.
+    pub fn take(&self, n: usize) -> bool {
+        let Some(held) = &self.0 else { return true };
+        if held.fetch_add(n, Ordering::Relaxed) + n > BUFFERED_PER_UID {
+            held.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Counts `n` bytes no longer held.
+    pub fn give(&self, n: usize) {
+        if let Some(held) = &self.0 {
+            held.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -131,6 +164,7 @@ pub struct Connections {
 pub struct Slot {
     conns: Arc<Connections>,
     uid: u32,
+    buffered: Arc<AtomicUsize>,
 }
 
 /// A followed stream's place; given back on drop.
@@ -169,10 +203,12 @@ impl Connections {
             }
             *shared += 1;
         }
-        uids.entry(uid).or_default().open += 1;
+        let entry = uids.entry(uid).or_default();
+        entry.open += 1;
         Ok(Slot {
             conns: Arc::clone(self),
             uid,
+            buffered: Arc::clone(&entry.buffered),
         })
     }
 
@@ -236,6 +272,11 @@ impl Slot {
     /// The uid the connection belongs to.
     pub fn uid(&self) -> u32 {
         self.uid
+    }
+
+    /// The share of unfinished requests the connection counts against, its uid's.
+    pub fn budget(&self) -> Budget {
+        Budget(Some(Arc::clone(&self.buffered)))
     }
 }
 
@@ -329,6 +370,25 @@ mod tests {
         drop(f1);
         assert!(conns.follow(&slots[2]).is_ok());
         assert_eq!(conns.counts().followers, 1);
+    }
+
+    #[test]
+    fn a_uid_s_connections_share_one_budget_of_unfinished_bytes() {
+        let conns = Connections::new(limits(100, 10, 2, 2));
+        let (a, b) = (
+            conns.admit(5, true).expect("a"),
+            conns.admit(5, true).expect("b"),
+        );
+        let other = conns.admit(6, true).expect("other");
+        assert!(a.budget().take(BUFFERED_PER_UID - 10));
+        assert!(!b.budget().take(11), "past the uid's share");
+        assert!(b.budget().take(10));
+        assert!(
+            other.budget().take(BUFFERED_PER_UID),
+            "another uid's is its own"
+        );
+        a.budget().give(BUFFERED_PER_UID);
+        assert!(b.budget().take(BUFFERED_PER_UID - 10));
     }
 
     #[test]

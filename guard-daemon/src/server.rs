@@ -29,7 +29,7 @@ use crate::{
     call,
     conn::{Conn, Deadlines, FrameError},
     daemon::Daemon,
-    fair::{self, Connections, Slot},
+    fair::{Connections, Slot},
     hold,
     intent::Intent,
     protocol::{
@@ -102,7 +102,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let connections = Connections::new(daemon.options.connections);
-    let mut refusals = Refusals::default();
+    let mut refusals = Refusals::new();
     tokio::pin!(shutdown);
     loop {
         // Never waits for a place: a connection is accepted, admitted or refused at once, so
@@ -180,16 +180,22 @@ fn admit(
     }
 }
 
-/// The refusals of the accept loop, logged at most every ten seconds: a flood must not flood
-/// the journal too.
-#[derive(Default)]
+/// Refusals logged at most every ten seconds, with how many since: a flood must not flood the
+/// journal too.
 struct Refusals {
     since: Option<Instant>,
     count: u64,
 }
 
 impl Refusals {
-    fn note(&mut self, refused: &fair::Refused) {
+    const fn new() -> Self {
+        Self {
+            since: None,
+            count: 0,
+        }
+    }
+
+    fn note(&mut self, what: &dyn std::fmt::Display) {
         self.count += 1;
         if self
             .since
@@ -197,11 +203,14 @@ impl Refusals {
         {
             return;
         }
-        tracing::warn!(refused = self.count, "connections refused: {refused}");
+        tracing::warn!(refused = self.count, "connections refused: {what}");
         self.since = Some(Instant::now());
         self.count = 0;
     }
 }
+
+/// The connections refused once accepted (their peer gone, or unreadable), from every task.
+static GONE: std::sync::Mutex<Refusals> = std::sync::Mutex::new(Refusals::new());
 
 /// A confined call never talks to guardd, whatever its uid and the socket's mode. Only a call
 /// with the `unix` effect can get here (seccomp refuses AF_UNIX sockets to the others), and for
@@ -269,12 +278,12 @@ async fn handle(
     let peer = match Peer::of(&stream) {
         Ok(peer) => peer,
         Err(e) => {
-            tracing::warn!("refused a connection: {e}");
+            GONE.lock().unwrap_or_else(|p| p.into_inner()).note(&e);
             return Ok(());
         }
     };
     let deadlines: Deadlines = daemon.options.deadlines;
-    let mut conn = Conn::new(stream, deadlines.write);
+    let mut conn = Conn::new(stream, deadlines.write).with_budget(slot.budget());
     if peer.inside(&daemon.cgroup_path) {
         return refuse_confined(daemon, &peer, conn).await;
     }

@@ -39,6 +39,10 @@ min = 0
 max = 255
 [tools.exit_with.effects]
 exec = ["/bin/sh"]
+
+[tools.pause]
+tier = "low"
+command = ["/bin/sleep", "30"]
 "#
     )
 }
@@ -409,4 +413,186 @@ fn fair_callers_give_up_on_a_guardd_that_does_not_take_their_call() {
     let gone = full.socket.with_file_name("none.sock");
     let (out, _) = timed(exec(&gone), limit).expect("guard-exec hung");
     assert_eq!(out.status.code(), Some(69), "{out:?}");
+}
+
+/// A uid that is no client: what it may do is be told "not permitted", on its reserve alone.
+const STRANGER: u32 = 40_003;
+
+/// Sends, as [`STRANGER`], messages of one byte and 253 descriptors on 8 connections, never a
+/// whole frame, then holds them until its stdin closes; prints how many connections guardd
+/// closed and then `holding`.
+const DESCRIPTOR_FLOOD: &str = r#"
+import os, socket, sys
+fd = os.open("/dev/null", os.O_RDONLY)
+conns, closed = [], 0
+for _ in range(8):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    try:
+        for _ in range(40):
+            socket.send_fds(s, [b"{"], [fd] * 253)
+        s.settimeout(10)
+        closed += s.recv(1) == b""
+    except OSError:
+        closed += 1
+    conns.append(s)
+print(closed, "holding", flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn fair_descriptors_no_request_needs_are_refused_and_cost_guardd_nothing() {
+    if !support::privileged("fair_descriptors_no_request_needs_are_refused") {
+        return;
+    }
+    let tools = ToolDir::new("guard-fair");
+    let exec = runnable(&tools.dir, "guard-exec");
+    let guardd = guardd_for_two_uids(&[]);
+    let pid = guardd.child.id();
+    let before = fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fds")
+        .count();
+    let mut flood = Command::new("python3");
+    flood
+        .args(["-c", DESCRIPTOR_FLOOD])
+        .arg(&guardd.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    as_uid(&mut flood, STRANGER);
+    let mut flood = {
+        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        flood.spawn().expect("python3")
+    };
+    let mut line = String::new();
+    BufReader::new(flood.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the flood");
+    // While its connections are open: guardd holds none of the descriptors sent, and closed
+    // every connection that sent more than an exec's three.
+    let during = fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fds")
+        .count();
+    assert_eq!(line.trim(), "8 holding", "{line}");
+    assert!(
+        during <= before + 8 + 2,
+        "guardd holds {during} descriptors, {before} before"
+    );
+    calls_complete(&guardd, &exec, 3, Duration::from_secs(5));
+    status_within(&guardd, Duration::from_secs(5));
+    drop(flood.stdin.take());
+    let _ = flood.wait();
+}
+
+#[test]
+fn fair_one_uid_s_long_calls_delay_no_other_uid_s_call() {
+    if !support::privileged("fair_one_uid_s_long_calls_delay_no_other_uid_s_call") {
+        return;
+    }
+    let tools = ToolDir::new("guard-fair");
+    let exec = runnable(&tools.dir, "guard-exec");
+    // Four slots: before, the flooder's four long calls took them all, and the caller's waited
+    // out the longest.
+    let guardd = guardd_for_two_uids(&["--max-calls", "4"]);
+    let long: Vec<Child> = (0..8)
+        .map(|_| {
+            let mut cmd = Command::new(&exec);
+            cmd.arg("--socket")
+                .arg(&guardd.socket)
+                .arg("pause")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            as_uid(&mut cmd, HOSTILE);
+            let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+            cmd.spawn().expect("guard-exec")
+        })
+        .collect();
+    // The flooder's share (half of the slots) runs, its other calls wait behind its own.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = status_within(&guardd, Duration::from_secs(5));
+        let running = status["running"].as_array().map_or(0, Vec::len);
+        let queued = status["queued"].as_u64().unwrap_or(0);
+        if running == 2 && queued == 6 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "running {running}, queued {queued}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    calls_complete(&guardd, &exec, 3, Duration::from_secs(5));
+    for mut c in long {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Opens 24 connections as its uid and sends each a frame of a million bytes short of its end;
+/// prints how many guardd closed, then holds the rest until its stdin closes.
+const UNFINISHED_FRAMES: &str = r#"
+import socket, sys, time
+conns, closed = [], 0
+for _ in range(24):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    try:
+        s.sendall(b"a" * 1_000_000)
+    except OSError:
+        pass
+    conns.append(s)
+said = ""
+time.sleep(1)  # for guardd to read what was sent last
+for s in conns:
+    s.settimeout(0.1)
+    try:
+        shut = s.recv(1) == b""
+        said += "c" if shut else "o"
+    except socket.timeout:
+        shut = False
+        said += "o"
+    except OSError as e:
+        shut = True
+        said += "e"
+    closed += shut
+print(closed, said, flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn fair_one_uid_s_unfinished_requests_hold_sixteen_frames_at_most() {
+    if !support::privileged("fair_one_uid_s_unfinished_requests_hold_sixteen_frames_at_most") {
+        return;
+    }
+    let tools = ToolDir::new("guard-fair");
+    let exec = runnable(&tools.dir, "guard-exec");
+    let guardd = guardd_for_two_uids(&[]);
+    let mut flood = Command::new("python3");
+    flood
+        .args(["-c", UNFINISHED_FRAMES])
+        .arg(&guardd.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    as_uid(&mut flood, HOSTILE);
+    let mut flood = {
+        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        flood.spawn().expect("python3")
+    };
+    let mut line = String::new();
+    BufReader::new(flood.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the flood");
+    // 16 MiB is sixteen frames of a million bytes and some: at most sixteen stay open (which
+    // ones, and so how many, depends on the order guardd read them in: the read that crosses
+    // the share closes its connection, which gives its bytes back).
+    let closed: usize = line
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!((8..=12).contains(&closed), "{line}");
+    calls_complete(&guardd, &exec, 3, Duration::from_secs(5));
+    drop(flood.stdin.take());
+    let _ = flood.wait();
 }

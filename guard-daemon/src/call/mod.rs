@@ -73,7 +73,7 @@ pub async fn exec(
     if !admits(daemon, Some(&intent.tool), &mut conn).await? {
         return Ok(());
     }
-    let Some(admission) = daemon.calls.admit().await else {
+    let Some(admission) = daemon.calls.admit(peer.uid).await else {
         return send(&mut conn, ExecReply::Error(busy())).await;
     };
     stages.lap("slot");
@@ -103,7 +103,8 @@ pub async fn exec(
                 return Ok(());
             };
             stages.lap("approval");
-            let Some((plan, program, admission)) = collect(daemon, &call_id, &mut conn).await?
+            let Some((plan, program, admission)) =
+                collect(daemon, peer.uid, &call_id, &mut conn).await?
             else {
                 return Ok(());
             };
@@ -145,7 +146,8 @@ pub async fn resume(
     if !admits(daemon, None, &mut conn).await? {
         return Ok(());
     }
-    let Some((plan, program, admission)) = collect(daemon, call_id, &mut conn).await? else {
+    let Some((plan, program, admission)) = collect(daemon, peer.uid, call_id, &mut conn).await?
+    else {
         return Ok(());
     };
     let start = Start {
@@ -207,10 +209,11 @@ async fn admits(daemon: &Daemon, tool: Option<&str>, conn: &mut Conn) -> io::Res
 /// program's SHA-256). Busy leaves the call approved, for a later `resume`.
 async fn collect<'d>(
     daemon: &'d Daemon,
+    uid: u32,
     call_id: &str,
     conn: &mut Conn,
 ) -> io::Result<Option<(LaunchPlan, String, Admission<'d>)>> {
-    let Some(admission) = daemon.calls.admit().await else {
+    let Some(admission) = daemon.calls.admit(uid).await else {
         let e = ErrorReply::new(format!(
             "busy: too many calls queued; call {call_id} stays approved: run it with \
              guard-exec --resume {call_id}"

@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub socket_group: Option<String>,
     pub cgroup: Option<String>,
     pub max_calls: Option<usize>,
+    pub max_calls_per_uid: Option<usize>,
     pub max_queue: Option<usize>,
     pub max_connections: Option<usize>,
     pub max_connections_per_uid: Option<usize>,

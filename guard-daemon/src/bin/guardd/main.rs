@@ -52,6 +52,10 @@ struct Args {
     /// Calls running at once.
     #[arg(long, default_value_t = 64)]
     max_calls: usize,
+    /// Calls of one caller uid running at once (0: half of --max-calls); its others wait
+    /// behind its own, so one caller's long calls delay no other's.
+    #[arg(long, default_value_t = 0)]
+    max_calls_per_uid: usize,
     /// Calls waiting for a slot before new ones get a "busy" reply.
     #[arg(long, default_value_t = 1024)]
     max_queue: usize,
@@ -185,7 +189,7 @@ fn settings() -> anyhow::Result<Args> {
     from_file!(
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
         socket_group => Some, cgroup => Some,
-        max_calls, max_queue, max_connections, max_connections_per_uid,
+        max_calls, max_calls_per_uid, max_queue, max_connections, max_connections_per_uid,
         reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
         keepalive, drain_seconds, allow_unenforced, trace_syscalls, event_ring_bytes,
         approval_timeout, allow_writes_on_audit_fs, worker_threads => Some
@@ -223,8 +227,8 @@ fn check_config(args: &Args) -> ExitCode {
         println!("socket_group = {g:?}");
     }
     println!(
-        "max_calls = {}\nmax_queue = {}\nmax_connections = {}",
-        args.max_calls, args.max_queue, args.max_connections
+        "max_calls = {}\nmax_calls_per_uid = {}\nmax_queue = {}\nmax_connections = {}",
+        args.max_calls, args.max_calls_per_uid, args.max_queue, args.max_connections
     );
     println!(
         "max_connections_per_uid = {}\nreserved_connections_per_uid = {}\nmax_followers_per_uid = {}",
@@ -398,6 +402,10 @@ async fn serve(args: Args) -> ExitCode {
         socket_group: args.socket_group,
         cgroup: args.cgroup,
         max_calls: args.max_calls,
+        max_calls_per_uid: match args.max_calls_per_uid {
+            0 => args.max_calls.div_ceil(2),
+            n => n,
+        },
         max_queue: args.max_queue,
         connections,
         deadlines,
