@@ -17,6 +17,7 @@
 mod client;
 mod daemon;
 mod report;
+mod session;
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -61,6 +62,8 @@ pub(crate) struct Scale {
     write_open_n: u64,
     connect_n: u64,
     flight_calls: usize,
+    /// Rounds of the agent session, each way.
+    session_rounds: usize,
 }
 
 const FULL: Scale = Scale {
@@ -75,6 +78,7 @@ const FULL: Scale = Scale {
     write_open_n: 5_000,
     connect_n: 2_000,
     flight_calls: 1000,
+    session_rounds: 5,
 };
 
 const QUICK: Scale = Scale {
@@ -88,16 +92,17 @@ const QUICK: Scale = Scale {
     write_open_n: 1_000,
     connect_n: 500,
     flight_calls: 200,
+    session_rounds: 2,
 };
 
 const USAGE: &str = "usage: guard-bench [--quick] [--only PHASE] [--bin-dir DIR] [--out FILE]
   --quick     a smaller, faster run
-  --only      one phase: decide, check, launch or flight (its goals alone are counted)
+  --only      one phase: decide, check, launch, flight or session (its goals alone are counted)
   --bin-dir   where guardd, guard-exec and guard-testtool are [default: this binary's directory]
   --out       the JSON report [default: target/bench/report.json]";
 
 /// The phases `--only` can pick, in the order a whole run takes them.
-const PHASES: &[&str] = &["decide", "check", "launch", "flight"];
+const PHASES: &[&str] = &["decide", "check", "launch", "flight", "session"];
 
 struct Opts {
     quick: bool,
@@ -160,23 +165,27 @@ fn main() -> Result<()> {
 
     let runs = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
     if runs("decide") {
-        phase("1/6 decision in process");
+        phase("1/7 decision in process");
         decide_in_process(scale, &mut report)?;
     }
     if runs("check") {
-        phase("2/6 check over the socket");
+        phase("2/7 check over the socket");
         check_over_socket(&o, scale, &mut report)?;
     }
     if runs("launch") {
-        phase("3-5/6 launch and syscall loops");
+        phase("3-5/7 launch and syscall loops");
         launch_and_loops(&o, scale, &mut report)?;
-        phase("3/6 launch from a client");
+        phase("3/7 launch from a client");
         client::launch_from_a_client(&o.bin_dir, scale, &mut report)?;
         client::latency_under_a_flood(&o.bin_dir, scale, &mut report)?;
     }
     if runs("flight") {
-        phase("6/6 calls in flight");
+        phase("6/7 calls in flight");
         in_flight(&o, scale, &mut report)?;
+    }
+    if runs("session") {
+        phase("7/7 an agent session");
+        session::agent_session(&o.bin_dir, scale.session_rounds, &mut report)?;
     }
     phase("done");
 

@@ -17,13 +17,16 @@ Rust test (tests/suite/mcp.rs) to assert on:
                                             -> {"progress": [...], "cancelled": true}
   {"call": NAME, ..., "cancel_after": SECONDS}
                                             -> {"cancelled": true}
-  {"run": [argv...]}                        -> {"code", "stdout", "stderr"}: a command the test needs run mid-session
+  {"run": [argv...], "cwd"?, "env"?, "uid"?} -> {"code", "stdout", "stderr"}: a command the test needs run mid-session
+                                               (as uid, its gid the same, when given)
+Calls and runs also say how long they took, in "ms" (the bench's agent session).
   {"await_list_changed": SECONDS}           -> {"list_changed": bool}
 """
 
 import json
 import subprocess
 import sys
+import time
 
 import anyio
 import jsonschema
@@ -93,6 +96,7 @@ async def main(server, plan):
                         tg.cancel_scope.cancel()
                     out({"cancelled": True})
                 elif "call" in step:
+                    started = time.perf_counter()
                     try:
                         r = await session.call_tool(step["call"], step.get("arguments", {}))
                     except MCPError as e:
@@ -104,15 +108,23 @@ async def main(server, plan):
                         jsonschema.validators.validator_for(schema)(schema).iter_errors(
                             r.structured_content)
                     ]
+                    ms = (time.perf_counter() - started) * 1e3
                     out({
+                        "ms": ms,
                         "isError": bool(r.is_error),
                         "texts": [c.text for c in r.content if getattr(c, "type", "") == "text"],
                         "structured": r.structured_content,
                         "schema_errors": errors,
                     })
                 elif "run" in step:
-                    done = subprocess.run(step["run"], capture_output=True, text=True)
-                    out({"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
+                    started = time.perf_counter()
+                    done = subprocess.run(step["run"], capture_output=True, text=True,
+                                          cwd=step.get("cwd"), env=step.get("env"),
+                                          user=step.get("uid"), group=step.get("uid"),
+                                          extra_groups=[] if "uid" in step else None)
+                    ms = (time.perf_counter() - started) * 1e3
+                    out({"ms": ms, "code": done.returncode, "stdout": done.stdout,
+                         "stderr": done.stderr})
                 elif "await_list_changed" in step:
                     with anyio.move_on_after(step["await_list_changed"]):
                         await changed["event"].wait()
