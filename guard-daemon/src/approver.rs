@@ -204,17 +204,38 @@ async fn command(
     }
 }
 
-/// Blocks the caller's session, durably and after its row, and refuses the call.
+/// The name under which agent `name`'s termination is kept among the terminated sessions
+/// (`guardctl sessions --clear agent:NAME` lifts it).
+pub fn agent_session(name: &str) -> String {
+    format!("agent:{name}")
+}
+
+/// Blocks the caller's session, and its agent's calls if it has one, durably and after its
+/// row, and refuses the call.
 async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String) -> Approved {
-    let call_id = &e.subject.call_id;
-    let Some(session) = e.ctx.session.clone() else {
-        // Nothing to block beyond this call: the caller named no session.
+    // The caller's session under its uid, and its agent, which is who it is whatever
+    // session it names: both blocked.
+    let agent = crate::agents::of(&daemon.policy(), e.peer).map(|a| agent_session(&a.name));
+    let blocked = [
+        e.ctx.session.clone().map(|s| (s, Some(e.peer.uid))),
+        agent.map(|a| (a, None)),
+    ];
+    if blocked.iter().all(Option::is_none) {
+        // Nothing to block beyond this call: the caller named no session, and has no agent.
         return refused(format!("{message} (no session to terminate)"), true);
-    };
+    }
+    for (session, uid) in blocked.into_iter().flatten() {
+        block(daemon, &e.subject.call_id, by, session, uid).await;
+    }
+    refused(message, true)
+}
+
+/// Records `session` (of `uid`, or of every uid) terminated, after its row.
+async fn block(daemon: &Daemon, call_id: &str, by: &str, session: String, uid: Option<u32>) {
     let row = Row::Session {
         session: session.clone(),
         terminated: true,
-        call_id: Some(call_id.clone()),
+        call_id: Some(call_id.to_owned()),
         by: None,
     };
     if let Err(x) = daemon.audit.record(&row).await {
@@ -222,15 +243,14 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
     }
     let t = Terminated {
         session,
-        uid: Some(e.peer.uid),
-        call_id: call_id.clone(),
+        uid,
+        call_id: call_id.to_owned(),
         by: by.to_owned(),
         since: crate::audit::ts::now(),
     };
     if let Err(x) = daemon.sessions.terminate(t) {
         tracing::error!(call = %call_id, "keeping the terminated session: {x}");
     }
-    refused(message, true)
 }
 
 /// The approver's arguments, decided again by the policy and recorded as a decision row of

@@ -36,6 +36,9 @@ pub enum What {
         decision: Decision,
         reason: String,
         uid: u32,
+        /// The policy's agent the caller is (`[agents]`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
     },
     /// A call waits for an admin.
     Held {
@@ -450,6 +453,7 @@ mod tests {
                 decision: Decision::Allow,
                 reason: reason(),
                 uid: 0,
+                agent: None,
             },
             What::Held {
                 decision: Decision::Escalate,

@@ -235,6 +235,8 @@ pub struct Daemon {
     pub launch: sandbox::LaunchOptions,
     /// Admission: slots, the queue, the running calls and their ids.
     pub calls: Calls,
+    /// The policy's agents at work: their counts and rates.
+    pub agents: Arc<crate::agents::Agents>,
     pub started: Instant,
     /// Asks the event pump to read everything the kernel has written so far (see `flush_events`).
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
@@ -335,6 +337,7 @@ impl Daemon {
             layers,
             launch,
             calls: Calls::of(&options),
+            agents: Arc::default(),
             started: Instant::now(),
             flush: OnceLock::new(),
             options,

@@ -111,6 +111,9 @@ pub struct RowMetadata {
     pub arg: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_entry_id: Option<String>,
+    /// The policy's agent the caller is (`[agents]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
 }

@@ -29,6 +29,9 @@ use crate::{
 /// caller has none to give.
 const STDIN_CHECK: &str = "stdin";
 
+/// The `check_name` of a call its caller's agent may not make (`[agents]`).
+const AGENT_CHECK: &str = "agent";
+
 /// What the caller of `exec` brings besides the call itself.
 #[derive(Clone, Debug, Default)]
 pub struct CallContext {
@@ -140,9 +143,10 @@ impl Review<'_> {
         }
         stages.lap("audit_decision");
         let decision = verdict.row.decision;
-        // The stdin refusal names a field of the caller's own request, and no secret of the
-        // policy (the tool's listing says as much): the caller hears what to change.
-        let message = if verdict.row.check_name == STDIN_CHECK {
+        // The stdin refusal names a field of the caller's own request, and an agent's refusal
+        // what the caller itself may call, no secret of the policy (the tool's listing says as
+        // much): the caller hears what to change.
+        let message = if [STDIN_CHECK, AGENT_CHECK].contains(&verdict.row.check_name.as_str()) {
             verdict.row.reason.clone()
         } else {
             policy.caller_message(&verdict)
@@ -268,7 +272,50 @@ impl Review<'_> {
             );
             verdict.plan = None;
         }
+        self.agent_rules(policy, &mut verdict);
         verdict
+    }
+
+    /// The caller's agent, named on the row. A call its agent may not make, or any call of a
+    /// caller no agent of the policy matches, is blocked whatever else the policy says.
+    fn agent_rules(&self, policy: &Policy, verdict: &mut Verdict) {
+        if policy.agents().is_empty() {
+            return;
+        }
+        let agent = crate::agents::of(policy, self.peer);
+        let why = match agent {
+            Some(agent) => {
+                verdict.row.metadata.agent = Some(agent.name.clone());
+                let session = approver::agent_session(&agent.name);
+                if let Some(t) = self.daemon.sessions.get(&session) {
+                    verdict.row.decision = Decision::Block;
+                    verdict.row.check_name = "session".into();
+                    verdict.row.reason = format!(
+                        "agent '{}' was terminated by {} (call {}); an admin clears it with \
+                         guardctl sessions --clear {session}",
+                        agent.name, t.by, t.call_id
+                    );
+                    verdict.plan = None;
+                    self.daemon.agents.blocked(&agent.name);
+                    return;
+                }
+                let tier = policy.tool_info(&self.intent.tool).map(|t| t.tier);
+                agent.refuses(&self.intent.tool, tier)
+            }
+            None => Some(format!(
+                "not permitted: no agent of the policy is uid {} in cgroup {}",
+                self.peer.uid, self.peer.cgroup
+            )),
+        };
+        if let Some(reason) = why {
+            verdict.row.decision = Decision::Block;
+            verdict.row.check_name = AGENT_CHECK.into();
+            verdict.row.reason = reason;
+            verdict.plan = None;
+        }
+        if let (Some(agent), false) = (agent, verdict.row.decision == Decision::Allow) {
+            self.daemon.agents.blocked(&agent.name);
+        }
     }
 
     /// Records the decision: a plain allowed call (no judge to run first) leaves to be prepared
@@ -312,6 +359,7 @@ impl Review<'_> {
                     decision: verdict.row.decision,
                     reason: verdict.row.reason.clone(),
                     uid: self.peer.uid,
+                    agent: verdict.row.metadata.agent.clone(),
                 },
             }),
             Err(e) => {

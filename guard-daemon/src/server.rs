@@ -35,8 +35,8 @@ use crate::{
     protocol::{
         self, CallOptions, ErrorReply, ExecRequest, ProtocolError, Reply, Request,
         reply::{
-            AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus, Reloaded, Resolved,
-            SessionList, Status, ToolList,
+            AgentList, AgentStatus, AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus,
+            Reloaded, Resolved, SessionList, Status, ToolList,
         },
     },
     review::CallContext,
@@ -389,6 +389,7 @@ fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), Prot
         | Request::Deny(_)
         | Request::Reload(_)
         | Request::Sessions(_)
+        | Request::Agents(_)
         | Request::ClearSession(_) => Role::Admin,
         Request::Exec(_)
         | Request::ExecWith(_)
@@ -451,6 +452,7 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
         Request::Sessions(_) => Reply::Sessions(SessionList {
             sessions: daemon.sessions.list(),
         }),
+        Request::Agents(_) => agents(daemon),
         Request::ClearSession(req) => clear_session(daemon, peer, req.session).await,
         Request::Reload(_) => match daemon.reload(Some(peer.uid)).await {
             Ok(tools) => Reply::Reloaded(Reloaded {
@@ -505,12 +507,40 @@ fn tools(daemon: &Daemon) -> Reply {
     })
 }
 
+/// `agents`: the policy's agents in the order they are tried, with their counts.
+fn agents(daemon: &Daemon) -> Reply {
+    let policy = daemon.policy();
+    let agents = policy
+        .agents()
+        .iter()
+        .map(|a| AgentStatus {
+            name: a.name.clone(),
+            uids: a.uids.iter().map(principal).collect(),
+            cgroups: a.cgroups.clone(),
+            tools: a.tools.clone(),
+            max_tier: a.max_tier,
+            max_running: a.max_running,
+            rate: a.rate.map(|r| r.to_string()),
+            counts: daemon.agents.counts(&a.name),
+        })
+        .collect();
+    Reply::Agents(AgentList { agents })
+}
+
+fn principal(p: &crate::policy::Principal) -> String {
+    match p {
+        crate::policy::Principal::Id(id) => id.to_string(),
+        crate::policy::Principal::Name(name) => name.clone(),
+    }
+}
+
 /// Lets a terminated session submit calls again, after its row.
 async fn clear_session(daemon: &Daemon, peer: &Peer, session: String) -> Reply {
     if daemon.sessions.get(&session).is_none() {
         return Reply::Error(ErrorReply {
             error: format!("session '{session}' is not terminated"),
             field: Some("session".into()),
+            retry_after_ms: None,
         });
     }
     let row = Row::Session {

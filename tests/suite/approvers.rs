@@ -276,3 +276,30 @@ fn terminate_blocks_the_session_until_an_admin_clears_it() {
         (Some(true), Some(0))
     );
 }
+
+/// With `[agents]`, a terminate blocks the caller's agent, whatever session it names or
+/// leaves out: the agent is who the kernel says the caller is, a session only what it says.
+#[test]
+fn terminate_blocks_the_callers_agent_whatever_session_it_names() {
+    if !support::privileged("terminate_blocks_the_callers_agent_whatever_session_it_names") {
+        return;
+    }
+    let dir = ToolDir::new("guard-approvers");
+    let j = testjudge(&dir);
+    let guardd = Guardd::start(&format!("{}\n[agents.bot]\nuids = [0]\n", policy(&j)));
+    let out = run(&guardd, "t_terminate", None);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    // Another session, or none: the agent's calls are blocked.
+    for session in [Some("conv-9"), None] {
+        let out = run(&guardd, "free", session);
+        assert_eq!(out.status.code(), Some(77), "{session:?}: {out:?}");
+        assert!(
+            text(&out.stderr).contains("agent 'bot' was terminated"),
+            "{out:?}"
+        );
+    }
+    let cleared = output(guardd.ctl(&["sessions", "--clear", "agent:bot"]));
+    assert!(cleared.status.success(), "{cleared:?}");
+    let out = run(&guardd, "free", Some("conv-9"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

@@ -48,7 +48,7 @@ command = ["/bin/sleep", "30"]
 }
 
 /// `cmd` run as `uid` (its gid too, no supplementary groups).
-fn as_uid(cmd: &mut Command, uid: u32) -> &mut Command {
+pub(super) fn as_uid(cmd: &mut Command, uid: u32) -> &mut Command {
     // SAFETY: setgroups/setgid/setuid between fork and exec are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
@@ -67,7 +67,7 @@ fn as_uid(cmd: &mut Command, uid: u32) -> &mut Command {
 /// past `limit`: a hang fails the test in seconds, not at the idle timeout. Its output goes to
 /// files, not pipes: guard-exec passes its stdio to guardd, and a socket that never accepts
 /// would hold a pipe's write end open for good.
-fn timed(mut cmd: Command, limit: Duration) -> Option<(Output, Duration)> {
+pub(super) fn timed(mut cmd: Command, limit: Duration) -> Option<(Output, Duration)> {
     let dir = TempDir::new("guard-timed");
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     cmd.stdin(Stdio::null())
@@ -100,7 +100,7 @@ fn timed(mut cmd: Command, limit: Duration) -> Option<(Output, Duration)> {
 
 /// A copy of a workspace binary that any uid may run (the target directory may not be
 /// traversable by it).
-fn runnable(dir: &TempDir, name: &str) -> PathBuf {
+pub(super) fn runnable(dir: &TempDir, name: &str) -> PathBuf {
     let copy = dir.join(name);
     fs::copy(support::bin(name), &copy).expect("copy");
     fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).expect("chmod");

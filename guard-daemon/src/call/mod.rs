@@ -73,6 +73,19 @@ pub async fn exec(
     if !admits(daemon, Some(&intent.tool), &mut conn).await? {
         return Ok(());
     }
+    // Within its agent's max_running and rate, counted as running until the call ends.
+    let _agent = match crate::agents::of(&daemon.policy(), peer).map(|a| daemon.agents.admit(a)) {
+        Some(Err(busy)) => {
+            let e = ErrorReply {
+                error: busy.message,
+                field: None,
+                retry_after_ms: busy.retry_after_ms,
+            };
+            return send(&mut conn, ExecReply::Error(e)).await;
+        }
+        Some(Ok(admitted)) => Some(admitted),
+        None => None,
+    };
     let Some(admission) = daemon.calls.admit(peer.uid).await else {
         return send(&mut conn, ExecReply::Error(busy())).await;
     };
@@ -177,6 +190,7 @@ async fn stdio(conn: &mut Conn) -> io::Result<Option<[OwnedFd; 3]>> {
                 error: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame"
                     .into(),
                 field: Some("fds".into()),
+                retry_after_ms: None,
             };
             send(conn, ExecReply::Error(e)).await.map(|()| None)
         }

@@ -8,6 +8,7 @@
 //! ceiling, arguments, rules (strictest match), escalation, allow.
 
 // Crate-visible for `args::normalize`, which `opens` is to share rather than keep a copy of.
+pub mod agents;
 pub(crate) mod args;
 mod decide;
 pub mod helpers;
@@ -179,6 +180,8 @@ pub struct Policy {
     rules: Vec<Rule>,
     judges: Vec<helpers::Judge>,
     approvers: Vec<helpers::Approver>,
+    /// `[agents]`, in name order.
+    agents: Vec<agents::Agent>,
     /// `sha256:` and the SHA-256 of the files' paths and texts: what a held call was decided
     /// under.
     version: String,
@@ -323,6 +326,11 @@ impl Policy {
             .get(tool)
             .map_or(DetectorSet::SECRET_CLASS, |&i| self.tools[i].redact);
         redact::redact_value(value, set)
+    }
+
+    /// The policy's `[agents]`, in the order they are tried (name order).
+    pub fn agents(&self) -> &[agents::Agent] {
+        &self.agents
     }
 
     /// The policy's `[settings]` and `[approvals]`, defaults filled in.

@@ -10,8 +10,8 @@ use values::{Account, Action, Size};
 
 use super::{
     raw::{
-        Principal, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample, RawHelper,
-        RawJudge, RawRule, RawSettings, RawStdin, RawTool, RawWorkspaces,
+        Principal, RawAgent, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample,
+        RawHelper, RawJudge, RawRule, RawSettings, RawStdin, RawTool, RawWorkspaces,
     },
     source::{Diag, Loc, S},
     table::{FromToml, Table},
@@ -47,6 +47,9 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
         });
         t.finish(d);
     }
+    if let Some(agents) = top.table(d, "agents") {
+        doc.agents = agents.named_tables(d, agent);
+    }
     if let Some(judges) = top.table(d, "judges") {
         doc.judges = judges.named_tables(d, judge);
     }
@@ -77,6 +80,20 @@ fn settings(d: &mut Diag, mut t: Table) -> RawSettings {
     };
     t.finish(d);
     s
+}
+
+fn agent(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawAgent> {
+    let a = RawAgent {
+        name,
+        uids: principals(d, &mut t, "uids"),
+        cgroups: t.list(d, "cgroups"),
+        tools: t.list(d, "tools"),
+        max_tier: t.take(d, "max_tier"),
+        max_running: t.take(d, "max_running"),
+        rate: t.take(d, "rate"),
+    };
+    t.finish(d);
+    Some(a)
 }
 
 fn approvals(d: &mut Diag, mut t: Table) -> RawApprovals {

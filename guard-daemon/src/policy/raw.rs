@@ -83,6 +83,18 @@ pub(crate) struct RawWorkspaces {
     pub roots: Vec<S<String>>,
 }
 
+/// `[agents.<name>]` as written.
+#[derive(Debug)]
+pub(crate) struct RawAgent {
+    pub name: S<String>,
+    pub uids: Vec<Principal>,
+    pub cgroups: Vec<S<String>>,
+    pub tools: Vec<S<String>>,
+    pub max_tier: Option<S<RiskTier>>,
+    pub max_running: Option<S<i64>>,
+    pub rate: Option<S<String>>,
+}
+
 /// `[tools.<name>.args.<arg>]` as written.
 #[derive(Debug)]
 pub(crate) struct RawArg {
@@ -219,6 +231,7 @@ pub(crate) struct RawApprover {
 #[derive(Debug, Default)]
 pub(crate) struct RawDoc {
     pub settings: Option<RawSettings>,
+    pub agents: Vec<RawAgent>,
     pub workspaces: Option<RawWorkspaces>,
     pub approvals: Option<RawApprovals>,
     pub judges: Vec<RawJudge>,

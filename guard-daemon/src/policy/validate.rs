@@ -13,7 +13,7 @@ use regex::Regex;
 use super::{
     Policy, Settings, Tool,
     helpers::{Approver, Judge},
-    raw::{RawApprover, RawDoc, RawHelper, RawJudge, RawRule, RawSettings, RawTool},
+    raw::{RawAgent, RawApprover, RawDoc, RawHelper, RawJudge, RawRule, RawSettings, RawTool},
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
 };
@@ -48,7 +48,9 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         approvers: raw_approvers,
         notify,
         default_judges,
+        agents,
     } = merge(d, docs);
+    let agents = super::agents::agents(d, agents);
     let judges = helpers::judges(d, &raw_judges);
     settings.notify = notify.map(|n| helpers::helper(d, "approvals.notify", &n));
     let defaults: Vec<usize> = default_judges
@@ -108,6 +110,7 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         rules,
         judges,
         approvers,
+        agents,
         version: String::new(),
     }
 }
@@ -140,6 +143,7 @@ struct Merged {
     approvers: Vec<RawApprover>,
     notify: Option<RawHelper>,
     default_judges: Vec<S<String>>,
+    agents: Vec<RawAgent>,
 }
 
 /// The files as one: `[settings]` and `[approvals]` from the one file that gives each, every
@@ -156,7 +160,9 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
     let mut approvers = Vec::new();
     let mut notify = None;
     let mut default_judges = Vec::new();
+    let mut agents = Vec::new();
     for doc in docs {
+        agents.extend(doc.agents);
         if let Some(mut s) = doc.settings {
             if let Some(first) = &settings_at {
                 let (p, _) = &d.src.files[first.file];
@@ -221,6 +227,7 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
         approvers,
         notify,
         default_judges,
+        agents,
     }
 }
 

@@ -34,6 +34,7 @@ pub enum Request {
     Resume(ResumeRequest),
     Sessions(SessionsRequest),
     ClearSession(ClearSessionRequest),
+    Agents(AgentsRequest),
 }
 
 /// Wait for, and run, a call held earlier (`exec` with `no_wait`, or one whose guardd
@@ -49,6 +50,11 @@ pub struct ResumeRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsRequest {}
+
+/// The policy's agents and what each has done (admins).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsRequest {}
 
 /// Let a terminated session submit calls again (admins).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -308,11 +314,12 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         "resume" => Request::Resume(body_of(body)?),
         "sessions" => Request::Sessions(body_of(body)?),
         "clear_session" => Request::ClearSession(body_of(body)?),
+        "agents" => Request::Agents(body_of(body)?),
         other => {
             return Err(ProtocolError::new(
                 format!(
                     "unknown request type `{other}`; expected exec, resume, check, status, \
-                     tools, subscribe, pending, approve, deny, reload, sessions or clear_session"
+                     tools, subscribe, pending, approve, deny, reload, sessions, clear_session or agents"
                 ),
                 Some("type"),
             ));

@@ -54,6 +54,8 @@ pub enum Reply {
     Tools(ToolList),
     /// `sessions`: the sessions an approver terminated.
     Sessions(SessionList),
+    /// `agents`: the policy's agents and their counts.
+    Agents(AgentList),
     /// `clear_session`: the session may submit calls again.
     Cleared(Cleared),
     /// `subscribe`: events follow.
@@ -217,6 +219,29 @@ pub struct SessionList {
     pub sessions: Vec<Terminated>,
 }
 
+/// The answer to `agents`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentList {
+    pub agents: Vec<AgentStatus>,
+}
+
+/// One agent as the policy gives it, and what it has done since guardd started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    pub name: String,
+    pub uids: Vec<String>,
+    pub cgroups: Vec<String>,
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tier: Option<crate::decision::RiskTier>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    #[serde(flatten)]
+    pub counts: crate::agents::Counts,
+}
+
 /// The answer to `clear_session`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cleared {
@@ -250,6 +275,9 @@ pub struct ErrorReply {
     pub error: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// When a refusal for a rate says when to try again, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl From<&ProtocolError> for ErrorReply {
@@ -257,6 +285,7 @@ impl From<&ProtocolError> for ErrorReply {
         Self {
             error: e.message.clone(),
             field: e.field.clone(),
+            retry_after_ms: None,
         }
     }
 }
@@ -267,6 +296,7 @@ impl ErrorReply {
         Self {
             error: error.into(),
             field: None,
+            retry_after_ms: None,
         }
     }
 }

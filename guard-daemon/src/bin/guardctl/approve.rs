@@ -6,8 +6,8 @@ use std::{path::PathBuf, process::ExitCode};
 use guard::{
     client,
     protocol::{
-        ApproveRequest, ClearSessionRequest, DenyRequest, PendingRequest, ReloadRequest, Reply,
-        Request, SessionsRequest,
+        AgentsRequest, ApproveRequest, ClearSessionRequest, DenyRequest, PendingRequest,
+        ReloadRequest, Reply, Request, SessionsRequest,
     },
 };
 
@@ -138,6 +138,36 @@ pub fn sessions(socket: Option<PathBuf>, clear: Option<String>, as_json: bool) -
     }
     if list.is_empty() && !as_json {
         println!("no session is terminated");
+    }
+    ExitCode::SUCCESS
+}
+
+/// Lists the policy's agents and their counts.
+pub fn agents(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
+    let list = match ask(socket, &Request::Agents(AgentsRequest {})) {
+        Ok(Reply::Agents(a)) => a.agents,
+        Ok(other) => return unexpected(&other),
+        Err(code) => return code,
+    };
+    for a in &list {
+        if as_json {
+            print_json(a);
+        } else {
+            let c = &a.counts;
+            println!(
+                "{:<16} calls {:<6} blocked {:<6} running {:<4} uids [{}] cgroups [{}] tools [{}]",
+                a.name,
+                c.calls,
+                c.blocked,
+                c.running,
+                a.uids.join(", "),
+                a.cgroups.join(", "),
+                a.tools.join(", ")
+            );
+        }
+    }
+    if list.is_empty() && !as_json {
+        println!("the policy names no agent: every permitted caller is served as itself");
     }
     ExitCode::SUCCESS
 }

@@ -30,6 +30,16 @@ fn records(audit: &Path) -> Result<Vec<Record>, ExitCode> {
 }
 
 /// The events a row stands for, as a subscriber would have seen them.
+/// A decision row's event.
+fn decided(row: guard::decision::DecisionRow, uid: u32) -> What {
+    What::Decision {
+        agent: row.metadata.agent,
+        decision: row.decision,
+        reason: row.reason,
+        uid,
+    }
+}
+
 pub fn events_of(record: Record) -> Vec<Event> {
     let ts = record.ts;
     let of = |call_id: String, tool: String, what: What| Event {
@@ -46,12 +56,7 @@ pub fn events_of(record: Record) -> Vec<Event> {
             decision,
             ..
         } => {
-            let what = What::Decision {
-                decision: decision.decision,
-                reason: decision.reason,
-                uid: peer.uid,
-            };
-            vec![of(call_id, tool, what)]
+            vec![of(call_id, tool, decided(*decision, peer.uid))]
         }
         Row::Held {
             call_id,
@@ -252,6 +257,9 @@ struct Summary<'a> {
     ts: &'a str,
     tool: &'a str,
     uid: u32,
+    /// The policy's agent the caller was (`[agents]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<&'a str>,
     decision: Decision,
     exit_code: Option<i32>,
     verdict: Option<Verdict>,
@@ -296,6 +304,7 @@ pub fn calls(
             ts: &call.ts,
             tool: &call.tool,
             uid: call.peer.uid,
+            agent: call.decision.metadata.agent.as_deref(),
             decision: call.decision.decision,
             exit_code: finished.and_then(|f| f.exit.as_ref()).map(|e| e.exit_code),
             verdict: finished
@@ -313,12 +322,15 @@ pub fn calls(
             None if summary.interrupted => "interrupted",
             None => "-",
         };
+        let who = match summary.agent {
+            Some(agent) => format!("{agent} (uid {})", summary.uid),
+            None => format!("uid {}", summary.uid),
+        };
         println!(
-            "{} {:<18} {:<16} uid {:<6} {:<10} exit {:<4} {verdict}",
+            "{} {:<18} {:<16} {who:<10} {:<10} exit {:<4} {verdict}",
             summary.ts,
             summary.call_id,
             summary.tool,
-            summary.uid,
             summary.decision,
             summary.exit_code.map_or("-".to_owned(), |c| c.to_string()),
         );

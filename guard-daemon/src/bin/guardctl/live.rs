@@ -179,6 +179,13 @@ pub fn detail(event: &Event) -> String {
             decision,
             reason,
             uid,
+            agent: Some(agent),
+        } => format!("{decision} agent {agent} uid {uid} {reason}"),
+        What::Decision {
+            decision,
+            reason,
+            uid,
+            agent: None,
         } => format!("{decision} uid {uid} {reason}"),
         What::Held {
             decision,

@@ -124,6 +124,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The policy's agents, in the order they are tried, with the calls each made, had
+    /// blocked and has running since guardd started; admins only.
+    Agents {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Refuse a held call; admins only. The caller gets 126 and the reason.
     Deny {
         call_id: String,
@@ -310,6 +317,7 @@ fn main() -> ExitCode {
             json,
         } => approve::approve(cli.socket, &call_id, digest, json),
         Command::Sessions { clear, json } => approve::sessions(cli.socket, clear, json),
+        Command::Agents { json } => approve::agents(cli.socket, json),
         Command::Deny {
             call_id,
             reason,

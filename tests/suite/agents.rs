@@ -1,0 +1,251 @@
+//! `[agents]` (issue 33, part 1): who a caller is comes from the kernel (its uid, its cgroup),
+//! and its agent bounds what it may call (tools, tier), how many at once and how often. Real
+//! callers under several uids, one of them in a cgroup of its own, through guard-exec.
+
+use std::{
+    fs,
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::Path,
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::{
+    fair::{as_uid, runnable, timed},
+    support::{self, FORK_LOCK, Guardd, ToolDir},
+};
+
+/// Ids of no user: the builder, the reader, a client no agent names, the rate-bound agent,
+/// and the uid whose agent is its cgroup.
+const BUILDER: u32 = 40_011;
+const READER: u32 = 40_012;
+const NOBODYS: u32 = 40_013;
+const RATED: u32 = 40_014;
+const SCOPED: u32 = 40_015;
+
+fn policy(cgroup: &str) -> String {
+    format!(
+        r#"
+[settings]
+clients = [{BUILDER}, {READER}, {NOBODYS}, {RATED}, {SCOPED}]
+disclose_reasons = false
+
+[agents.builder]
+uids = [{BUILDER}]
+tools = ["exit_with", "pause", "deploy"]
+max_tier = "medium"
+max_running = 1
+
+[agents.reader]
+uids = [{READER}]
+tools = ["exit_*"]
+
+[agents.rated]
+uids = [{RATED}]
+rate = "2/min"
+
+[agents.scoped]
+uids = [{SCOPED}]
+cgroups = ["{cgroup}/claude-*"]
+
+[tools.exit_with]
+tier = "low"
+command = ["/bin/sh", "-c", "exit \"$0\"", "{{code}}"]
+[tools.exit_with.args.code]
+type = "integer"
+min = 0
+max = 255
+[tools.exit_with.effects]
+exec = ["/bin/sh"]
+
+[tools.pause]
+tier = "low"
+command = ["/bin/sleep", "30"]
+
+[tools.deploy]
+tier = "high"
+command = ["/bin/true"]
+"#
+    )
+}
+
+/// guard-exec as `uid`, its output (within 20 s).
+fn call(guardd: &Guardd, exec: &Path, uid: u32, args: &[&str]) -> Output {
+    let mut cmd = Command::new(exec);
+    cmd.arg("--socket").arg(&guardd.socket).args(args);
+    as_uid(&mut cmd, uid);
+    let (out, _) = timed(cmd, Duration::from_secs(20)).expect("guard-exec ended");
+    out
+}
+
+#[track_caller]
+fn refused(out: &Output, code: i32, says: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{out:?}");
+    assert!(stderr.contains(says), "{stderr}");
+}
+
+/// The decision rows of the audit log, by call: (agent, decision, check).
+fn decisions(guardd: &Guardd) -> Vec<(Value, Value, Value)> {
+    guardd
+        .audit_rows()
+        .iter()
+        .filter(|r| r["kind"] == "decision")
+        .map(|r| {
+            let row = &r["decision"];
+            (
+                row["metadata"]["agent"].clone(),
+                row["decision"].clone(),
+                row["check_name"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
+    if !support::privileged("agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup") {
+        return;
+    }
+    let tools = ToolDir::new("guard-agents");
+    let exec = runnable(&tools.dir, "guard-exec");
+    // A cgroup of the test's, with a child the scoped caller runs in.
+    let name = support::unique("guard-agents");
+    let mount = guard::cgroup::unified_mount().expect("cgroup v2");
+    let scope = mount.join(&name).join("claude-1");
+    fs::create_dir_all(&scope).expect("the caller's cgroup");
+    let guardd = Guardd::start(&policy(&format!("/{name}")));
+    fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+
+    // The builder calls its tools; its row names it.
+    let out = call(&guardd, &exec, BUILDER, &["exit_with", "code:=5"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    // Not above its tier, and a tool it is not given is not its, whatever the policy has.
+    refused(&call(&guardd, &exec, BUILDER, &["deploy"]), 126, "tier");
+    refused(
+        &call(&guardd, &exec, READER, &["pause"]),
+        126,
+        "may not call tool 'pause'",
+    );
+    // A client that no agent names is refused, and told why.
+    refused(
+        &call(&guardd, &exec, NOBODYS, &["exit_with", "code:=0"]),
+        126,
+        "no agent",
+    );
+
+    // max_running: the builder's second call while its first runs is busy (75), unrun.
+    let mut first: Child = {
+        let mut cmd = Command::new(&exec);
+        cmd.arg("--socket")
+            .arg(&guardd.socket)
+            .arg("pause")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        as_uid(&mut cmd, BUILDER);
+        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        cmd.spawn().expect("guard-exec")
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support::output(guardd.ctl(&["calls", "--running", "--json"]))
+        .stdout
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the first call never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    refused(
+        &call(&guardd, &exec, BUILDER, &["exit_with", "code:=0"]),
+        75,
+        "max_running",
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+
+    // rate: two calls a minute, the third is busy and says when to come back.
+    for _ in 0..2 {
+        let out = call(&guardd, &exec, RATED, &["exit_with", "code:=0"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    refused(
+        &call(&guardd, &exec, RATED, &["exit_with", "code:=0"]),
+        75,
+        "try again in",
+    );
+
+    // The same uid is its agent inside its cgroup, and no agent outside it.
+    let mut inside = Command::new(&exec);
+    inside
+        .arg("--socket")
+        .arg(&guardd.socket)
+        .args(["exit_with", "code:=7"]);
+    let procs = scope.join("cgroup.procs");
+    // SAFETY: a write of "0" (this process) to cgroup.procs, then setgroups/setgid/setuid,
+    // between fork and exec: async-signal-safe syscalls only.
+    unsafe {
+        inside.pre_exec(move || {
+            let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
+                .map_err(|_| std::io::Error::other("path"))?;
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setgid(SCOPED) < 0
+                || libc::setuid(SCOPED) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (out, _) = timed(inside, Duration::from_secs(20)).expect("guard-exec ended");
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    refused(
+        &call(&guardd, &exec, SCOPED, &["exit_with", "code:=7"]),
+        126,
+        "no agent",
+    );
+
+    // Every decision row names the agent, or says none matched.
+    let rows = decisions(&guardd);
+    let agent_of = |a: &str| rows.iter().filter(|(agent, ..)| agent == a).count();
+    assert!(
+        agent_of("builder") >= 2 && agent_of("reader") == 1,
+        "{rows:?}"
+    );
+    assert_eq!(agent_of("scoped"), 1, "{rows:?}");
+    let unmatched: Vec<_> = rows.iter().filter(|(agent, ..)| agent.is_null()).collect();
+    assert_eq!(unmatched.len(), 2, "{rows:?}");
+    assert!(
+        unmatched
+            .iter()
+            .all(|(_, d, check)| d == "block" && check == "agent"),
+        "{rows:?}"
+    );
+    // guardctl agents counts what each did; guardctl calls names them.
+    let listed = support::output(guardd.ctl(&["agents", "--json"]));
+    let agents: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let builder = agents
+        .iter()
+        .find(|a| a["name"] == "builder")
+        .expect("builder");
+    assert_eq!(builder["blocked"], 1, "{builder}");
+    assert_eq!(builder["running"], 0, "{builder}");
+    let audit = guardd.audit.to_str().expect("utf-8").to_owned();
+    let calls = support::output(guardd.ctl(&["calls", "--audit", &audit]));
+    assert!(
+        String::from_utf8_lossy(&calls.stdout).contains(&format!("reader (uid {READER})")),
+        "{calls:?}"
+    );
+    drop(guardd);
+    let _ = fs::remove_dir(&scope);
+    let _ = fs::remove_dir(mount.join(&name));
+}
