@@ -166,6 +166,7 @@ mod tests {
             max_tier: None,
             max_running,
             rate,
+            labels: Vec::new(),
         }
     }
 

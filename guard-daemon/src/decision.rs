@@ -114,6 +114,9 @@ pub struct RowMetadata {
     /// The policy's agent the caller is (`[agents]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// What the caller said it is within its agent (`label`): recorded, never trusted to widen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
 }

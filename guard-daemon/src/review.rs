@@ -39,6 +39,8 @@ pub struct CallContext {
     pub session: Option<String>,
     /// What the agent is working on, for the judges.
     pub task: Option<String>,
+    /// What the caller says it is within its agent; it only narrows.
+    pub label: Option<String>,
     /// A held call does not wait with its caller.
     pub no_wait: bool,
     /// Whether the caller's stdin descriptor is an input stream.
@@ -299,8 +301,9 @@ impl Review<'_> {
                     self.daemon.agents.blocked(&agent.name);
                     return;
                 }
+                verdict.row.metadata.label.clone_from(&self.ctx.label);
                 let tier = policy.tool_info(&self.intent.tool).map(|t| t.tier);
-                agent.refuses(&self.intent.tool, tier)
+                agent.refuses(&self.intent.tool, tier, self.ctx.label.as_deref())
             }
             None => Some(format!(
                 "not permitted: no agent of the policy is uid {} in cgroup {}",

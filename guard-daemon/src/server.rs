@@ -373,6 +373,7 @@ async fn exec(
     let ctx = CallContext {
         session: options.session,
         task: options.task,
+        label: options.label,
         no_wait: options.no_wait,
         stdin: options.stdin,
     };

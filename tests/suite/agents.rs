@@ -40,6 +40,8 @@ max_running = 1
 
 [agents.reader]
 uids = [{READER}]
+tools = ["exit_*", "pause"]
+[agents.reader.labels.quick]
 tools = ["exit_*"]
 
 [agents.rated]
@@ -125,9 +127,22 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
     // Not above its tier, and a tool it is not given is not its, whatever the policy has.
     refused(&call(&guardd, &exec, BUILDER, &["deploy"]), 126, "tier");
     refused(
-        &call(&guardd, &exec, READER, &["pause"]),
+        &call(&guardd, &exec, READER, &["deploy"]),
         126,
-        "may not call tool 'pause'",
+        "may not call tool 'deploy'",
+    );
+    // A label the caller gives narrows what its agent may call, and never widens it.
+    let quick = ["--label", "quick", "pause"];
+    refused(
+        &call(&guardd, &exec, READER, &quick),
+        126,
+        "as 'quick' may not call",
+    );
+    let widen = ["--label", "builder", "deploy"];
+    refused(
+        &call(&guardd, &exec, READER, &widen),
+        126,
+        "may not call tool 'deploy'",
     );
     // A client that no agent names is refused, and told why.
     refused(
@@ -215,7 +230,7 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
     let rows = decisions(&guardd);
     let agent_of = |a: &str| rows.iter().filter(|(agent, ..)| agent == a).count();
     assert!(
-        agent_of("builder") >= 2 && agent_of("reader") == 1,
+        agent_of("builder") >= 2 && agent_of("reader") == 3,
         "{rows:?}"
     );
     assert_eq!(agent_of("scoped"), 1, "{rows:?}");
@@ -227,6 +242,13 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
             .all(|(_, d, check)| d == "block" && check == "agent"),
         "{rows:?}"
     );
+    // The label is recorded on the row, as the caller said it.
+    let labelled = guardd
+        .audit_rows()
+        .iter()
+        .filter(|r| r["kind"] == "decision" && r["decision"]["metadata"]["label"] == "quick")
+        .count();
+    assert_eq!(labelled, 1);
     // guardctl agents counts what each did; guardctl calls names them.
     let listed = support::output(guardd.ctl(&["agents", "--json"]));
     let agents: Vec<Value> = String::from_utf8_lossy(&listed.stdout)

@@ -85,6 +85,10 @@ struct Cli {
     /// What the agent is working on, for the policy's judges.
     #[arg(long, env = "GUARD_TASK")]
     task: Option<String>,
+    /// What the caller is within its agent (a subagent, a role): recorded on the call, and it
+    /// may only narrow what the agent may call (`[agents.NAME.labels.LABEL]`).
+    #[arg(long, env = "GUARD_LABEL")]
+    label: Option<String>,
     /// The tool to run, as named in the policy.
     #[arg(
         required_unless_present = "resume",
@@ -396,6 +400,7 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
             options: CallOptions {
                 session: cli.session.clone(),
                 task: cli.task.clone(),
+                label: cli.label.clone(),
                 no_wait: cli.no_wait,
                 // Where the caller is: it picks the call's workspace, and `{cwd}` is it.
                 cwd: std::env::current_dir().ok(),

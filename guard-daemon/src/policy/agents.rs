@@ -28,6 +28,8 @@ pub struct Agent {
     pub max_running: Option<usize>,
     /// Its calls per period.
     pub rate: Option<Rate>,
+    /// What a caller that says it is one of these may call, within the agent's own tools.
+    pub labels: Vec<(String, Vec<String>)>,
 }
 
 /// `rate = "N/min"`: N calls a period, as a token bucket of N that refills over it.
@@ -83,10 +85,26 @@ impl Agent {
         uid_ok && cgroup_ok
     }
 
-    /// Why this agent may not call `tool` of `tier`, if it may not.
-    pub fn refuses(&self, tool: &str, tier: Option<RiskTier>) -> Option<String> {
+    /// Why this agent, its caller saying it is `label`, may not call `tool` of `tier`, if it
+    /// may not. A label narrows: the tool must be both the agent's and the label's; a label the
+    /// agent does not declare narrows nothing and widens nothing.
+    pub fn refuses(
+        &self,
+        tool: &str,
+        tier: Option<RiskTier>,
+        label: Option<&str>,
+    ) -> Option<String> {
         if !self.tools.is_empty() && !self.tools.iter().any(|g| glob_match(g, tool)) {
             return Some(format!("agent '{}' may not call tool '{tool}'", self.name));
+        }
+        let declared = label.and_then(|l| self.labels.iter().find(|(name, _)| name == l));
+        if let Some((name, tools)) = declared
+            && !tools.iter().any(|g| glob_match(g, tool))
+        {
+            return Some(format!(
+                "agent '{}' as '{name}' may not call tool '{tool}'",
+                self.name
+            ));
         }
         match (self.max_tier, tier) {
             (Some(max), Some(tier)) if tier > max => Some(format!(
@@ -157,6 +175,11 @@ pub(super) fn agents(d: &mut Diag, raw: Vec<RawAgent>) -> Vec<Agent> {
             max_tier: a.max_tier.map(|t| t.v),
             max_running,
             rate,
+            labels: a
+                .labels
+                .into_iter()
+                .map(|(name, tools)| (name.v, tools.into_iter().map(|t| t.v).collect()))
+                .collect(),
         });
     }
     // Tried in name order: the same order whatever the files' order.
@@ -177,6 +200,7 @@ mod tests {
             max_tier: Some(RiskTier::Medium),
             max_running: None,
             rate: None,
+            labels: vec![("reviewer".into(), vec!["read_file".into()])],
         }
     }
 
@@ -202,14 +226,25 @@ mod tests {
     #[test]
     fn an_agent_calls_its_tools_up_to_its_tier() {
         let a = agent(&[1], &[]);
-        assert_eq!(a.refuses("read_file", Some(RiskTier::Low)), None);
-        assert!(
-            a.refuses("shell", Some(RiskTier::Low))
-                .is_some_and(|m| m.contains("shell"))
+        assert_eq!(a.refuses("read_file", Some(RiskTier::Low), None), None);
+        let shell = a.refuses("shell", Some(RiskTier::Low), None);
+        assert!(shell.is_some_and(|m| m.contains("shell")));
+        let high = a.refuses("read_all", Some(RiskTier::High), None);
+        assert!(high.is_some_and(|m| m.contains("High")));
+        // A label narrows, and never widens: an undeclared one changes nothing.
+        let as_reviewer = a.refuses("read_dir", Some(RiskTier::Low), Some("reviewer"));
+        assert!(as_reviewer.is_some_and(|m| m.contains("as 'reviewer'")));
+        assert_eq!(
+            a.refuses("read_file", Some(RiskTier::Low), Some("reviewer")),
+            None
+        );
+        assert_eq!(
+            a.refuses("read_dir", Some(RiskTier::Low), Some("admin")),
+            None
         );
         assert!(
-            a.refuses("read_all", Some(RiskTier::High))
-                .is_some_and(|m| m.contains("High"))
+            a.refuses("shell", Some(RiskTier::Low), Some("admin"))
+                .is_some()
         );
     }
 

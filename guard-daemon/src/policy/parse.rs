@@ -91,6 +91,16 @@ fn agent(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawAgent> {
         max_tier: t.take(d, "max_tier"),
         max_running: t.take(d, "max_running"),
         rate: t.take(d, "rate"),
+        labels: t
+            .table(d, "labels")
+            .map(|l| {
+                l.named_tables(d, |d, name, mut lt| {
+                    let tools = lt.list(d, "tools");
+                    lt.finish(d);
+                    Some((name, tools))
+                })
+            })
+            .unwrap_or_default(),
     };
     t.finish(d);
     Some(a)

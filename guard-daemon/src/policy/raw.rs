@@ -93,6 +93,8 @@ pub(crate) struct RawAgent {
     pub max_tier: Option<S<RiskTier>>,
     pub max_running: Option<S<i64>>,
     pub rate: Option<S<String>>,
+    /// `[agents.<name>.labels.<label>] tools`: what a caller saying it is that label may call.
+    pub labels: Vec<(S<String>, Vec<S<String>>)>,
 }
 
 /// `[tools.<name>.args.<arg>]` as written.

@@ -131,6 +131,10 @@ pub struct CallOptions {
     /// What the agent is working on, for the judges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// What the caller says it is within its agent (a subagent, a role): recorded, and it may
+    /// only narrow what the agent may call (`[agents.NAME.labels.LABEL]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// A held call does not wait with its caller: guardd answers `pending` and the caller
     /// leaves; `resume` runs the call once approved.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -192,6 +196,8 @@ struct ExecFrame {
     #[serde(default)]
     task: Option<String>,
     #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
     no_wait: bool,
     #[serde(default)]
     cwd: Option<std::path::PathBuf>,
@@ -209,6 +215,7 @@ impl From<ExecFrame> for ExecWith {
             options: CallOptions {
                 session: f.session,
                 task: f.task,
+                label: f.label,
                 no_wait: f.no_wait,
                 cwd: f.cwd,
                 stdin: f.stdin,
@@ -441,6 +448,7 @@ mod tests {
             options: CallOptions {
                 session: Some("s1".into()),
                 task: None,
+                label: Some("reviewer".into()),
                 no_wait: true,
                 cwd: Some("/srv/w".into()),
                 stdin: CallerStdin::None,

@@ -355,6 +355,7 @@ class Client:
         input: Optional[bytes] = None,
         on_hold: Optional[Callable[[Hold], None]] = None,
         cwd: Optional[str] = None,
+        label: Optional[str] = None,
     ) -> Result:
         """Runs a tool through guardd and returns how it ended, with its output.
 
@@ -366,9 +367,13 @@ class Client:
         A call held for a human waits for the answer (`on_hold` is told once); a refusal raises
         `Blocked`, and guardd's other refusals their own `GuardError`. `cwd` (else this
         process's working directory) picks the call's workspace, where the policy has them.
+        `label` says what the caller is within its agent (a subagent, a role): it is recorded,
+        and may only narrow what the agent may call (`[agents.NAME.labels.LABEL]`).
         """
         request: Dict[str, Any] = {"type": "exec", "tool": tool, "args": dict(args or {})}
         _with_cwd(request, cwd)
+        if label is not None:
+            request["label"] = label
         if input is None:
             request["stdin"] = "none"
         elif self._input_argument(tool, request["args"], input):
