@@ -4,7 +4,7 @@
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
     os::{
-        fd::{AsFd as _, AsRawFd as _, OwnedFd},
+        fd::{AsFd as _, AsRawFd as _},
         unix::net::UnixStream,
     },
     path::{Path, PathBuf},
@@ -201,118 +201,68 @@ pub fn wait_taken(stream: &UnixStream, within: Duration) -> io::Result<()> {
     }
 }
 
-/// Reads guardd's replies with recvmsg, keeping the descriptors that come with them (the
-/// pidfd of a started call); a plain read would have the kernel close them.
-struct Receiver {
-    stream: UnixStream,
-    fds: Vec<OwnedFd>,
-}
-
-impl io::Read for Receiver {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let (n, fds) = crate::conn::recv_with_fds_blocking(self.stream.as_raw_fd(), buf)?;
-        self.fds.extend(fds);
-        Ok(n)
-    }
-}
-
 /// How long a caller that lost guardd waits to see its call's processes gone (guardd's death
 /// kills them: the first one dies with it, and the rest with their pid namespace).
 pub const GONE_WITHIN: Duration = Duration::from_secs(10);
 
-/// What became of a call whose guardd went away before its end, as a caller can tell it: the
-/// call's `started` reply, and the pidfd that came with it, readable once every process of the
-/// call is gone (waited for, up to [`GONE_WITHIN`]). Never says stopped before that is seen.
-pub fn lost(started: Option<&protocol::reply::Started>, pidfd: Option<&OwnedFd>) -> String {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+/// What became of a call whose guardd went away before its end, as a caller can tell it: from
+/// the call's `started` reply, its cgroup, which says `populated 0` in `cgroup.events` once
+/// every process of the call is gone (waited for, up to [`GONE_WITHIN`]; a cgroup removed since
+/// was empty). Never says stopped before that is seen.
+pub fn lost(started: Option<&protocol::reply::Started>) -> String {
     let Some(started) = started else {
         return "guardd closed the connection before it said the call started; a call it had \
                 started dies with it"
             .into();
     };
     let (id, pid) = (&started.call_id, started.pid);
-    let Some(pidfd) = pidfd else {
-        return format!(
-            "guardd closed the connection while call {id} ran (pid {pid}); it dies with guardd, \
-             but without a pidfd its processes' end was not seen"
-        );
+    if gone_within(&started.cgroup.join("cgroup.events"), GONE_WITHIN) {
+        format!(
+            "guardd closed the connection while call {id} ran; the call was stopped: its \
+             processes are gone"
+        )
+    } else {
+        format!(
+            "guardd closed the connection while call {id} ran; its processes (the first, pid \
+             {pid}) were still there {} s later, or could not be seen",
+            GONE_WITHIN.as_secs()
+        )
+    }
+}
+
+/// Whether the cgroup whose `cgroup.events` is `events` is empty, or gone, within `within`.
+fn gone_within(events: &Path, within: Duration) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let deadline = Instant::now() + within;
+    let Ok(file) = std::fs::File::open(events) else {
+        // A cgroup is removed only once empty.
+        return !events.parent().is_some_and(Path::exists);
     };
-    let deadline = Instant::now() + GONE_WITHIN;
     loop {
+        let mut text = String::new();
+        // cgroup.events is read whole from its start each time; a change wakes POLLPRI.
+        let read = std::io::Read::read_to_string(&mut &file, &mut text)
+            .and_then(|_| std::io::Seek::rewind(&mut &file));
+        if read.is_err() {
+            return !events.exists();
+        }
+        if text.lines().any(|l| l == "populated 0") {
+            return true;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        let ms = PollTimeout::try_from(left.as_millis()).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, ms) {
-            Ok(n) if n > 0 => {
-                return format!(
-                    "guardd closed the connection while call {id} ran; the call was stopped: \
-                     its processes are gone"
-                );
-            }
-            Err(nix::errno::Errno::EINTR) if !left.is_zero() => {}
-            _ => {
-                return format!(
-                    "guardd closed the connection while call {id} ran; its first process (pid \
-                     {pid}) was still there {} s later",
-                    GONE_WITHIN.as_secs()
-                );
-            }
+        if left.is_zero() {
+            return false;
         }
-    }
-}
-
-/// An asynchronous connection's replies read with recvmsg, keeping the descriptors that come
-/// with them (the pidfd of a started call): [`Receiver`]'s twin, for guard-mcp.
-pub struct AsyncReceiver {
-    stream: tokio::net::UnixStream,
-    fds: Vec<OwnedFd>,
-}
-
-impl AsyncReceiver {
-    pub fn new(stream: tokio::net::UnixStream) -> Self {
-        Self {
-            stream,
-            fds: Vec::new(),
-        }
-    }
-
-    /// The first descriptor received and not yet taken.
-    pub fn take_fd(&mut self) -> Option<OwnedFd> {
-        (!self.fds.is_empty()).then(|| self.fds.remove(0))
-    }
-}
-
-impl tokio::io::AsyncRead for AsyncReceiver {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            std::task::ready!(this.stream.poll_read_ready(cx))?;
-            let fd = this.stream.as_raw_fd();
-            let unfilled = buf.initialize_unfilled();
-            let read = this.stream.try_io(tokio::io::Interest::READABLE, || {
-                crate::conn::recv_with_fds(fd, unfilled)
-            });
-            match read {
-                Ok((n, fds)) => {
-                    this.fds.extend(fds);
-                    buf.advance(n);
-                    return std::task::Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return std::task::Poll::Ready(Err(e)),
-            }
-        }
+        let ms = PollTimeout::try_from(left.as_millis().min(200)).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLPRI)];
+        let _ = poll(&mut fds, ms);
     }
 }
 
 /// A connection to guardd.
 pub struct Client {
     stream: UnixStream,
-    reader: BufReader<Receiver>,
+    reader: BufReader<UnixStream>,
     /// How long `request` waits for its reply.
     reply: Duration,
     /// The bound on every other read (`None`: a stream may be quiet for as long as it likes).
@@ -331,10 +281,7 @@ impl Client {
     pub fn connect_with(path: &Path, timeouts: Timeouts) -> io::Result<Self> {
         let stream = connect_within(path, timeouts.connect)?;
         stream.set_write_timeout(Some(timeouts.reply))?;
-        let reader = BufReader::new(Receiver {
-            stream: stream.try_clone()?,
-            fds: Vec::new(),
-        });
+        let reader = BufReader::new(stream.try_clone()?);
         Ok(Self {
             stream,
             reader,
@@ -397,13 +344,6 @@ impl Client {
         protocol::parse_reply(&line)
             .map(Some)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-    }
-
-    /// The first descriptor guardd sent with a reply and not yet taken: after a `started`
-    /// reply that says so, the call's pidfd.
-    pub fn take_fd(&mut self) -> Option<OwnedFd> {
-        let fds = &mut self.reader.get_mut().fds;
-        (!fds.is_empty()).then(|| fds.remove(0))
     }
 
     /// What guardd said before it closed a connection it refused (`busy: ...`), once a send

@@ -163,38 +163,6 @@ impl Conn {
         }
     }
 
-    /// Writes one whole frame with `fd` attached to its first byte (SCM_RIGHTS), within the
-    /// write deadline as [`Conn::write`].
-    pub async fn write_with_fd(&mut self, frame: &[u8], fd: RawFd) -> io::Result<()> {
-        let fds = [fd];
-        let first = async {
-            loop {
-                self.stream.writable().await?;
-                let sent = self.stream.try_io(tokio::io::Interest::WRITABLE, || {
-                    let cmsgs = [ControlMessage::ScmRights(&fds)];
-                    let iov = [IoSlice::new(frame)];
-                    sendmsg::<()>(
-                        self.stream.as_raw_fd(),
-                        &iov,
-                        &cmsgs,
-                        MsgFlags::MSG_DONTWAIT,
-                        None,
-                    )
-                    .map_err(io::Error::from)
-                });
-                match sent {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    other => return other,
-                }
-            }
-        };
-        let sent = match tokio::time::timeout(self.write_deadline, first).await {
-            Ok(sent) => sent?,
-            Err(_) => return Err(self.took_no_reply()),
-        };
-        self.write(&frame[sent..]).await
-    }
-
     fn took_no_reply(&self) -> io::Error {
         io::Error::new(
             io::ErrorKind::TimedOut,
@@ -279,11 +247,6 @@ impl Drop for Conn {
 /// (close-on-exec).
 pub fn recv_with_fds(fd: RawFd, chunk: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     recvmsg_fds(fd, chunk, MsgFlags::MSG_DONTWAIT)
-}
-
-/// [`recv_with_fds`] on a blocking socket: waits as long as its read timeout says.
-pub fn recv_with_fds_blocking(fd: RawFd, chunk: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    recvmsg_fds(fd, chunk, MsgFlags::empty())
 }
 
 fn recvmsg_fds(fd: RawFd, chunk: &mut [u8], flags: MsgFlags) -> io::Result<(usize, Vec<OwnedFd>)> {

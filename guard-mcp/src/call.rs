@@ -13,7 +13,6 @@ use std::{
 };
 
 use guard::{
-    client::AsyncReceiver,
     decision::Decision,
     protocol::{
         self, CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
@@ -105,9 +104,9 @@ pub async fn run(
         mut stdout,
         mut stderr,
     } = started;
-    let mut lines = BufReader::new(AsyncReceiver::new(stream)).lines();
-    // The call's start, and its pidfd: what tells a stopped call from a running one.
-    let mut begun: Option<(StartedReply, Option<OwnedFd>)> = None;
+    let mut lines = BufReader::new(stream).lines();
+    // The call's start, and its cgroup: what tells a stopped call from a running one.
+    let mut begun: Option<StartedReply> = None;
     // The hold, and until when guardd may come back for it.
     let mut hold: Option<(Hold, Instant)> = None;
     let mut waited = 0.0;
@@ -132,7 +131,7 @@ pub async fn run(
                 let Some((h, until)) = &hold else { continue };
                 match comeback(socket, &h.call_id, *until, cancel.as_mut()).await {
                     Ok(s) => {
-                        lines = BufReader::new(AsyncReceiver::new(s.stream)).lines();
+                        lines = BufReader::new(s.stream).lines();
                         (stdout, stderr) = (s.stdout, s.stderr);
                         continue;
                     }
@@ -160,14 +159,7 @@ pub async fn run(
                 hold = Some((h, until));
                 tick.reset();
             }
-            ExecReply::Started(s) => {
-                let pidfd = if s.pidfd {
-                    lines.get_mut().get_mut().take_fd()
-                } else {
-                    None
-                };
-                begun = Some((s, pidfd));
-            }
+            ExecReply::Started(s) => begun = Some(s),
             ExecReply::Error(e) => return result(Vec::new(), Outcome::failed(e.error), None),
             ExecReply::Exit(exit) => {
                 let out = stdout.finish().await;
@@ -180,13 +172,10 @@ pub async fn run(
 
 /// The result of a call whose guardd went away before its end: what became of it, once its
 /// processes were seen gone (waited for off this thread).
-async fn lost(begun: Option<(StartedReply, Option<OwnedFd>)>) -> CallToolResult {
-    let said = tokio::task::spawn_blocking(move || {
-        let (started, pidfd) = begun.as_ref().map(|(s, fd)| (s, fd.as_ref())).unzip();
-        guard::client::lost(started, pidfd.flatten())
-    })
-    .await
-    .unwrap_or_else(|e| format!("guardd closed the connection: {e}"));
+async fn lost(begun: Option<StartedReply>) -> CallToolResult {
+    let said = tokio::task::spawn_blocking(move || guard::client::lost(begun.as_ref()))
+        .await
+        .unwrap_or_else(|e| format!("guardd closed the connection: {e}"));
     result(Vec::new(), Outcome::failed(said), None)
 }
 

@@ -116,26 +116,29 @@ class ClientTest(unittest.TestCase):
 
     def test_a_lost_guardd_is_said_to_have_stopped_the_call_only_once_it_is_gone(self):
         # guardd's side as a stand-in, for the one thing a real guardd cannot be made to do on
-        # cue: allow the call, say it started with the pidfd of a process, and die while that
-        # process still runs (for half a second more).
+        # cue: allow the call, say it started in a (real) cgroup, and die while a process in
+        # that cgroup still runs (for half a second more).
+        mount = next(line.split()[1] for line in open("/proc/mounts")
+                     if line.split()[2] == "cgroup2")
+        cgroup = tempfile.mkdtemp(dir=mount, prefix="guard-client-test-")
+        call = subprocess.Popen(["sleep", "0.5"])
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(call.pid))
         d = tempfile.mkdtemp(dir="/run")
         path = os.path.join(d, "g.sock")
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(path)
         server.listen(1)
-        call = subprocess.Popen(["sleep", "0.5"])
 
         def serve():
             conn, _ = server.accept()
             request = b""
             while b"\n" not in request:
                 request += conn.recv(65536)
-            conn.sendall(b'{"v":1,"type":"decision","call_id":"c-1","decision":"allow"}\n')
             started = {"v": 1, "type": "started", "call_id": "c-1", "pid": call.pid,
-                       "pidfd": True}
-            pidfd = os.pidfd_open(call.pid)
-            socket.send_fds(conn, [json.dumps(started).encode() + b"\n"], [pidfd])
-            os.close(pidfd)
+                       "cgroup": cgroup}
+            conn.sendall(b'{"v":1,"type":"decision","call_id":"c-1","decision":"allow"}\n'
+                         + json.dumps(started).encode() + b"\n")
             conn.close()
             server.close()
 
@@ -149,6 +152,7 @@ class ClientTest(unittest.TestCase):
             serving.join()
             call.wait()
             shutil.rmtree(d)
+            os.rmdir(cgroup)
         self.assertIn("the call was stopped: its processes are gone", str(caught.exception))
         self.assertFalse(still_running, "said stopped while the call's process ran")
 

@@ -4,7 +4,6 @@
 use std::{
     fs,
     io::Read as _,
-    os::fd::OwnedFd,
     path::{Path, PathBuf},
     process::ExitCode,
     time::{Duration, Instant},
@@ -314,8 +313,8 @@ fn follow(
 ) -> ExitCode {
     // The held call this caller waits for, and until when guardd may come back for it.
     let mut held: Option<(String, Instant)> = None;
-    // The call's start, and its pidfd: what tells a stopped call from a running one.
-    let mut started: Option<(Started, Option<OwnedFd>)> = None;
+    // The call's start, and its cgroup: what tells a stopped call from a running one.
+    let mut started: Option<Started> = None;
     loop {
         let reply = match client.recv::<ExecReply>() {
             Ok(Some(r)) => r,
@@ -343,13 +342,11 @@ fn follow(
                 return fail(EXIT_UNAVAILABLE, e);
             }
             Ok(None) | Err(_) => {
-                let (started, pidfd) = started.as_ref().map(|(s, fd)| (s, fd.as_ref())).unzip();
-                return fail(EXIT_UNAVAILABLE, client::lost(started, pidfd.flatten()));
+                return fail(EXIT_UNAVAILABLE, client::lost(started.as_ref()));
             }
         };
         if let ExecReply::Started(s) = reply {
-            let pidfd = if s.pidfd { client.take_fd() } else { None };
-            started = Some((s, pidfd));
+            started = Some(s);
             continue;
         }
         if let ExecReply::Pending(hold) = &reply {

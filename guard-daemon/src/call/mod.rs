@@ -4,12 +4,7 @@
 
 mod watch;
 
-use std::{
-    io,
-    os::fd::{AsRawFd as _, OwnedFd},
-    sync::Arc,
-    time::Instant,
-};
+use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
 
 pub(crate) use watch::watch_of;
 
@@ -486,7 +481,7 @@ impl Call<'_, '_> {
         let (stdio, _input) = sandbox::input::attach(&plan.confinement.stdin, stdio)?;
         let launched = ready.start(stdio)?;
         self.stages.absorb(&launched.stages);
-        self.started(&launched).await;
+        self.started(&launched, cgroup).await;
         let applied = launched.applied.clone();
         let pid = launched.pid.as_raw() as u32;
         let launch = crate::audit::Launch::of(&plan.argv, pid, self.peer.uid);
@@ -523,20 +518,16 @@ impl Call<'_, '_> {
         Ok((outcome, applied))
     }
 
-    /// Tells the caller the call started, with a pidfd of its first process. A caller that
-    /// cannot hear it is gone, which the wait for the call's end finds.
-    async fn started(&mut self, launched: &sandbox::Launched) {
+    /// Tells the caller the call started, and where its processes are. A caller that cannot
+    /// hear it is gone, which the wait for the call's end finds.
+    async fn started(&mut self, launched: &sandbox::Launched, cgroup: &Cgroup) {
         let started = Started {
             call_id: self.id.to_owned(),
             pid: launched.pid.as_raw() as u32,
-            pidfd: launched.pidfd.is_some(),
+            cgroup: cgroup.path().to_owned(),
         };
         let frame = protocol::frame(&ExecReply::Started(started));
-        let sent = match &launched.pidfd {
-            Some(pidfd) => self.conn.write_with_fd(&frame, pidfd.as_raw_fd()).await,
-            None => self.conn.write(&frame).await,
-        };
-        if let Err(e) = sent {
+        if let Err(e) = self.conn.write(&frame).await {
             tracing::debug!(call = %self.id, "telling the caller the call started: {e}");
         }
     }

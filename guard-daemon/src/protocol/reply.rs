@@ -27,8 +27,7 @@ pub enum ExecReply {
     Decision(CallDecision),
     /// Held for an admin; a decision follows once one answered (or the wait ran out).
     Pending(Hold),
-    /// The call's first process started; a pidfd for it comes with this frame (SCM_RIGHTS)
-    /// when the kernel has pidfds.
+    /// The call's first process started.
     Started(Started),
     /// The call ended.
     Exit(Exit),
@@ -99,16 +98,17 @@ pub struct Hold {
     pub digest: String,
 }
 
-/// The start of an allowed call. Its first process is the init of the call's pid namespace:
-/// its pidfd turns readable only once every process of the call is gone, which is how a caller
-/// that loses guardd tells a stopped call from one still running.
+/// The start of an allowed call, and where its processes are: its cgroup, which no process of
+/// the call can leave, so that a caller that loses guardd can see them gone (`cgroup.events`
+/// says `populated 0`) before it says the call was stopped. A descriptor would pin the call's
+/// namespaces for as long as the caller kept it; a path pins nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Started {
     pub call_id: String,
     /// The first process's pid, in guardd's pid namespace.
     pub pid: u32,
-    /// Whether a pidfd came with the frame.
-    pub pidfd: bool,
+    /// The call's cgroup directory, absolute.
+    pub cgroup: std::path::PathBuf,
 }
 
 /// The end of a call that ran.

@@ -169,6 +169,9 @@ fn first_subdir(dir: &OwnedFd, removed: &mut u64) -> io::Result<Option<CString>>
     Ok(None)
 }
 
+/// How long a call's end waits for its temporary directory to be removed.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A call's temporary directory, removed (with what the call left in it) by [`CallTmp::remove`]
 /// before the call's end is told, else on drop; either way off the runtime's threads. A shared
 /// lock on it says, while guardd lives, that it is in use.
@@ -204,15 +207,21 @@ impl CallTmp {
 }
 
 impl CallTmp {
-    /// Removes the directory and waits for it: a call's caller hears of its end once what the
-    /// call left in it is gone (a deep tree delays that caller alone).
+    /// Removes the directory, and waits up to [`REMOVAL_WAIT`] for it: a call's caller hears of
+    /// its end once what the call left is gone, unless the call left so much that removing it
+    /// takes longer; then the removal goes on without the call (its slot and its reply wait no
+    /// longer), and the next start sweeps what a stop interrupted.
     pub async fn remove(mut self) {
         if let Some(removal) = self.removal() {
-            let _ = tokio::task::spawn_blocking(move || {
+            let removing = tokio::task::spawn_blocking(move || {
                 super::name_blocking_thread();
                 removal();
-            })
-            .await;
+            });
+            if tokio::time::timeout(REMOVAL_WAIT, removing).await.is_err() {
+                tracing::warn!(
+                    "a call's temporary directory takes long to remove: going on without it"
+                );
+            }
         }
     }
 

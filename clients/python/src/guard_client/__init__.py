@@ -169,23 +169,30 @@ def _seconds(name: str, given: Optional[float], default: float) -> float:
 GONE_WITHIN = 10.0
 
 
-def _lost(started: Optional[Dict[str, Any]], pidfd: Optional[int]) -> str:
+def _lost(started: Optional[Dict[str, Any]]) -> str:
     """What became of a call whose guardd went away, as guard-exec says it: stopped only once
-    the pidfd of its first process (its pid namespace's init) says every process is gone."""
+    its cgroup (which no process of the call can leave) says `populated 0`, or is gone."""
     if started is None:
         return ("guardd closed the connection before it said the call started; a call it had "
                 "started dies with it")
     call_id, pid = started.get("call_id"), started.get("pid")
-    if pidfd is None:
-        return (f"guardd closed the connection while call {call_id} ran (pid {pid}); it dies "
-                "with guardd, but without a pidfd its processes' end was not seen")
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    if poller.poll(int(GONE_WITHIN * 1000)):
-        return (f"guardd closed the connection while call {call_id} ran; the call was "
-                "stopped: its processes are gone")
-    return (f"guardd closed the connection while call {call_id} ran; its first process "
-            f"(pid {pid}) was still there {GONE_WITHIN:g} s later")
+    events = os.path.join(started.get("cgroup", ""), "cgroup.events")
+    deadline = time.monotonic() + GONE_WITHIN
+    while True:
+        try:
+            with open(events) as f:
+                if "populated 0" in f.read().splitlines():
+                    break
+        except OSError:
+            if not os.path.exists(events):
+                break  # a cgroup is removed only once empty
+        if time.monotonic() >= deadline:
+            return (f"guardd closed the connection while call {call_id} ran; its processes "
+                    f"(the first, pid {pid}) were still there {GONE_WITHIN:g} s later, or "
+                    "could not be seen")
+        time.sleep(0.05)
+    return (f"guardd closed the connection while call {call_id} ran; the call was stopped: "
+            "its processes are gone")
 
 
 def _unread(sock: _socket.socket) -> int:
@@ -435,10 +442,9 @@ class Client:
         open_pipes = {"stdout", "stderr"}
         exit_reply = None
         approved_by = None
-        # The call's start, and its first process's pidfd: what tells a stopped call from a
-        # running one when guardd goes away.
+        # The call's start, with its cgroup: what tells a stopped call from a running one when
+        # guardd goes away.
         started: Optional[Dict[str, Any]] = None
-        pidfd: Optional[int] = None
         while exit_reply is None or open_pipes:
             ready = sel.select(timeout=None if exit_reply is None else 5)
             if not ready:
@@ -456,15 +462,9 @@ class Client:
                         open_fds.discard(in_w)
                         os.close(in_w)
                 elif name == "guardd":
-                    chunk, fds, _, _ = _socket.recv_fds(conn.sock, 65536, 1)
-                    for fd in fds:
-                        if pidfd is None:
-                            pidfd = fd
-                            open_fds.add(fd)
-                        else:
-                            os.close(fd)
+                    chunk = conn.sock.recv(65536)
                     if not chunk:
-                        raise Unreachable(_lost(started, pidfd))
+                        raise Unreachable(_lost(started))
                     for reply in conn.feed(chunk):
                         kind = reply.get("type")
                         if kind == "error":

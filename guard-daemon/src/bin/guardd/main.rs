@@ -350,7 +350,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build();
     match runtime {
-        Ok(rt) => rt.block_on(serve(args)),
+        Ok(rt) => {
+            let code = rt.block_on(serve(args));
+            // Calls are drained by now; what blocking work is left (a large temporary directory
+            // being removed) must not keep a stopped guardd alive: the next start sweeps it.
+            rt.shutdown_timeout(Duration::from_secs(2));
+            code
+        }
         Err(e) => {
             eprintln!("guardd: tokio runtime: {e}");
             ExitCode::from(1)
@@ -488,8 +494,9 @@ fn raise_fd_limit(limits: &fair::Limits) {
             libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) == 0
         }
     };
-    // The pool, a few uids' reserves and the calls' own descriptors.
-    let wanted = (limits.shared + 64 * limits.reserved + 1024) as u64;
+    // The pool and a few uids' reserves, each connection with the three descriptors an exec
+    // may pass, and the calls' own.
+    let wanted = ((limits.shared + 64 * limits.reserved) * 4 + 1024) as u64;
     if !raised || lim.rlim_cur < wanted {
         tracing::warn!(
             open_files = lim.rlim_cur,
