@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     access::Peer,
-    policy::{Policy, Principal, agents::Agent},
+    policy::{Policy, Verdict, agents::Agent},
 };
 
 /// One agent's counts, as `guardctl agents` shows them.
@@ -53,24 +53,54 @@ pub struct Admitted {
     name: String,
 }
 
-/// The agent `peer` is: the first of `policy`'s that matches its uid and cgroup.
-pub fn of<'p>(policy: &'p Policy, peer: &Peer) -> Option<&'p Agent> {
-    policy
-        .agents()
-        .iter()
-        .find(|a| a.matches(peer.uid, &peer.cgroup, uid_of))
-}
-
-/// A principal's uid: its number, or the user of that name on this host.
-fn uid_of(p: &Principal) -> Option<u32> {
-    match p {
-        Principal::Id(id) => Some(*id),
-        Principal::Name(name) => nix::unistd::User::from_name(name)
-            .ok()
-            .flatten()
-            .map(|u| u.uid.as_raw()),
+/// The agent `peer` is, under `policy`: `Ok(None)` when the policy names no agent; an error
+/// (the refusal's reason) when it names agents and `peer` is none of them, or several.
+pub fn of<'p>(policy: &'p Policy, peer: &Peer) -> Result<Option<&'p Agent>, String> {
+    let agents = policy.agents();
+    if agents.is_empty() {
+        return Ok(None);
+    }
+    match crate::policy::agents::of(agents, peer.uid, &peer.cgroup)? {
+        Some(agent) => Ok(Some(agent)),
+        None => Err(format!(
+            "not permitted: no agent of the policy is uid {} in cgroup {}",
+            peer.uid, peer.cgroup
+        )),
     }
 }
+
+/// What `peer`'s agent says of a call of `tool` (saying it is `label`) that `verdict` decided:
+/// the agent named on its row, and the call blocked (`check_name = "agent"`) when the agent
+/// may not make it, or when the policy names agents and `peer` is not exactly one of them.
+pub fn rule<'p>(
+    policy: &'p Policy,
+    peer: &Peer,
+    tool: &str,
+    label: Option<&str>,
+    verdict: &mut Verdict,
+) -> Option<&'p Agent> {
+    let why = match of(policy, peer) {
+        Ok(None) => return None,
+        Ok(Some(agent)) => {
+            verdict.row.metadata.agent = Some(agent.name.clone());
+            verdict.row.metadata.label = label.map(str::to_owned);
+            let tier = policy.tool_info(tool).map(|t| t.tier);
+            match agent.refuses(tool, tier, label) {
+                None => return Some(agent),
+                Some(why) => (Some(agent), why),
+            }
+        }
+        Err(why) => (None, why),
+    };
+    verdict.row.decision = crate::decision::Decision::Block;
+    verdict.row.check_name = CHECK.into();
+    verdict.row.reason = why.1;
+    verdict.plan = None;
+    why.0
+}
+
+/// The `check_name` of a call its caller's agent may not make.
+pub const CHECK: &str = "agent";
 
 impl Agents {
     /// Admits a call of `agent` within its `max_running` and `rate`, or says why not.
@@ -160,7 +190,8 @@ mod tests {
     fn agent(max_running: Option<usize>, rate: Option<Rate>) -> Agent {
         Agent {
             name: "bot".into(),
-            uids: vec![Principal::Id(1)],
+            uids: vec![1],
+            uids_written: Vec::new(),
             cgroups: Vec::new(),
             tools: Vec::new(),
             max_tier: None,

@@ -215,7 +215,11 @@ pub fn agent_session(name: &str) -> String {
 async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String) -> Approved {
     // The caller's session under its uid, and its agent, which is who it is whatever
     // session it names: both blocked.
-    let agent = crate::agents::of(&daemon.policy(), e.peer).map(|a| agent_session(&a.name));
+    let policy = daemon.policy();
+    let agent = crate::agents::of(&policy, e.peer)
+        .ok()
+        .flatten()
+        .map(|a| agent_session(&a.name));
     let blocked = [
         e.ctx.session.clone().map(|s| (s, Some(e.peer.uid))),
         agent.map(|a| (a, None)),

@@ -30,7 +30,7 @@ use crate::{
 const STDIN_CHECK: &str = "stdin";
 
 /// The `check_name` of a call its caller's agent may not make (`[agents]`).
-const AGENT_CHECK: &str = "agent";
+const AGENT_CHECK: &str = crate::agents::CHECK;
 
 /// What the caller of `exec` brings besides the call itself.
 #[derive(Clone, Debug, Default)]
@@ -278,45 +278,26 @@ impl Review<'_> {
         verdict
     }
 
-    /// The caller's agent, named on the row. A call its agent may not make, or any call of a
-    /// caller no agent of the policy matches, is blocked whatever else the policy says.
+    /// The caller's agent, named on the row (`agents::rule`); a terminated agent's calls are
+    /// blocked whatever the policy says.
     fn agent_rules(&self, policy: &Policy, verdict: &mut Verdict) {
-        if policy.agents().is_empty() {
+        let label = self.ctx.label.as_deref();
+        let Some(agent) = crate::agents::rule(policy, self.peer, &self.intent.tool, label, verdict)
+        else {
             return;
-        }
-        let agent = crate::agents::of(policy, self.peer);
-        let why = match agent {
-            Some(agent) => {
-                verdict.row.metadata.agent = Some(agent.name.clone());
-                let session = approver::agent_session(&agent.name);
-                if let Some(t) = self.daemon.sessions.get(&session) {
-                    verdict.row.decision = Decision::Block;
-                    verdict.row.check_name = "session".into();
-                    verdict.row.reason = format!(
-                        "agent '{}' was terminated by {} (call {}); an admin clears it with \
-                         guardctl sessions --clear {session}",
-                        agent.name, t.by, t.call_id
-                    );
-                    verdict.plan = None;
-                    self.daemon.agents.blocked(&agent.name);
-                    return;
-                }
-                verdict.row.metadata.label.clone_from(&self.ctx.label);
-                let tier = policy.tool_info(&self.intent.tool).map(|t| t.tier);
-                agent.refuses(&self.intent.tool, tier, self.ctx.label.as_deref())
-            }
-            None => Some(format!(
-                "not permitted: no agent of the policy is uid {} in cgroup {}",
-                self.peer.uid, self.peer.cgroup
-            )),
         };
-        if let Some(reason) = why {
+        let session = approver::agent_session(&agent.name);
+        if let Some(t) = self.daemon.sessions.blocks_everyone(&session) {
             verdict.row.decision = Decision::Block;
-            verdict.row.check_name = AGENT_CHECK.into();
-            verdict.row.reason = reason;
+            verdict.row.check_name = "session".into();
+            verdict.row.reason = format!(
+                "agent '{}' was terminated by {} (call {}); an admin clears it with \
+                 guardctl sessions --clear {session}",
+                agent.name, t.by, t.call_id
+            );
             verdict.plan = None;
         }
-        if let (Some(agent), false) = (agent, verdict.row.decision == Decision::Allow) {
+        if verdict.row.decision == Decision::Block {
             self.daemon.agents.blocked(&agent.name);
         }
     }

@@ -333,7 +333,7 @@ async fn handle(
             Request::Tools(req) if req.follow => {
                 conn.take_fds();
                 if let Some(follower) = follow::place(connections, &slot, &mut conn).await? {
-                    return follow::tools(daemon, conn, follower).await;
+                    return follow::tools(daemon, &peer, conn, follower).await;
                 }
             }
             Request::Status(_) => {
@@ -422,12 +422,15 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
     let reply = match request {
         Request::Check(req) => {
             let policy = daemon.policy();
-            let verdict = policy.decide(&Intent {
+            let tool = req.tool.clone();
+            let mut verdict = policy.decide(&Intent {
                 tool: req.tool,
                 args: req.args,
                 cwd: req.cwd,
                 caller: Some(peer.uid),
             });
+            // What the caller's agent says, as an exec of the same call would hear it.
+            crate::agents::rule(&policy, peer, &tool, None, &mut verdict);
             // The caller hears what an exec's caller would: a reason only under
             // disclose_reasons (it would tell what guardd, as root, found at a path).
             let mut decision = verdict.row.clone();
@@ -438,7 +441,7 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             }))
         }
         Request::Status(_) => Reply::Status(Box::new(status(daemon))),
-        Request::Tools(_) => tools(daemon),
+        Request::Tools(_) => tools(daemon, peer),
         Request::Pending(_) => Reply::Pending(PendingCalls {
             calls: daemon.approvals.list(),
         }),
@@ -501,11 +504,20 @@ async fn resolve(
     }
 }
 
-/// The tools a client may call under the policy in force.
-fn tools(daemon: &Daemon) -> Reply {
-    Reply::Tools(ToolList {
-        tools: daemon.policy().listing(),
-    })
+/// The tools a client may call under the policy in force: its agent's, where the policy names
+/// agents (none for a caller that is no agent).
+fn tools(daemon: &Daemon, peer: &Peer) -> Reply {
+    let policy = daemon.policy();
+    let mut tools = policy.listing();
+    if !policy.agents().is_empty() {
+        match crate::agents::of(&policy, peer) {
+            Ok(Some(agent)) => {
+                tools.retain(|t| agent.refuses(&t.name, Some(t.tier), None).is_none())
+            }
+            _ => tools.clear(),
+        }
+    }
+    Reply::Tools(ToolList { tools })
 }
 
 /// `agents`: the policy's agents in the order they are tried, with their counts.
@@ -516,7 +528,7 @@ fn agents(daemon: &Daemon) -> Reply {
         .iter()
         .map(|a| AgentStatus {
             name: a.name.clone(),
-            uids: a.uids.iter().map(principal).collect(),
+            uids: a.uids_written.iter().map(principal).collect(),
             cgroups: a.cgroups.clone(),
             tools: a.tools.clone(),
             max_tier: a.max_tier,

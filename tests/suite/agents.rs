@@ -24,17 +24,33 @@ const READER: u32 = 40_012;
 const NOBODYS: u32 = 40_013;
 const RATED: u32 = 40_014;
 const SCOPED: u32 = 40_015;
+const TWICE: u32 = 40_016;
 
-fn policy(cgroup: &str) -> String {
+fn policy(cgroup: &str, judge: &Path) -> String {
+    let j = judge.display();
     format!(
         r#"
 [settings]
-clients = [{BUILDER}, {READER}, {NOBODYS}, {RATED}, {SCOPED}]
+clients = [{BUILDER}, {READER}, {NOBODYS}, {RATED}, {SCOPED}, {TWICE}]
 disclose_reasons = false
+
+[agents.twice_a]
+uids = [{TWICE}]
+[agents.twice_b]
+uids = [{TWICE}]
+
+[[rules]]
+id = "gate"
+tools = ["t_term"]
+action = "escalate"
+message = "needs an approver"
+[[approvers]]
+tools = ["t_term"]
+approver = '''command:["{j}", "terminate", "destructive"]'''
 
 [agents.builder]
 uids = [{BUILDER}]
-tools = ["exit_with", "pause", "deploy"]
+tools = ["exit_with", "pause", "deploy", "t_term"]
 max_tier = "medium"
 max_running = 1
 
@@ -69,8 +85,30 @@ command = ["/bin/sleep", "30"]
 [tools.deploy]
 tier = "high"
 command = ["/bin/true"]
+
+[tools.t_term]
+tier = "low"
+command = ["/bin/true"]
 "#
     )
+}
+
+/// The tools `uid` is offered (a `tools` request, over the socket, as that uid).
+fn offered(guardd: &Guardd, uid: u32) -> Vec<String> {
+    let ask = "import socket, sys\n\
+               s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+               s.sendall(b'{\"v\":1,\"type\":\"tools\"}\\n')\n\
+               print(s.makefile().readline(), end='')\n";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", ask]).arg(&guardd.socket);
+    as_uid(&mut cmd, uid);
+    let (out, _) = timed(cmd, Duration::from_secs(20)).expect("python3 ended");
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("a tools reply");
+    let tools = reply["tools"].as_array().cloned().unwrap_or_default();
+    tools
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// guard-exec as `uid`, its output (within 20 s).
@@ -118,8 +156,19 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
     let mount = guard::cgroup::unified_mount().expect("cgroup v2");
     let scope = mount.join(&name).join("claude-1");
     fs::create_dir_all(&scope).expect("the caller's cgroup");
-    let guardd = Guardd::start(&policy(&format!("/{name}")));
+    let judge = super::judges::testjudge(&tools);
+    let guardd = Guardd::start(&policy(&format!("/{name}"), &judge));
     fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+
+    // What each is offered is its agent's: none for a caller that is no agent.
+    assert_eq!(offered(&guardd, READER), ["exit_with", "pause"]);
+    assert!(offered(&guardd, NOBODYS).is_empty());
+    // A caller two agents match is neither: the policy must say which it is.
+    refused(
+        &call(&guardd, &exec, TWICE, &["exit_with", "code:=0"]),
+        126,
+        "at once",
+    );
 
     // The builder calls its tools; its row names it.
     let out = call(&guardd, &exec, BUILDER, &["exit_with", "code:=5"]);
@@ -235,7 +284,7 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
     );
     assert_eq!(agent_of("scoped"), 1, "{rows:?}");
     let unmatched: Vec<_> = rows.iter().filter(|(agent, ..)| agent.is_null()).collect();
-    assert_eq!(unmatched.len(), 2, "{rows:?}");
+    assert_eq!(unmatched.len(), 3, "{rows:?}");
     assert!(
         unmatched
             .iter()
@@ -267,6 +316,16 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
         String::from_utf8_lossy(&calls.stdout).contains(&format!("reader (uid {READER})")),
         "{calls:?}"
     );
+    // A terminate blocks the builder's agent, and no other, whatever session it names.
+    let terminate = ["--session", "agent:reader", "t_term"];
+    refused(&call(&guardd, &exec, BUILDER, &terminate), 77, "");
+    refused(
+        &call(&guardd, &exec, BUILDER, &["exit_with", "code:=0"]),
+        77,
+        "",
+    );
+    let out = call(&guardd, &exec, READER, &["exit_with", "code:=3"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     drop(guardd);
     let _ = fs::remove_dir(&scope);
     let _ = fs::remove_dir(mount.join(&name));

@@ -76,6 +76,12 @@ impl Sessions {
             .cloned()
     }
 
+    /// The block of `session` for every uid (an agent's: `agent:NAME`), if there is one; a
+    /// session some caller named is its uid's alone, and never this.
+    pub fn blocks_everyone(&self, session: &str) -> Option<Terminated> {
+        self.lock().get(&(session.to_owned(), None)).cloned()
+    }
+
     /// Every terminated session.
     pub fn list(&self) -> Vec<Terminated> {
         self.lock().values().cloned().collect()

@@ -1,7 +1,8 @@
 //! `[agents.NAME]`: who a caller is, from what the kernel says of it (its uid, its cgroup v2
 //! path), never from what it says of itself; and what that agent may call (`tools`, `max_tier`)
 //! and how much (`max_running`, `rate`). A policy without agents serves every caller as before;
-//! one with agents refuses a caller that none of them matches.
+//! one with agents refuses a caller that none of them matches, or that more than one matches
+//! (the policy must say which it is, not the order of the names).
 
 use std::time::Duration;
 
@@ -16,8 +17,11 @@ use crate::decision::RiskTier;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Agent {
     pub name: String,
-    /// Its callers' uids (none: any uid its cgroups admit).
-    pub uids: Vec<Principal>,
+    /// Its callers' uids, names resolved when the policy was loaded (none: any uid its
+    /// cgroups admit).
+    pub uids: Vec<u32>,
+    /// The uids as the policy wrote them, for listings.
+    pub uids_written: Vec<Principal>,
     /// Globs of its callers' cgroup v2 paths, one component per `/` (none: any cgroup).
     pub cgroups: Vec<String>,
     /// Globs of the tools it may call (none: every tool).
@@ -71,15 +75,9 @@ impl std::fmt::Display for Rate {
 }
 
 impl Agent {
-    /// Whether a caller of `uid` (the ids `resolve` finds for the agent's names) in `cgroup` is
-    /// this agent's.
-    pub fn matches(
-        &self,
-        uid: u32,
-        cgroup: &str,
-        resolve: impl Fn(&Principal) -> Option<u32>,
-    ) -> bool {
-        let uid_ok = self.uids.is_empty() || self.uids.iter().any(|p| resolve(p) == Some(uid));
+    /// Whether a caller of `uid` in `cgroup` is this agent's.
+    pub fn matches(&self, uid: u32, cgroup: &str) -> bool {
+        let uid_ok = self.uids.is_empty() || self.uids.contains(&uid);
         let cgroup_ok =
             self.cgroups.is_empty() || self.cgroups.iter().any(|g| path_glob(g, cgroup));
         uid_ok && cgroup_ok
@@ -116,6 +114,24 @@ impl Agent {
     }
 }
 
+/// The one agent of `agents` whose callers a caller of `uid` in `cgroup` is: `Ok(None)` when
+/// none matches, an error naming them when several do.
+pub fn of<'a>(agents: &'a [Agent], uid: u32, cgroup: &str) -> Result<Option<&'a Agent>, String> {
+    let mut matching = agents.iter().filter(|a| a.matches(uid, cgroup));
+    let first = matching.next();
+    let others: Vec<&str> = matching.map(|a| a.name.as_str()).collect();
+    match (first, others.is_empty()) {
+        (first, true) => Ok(first),
+        (Some(first), false) => Err(format!(
+            "not permitted: uid {uid} in cgroup {cgroup} is agent '{}' and '{}' at once; the \
+             policy must make a caller one agent",
+            first.name,
+            others.join("', '")
+        )),
+        (None, false) => Ok(None),
+    }
+}
+
 /// A glob of a path, matched component by component: `*` never crosses a `/`.
 fn path_glob(pattern: &str, path: &str) -> bool {
     let (mut p, mut n) = (pattern.split('/'), path.split('/'));
@@ -147,11 +163,35 @@ pub(super) fn agents(d: &mut Diag, raw: Vec<RawAgent>) -> Vec<Agent> {
             d.err(&a.name.at, &key, msg);
         }
         for g in &a.cgroups {
-            if !g.v.starts_with('/') {
-                let msg = format!("cgroup '{}' is not a path from the hierarchy's root", g.v);
+            let components_ok = g.v == "/" || g.v.split('/').skip(1).all(|c| !c.is_empty());
+            if !g.v.starts_with('/') || !components_ok {
+                let msg = format!(
+                    "cgroup '{}' is not a path from the hierarchy's root (no empty component, \
+                     no trailing /)",
+                    g.v
+                );
                 d.err(&g.at, &format!("{key}.cgroups"), msg);
             }
         }
+        if a.tools_given && a.tools.is_empty() {
+            let msg = "tools = [] would allow no tool: leave it out to allow every tool";
+            d.err(&a.name.at, &format!("{key}.tools"), msg);
+        }
+        let uids = a
+            .uids
+            .iter()
+            .filter_map(|p| match p {
+                Principal::Id(id) => Some(*id),
+                Principal::Name(name) => {
+                    let uid = nix::unistd::User::from_name(name).ok().flatten();
+                    if uid.is_none() {
+                        let msg = format!("unknown user `{name}`");
+                        d.err(&a.name.at, &format!("{key}.uids"), msg);
+                    }
+                    uid.map(|u| u.uid.as_raw())
+                }
+            })
+            .collect();
         let rate = a.rate.as_ref().and_then(|r| {
             Rate::parse(&r.v)
                 .map_err(|e| d.err(&r.at, &format!("{key}.rate"), e))
@@ -169,7 +209,8 @@ pub(super) fn agents(d: &mut Diag, raw: Vec<RawAgent>) -> Vec<Agent> {
             });
         out.push(Agent {
             name: a.name.v,
-            uids: a.uids,
+            uids,
+            uids_written: a.uids,
             cgroups: a.cgroups.into_iter().map(|g| g.v).collect(),
             tools: a.tools.into_iter().map(|t: S<String>| t.v).collect(),
             max_tier: a.max_tier.map(|t| t.v),
@@ -182,7 +223,7 @@ pub(super) fn agents(d: &mut Diag, raw: Vec<RawAgent>) -> Vec<Agent> {
                 .collect(),
         });
     }
-    // Tried in name order: the same order whatever the files' order.
+    // Listed in name order, whatever the files' order.
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
@@ -194,7 +235,8 @@ mod tests {
     fn agent(uids: &[u32], cgroups: &[&str]) -> Agent {
         Agent {
             name: "a".into(),
-            uids: uids.iter().map(|u| Principal::Id(*u)).collect(),
+            uids: uids.to_vec(),
+            uids_written: uids.iter().map(|u| Principal::Id(*u)).collect(),
             cgroups: cgroups.iter().map(|c| (*c).to_owned()).collect(),
             tools: vec!["read_*".into()],
             max_tier: Some(RiskTier::Medium),
@@ -204,23 +246,26 @@ mod tests {
         }
     }
 
-    fn id(p: &Principal) -> Option<u32> {
-        match p {
-            Principal::Id(u) => Some(*u),
-            Principal::Name(_) => None,
-        }
-    }
-
     #[test]
     fn an_agent_is_its_uids_and_its_cgroups_whole_components_at_a_time() {
         let a = agent(&[1000], &["/user.slice/*/claude-*.scope"]);
         let claude = "/user.slice/user-1000.slice/claude-42.scope";
-        assert!(a.matches(1000, claude, id));
-        assert!(!a.matches(1001, claude, id), "another uid");
-        assert!(!a.matches(1000, "/user.slice/user-1000.slice/session-2.scope", id));
+        assert!(a.matches(1000, claude));
+        assert!(!a.matches(1001, claude), "another uid");
+        assert!(!a.matches(1000, "/user.slice/user-1000.slice/session-2.scope"));
         // `*` is one component, not a run of them.
-        assert!(!a.matches(1000, "/user.slice/a/b/claude-1.scope", id));
-        assert!(agent(&[], &["/x/*"]).matches(7, "/x/y", id));
+        assert!(!a.matches(1000, "/user.slice/a/b/claude-1.scope"));
+        assert!(agent(&[], &["/x/*"]).matches(7, "/x/y"));
+        // A caller two agents match is neither.
+        let mut b = agent(&[1000], &[]);
+        b.name = "b".into();
+        let both = [a.clone(), b];
+        assert!(of(&both, 1000, claude).is_err_and(|e| e.contains("'a' and 'b'")));
+        assert_eq!(
+            of(&both, 1000, "/other").map(|a| a.map(|a| a.name.clone())),
+            Ok(Some("b".into()))
+        );
+        assert_eq!(of(&both, 7, claude), Ok(None));
     }
 
     #[test]
@@ -250,8 +295,9 @@ mod tests {
 
     #[test]
     fn a_bad_agent_is_a_load_error_naming_its_line_and_key() {
-        let text = "[agents.a]\ntools = [\"x\"]\n\n[agents.b]\nuids = [1]\nrate = \"5/day\"\n\
-                    cgroups = [\"user.slice\"]\nmax_running = 0\nfavourite = 1\n";
+        let text = "[agents.a]\ntools = [\"x\"]\n\n[agents.b]\nuids = [1, \"no-such-user-x\"]\n\
+                    rate = \"5/day\"\ncgroups = [\"user.slice\", \"/a/\"]\nmax_running = 0\n\
+                    tools = []\nfavourite = 1\n";
         let errors: Vec<String> =
             match super::super::Policy::parse(std::path::Path::new("p.toml"), text) {
                 Ok(_) => panic!("should not load"),
@@ -262,6 +308,9 @@ mod tests {
         assert!(has("agents.b.rate") && has("5/day"), "{errors:#?}");
         assert!(has("agents.b.cgroups"), "{errors:#?}");
         assert!(has("agents.b.max_running"), "{errors:#?}");
+        assert!(has("unknown user `no-such-user-x`"), "{errors:#?}");
+        assert!(has("'/a/'"), "{errors:#?}");
+        assert!(has("tools = [] would allow no tool"), "{errors:#?}");
         assert!(has("favourite"), "{errors:#?}");
     }
 

@@ -87,6 +87,7 @@ fn agent(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawAgent> {
         name,
         uids: principals(d, &mut t, "uids"),
         cgroups: t.list(d, "cgroups"),
+        tools_given: t.given("tools").is_some(),
         tools: t.list(d, "tools"),
         max_tier: t.take(d, "max_tier"),
         max_running: t.take(d, "max_running"),

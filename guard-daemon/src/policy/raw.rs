@@ -90,6 +90,8 @@ pub(crate) struct RawAgent {
     pub uids: Vec<Principal>,
     pub cgroups: Vec<S<String>>,
     pub tools: Vec<S<String>>,
+    /// Whether `tools` was written at all (an empty list is not the same as none).
+    pub tools_given: bool,
     pub max_tier: Option<S<RiskTier>>,
     pub max_running: Option<S<i64>>,
     pub rate: Option<S<String>>,

@@ -14,6 +14,7 @@ use tokio::{
 
 use super::{send, tools as tool_list};
 use crate::{
+    access::Peer,
     bus::{Event, What},
     conn::{Conn, Deadlines},
     daemon::Daemon,
@@ -103,19 +104,24 @@ impl Stream {
 /// `tools` with `follow`: the list now, and again after each reload that put a policy in force,
 /// until the client goes away. A client that falls behind gets the list in force when it
 /// catches up: only the latest list matters.
-pub(super) async fn tools(daemon: &Daemon, mut conn: Conn, _place: Follower) -> io::Result<()> {
+pub(super) async fn tools(
+    daemon: &Daemon,
+    peer: &Peer,
+    mut conn: Conn,
+    _place: Follower,
+) -> io::Result<()> {
     let mut stream = Stream::new(daemon);
-    stream.send(&mut conn, tool_list(daemon)).await?;
+    stream.send(&mut conn, tool_list(daemon, peer)).await?;
     loop {
         match stream.next(&mut conn).await {
             Next::Gone | Next::Bus(Err(RecvError::Closed)) => return Ok(()),
             Next::Quiet => stream.keepalive(&mut conn).await?,
             Next::Bus(Ok(event)) if matches!(event.what, What::Reload { error: None, .. }) => {
-                stream.send(&mut conn, tool_list(daemon)).await?;
+                stream.send(&mut conn, tool_list(daemon, peer)).await?;
             }
             Next::Bus(Ok(_)) => {}
             Next::Bus(Err(RecvError::Lagged(_))) => {
-                stream.send(&mut conn, tool_list(daemon)).await?;
+                stream.send(&mut conn, tool_list(daemon, peer)).await?;
             }
         }
     }

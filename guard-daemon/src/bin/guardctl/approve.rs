@@ -130,8 +130,9 @@ pub fn sessions(socket: Option<PathBuf>, clear: Option<String>, as_json: bool) -
         if as_json {
             print_json(t);
         } else {
+            let whose = t.uid.map_or("every uid".to_owned(), |u| format!("uid {u}"));
             println!(
-                "{:<24} terminated by {} (call {}) since {}",
+                "{:<24} {whose:<10} terminated by {} (call {}) since {}",
                 t.session, t.by, t.call_id, t.since
             );
         }
@@ -154,15 +155,30 @@ pub fn agents(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
             print_json(a);
         } else {
             let c = &a.counts;
+            let all = || "every".to_owned();
+            let bounds = [
+                a.max_tier
+                    .map_or_else(all, |t| format!("{t:?}").to_lowercase()),
+                a.max_running.map_or_else(all, |n| n.to_string()),
+                a.rate.clone().unwrap_or_else(all),
+            ];
+            let tools = if a.tools.is_empty() {
+                "every tool".to_owned()
+            } else {
+                a.tools.join(", ")
+            };
             println!(
-                "{:<16} calls {:<6} blocked {:<6} running {:<4} uids [{}] cgroups [{}] tools [{}]",
+                "{:<16} calls {:<6} blocked {:<6} running {:<4} uids [{}] cgroups [{}] tools \
+                 [{tools}] max_tier {} max_running {} rate {}",
                 a.name,
                 c.calls,
                 c.blocked,
                 c.running,
                 a.uids.join(", "),
                 a.cgroups.join(", "),
-                a.tools.join(", ")
+                bounds[0],
+                bounds[1],
+                bounds[2]
             );
         }
     }
