@@ -34,6 +34,7 @@ pub mod hook;
 pub mod intent;
 pub mod judge;
 pub mod lock;
+pub mod metrics;
 pub mod monitor;
 pub mod notifier;
 pub mod notify;

@@ -17,6 +17,7 @@ mod install;
 mod judges;
 mod mcp;
 mod mcp_calls;
+mod metrics;
 mod policy;
 mod python;
 mod sandbox;

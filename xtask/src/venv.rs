@@ -1,5 +1,6 @@
 //! The Python virtual environment the tests drive guard with: the official MCP SDK (`mcp` from
-//! PyPI, the MCP client guard-mcp is tested with) and guard's own Python client
+//! PyPI, the MCP client guard-mcp is tested with), the Prometheus org's client (whose parser
+//! reads guardd's metrics) and guard's own Python client
 //! (`clients/python`, installed with pip as a user would). It lives in `target/venv`, so
 //! `cargo clean` removes it and setup makes it again.
 
@@ -12,6 +13,10 @@ use crate::run::root;
 /// The MCP SDK's version, pinned: the tests assert on what it sends and reads.
 pub const MCP_SDK: &str = "2.3.0";
 
+/// The Prometheus org's Python client, pinned: its OpenMetrics parser reads guardd's /metrics in
+/// the tests, as a Prometheus server would.
+pub const PROMETHEUS_CLIENT: &str = "0.21.1";
+
 /// Where the environment lives.
 pub fn dir() -> PathBuf {
     root().join("target/venv")
@@ -20,7 +25,8 @@ pub fn dir() -> PathBuf {
 /// True when the environment has the pinned SDK and the client.
 fn ready() -> bool {
     let check = format!(
-        "import importlib.metadata as m, guard_client; assert m.version('mcp') == '{MCP_SDK}'"
+        "import importlib.metadata as m, guard_client; assert m.version('mcp') == '{MCP_SDK}'; \
+         assert m.version('prometheus_client') == '{PROMETHEUS_CLIENT}'"
     );
     Command::new(dir().join("bin/python"))
         .args(["-c", &check])
@@ -68,6 +74,7 @@ pub fn ensure() -> Result<Option<String>, String> {
         "--quiet",
         "--disable-pip-version-check",
         &format!("mcp=={MCP_SDK}"),
+        &format!("prometheus_client=={PROMETHEUS_CLIENT}"),
     ]))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--disable-pip-version-check"])
@@ -79,7 +86,7 @@ pub fn ensure() -> Result<Option<String>, String> {
         ));
     }
     Ok(Some(format!(
-        "made {} with mcp {MCP_SDK} and the Python client",
+        "made {} with mcp {MCP_SDK}, prometheus_client {PROMETHEUS_CLIENT} and the Python client",
         dir.display()
     )))
 }

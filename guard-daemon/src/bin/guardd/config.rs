@@ -38,6 +38,7 @@ pub struct FileConfig {
     pub approval_timeout: Option<u64>,
     pub allow_writes_on_audit_fs: Option<bool>,
     pub worker_threads: Option<u64>,
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Reads `path`; `None` when it is the default path and does not exist.

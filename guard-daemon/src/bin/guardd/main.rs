@@ -116,6 +116,10 @@ struct Args {
     /// behind a busy guardd thread it would wait for the scheduler's next tick.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     worker_threads: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; say 127.0.0.1:9464):
+    /// calls by tool, decision and agent, divergences, launch latency, what guardd holds.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -192,7 +196,8 @@ fn settings() -> anyhow::Result<Args> {
         max_calls, max_calls_per_uid, max_queue, max_connections, max_connections_per_uid,
         reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
         keepalive, drain_seconds, allow_unenforced, trace_syscalls, event_ring_bytes,
-        approval_timeout, allow_writes_on_audit_fs, worker_threads => Some
+        approval_timeout, allow_writes_on_audit_fs, worker_threads => Some,
+        metrics_listen => Some
     );
     args.connections()
         .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
@@ -238,6 +243,9 @@ fn check_config(args: &Args) -> ExitCode {
         "idle_timeout = {}\nwrite_timeout = {}\nkeepalive = {}",
         args.idle_timeout, args.write_timeout, args.keepalive
     );
+    if let Some(addr) = args.metrics_listen {
+        println!("metrics_listen = \"{addr}\"");
+    }
     println!(
         "drain_seconds = {}\napproval_timeout = {}",
         args.drain_seconds, args.approval_timeout
@@ -370,6 +378,7 @@ fn main() -> ExitCode {
 )]
 async fn serve(args: Args) -> ExitCode {
     let workers = args.workers();
+    let metrics_listen = args.metrics_listen;
     let log = tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -451,6 +460,18 @@ async fn serve(args: Args) -> ExitCode {
         }
     };
     tracing::info!(socket = %daemon.socket().display(), workers, "listening");
+    if let Some(addr) = metrics_listen {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(%addr, "serving metrics at /metrics");
+                tokio::spawn(guard::metrics::serve(Arc::clone(&daemon), listener));
+            }
+            Err(e) => {
+                eprintln!("guardd: --metrics-listen {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     // Handlers first: a signal that arrives once systemd has READY=1 must not kill guardd.
     let shutdown = shutdown_signal();
     let hup = signal::unix::signal(SignalKind::hangup());
