@@ -1008,6 +1008,16 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
         stderr.contains("guardd.toml") && stderr.contains("line 2") && stderr.contains("max_cals"),
         "{stderr}"
     );
+    // A policy whose [settings] name a user this host does not have would not start guardd:
+    // --check-config says so rather than "valid".
+    let policy = dir.join("unknown-client.toml");
+    std::fs::write(&policy, "[settings]\nclients = [\"no-such-user-guard\"]\n").expect("policy");
+    let mut check = Command::new(support::bin("guardd"));
+    check.arg("--policy").arg(&policy).arg("--check-config");
+    let out = output(check);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no-such-user-guard"), "{stderr}");
     // A value guardd cannot run with is refused from the file (naming the key) and from the
     // flag: a ring buffer size the kernel cannot take, and no worker thread.
     let refused = |key_line: &str, flag: [&str; 2], says: &str| {

@@ -264,6 +264,11 @@ fn check_config(args: &Args) -> ExitCode {
                 eprintln!("guardd: the policy is valid, but guardd would not start: {e}");
                 return ExitCode::from(1);
             }
+            // The users and groups [settings] names, as a start resolves them.
+            if let Err(e) = guard::access::Access::new(p.settings(), None) {
+                eprintln!("guardd: the policy is valid, but guardd would not start: {e}");
+                return ExitCode::from(1);
+            }
             eprintln!(
                 "guardd: settings and policy are valid ({} tools)",
                 p.tools().count()
