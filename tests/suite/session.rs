@@ -91,9 +91,10 @@ const SESSION: &[(&str, &str)] = &[
         ".",
     ),
     ("stat -c %U docs/NOTES.md", "."),
-    // What a workspace holds may run: git's hooks, a script, what a build made.
+    // What a workspace holds may run: a hook the project keeps (`.git/hooks` itself is
+    // protected: the_files_programs_outside_guard_run_stay_read_only), a script, a build's.
     (
-        "printf '#!/bin/sh\\necho hook ran >&2\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo x >> NOTES2.md && git add NOTES2.md && GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z git commit -q -m hooked && git log -1 --format=%s",
+        "mkdir -p hooks && printf '#!/bin/sh\\necho hook ran >&2\\n' > hooks/pre-commit && chmod +x hooks/pre-commit && echo x >> NOTES2.md && git add NOTES2.md && GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z git -c core.hooksPath=hooks commit -q -m hooked && git log -1 --format=%s",
         ".",
     ),
     (
@@ -329,4 +330,81 @@ fn a_coding_session_runs_as_it_does_without_guard() {
     );
     let d = run(&guardd, &ws, Via::Direct, &chmod, &ws);
     assert!(d.status.success(), "the control: {d:?}");
+}
+
+/// Inside a workspace the call may write, what programs outside guard run or follow later with
+/// the developer's rights stays as it is: git's hooks and config, Claude Code's settings,
+/// direnv's `.envrc`. Written through, moved aside or removed, each fails; the developer's own
+/// shell (the control) changes them; git still adds and commits.
+#[test]
+fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_commits() {
+    if !support::privileged("the_files_programs_outside_guard_run_stay_read_only") {
+        return;
+    }
+    let root = TempDir::new("guard-protected");
+    let ws = root.join("ws");
+    clone_into(&ws);
+    for (path, text) in [
+        (".claude/settings.json", "{}\n"),
+        (".envrc", "export A=1\n"),
+    ] {
+        let file = ws.join(path);
+        std::fs::create_dir_all(file.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&file, text).expect("write");
+    }
+    let chown = output({
+        let mut c = Command::new("chown");
+        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
+        c
+    });
+    assert!(chown.status.success(), "{chown:?}");
+    let default = std::fs::read_to_string(support::workspace().join("policies/default.toml"))
+        .expect("default policy");
+    let policy = default.replace("/srv/agent/workspace", &ws.display().to_string());
+    let guardd = Guardd::start_with(&policy, &["--socket-group", "nogroup"]);
+    let attempts = [
+        "printf '#!/bin/sh\\n' > .git/hooks/pre-commit",
+        "echo '[core]' >> .git/config",
+        "rm -rf .git/hooks",
+        "mv .claude .claude-old",
+        "echo '{\"hooks\":1}' > .claude/settings.json",
+        "echo 'curl evil' >> .envrc",
+        "rm .envrc",
+    ];
+    for attempt in attempts {
+        let out = run(&guardd, &ws, Via::Guard, attempt, &ws);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "`{attempt}` through guard: {out:?}"
+        );
+    }
+    assert!(!ws.join(".git/hooks/pre-commit").exists());
+    assert!(ws.join(".git/hooks").is_dir() && ws.join(".claude/settings.json").exists());
+    // Each write-open of them is on its call's receipt, as any write outside the effects is.
+    let opens = guardd
+        .audit_rows()
+        .iter()
+        .filter(|r| r["kind"] == "finished")
+        .filter(|r| {
+            let divergences = r["effects_observed"]["divergences"].as_array();
+            divergences.is_some_and(|d| d.iter().any(|d| d["effect"] == "write_open"))
+        })
+        .count();
+    assert_eq!(
+        opens, 4,
+        "the hook, git's config, Claude's settings, .envrc"
+    );
+    let envrc = std::fs::read_to_string(ws.join(".envrc")).expect(".envrc");
+    assert_eq!(envrc, "export A=1\n");
+    // Git works as ever.
+    let commit = "echo notes > NOTES.md && git add NOTES.md && GIT_AUTHOR_DATE=2026-01-01T00:00:00Z \
+                  GIT_COMMITTER_DATE=2026-01-01T00:00:00Z git commit -q -m notes && git log -1 --format=%s";
+    let out = run(&guardd, &ws, Via::Guard, commit, &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "notes\n");
+    // Control: the developer's own shell may change them.
+    let out = run(&guardd, &ws, Via::Direct, attempts[0], &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(ws.join(".git/hooks/pre-commit").exists());
 }

@@ -97,6 +97,8 @@ pub(super) struct ChildCtx<'a> {
     /// What the call may change, as landlock's rules found it: writable in its mount view,
     /// everything else read-only.
     pub writable: &'a [landlock::Writable],
+    /// The protected paths beneath those: read-only in its mount view all the same.
+    pub protected: &'a [landlock::Writable],
 }
 
 /// A failed step: what the child reports before it exits.
@@ -131,7 +133,7 @@ pub(super) fn run(ctx: &ChildCtx, in_cgroup: bool) -> ! {
 /// The steps before `execve`, in their fixed order: each one relies on those before it.
 fn confine(ctx: &ChildCtx, in_cgroup: bool) -> Result<(), Failed> {
     join_cgroups(ctx, in_cgroup)?;
-    mounts(ctx.writable)?;
+    mounts(ctx.writable, ctx.protected)?;
     new_session()?;
     stdio(ctx.stdio)?;
     close_fds_at_exec()?;

@@ -294,6 +294,9 @@ pub struct Ready {
     uid: libc::uid_t,
     gid: libc::gid_t,
     landlock: landlock::Prepared,
+    /// The protected paths beneath its writable directories (`protected`): read-only in its
+    /// mount view whatever its write effects say.
+    protected: Vec<landlock::Writable>,
     programs: std::sync::Arc<Vec<BpfProgram>>,
     /// The write-opens filter (`seccomp::write_opens`) and the rules its opens are judged by.
     watch: (std::sync::Arc<Vec<BpfProgram>>, WriteRules),
@@ -326,13 +329,18 @@ pub fn prepare(
     if prepared.writable.len() > super::child::MAX_WRITABLE {
         return Err(SandboxError::TooManyWritable(prepared.writable.len()));
     }
+    let protected = super::protected::within(&prepared.writable);
     stages.lap("landlock");
 
     let table = seccomp::table(plan, opts.kernel_watches)?;
     let programs = seccomp::compiled(&table)?;
     let watch = (
         seccomp::compiled(&seccomp::write_opens(plan))?,
-        WriteRules::of(&prepared.writable, (user.uid.as_raw(), user.gid.as_raw())),
+        WriteRules::of(
+            &prepared.writable,
+            &protected,
+            (user.uid.as_raw(), user.gid.as_raw()),
+        ),
     );
     stages.lap("seccomp");
 
@@ -366,6 +374,7 @@ pub fn prepare(
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
         landlock: prepared,
+        protected,
         programs,
         watch,
         limits,
@@ -449,6 +458,7 @@ impl Ready {
             filters: &filters,
             watch: watch.first().map(|f| (f, listener_w.as_raw_fd())),
             writable: &self.landlock.writable,
+            protected: &self.protected,
         };
 
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);

@@ -60,25 +60,37 @@ pub struct Attempt {
 #[derive(Debug, Default)]
 pub struct WriteRules {
     by_identity: HashMap<Id, BitFlags<AccessFs>>,
+    /// The protected paths (`sandbox::protected`): nothing at or beneath them is granted.
+    protected: std::collections::HashSet<Id>,
     /// The call's user and group: the judge looks names up as the call would.
     pub(super) user: (u32, u32),
 }
 
 impl WriteRules {
-    /// The write rights of the rules landlock took (`writable`), for a call as `user`.
-    pub fn of(writable: &[Writable], user: (u32, u32)) -> Self {
+    /// The write rights of the rules landlock took (`writable`), but none at or beneath a
+    /// `protected` path, for a call as `user`.
+    pub fn of(writable: &[Writable], protected: &[Writable], user: (u32, u32)) -> Self {
         let mut by_identity: HashMap<Id, BitFlags<AccessFs>> = HashMap::new();
         let writes = AccessFs::WriteFile | AccessFs::MakeReg;
         for w in writable.iter().filter(|w| w.access.intersects(writes)) {
             *by_identity.entry((w.dev, w.ino)).or_default() |= w.access;
         }
-        Self { by_identity, user }
+        let protected = protected.iter().map(|p| (p.dev, p.ino)).collect();
+        Self {
+            by_identity,
+            protected,
+            user,
+        }
     }
 
     /// Whether the rules on the directories of `chain` (root first) grant all of `needed`.
     fn grant(&self, chain: &[Id], needed: BitFlags<AccessFs>) -> bool {
         let mut granted = BitFlags::<AccessFs>::empty();
         for at in chain.iter().rev() {
+            // Met before the rule that grants: the path is protected, whatever that rule says.
+            if self.protected.contains(at) {
+                return false;
+            }
             if let Some(access) = self.by_identity.get(at) {
                 granted |= *access;
                 if granted.contains(needed) {
@@ -187,7 +199,13 @@ fn judge(listener: &Listener, rules: &WriteRules, n: &Notification) -> Option<At
     let exclusive = flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0;
     let nofollow = flags & libc::O_NOFOLLOW != 0 || exclusive;
     let (shown_as, chain, needed) = match walker.find(start, &name, nofollow)? {
-        Found::File { fd, chain } => (shown(&fd, None), chain, needed_by(&fd, flags)?),
+        Found::File { fd, mut chain } => {
+            // A protected file is met as its own identity, before its directories'.
+            if let Ok(st) = fstat(&fd) {
+                chain.push((st.st_dev, st.st_ino));
+            }
+            (shown(&fd, None), chain, needed_by(&fd, flags)?)
+        }
         Found::New { dir, chain, name } if flags & libc::O_CREAT != 0 => {
             let mut needed = BitFlags::from(AccessFs::MakeReg);
             if writes(flags) {

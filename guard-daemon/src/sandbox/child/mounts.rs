@@ -26,7 +26,14 @@ pub(in crate::sandbox) const MAX_WRITABLE: usize = 64;
 /// tree read-only (`mount_setattr`, recursive), then each copy moved over the file it was
 /// taken from. Nothing propagates to the host: the tree is made private first.
 /// (`mount_setattr` is 5.12's, older than the landlock ABI guard needs.)
-pub(super) fn mounts(writable: &[landlock::Writable]) -> Result<(), Failed> {
+///
+/// Then each protected path (`sandbox::protected`), found again by descriptor in the view just
+/// made, gets a read-only copy of itself mounted over it: written through, renamed or removed,
+/// it fails (EROFS, EBUSY) whatever the writable directory around it allows.
+pub(super) fn mounts(
+    writable: &[landlock::Writable],
+    protected: &[landlock::Writable],
+) -> Result<(), Failed> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
     const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
@@ -95,7 +102,50 @@ pub(super) fn mounts(writable: &[landlock::Writable]) -> Result<(), Failed> {
         };
         check(rc, Stage::Mounts)?;
     }
+    for p in protected.iter().take(crate::sandbox::protected::MAX) {
+        read_only_over(p)?;
+    }
     Ok(())
+}
+
+/// Mounts a read-only copy of `p` over `p`, found again by descriptor in the call's view.
+fn read_only_over(p: &landlock::Writable) -> Result<(), Failed> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    const MOUNT_ATTR_RDONLY: u64 = 1;
+    let place = find(p)?;
+    let flags =
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
+    // SAFETY: open_tree of a descriptor (empty path); returns a new descriptor or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_open_tree, place, c"".as_ptr(), flags) };
+    check(copy, Stage::Mounts)?;
+    let attr: [u64; 4] = [MOUNT_ATTR_RDONLY, 0, 0, 0];
+    // SAFETY: mount_setattr of the detached copy (empty path), reading `attr` (struct
+    // mount_attr: set, clear, propagation, userns) from this stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            copy,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    check(rc, Stage::Mounts)?;
+    // SAFETY: move_mount of the detached copy onto the place, both by descriptor.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            copy,
+            c"".as_ptr(),
+            place,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    check(rc, Stage::Mounts)
 }
 
 /// Opens `w`'s path (`O_PATH`) from `/`, one component at a time and refusing a link at each,

@@ -1,0 +1,83 @@
+//! Paths no call changes, whatever its write effects say: the files beside a project that
+//! programs outside guard run or follow later with the developer's rights (git's hooks and
+//! config, an agent's settings, an editor's tasks, direnv's `.envrc`). Inside a directory a call
+//! may write, each of these that exists is mounted read-only over itself in the call's mount
+//! view (`child::mounts`): landlock, which grants a whole subtree, cannot refuse one name within
+//! it, and a mount point can be neither written through, renamed nor removed.
+
+use std::{
+    ffi::CString,
+    os::{
+        fd::{AsFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+};
+
+use nix::{fcntl::OFlag, sys::stat::Mode};
+
+use super::landlock::Writable;
+
+/// The names kept read-only beneath each writable directory: the union of what careful peers
+/// protect. A name whose parent is not there, or that is a symlink, is not protected (see the
+/// README's security table).
+pub const NAMES: &[&str] = &[
+    ".git/hooks",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".gitmodules",
+    ".husky",
+    ".guard",
+    ".claude",
+    ".mcp.json",
+    ".codex",
+    ".agents",
+    ".vscode",
+    ".idea",
+    ".cursor",
+    ".envrc",
+    ".github/hooks",
+];
+
+/// Most protected paths one call's mount view holds.
+pub const MAX: usize = 64;
+
+/// The protected names that exist beneath the directories of `writable`, each found by
+/// descriptor from its directory (no symlink followed) and pinned, as a writable place is.
+pub fn within(writable: &[Writable]) -> Vec<Writable> {
+    let mut out = Vec::new();
+    for w in writable {
+        for name in NAMES {
+            if out.len() >= MAX {
+                return out;
+            }
+            if let Some(found) = beneath(w, name) {
+                out.push(found);
+            }
+        }
+    }
+    out
+}
+
+/// `name` beneath the directory `w`, when it is there and no component of it is a symlink.
+fn beneath(w: &Writable, name: &str) -> Option<Writable> {
+    let mut at: OwnedFd = w.pin.try_clone().ok()?;
+    for part in name.split('/') {
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty()).ok()?;
+    }
+    let stat = nix::sys::stat::fstat(&at).ok()?;
+    if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return None;
+    }
+    let mut path = w.path.as_bytes().to_vec();
+    path.push(b'/');
+    path.extend_from_slice(std::ffi::OsStr::new(name).as_bytes());
+    Some(Writable {
+        path: CString::new(path).ok()?,
+        dev: stat.st_dev,
+        ino: stat.st_ino,
+        access: w.access,
+        pin: at,
+    })
+}
