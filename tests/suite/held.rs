@@ -52,11 +52,36 @@ fn a_held_call_survives_a_restart_and_its_waiting_caller_gets_its_output() {
         return;
     }
     let mut guardd = start(&policy(), &[]);
-    let caller = spawn(&guardd, "deploy", &["target=alpha"]);
+    let mut caller = spawn(&guardd, "deploy", &["target=alpha"]);
     let before = held(&guardd, 1);
     let id = before[0]["call_id"].as_str().expect("id").to_owned();
     let digest = before[0]["digest"].as_str().expect("digest").to_owned();
     assert!(digest.starts_with("sha256:"), "{before:?}");
+    // The caller's stderr, read as it comes: the restart waits until the caller has heard that
+    // its call is held (guardd lists it a moment before it tells its caller).
+    let (said_tx, said_rx) = std::sync::mpsc::channel::<String>();
+    let stderr = caller.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = said_tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    loop {
+        let line = said_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the caller heard its call is held");
+        if line.contains("needs approval") {
+            break;
+        }
+    }
 
     guardd.restart();
     // Neither lost nor answered by the restart: the same call, same digest, still unanswered.
@@ -74,9 +99,10 @@ fn a_held_call_survives_a_restart_and_its_waiting_caller_gets_its_output() {
 
     // The caller that waited across the restart gets the call's output.
     let out = caller.wait_with_output().expect("guard-exec");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = reader.join().expect("stderr");
+    assert_eq!(out.status.code(), Some(0), "{out:?} {stderr}");
     assert_eq!(text(&out.stdout), "deployed alpha\n", "{out:?}");
-    assert!(text(&out.stderr).contains("waiting for guardd"), "{out:?}");
+    assert!(stderr.contains("waiting for guardd"), "{stderr}");
     let rows = approval_rows(&guardd);
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(

@@ -366,6 +366,8 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
         "printf '#!/bin/sh\\n' > .git/hooks/pre-commit",
         "echo '[core]' >> .git/config",
         "rm -rf .git/hooks",
+        // Nor by moving git's directory aside for a copy with hooks of its own.
+        "mv .git .git-old",
         "mv .claude .claude-old",
         "echo '{\"hooks\":1}' > .claude/settings.json",
         "echo 'curl evil' >> .envrc",

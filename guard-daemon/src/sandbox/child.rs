@@ -98,7 +98,7 @@ pub(super) struct ChildCtx<'a> {
     /// everything else read-only.
     pub writable: &'a [landlock::Writable],
     /// The protected paths beneath those: read-only in its mount view all the same.
-    pub protected: &'a [landlock::Writable],
+    pub protected: &'a [crate::sandbox::protected::Kept],
 }
 
 /// A failed step: what the child reports before it exits.

@@ -296,7 +296,7 @@ pub struct Ready {
     landlock: landlock::Prepared,
     /// The protected paths beneath its writable directories (`protected`): read-only in its
     /// mount view whatever its write effects say.
-    protected: Vec<landlock::Writable>,
+    protected: Vec<super::protected::Kept>,
     programs: std::sync::Arc<Vec<BpfProgram>>,
     /// The write-opens filter (`seccomp::write_opens`) and the rules its opens are judged by.
     watch: (std::sync::Arc<Vec<BpfProgram>>, WriteRules),

@@ -3,7 +3,10 @@
 //! config, an agent's settings, an editor's tasks, direnv's `.envrc`). Inside a directory a call
 //! may write, each of these that exists is mounted read-only over itself in the call's mount
 //! view (`child::mounts`): landlock, which grants a whole subtree, cannot refuse one name within
-//! it, and a mount point can be neither written through, renamed nor removed.
+//! it, and a mount point can be neither written through, renamed nor removed. The directories
+//! on the way to one (`.git` for `.git/hooks`) are mounted over themselves too, writable: a
+//! call may change what git changes there, but may not move `.git` aside and put a copy of its
+//! own, with hooks, in its place.
 
 use std::{
     ffi::CString,
@@ -42,17 +45,35 @@ pub const NAMES: &[&str] = &[
 /// Most protected paths one call's mount view holds.
 pub const MAX: usize = 64;
 
-/// The protected names that exist beneath the directories of `writable`, each found by
-/// descriptor from its directory (no symlink followed) and pinned, as a writable place is.
-pub fn within(writable: &[Writable]) -> Vec<Writable> {
-    let mut out = Vec::new();
+/// A path to keep in place in the call's mount view.
+#[derive(Debug)]
+pub struct Kept {
+    pub place: Writable,
+    /// Read-only (a protected name), or only pinned as a mount point (a directory on the way
+    /// to one).
+    pub read_only: bool,
+}
+
+/// The protected names that exist beneath the directories of `writable`, and the directories
+/// on the way to them, each found by descriptor from its directory (no symlink followed) and
+/// pinned, as a writable place is; ancestors first, as they are to be mounted.
+pub fn within(writable: &[Writable]) -> Vec<Kept> {
+    let mut out: Vec<Kept> = Vec::new();
     for w in writable {
         for name in NAMES {
-            if out.len() >= MAX {
-                return out;
+            let on_the_way = name.match_indices('/').map(|(i, _)| (&name[..i], false));
+            for (path, read_only) in on_the_way.chain([(*name, true)]) {
+                let Some(place) = beneath(w, path) else {
+                    continue;
+                };
+                let known = |k: &Kept| (k.place.dev, k.place.ino) == (place.dev, place.ino);
+                if !out.iter().any(known) {
+                    out.push(Kept { place, read_only });
+                }
             }
-            if let Some(found) = beneath(w, name) {
-                out.push(found);
+            if out.len() >= MAX {
+                out.truncate(MAX);
+                return out;
             }
         }
     }

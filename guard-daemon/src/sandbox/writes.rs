@@ -69,13 +69,21 @@ pub struct WriteRules {
 impl WriteRules {
     /// The write rights of the rules landlock took (`writable`), but none at or beneath a
     /// `protected` path, for a call as `user`.
-    pub fn of(writable: &[Writable], protected: &[Writable], user: (u32, u32)) -> Self {
+    pub fn of(
+        writable: &[Writable],
+        protected: &[crate::sandbox::protected::Kept],
+        user: (u32, u32),
+    ) -> Self {
         let mut by_identity: HashMap<Id, BitFlags<AccessFs>> = HashMap::new();
         let writes = AccessFs::WriteFile | AccessFs::MakeReg;
         for w in writable.iter().filter(|w| w.access.intersects(writes)) {
             *by_identity.entry((w.dev, w.ino)).or_default() |= w.access;
         }
-        let protected = protected.iter().map(|p| (p.dev, p.ino)).collect();
+        let protected = protected
+            .iter()
+            .filter(|k| k.read_only)
+            .map(|k| (k.place.dev, k.place.ino))
+            .collect();
         Self {
             by_identity,
             protected,

@@ -32,7 +32,7 @@ pub(in crate::sandbox) const MAX_WRITABLE: usize = 64;
 /// it fails (EROFS, EBUSY) whatever the writable directory around it allows.
 pub(super) fn mounts(
     writable: &[landlock::Writable],
-    protected: &[landlock::Writable],
+    protected: &[crate::sandbox::protected::Kept],
 ) -> Result<(), Failed> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
@@ -102,14 +102,15 @@ pub(super) fn mounts(
         };
         check(rc, Stage::Mounts)?;
     }
-    for p in protected.iter().take(crate::sandbox::protected::MAX) {
-        read_only_over(p)?;
+    for kept in protected.iter().take(crate::sandbox::protected::MAX) {
+        copy_over(&kept.place, kept.read_only)?;
     }
     Ok(())
 }
 
-/// Mounts a read-only copy of `p` over `p`, found again by descriptor in the call's view.
-fn read_only_over(p: &landlock::Writable) -> Result<(), Failed> {
+/// Mounts a copy of `p` over `p`, found again by descriptor in the call's view: read-only, or
+/// as it is (a mount point, which cannot be renamed or removed).
+fn copy_over(p: &landlock::Writable, read_only: bool) -> Result<(), Failed> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
     const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
@@ -120,7 +121,7 @@ fn read_only_over(p: &landlock::Writable) -> Result<(), Failed> {
     // SAFETY: open_tree of a descriptor (empty path); returns a new descriptor or -1.
     let copy = unsafe { libc::syscall(libc::SYS_open_tree, place, c"".as_ptr(), flags) };
     check(copy, Stage::Mounts)?;
-    let attr: [u64; 4] = [MOUNT_ATTR_RDONLY, 0, 0, 0];
+    let attr: [u64; 4] = [if read_only { MOUNT_ATTR_RDONLY } else { 0 }, 0, 0, 0];
     // SAFETY: mount_setattr of the detached copy (empty path), reading `attr` (struct
     // mount_attr: set, clear, propagation, userns) from this stack.
     let rc = unsafe {
