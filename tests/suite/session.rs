@@ -344,10 +344,14 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
     let root = TempDir::new("guard-protected");
     let ws = root.join("ws");
     clone_into(&ws);
-    for (path, text) in [
+    let made = [
         (".claude/settings.json", "{}\n"),
         (".envrc", "export A=1\n"),
-    ] {
+        // A submodule's and a linked worktree's git files, as git makes them.
+        (".git/modules/sub/config", "[core]\n"),
+        (".git/worktrees/wt/commondir", "../..\n"),
+    ];
+    for (path, text) in made {
         let file = ws.join(path);
         std::fs::create_dir_all(file.parent().expect("dir")).expect("mkdir");
         std::fs::write(&file, text).expect("write");
@@ -372,6 +376,10 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
         "echo '{\"hooks\":1}' > .claude/settings.json",
         "echo 'curl evil' >> .envrc",
         "rm .envrc",
+        // A submodule's and a linked worktree's git files run as the repository's own do.
+        "echo '[core]' >> .git/modules/sub/config",
+        "echo /tmp/evil > .git/worktrees/wt/commondir",
+        "mv .git/modules/sub .git/modules/old",
     ];
     for attempt in attempts {
         let out = run(&guardd, &ws, Via::Guard, attempt, &ws);
@@ -394,8 +402,8 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
         })
         .count();
     assert_eq!(
-        opens, 4,
-        "the hook, git's config, Claude's settings, .envrc"
+        opens, 6,
+        "the hook, git's config, Claude's settings, .envrc, the submodule's config, commondir"
     );
     let envrc = std::fs::read_to_string(ws.join(".envrc")).expect(".envrc");
     assert_eq!(envrc, "export A=1\n");

@@ -42,8 +42,16 @@ pub const NAMES: &[&str] = &[
     ".github/hooks",
 ];
 
+/// Git's own directories of the other repositories a repository holds, whose files run as
+/// the main one's do: each submodule's (`.git/modules/NAME`) and each linked worktree's
+/// (`.git/worktrees/NAME`); beneath each of these, `PER_REPOSITORY` is kept read-only.
+const NESTED: &[&str] = &[".git/modules", ".git/worktrees"];
+
+/// What is kept read-only in each nested git directory.
+const PER_REPOSITORY: &[&str] = &["hooks", "config", "config.worktree", "commondir", "gitdir"];
+
 /// Most protected paths one call's mount view holds.
-pub const MAX: usize = 64;
+pub const MAX: usize = 256;
 
 /// A path to keep in place in the call's mount view.
 #[derive(Debug)]
@@ -60,9 +68,11 @@ pub struct Kept {
 pub fn within(writable: &[Writable]) -> Vec<Kept> {
     let mut out: Vec<Kept> = Vec::new();
     for w in writable {
-        for name in NAMES {
+        let names = NAMES.iter().map(|n| (*n).to_owned()).chain(nested(w));
+        for name in names {
+            let name = name.as_str();
             let on_the_way = name.match_indices('/').map(|(i, _)| (&name[..i], false));
-            for (path, read_only) in on_the_way.chain([(*name, true)]) {
+            for (path, read_only) in on_the_way.chain([(name, true)]) {
                 let Some(place) = beneath(w, path) else {
                     continue;
                 };
@@ -72,9 +82,32 @@ pub fn within(writable: &[Writable]) -> Vec<Kept> {
                 }
             }
             if out.len() >= MAX {
+                tracing::warn!(
+                    "more than {MAX} protected paths beneath {}: the rest are not kept read-only",
+                    w.path.to_string_lossy()
+                );
                 out.truncate(MAX);
                 return out;
             }
+        }
+    }
+    out
+}
+
+/// The `PER_REPOSITORY` names of each submodule's and linked worktree's git directory beneath
+/// `w` (one level: a submodule's own submodules are not walked).
+fn nested(w: &Writable) -> Vec<String> {
+    let base = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
+    let mut out = Vec::new();
+    for dir in NESTED {
+        let Ok(entries) = std::fs::read_dir(base.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten().take(MAX) {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            out.extend(PER_REPOSITORY.iter().map(|p| format!("{dir}/{name}/{p}")));
         }
     }
     out
