@@ -137,6 +137,9 @@ pub enum Effect {
     /// A write-open outside its write rules, which the read-only mount view and landlock
     /// refuse; guardd saw it through the call's seccomp listener before the kernel went on.
     WriteOpen { path: String, flags: u32 },
+    /// A protected name (`sandbox::protected`) that was not there when the call started and is
+    /// there at its end: made by the call, unrefused, and what programs outside guard may run.
+    Planted { path: String },
     /// Write-opens outside its effects the kernel counted but whose events were lost.
     WritesOutside { writes: u64, events_lost: u64 },
     /// Kernel events of the call the ring buffer had no room for: its receipt is incomplete.
@@ -244,6 +247,7 @@ impl Effect {
             Effect::Socket { .. } => "socket",
             Effect::Open { .. } => "open",
             Effect::WriteOpen { .. } => "write_open",
+            Effect::Planted { .. } => "planted",
             Effect::WritesOutside { .. } => "writes_outside",
             Effect::EventsLost { .. } => "events_lost",
             Effect::Refused(_) => "refused",
@@ -263,9 +267,10 @@ impl Effect {
     /// What it reached for: the address, the path, the socket, the syscall, the name.
     pub fn target(&self) -> String {
         match self {
-            Effect::Exec { path } | Effect::Open { path, .. } | Effect::WriteOpen { path, .. } => {
-                path.clone()
-            }
+            Effect::Exec { path }
+            | Effect::Open { path, .. }
+            | Effect::WriteOpen { path, .. }
+            | Effect::Planted { path } => path.clone(),
             Effect::Connect { addr, port, proto } | Effect::Bind { addr, port, proto } => {
                 format!("{addr}:{port}/{}", proto.as_str())
             }
@@ -303,6 +308,7 @@ impl Effect {
             Effect::Socket { .. } => "eBPF socket check",
             Effect::Open { .. } | Effect::WritesOutside { .. } => "eBPF open observer",
             Effect::WriteOpen { .. } => "the read-only mount view and landlock",
+            Effect::Planted { .. } => "guardd's check of the protected names at the call's end",
             Effect::EventsLost { .. } => "eBPF ring buffer",
             Effect::Refused(r) => r.stopped_by.as_str(),
             Effect::RefusedUnseen { .. } => "landlock or seccomp",

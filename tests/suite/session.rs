@@ -417,4 +417,28 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
     let out = run(&guardd, &ws, Via::Direct, attempts[0], &ws);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(ws.join(".git/hooks/pre-commit").exists());
+    // A name absent at the call's start can be made (no mount keeps it); the call's receipt
+    // says so, as a divergence seen at its end.
+    let out = run(
+        &guardd,
+        &ws,
+        Via::Guard,
+        "echo /tmp/x > .git/commondir",
+        &ws,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rows = guardd.audit_rows();
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("a finished row");
+    let planted = &last["effects_observed"]["divergences"][0];
+    assert_eq!(planted["effect"], "planted", "{last:#}");
+    assert!(
+        planted["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/.git/commondir")),
+        "{last:#}"
+    );
 }

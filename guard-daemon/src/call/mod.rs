@@ -69,7 +69,8 @@ pub async fn exec(
         return Ok(());
     }
     let label = ctx.label.as_deref();
-    let Some(_agent) = agent_admits(daemon, peer, Some((&intent.tool, label)), &mut conn).await?
+    let Some(_agent) =
+        crate::agents::admit_call(daemon, peer, Some((&intent.tool, label)), &mut conn).await?
     else {
         return Ok(());
     };
@@ -147,7 +148,7 @@ pub async fn resume(
         return Ok(());
     }
     // The caller coming back is its agent now (or no caller), within its agent's bounds.
-    let Some(_agent) = agent_admits(daemon, peer, None, &mut conn).await? else {
+    let Some(_agent) = crate::agents::admit_call(daemon, peer, None, &mut conn).await? else {
         return Ok(());
     };
     let Some((plan, program, admission)) = collect(daemon, peer.uid, call_id, &mut conn).await?
@@ -186,45 +187,6 @@ async fn stdio(conn: &mut Conn) -> io::Result<Option<[OwnedFd; 3]>> {
             send(conn, ExecReply::Error(e)).await.map(|()| None)
         }
     }
-}
-
-/// Admits a call of `peer`'s agent within its `max_running` and `rate`: `Some` with what counts
-/// it as running until the call ends (nothing without agents), `None` when it was refused and
-/// the caller told, with an event. A call of `tool` the agent may not make at all is left for
-/// the review to refuse and record; a resume (no tool) needs the caller to be exactly one agent.
-async fn agent_admits(
-    daemon: &Daemon,
-    peer: &Peer,
-    tool: Option<(&str, Option<&str>)>,
-    conn: &mut Conn,
-) -> io::Result<Option<Option<crate::agents::Admitted>>> {
-    let policy = daemon.policy();
-    let refused = match (crate::agents::of(&policy, peer), tool) {
-        (Ok(None), _) => return Ok(Some(None)),
-        (Err(_), Some(_)) => return Ok(Some(None)),
-        (Err(why), None) => ErrorReply::new(why),
-        (Ok(Some(agent)), tool) => {
-            let tier = |t: &str| policy.tool_info(t).map(|i| i.tier);
-            if tool.is_some_and(|(t, label)| agent.refuses(t, tier(t), label).is_some()) {
-                return Ok(Some(None));
-            }
-            match daemon.agents.admit(agent) {
-                Ok(admitted) => return Ok(Some(Some(admitted))),
-                Err(busy) => ErrorReply {
-                    error: busy.message,
-                    field: None,
-                    retry_after_ms: busy.retry_after_ms,
-                },
-            }
-        }
-    };
-    let what = What::Refused {
-        reason: refused.error.clone(),
-    };
-    daemon
-        .bus
-        .publish(Event::of(None, tool.map(|(t, _)| t), what));
-    send(conn, ExecReply::Error(refused)).await.map(|()| None)
 }
 
 fn busy() -> ErrorReply {
@@ -511,6 +473,7 @@ impl Call<'_, '_> {
             ready = ready.pin(sha256)?;
             self.stages.lap("pin");
         }
+        let absent = ready.absent();
         self.confirm().await?;
         // Kept to the call's end, which stops the writer of an input the tool did not read.
         let (stdio, _input) = sandbox::input::attach(&plan.confinement.stdin, stdio)?;
@@ -542,6 +505,10 @@ impl Call<'_, '_> {
                 run.await?
             }
         };
+        // What it made that programs outside guard may run: seen now, on its receipt.
+        daemon
+            .receipts
+            .planted(cgroup.id(), absent.made(), &daemon.bus);
         if outcome.timed_out {
             let secs = plan.confinement.timeout.as_secs();
             self.killed = Some(format!("timed out after {secs} s"));

@@ -445,6 +445,9 @@ mod tests {
                 path: "/etc/passwd".into(),
                 flags: 1,
             },
+            Effect::Planted {
+                path: "/srv/w/.git/commondir".into(),
+            },
         ];
         for effect in effects {
             // A variant added without a line above fails to compile here.
@@ -454,6 +457,7 @@ mod tests {
                 | Effect::Socket { .. }
                 | Effect::Open { .. }
                 | Effect::WriteOpen { .. }
+                | Effect::Planted { .. }
                 | Effect::WritesOutside { .. }
                 | Effect::EventsLost { .. }
                 | Effect::Refused(_)

@@ -471,6 +471,16 @@ impl Receipts {
         }
     }
 
+    /// Folds in the protected names the call made (`sandbox::protected::Absent::made`): seen at
+    /// its end, when nothing is left to stop.
+    pub fn planted(&self, cgroup_id: u64, paths: Vec<String>, bus: &Bus) {
+        if let Some(draft) = self.lock().get_mut(&cgroup_id) {
+            for path in paths {
+                draft.diverged_at_end(Effect::Planted { path }, bus);
+            }
+        }
+    }
+
     /// Whether the call has diverged so far.
     pub fn diverged(&self, cgroup_id: u64) -> bool {
         self.lock()

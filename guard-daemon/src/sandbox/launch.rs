@@ -386,6 +386,12 @@ pub fn prepare(
 }
 
 impl Ready {
+    /// The protected names absent beneath the call's writable directories now, to be looked
+    /// at again at its end.
+    pub fn absent(&self) -> super::protected::Absent {
+        super::protected::Absent::of(&self.landlock.writable)
+    }
+
     /// Binds the launch to the program whose content has SHA-256 `sha256` (hex): opens argv[0],
     /// hashes what it read through that descriptor, and has the child exec that same open file
     /// (`execveat`), so that nothing put at the path after this check runs instead. A script

@@ -94,6 +94,46 @@ pub fn within(writable: &[Writable]) -> Vec<Kept> {
     out
 }
 
+/// The protected names that were not there when a call started, beneath its writable
+/// directories: no mount can keep them from being made, so they are looked at again at the
+/// call's end, and each one made is a divergence on its receipt (`Effect::Planted`).
+pub struct Absent(Vec<(OwnedFd, &'static str, String)>);
+
+impl Absent {
+    /// The names of `NAMES` absent beneath the directories of `writable` now.
+    pub fn of(writable: &[Writable]) -> Self {
+        let mut out = Vec::new();
+        for w in writable {
+            for name in NAMES {
+                let there = nix::sys::stat::fstatat(
+                    w.pin.as_fd(),
+                    *name,
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                );
+                if there == Err(nix::errno::Errno::ENOENT)
+                    && let Ok(dir) = w.pin.try_clone()
+                {
+                    let shown = format!("{}/{name}", w.path.to_string_lossy());
+                    out.push((dir, *name, shown));
+                }
+            }
+        }
+        Self(out)
+    }
+
+    /// Those made since, by the paths they were to have.
+    pub fn made(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(dir, name, _)| {
+                let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+                nix::sys::stat::fstatat(dir.as_fd(), *name, flags).is_ok()
+            })
+            .map(|(_, _, shown)| shown.clone())
+            .collect()
+    }
+}
+
 /// The `PER_REPOSITORY` names of each submodule's and linked worktree's git directory beneath
 /// `w` (one level: a submodule's own submodules are not walked).
 fn nested(w: &Writable) -> Vec<String> {
