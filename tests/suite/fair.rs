@@ -415,6 +415,26 @@ fn fair_callers_give_up_on_a_guardd_that_does_not_take_their_call() {
     assert_eq!(out.status.code(), Some(69), "{out:?}");
 }
 
+/// `script` run by python3 as `uid` with `socket` as its argument, its stdin a pipe it may wait
+/// on; the first line it printed.
+fn python_as(uid: u32, script: &str, socket: &Path) -> (Child, String) {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script])
+        .arg(socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    as_uid(&mut cmd, uid);
+    let mut child = {
+        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        cmd.spawn().expect("python3")
+    };
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("its first line");
+    (child, line)
+}
+
 /// A uid that is no client: what it may do is be told "not permitted", on its reserve alone.
 const STRANGER: u32 = 40_003;
 
@@ -452,21 +472,7 @@ fn fair_descriptors_no_request_needs_are_refused_and_cost_guardd_nothing() {
     let before = fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("fds")
         .count();
-    let mut flood = Command::new("python3");
-    flood
-        .args(["-c", DESCRIPTOR_FLOOD])
-        .arg(&guardd.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    as_uid(&mut flood, STRANGER);
-    let mut flood = {
-        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
-        flood.spawn().expect("python3")
-    };
-    let mut line = String::new();
-    BufReader::new(flood.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the flood");
+    let (mut flood, line) = python_as(STRANGER, DESCRIPTOR_FLOOD, &guardd.socket);
     // While its connections are open: guardd holds none of the descriptors sent, and closed
     // every connection that sent more than an exec's three.
     let during = fs::read_dir(format!("/proc/{pid}/fd"))
@@ -568,21 +574,7 @@ fn fair_one_uid_s_unfinished_requests_hold_sixteen_frames_at_most() {
     let tools = ToolDir::new("guard-fair");
     let exec = runnable(&tools.dir, "guard-exec");
     let guardd = guardd_for_two_uids(&[]);
-    let mut flood = Command::new("python3");
-    flood
-        .args(["-c", UNFINISHED_FRAMES])
-        .arg(&guardd.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    as_uid(&mut flood, HOSTILE);
-    let mut flood = {
-        let _forking = FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
-        flood.spawn().expect("python3")
-    };
-    let mut line = String::new();
-    BufReader::new(flood.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the flood");
+    let (mut flood, line) = python_as(HOSTILE, UNFINISHED_FRAMES, &guardd.socket);
     // 16 MiB is sixteen frames of a million bytes and some: at most sixteen stay open (which
     // ones, and so how many, depends on the order guardd read them in: the read that crosses
     // the share closes its connection, which gives its bytes back).

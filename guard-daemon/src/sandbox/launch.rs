@@ -297,6 +297,8 @@ pub struct Ready {
     /// The protected paths beneath its writable directories (`protected`): read-only in its
     /// mount view whatever its write effects say.
     protected: Vec<super::protected::Kept>,
+    /// The protected names absent when it was prepared, to be looked at again at its end.
+    absent: super::protected::Absent,
     programs: std::sync::Arc<Vec<BpfProgram>>,
     /// The write-opens filter (`seccomp::write_opens`) and the rules its opens are judged by.
     watch: (std::sync::Arc<Vec<BpfProgram>>, WriteRules),
@@ -329,7 +331,7 @@ pub fn prepare(
     if prepared.writable.len() > super::child::MAX_WRITABLE {
         return Err(SandboxError::TooManyWritable(prepared.writable.len()));
     }
-    let protected = super::protected::within(&prepared.writable);
+    let (protected, absent) = super::protected::within(&prepared.writable);
     stages.lap("landlock");
 
     let table = seccomp::table(plan, opts.kernel_watches)?;
@@ -375,6 +377,7 @@ pub fn prepare(
         gid: user.gid.as_raw(),
         landlock: prepared,
         protected,
+        absent,
         programs,
         watch,
         limits,
@@ -386,10 +389,10 @@ pub fn prepare(
 }
 
 impl Ready {
-    /// The protected names absent beneath the call's writable directories now, to be looked
-    /// at again at its end.
-    pub fn absent(&self) -> super::protected::Absent {
-        super::protected::Absent::of(&self.landlock.writable)
+    /// The protected names absent beneath the call's writable directories when it was
+    /// prepared, to be looked at again at its end.
+    pub fn absent(&mut self) -> super::protected::Absent {
+        std::mem::take(&mut self.absent)
     }
 
     /// Binds the launch to the program whose content has SHA-256 `sha256` (hex): opens argv[0],

@@ -16,7 +16,7 @@ use std::{
     },
 };
 
-use nix::{fcntl::OFlag, sys::stat::Mode};
+use nix::{errno::Errno, fcntl::OFlag, sys::stat::Mode};
 
 use super::landlock::Writable;
 
@@ -64,17 +64,27 @@ pub struct Kept {
 
 /// The protected names that exist beneath the directories of `writable`, and the directories
 /// on the way to them, each found by descriptor from its directory (no symlink followed) and
-/// pinned, as a writable place is; ancestors first, as they are to be mounted.
-pub fn within(writable: &[Writable]) -> Vec<Kept> {
+/// pinned, as a writable place is, ancestors first, as they are to be mounted; and those of
+/// `NAMES` that are not there (`Absent`), found by the same look.
+pub fn within(writable: &[Writable]) -> (Vec<Kept>, Absent) {
     let mut out: Vec<Kept> = Vec::new();
+    let mut absent = Vec::new();
     for w in writable {
         let names = NAMES.iter().map(|n| (*n).to_owned()).chain(nested(w));
-        for name in names {
+        for (i, name) in names.enumerate() {
             let name = name.as_str();
             let on_the_way = name.match_indices('/').map(|(i, _)| (&name[..i], false));
             for (path, read_only) in on_the_way.chain([(name, true)]) {
-                let Some(place) = beneath(w, path) else {
-                    continue;
+                let place = match beneath(w, path) {
+                    Ok(place) => place,
+                    Err(Errno::ENOENT) if read_only && i < NAMES.len() => {
+                        if let Ok(dir) = w.pin.try_clone() {
+                            let shown = format!("{}/{name}", w.path.to_string_lossy());
+                            absent.push((dir, name.to_owned(), shown));
+                        }
+                        continue;
+                    }
+                    Err(_) => continue,
                 };
                 let known = |k: &Kept| (k.place.dev, k.place.ino) == (place.dev, place.ino);
                 if !out.iter().any(known) {
@@ -87,47 +97,27 @@ pub fn within(writable: &[Writable]) -> Vec<Kept> {
                     w.path.to_string_lossy()
                 );
                 out.truncate(MAX);
-                return out;
+                return (out, Absent(absent));
             }
         }
     }
-    out
+    (out, Absent(absent))
 }
 
 /// The protected names that were not there when a call started, beneath its writable
 /// directories: no mount can keep them from being made, so they are looked at again at the
 /// call's end, and each one made is a divergence on its receipt (`Effect::Planted`).
-pub struct Absent(Vec<(OwnedFd, &'static str, String)>);
+#[derive(Debug, Default)]
+pub struct Absent(Vec<(OwnedFd, String, String)>);
 
 impl Absent {
-    /// The names of `NAMES` absent beneath the directories of `writable` now.
-    pub fn of(writable: &[Writable]) -> Self {
-        let mut out = Vec::new();
-        for w in writable {
-            for name in NAMES {
-                let there = nix::sys::stat::fstatat(
-                    w.pin.as_fd(),
-                    *name,
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                );
-                if there == Err(nix::errno::Errno::ENOENT)
-                    && let Ok(dir) = w.pin.try_clone()
-                {
-                    let shown = format!("{}/{name}", w.path.to_string_lossy());
-                    out.push((dir, *name, shown));
-                }
-            }
-        }
-        Self(out)
-    }
-
     /// Those made since, by the paths they were to have.
     pub fn made(&self) -> Vec<String> {
         self.0
             .iter()
             .filter(|(dir, name, _)| {
                 let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-                nix::sys::stat::fstatat(dir.as_fd(), *name, flags).is_ok()
+                nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
             })
             .map(|(_, _, shown)| shown.clone())
             .collect()
@@ -153,22 +143,23 @@ fn nested(w: &Writable) -> Vec<String> {
     out
 }
 
-/// `name` beneath the directory `w`, when it is there and no component of it is a symlink.
-fn beneath(w: &Writable, name: &str) -> Option<Writable> {
-    let mut at: OwnedFd = w.pin.try_clone().ok()?;
+/// `name` beneath the directory `w`, when it is there and no component of it is a symlink
+/// (ELOOP); ENOENT when it, or a directory on the way, is not there.
+fn beneath(w: &Writable, name: &str) -> Result<Writable, Errno> {
+    let mut at: OwnedFd = w.pin.try_clone().map_err(|_| Errno::EMFILE)?;
     for part in name.split('/') {
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty()).ok()?;
+        at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty())?;
     }
-    let stat = nix::sys::stat::fstat(&at).ok()?;
+    let stat = nix::sys::stat::fstat(&at)?;
     if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        return None;
+        return Err(Errno::ELOOP);
     }
     let mut path = w.path.as_bytes().to_vec();
     path.push(b'/');
     path.extend_from_slice(std::ffi::OsStr::new(name).as_bytes());
-    Some(Writable {
-        path: CString::new(path).ok()?,
+    Ok(Writable {
+        path: CString::new(path).map_err(|_| Errno::EINVAL)?,
         dev: stat.st_dev,
         ino: stat.st_ino,
         access: w.access,

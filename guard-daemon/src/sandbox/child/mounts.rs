@@ -34,18 +34,6 @@ pub(super) fn mounts(
     writable: &[landlock::Writable],
     protected: &[crate::sandbox::protected::Kept],
 ) -> Result<(), Failed> {
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
-    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
-    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-    const MOUNT_ATTR_RDONLY: u64 = 1;
-    /// `struct mount_attr`.
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
     // SAFETY: mount with a NUL-terminated target and null pointers where none is needed.
     let rc = unsafe {
         libc::mount(
@@ -61,14 +49,49 @@ pub(super) fn mounts(
     let mut copies = [-1 as RawFd; MAX_WRITABLE];
     for (i, w) in writable.iter().take(MAX_WRITABLE).enumerate() {
         places[i] = find(w)?;
-        let flags = OPEN_TREE_CLONE
-            | libc::O_CLOEXEC as libc::c_uint
-            | libc::AT_RECURSIVE as libc::c_uint
-            | libc::AT_EMPTY_PATH as libc::c_uint;
-        // SAFETY: open_tree of a descriptor (empty path); returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_open_tree, places[i], c"".as_ptr(), flags) };
-        check(fd, Stage::Mounts)?;
-        copies[i] = fd as RawFd;
+        copies[i] = clone_tree(places[i], true)?;
+    }
+    read_only(libc::AT_FDCWD, c"/", libc::AT_RECURSIVE as libc::c_uint)?;
+    for (&place, &copy) in places.iter().zip(&copies).take(writable.len()) {
+        move_over(copy, place)?;
+    }
+    for kept in protected.iter().take(crate::sandbox::protected::MAX) {
+        // A copy over itself: read-only, or as it is (a mount point, which cannot be renamed
+        // or removed).
+        let place = find(&kept.place)?;
+        let copy = clone_tree(place, false)?;
+        if kept.read_only {
+            read_only(copy, c"", libc::AT_EMPTY_PATH as libc::c_uint)?;
+        }
+        move_over(copy, place)?;
+    }
+    Ok(())
+}
+
+/// A detached copy of the mount tree at `place` (its submounts too when `recursive`).
+fn clone_tree(place: RawFd, recursive: bool) -> Result<RawFd, Failed> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let mut flags =
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: open_tree of a descriptor (empty path); returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, place, c"".as_ptr(), flags) };
+    check(fd, Stage::Mounts)?;
+    Ok(fd as RawFd)
+}
+
+/// Makes the mounts at `path` from `dirfd` read-only (`flags`: `AT_RECURSIVE`, `AT_EMPTY_PATH`).
+fn read_only(dirfd: RawFd, path: &std::ffi::CStr, flags: libc::c_uint) -> Result<(), Failed> {
+    const MOUNT_ATTR_RDONLY: u64 = 1;
+    /// `struct mount_attr`.
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
     }
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY,
@@ -80,62 +103,21 @@ pub(super) fn mounts(
     let rc = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c"/".as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
+            dirfd,
+            path.as_ptr(),
+            flags,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
-    check(rc, Stage::Mounts)?;
-    for (&place, &copy) in places.iter().zip(&copies).take(writable.len()) {
-        // SAFETY: move_mount of a detached tree onto a file, both by descriptor.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                copy,
-                c"".as_ptr(),
-                place,
-                c"".as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-            )
-        };
-        check(rc, Stage::Mounts)?;
-    }
-    for kept in protected.iter().take(crate::sandbox::protected::MAX) {
-        copy_over(&kept.place, kept.read_only)?;
-    }
-    Ok(())
+    check(rc, Stage::Mounts)
 }
 
-/// Mounts a copy of `p` over `p`, found again by descriptor in the call's view: read-only, or
-/// as it is (a mount point, which cannot be renamed or removed).
-fn copy_over(p: &landlock::Writable, read_only: bool) -> Result<(), Failed> {
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
+/// Moves the detached tree `copy` onto `place`, both by descriptor.
+fn move_over(copy: RawFd, place: RawFd) -> Result<(), Failed> {
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
     const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-    const MOUNT_ATTR_RDONLY: u64 = 1;
-    let place = find(p)?;
-    let flags =
-        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
-    // SAFETY: open_tree of a descriptor (empty path); returns a new descriptor or -1.
-    let copy = unsafe { libc::syscall(libc::SYS_open_tree, place, c"".as_ptr(), flags) };
-    check(copy, Stage::Mounts)?;
-    let attr: [u64; 4] = [if read_only { MOUNT_ATTR_RDONLY } else { 0 }, 0, 0, 0];
-    // SAFETY: mount_setattr of the detached copy (empty path), reading `attr` (struct
-    // mount_attr: set, clear, propagation, userns) from this stack.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            copy,
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            attr.as_ptr(),
-            std::mem::size_of_val(&attr),
-        )
-    };
-    check(rc, Stage::Mounts)?;
-    // SAFETY: move_mount of the detached copy onto the place, both by descriptor.
+    // SAFETY: move_mount of a detached tree onto a file, both by descriptor.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
