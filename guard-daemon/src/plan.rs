@@ -84,6 +84,10 @@ pub struct Confinement {
     pub syscalls: Vec<String>,
     /// Extra environment (name, value) on top of the minimal clean environment.
     pub env: Vec<(String, String)>,
+    /// Variables whose values name secrets (`{secret:NAME}`), as the policy wrote them: the
+    /// values are put in at launch, so a plan (held, shown, recorded) never holds one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_env: Vec<(String, String)>,
     /// Working directory of the tool.
     pub cwd: Option<PathBuf>,
     /// What the tool reads on its stdin.
@@ -120,6 +124,19 @@ impl Stdin {
 }
 
 impl Confinement {
+    /// The secrets the call is given, each once, in order.
+    pub fn secrets(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for (_, v) in &self.secret_env {
+            for n in crate::policy::secrets::names(v).unwrap_or_default() {
+                if !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        out
+    }
+
     /// Whether `allow_syscalls` takes the syscall `name` out of the seccomp deny rules.
     pub fn allows_syscall(&self, name: &str) -> bool {
         self.allow_syscalls.iter().any(|a| a == name)
@@ -136,6 +153,7 @@ impl Default for Confinement {
             allow_syscalls: Vec::new(),
             syscalls: Vec::new(),
             env: Vec::new(),
+            secret_env: Vec::new(),
             cwd: None,
             tmp: None,
             stdin: Stdin::Passed,

@@ -21,6 +21,7 @@ mod metrics;
 mod policy;
 mod python;
 mod sandbox;
+mod secrets;
 mod session;
 mod stdin;
 mod systemd;

@@ -27,6 +27,25 @@ impl From<io::Error> for Fail {
 
 type Res = Result<(), Fail>;
 
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for k in 0..4 {
+            if k <= c.len() {
+                out.push(A[((n >> (18 - 6 * k)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 fn last_errno() -> Fail {
     io::Error::last_os_error().into()
 }
@@ -141,6 +160,39 @@ fn run(action: &[String]) -> Res {
             let addr = resolve(arg(1)?)?;
             let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
             println!("connected {}", s.peer_addr()?);
+            Ok(())
+        }
+        "bearer" => {
+            // An HTTP request carrying the token of environment variable arg(2), as an API
+            // client sends it; prints the response's body.
+            let token = std::env::var(arg(2)?).map_err(|_| usage("no such variable"))?;
+            let addr = resolve(arg(1)?)?;
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+            let request = format!("GET / HTTP/1.0\r\nAuthorization: Bearer {token}\r\n\r\n");
+            s.write_all(request.as_bytes())?;
+            let mut response = String::new();
+            s.read_to_string(&mut response)?;
+            let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+            println!("{body}");
+            Ok(())
+        }
+        "print-env" | "print-env-hex" | "print-env-b64" | "print-env-split" => {
+            let v = std::env::var(arg(1)?).map_err(|_| usage("no such variable"))?;
+            match action[0].as_str() {
+                "print-env" => println!("value {v}"),
+                "print-env-hex" => {
+                    let hex: String = v.bytes().map(|b| format!("{b:02x}")).collect();
+                    println!("hex {hex}");
+                }
+                "print-env-b64" => println!("b64 {}", base64(v.as_bytes())),
+                _ => {
+                    // In two writes apart in time, on stderr: a value split across reads.
+                    let (a, b) = v.split_at(v.len() / 2);
+                    eprint!("split {a}");
+                    std::thread::sleep(Duration::from_millis(200));
+                    eprintln!("{b} end");
+                }
+            }
             Ok(())
         }
         "sendto" => {

@@ -51,6 +51,8 @@ pub enum CallError {
     NotRecorded,
     #[error("the caller went away before the call started: {0}")]
     Caller(io::Error),
+    #[error("its secrets: {0}")]
+    Secret(String),
 }
 
 /// Handles an `exec` request; the connection is the call's for its whole life.
@@ -426,10 +428,26 @@ impl Call<'_, '_> {
                 files: daemon.options.trace_syscalls,
             },
         );
+        // A call given a secret prints through guardd, which masks the values.
+        let masks = (!plan_secrets(self.plan).is_empty())
+            .then(|| daemon.policy().masks())
+            .flatten();
+        let (stdio, masked) = match sandbox::output::attach(masks, stdio) {
+            Ok(attached) => attached,
+            Err(e) => return Err((e.into(), None)),
+        };
         let result = self.launch(&cgroup, &watch, stdio).await;
+        let masked = match masked {
+            Some(m) => m.finish().await,
+            None => Vec::new(),
+        };
         daemon.flush_events().await;
         self.stages.lap("flush_events");
-        let receipt = self.receipt(id, responder).await;
+        let mut receipt = self.receipt(id, responder).await;
+        if let Some(r) = receipt.as_mut() {
+            r.secret_exposed = plan_secrets(self.plan);
+            r.secret_masked = masked;
+        }
         self.stages.lap("receipt");
         if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
             tracing::warn!(call = %self.id, "forgetting the call in the kernel: {e}");
@@ -467,7 +485,10 @@ impl Call<'_, '_> {
             .with_monitor(|m| m.watch(cgroup.id(), watch))
             .transpose()?;
         self.stages.lap("watch");
-        let mut ready = sandbox::prepare(plan, cgroup, &daemon.launch)?;
+        let rendered = crate::policy::secrets::rendered(plan, daemon.policy().secrets())
+            .map_err(CallError::Secret)?;
+        let mut ready =
+            sandbox::prepare(rendered.as_ref().unwrap_or(plan), cgroup, &daemon.launch)?;
         self.stages.absorb(ready.stages());
         if let Some(sha256) = self.start.as_ref().and_then(|s| s.program.as_deref()) {
             ready = ready.pin(sha256)?;
@@ -562,4 +583,10 @@ impl Call<'_, '_> {
         }
         Some(receipt)
     }
+}
+
+/// The names of the secrets `plan` gives its tool.
+fn plan_secrets(plan: &LaunchPlan) -> Vec<String> {
+    let names = plan.confinement.secrets();
+    names.into_iter().map(str::to_owned).collect()
 }

@@ -3,10 +3,12 @@
 
 use std::{borrow::Cow, path::PathBuf};
 
+use serde_json::Value as Json;
+
 use super::{
     Policy, Tool, ToolStdin, Verdict,
     args::{self, ArgValue},
-    redact::{redact, strings},
+    redact::{all_strings, redact, strings},
     rules::{Rule, Subject},
     template::{self, Elem, Values},
     workspace::Place,
@@ -48,7 +50,7 @@ impl Policy {
             return self.decide_unregistered(intent);
         };
         let tool = &self.tools[ti];
-        let redacted_args = redact(&intent.args, tool.redact);
+        let redacted_args = self.without_secrets(redact(&intent.args, tool.redact));
         let meta = |stage| RowMetadata {
             tool: Some(name.to_string()),
             tier: Some(tool.tier),
@@ -60,6 +62,12 @@ impl Policy {
             plan: None,
             redacted_args: redacted_args.clone(),
         };
+
+        // 2. no secret's value in an argument: the agent holds what it must never see, and
+        // nothing runs with it, nor keeps it for an approver to read.
+        if let Some(row) = self.carries_secret(intent, meta(Stage::Arguments)) {
+            return verdict(row);
+        }
 
         // 2. ceiling
         if let Some(reason) = self.above_ceiling(tool) {
@@ -158,6 +166,30 @@ impl Policy {
         Ok((place, vals))
     }
 
+    /// `args` with every secret's value masked (`[secret:NAME]`), for the audit log.
+    fn without_secrets(&self, args: Json) -> Json {
+        let Some(masks) = &self.masks else {
+            return args;
+        };
+        super::redact::map_strings(args, &|s| masks.mask_text(s))
+    }
+
+    /// The quarantine of a call one of whose arguments holds a secret's value.
+    fn carries_secret(&self, intent: &Intent, mut meta: RowMetadata) -> Option<DecisionRow> {
+        let masks = self.masks.as_ref()?;
+        let (arg, secret) = intent.args.iter().find_map(|(k, v)| {
+            let mut found = masks.first_in(k);
+            all_strings(v, &mut |s| found = found.or_else(|| masks.first_in(s)));
+            found.map(|n| (k.clone(), n.to_owned()))
+        })?;
+        meta.arg = Some(arg.clone());
+        let reason = format!(
+            "tool '{}': argument '{arg}' holds the value of secret '{secret}'",
+            intent.tool
+        );
+        Some(row("secret", Decision::Quarantine, reason, meta))
+    }
+
     /// Stage 2: why `tool`'s tier is above what the settings allow, if it is.
     pub(super) fn above_ceiling(&self, tool: &Tool) -> Option<String> {
         let (s, name) = (&self.settings, &tool.name);
@@ -208,7 +240,7 @@ impl Policy {
         let set = applying.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
             acc.union(self.rules[i].detect)
         });
-        let redacted_args = redact(&intent.args, set);
+        let redacted_args = self.without_secrets(redact(&intent.args, set));
         let meta = |stage| RowMetadata {
             tool: Some(name.to_string()),
             stage: Some(stage),
@@ -219,6 +251,9 @@ impl Policy {
             plan: None,
             redacted_args: redacted_args.clone(),
         };
+        if let Some(row) = self.carries_secret(intent, meta(Stage::Arguments)) {
+            return verdict(row);
+        }
         if !self.settings.allow_unregistered {
             return verdict(row(
                 "tool_call_inspector",
@@ -322,6 +357,7 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -
         .iter()
         .filter_map(|(k, e)| template::text(e, vals).map(|v| (k.clone(), v)))
         .collect();
+    confinement.secret_env.clone_from(&tool.secret_env);
     confinement.stdin = match tool.stdin {
         ToolStdin::Passed => Stdin::Passed,
         ToolStdin::Caller => Stdin::Caller,

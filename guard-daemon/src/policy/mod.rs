@@ -18,6 +18,7 @@ mod parse;
 mod raw;
 mod redact;
 mod rules;
+pub mod secrets;
 mod source;
 mod table;
 mod template;
@@ -144,6 +145,8 @@ pub(crate) struct Tool {
     pub on_divergence: OnDivergence,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
+    /// Variables whose values name secrets (`{secret:NAME}`), as written.
+    pub secret_env: Vec<(String, String)>,
     /// Where its stdin comes from.
     pub stdin: ToolStdin,
     /// The static part of the confinement; cwd and env are templated per call.
@@ -182,6 +185,10 @@ pub struct Policy {
     approvers: Vec<helpers::Approver>,
     /// `[agents]`, in name order.
     agents: Vec<agents::Agent>,
+    /// `[secrets]`, their values read.
+    secrets: Vec<secrets::Secret>,
+    /// Their values in every form looked for, when there are any.
+    masks: Option<std::sync::Arc<secrets::mask::Masks>>,
     /// `sha256:` and the SHA-256 of the files' paths and texts: what a held call was decided
     /// under.
     version: String,
@@ -326,6 +333,16 @@ impl Policy {
             .get(tool)
             .map_or(DetectorSet::SECRET_CLASS, |&i| self.tools[i].redact);
         redact::redact_value(value, set)
+    }
+
+    /// The policy's `[secrets]`, their values read.
+    pub fn secrets(&self) -> &[secrets::Secret] {
+        &self.secrets
+    }
+
+    /// What masks the secrets' values, for a call's output; `None` without secrets.
+    pub fn masks(&self) -> Option<std::sync::Arc<secrets::mask::Masks>> {
+        self.masks.clone()
     }
 
     /// The policy's `[agents]`, in the order they are tried (name order).

@@ -11,7 +11,7 @@ use values::{Account, Action, Size};
 use super::{
     raw::{
         Principal, RawAgent, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample,
-        RawHelper, RawJudge, RawRule, RawSettings, RawStdin, RawTool, RawWorkspaces,
+        RawHelper, RawJudge, RawRule, RawSecret, RawSettings, RawStdin, RawTool, RawWorkspaces,
     },
     source::{Diag, Loc, S},
     table::{FromToml, Table},
@@ -49,6 +49,17 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
     }
     if let Some(agents) = top.table(d, "agents") {
         doc.agents = agents.named_tables(d, agent);
+    }
+    if let Some(secrets) = top.table(d, "secrets") {
+        doc.secrets = secrets.named_tables(d, |d, name, mut t| {
+            let s = RawSecret {
+                name,
+                source: t.take(d, "source"),
+                hosts: t.list(d, "hosts"),
+            };
+            t.finish(d);
+            Some(s)
+        });
     }
     if let Some(judges) = top.table(d, "judges") {
         doc.judges = judges.named_tables(d, judge);

@@ -99,6 +99,15 @@ pub(crate) struct RawAgent {
     pub labels: Vec<(S<String>, Vec<S<String>>)>,
 }
 
+/// `[secrets.<name>]` as written.
+#[derive(Debug)]
+pub(crate) struct RawSecret {
+    pub name: S<String>,
+    /// `credential:NAME` or `file:/path`.
+    pub source: Option<S<String>>,
+    pub hosts: Vec<S<String>>,
+}
+
 /// `[tools.<name>.args.<arg>]` as written.
 #[derive(Debug)]
 pub(crate) struct RawArg {
@@ -236,6 +245,7 @@ pub(crate) struct RawApprover {
 pub(crate) struct RawDoc {
     pub settings: Option<RawSettings>,
     pub agents: Vec<RawAgent>,
+    pub secrets: Vec<RawSecret>,
     pub workspaces: Option<RawWorkspaces>,
     pub approvals: Option<RawApprovals>,
     pub judges: Vec<RawJudge>,

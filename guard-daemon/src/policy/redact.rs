@@ -14,6 +14,33 @@ pub(super) fn strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {
     }
 }
 
+/// Every string inside a JSON value, keys included.
+pub(super) fn all_strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {
+    match v {
+        Json::String(s) => f(s),
+        Json::Array(a) => a.iter().for_each(|x| all_strings(x, f)),
+        Json::Object(m) => m.iter().for_each(|(k, x)| {
+            f(k);
+            all_strings(x, f);
+        }),
+        _ => {}
+    }
+}
+
+/// `v` with `f` applied to every string in it, keys included.
+pub(super) fn map_strings(v: Json, f: &impl Fn(&str) -> String) -> Json {
+    match v {
+        Json::String(s) => Json::String(f(&s)),
+        Json::Array(a) => Json::Array(a.into_iter().map(|x| map_strings(x, f)).collect()),
+        Json::Object(m) => Json::Object(
+            m.into_iter()
+                .map(|(k, x)| (f(&k), map_strings(x, f)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// A copy of `args` with the finds of `set` replaced by `[REDACTED:<detector>]`.
 pub(super) fn redact(args: &serde_json::Map<String, Json>, set: DetectorSet) -> Json {
     fn walk(v: &Json, set: DetectorSet, hits: &mut Vec<Hit>) -> Json {

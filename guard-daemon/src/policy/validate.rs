@@ -6,6 +6,8 @@ mod helpers;
 mod shebang;
 mod tool;
 
+pub(crate) use tool::endpoint;
+
 use std::collections::HashMap;
 
 use regex::Regex;
@@ -13,7 +15,10 @@ use regex::Regex;
 use super::{
     Policy, Settings, Tool,
     helpers::{Approver, Judge},
-    raw::{RawAgent, RawApprover, RawDoc, RawHelper, RawJudge, RawRule, RawSettings, RawTool},
+    raw::{
+        RawAgent, RawApprover, RawDoc, RawHelper, RawJudge, RawRule, RawSecret, RawSettings,
+        RawTool,
+    },
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
 };
@@ -39,7 +44,11 @@ fn anchored(d: &mut Diag, s: &S<String>, key: &str) -> Option<Regex> {
 }
 
 /// Compiles the raw documents of every file into one policy, reporting into `d`.
-pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
+pub(crate) fn build(d: &mut Diag, mut docs: Vec<RawDoc>) -> Policy {
+    let secrets: Vec<RawSecret> = docs
+        .iter_mut()
+        .flat_map(|doc| std::mem::take(&mut doc.secrets))
+        .collect();
     let Merged {
         mut settings,
         tools: raw_tools,
@@ -51,6 +60,7 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         agents,
     } = merge(d, docs);
     let agents = super::agents::agents(d, agents);
+    let secrets = super::secrets::secrets(d, &secrets);
     let judges = helpers::judges(d, &raw_judges);
     settings.notify = notify.map(|n| helpers::helper(d, "approvals.notify", &n));
     let defaults: Vec<usize> = default_judges
@@ -98,6 +108,7 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         rules.push(r);
     }
     link(&mut tools, &rules);
+    super::secrets::check_tools(d, &raw_tools, &tools, &secrets);
     let by_name = tools
         .iter()
         .enumerate()
@@ -111,6 +122,8 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         judges,
         approvers,
         agents,
+        masks: super::secrets::mask::Masks::new(&secrets).map(std::sync::Arc::new),
+        secrets,
         version: String::new(),
     }
 }

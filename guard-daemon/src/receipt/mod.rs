@@ -106,6 +106,13 @@ pub struct Receipt {
     /// reached for, the layer that stopped it, and what guard did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub divergences: Vec<Divergence>,
+    /// The secrets the call was given (in its environment): an approved process can print
+    /// a value in a form no mask knows, so each is exposed to what the call did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_exposed: Vec<String>,
+    /// The secrets whose values guardd masked in the call's output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_masked: Vec<String>,
     /// Whether guard killed the call for a divergence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,

@@ -12,6 +12,7 @@ pub mod input;
 pub mod landlock;
 pub mod launch;
 pub mod limits;
+pub mod output;
 pub mod protected;
 pub mod resolve;
 pub mod seccomp;

@@ -58,7 +58,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         .as_ref()
         .and_then(|c| tpl.paths(d, std::slice::from_ref(c), "cwd").pop());
     let connect = tpl.connect(d, &t.effects.connect);
-    let env = tpl.env(d, &t.env);
+    let (env, secret_env) = tpl.env(d, &t.env);
     let stdin = stdin(d, &tk, t.stdin.as_ref(), &args);
     let confinement = confinement(d, &tk, t);
     needs_command(d, &tk, t);
@@ -89,6 +89,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         on_divergence: t.effects.on_divergence,
         cwd,
         env,
+        secret_env,
         stdin,
         confinement,
         rules: Vec::new(),
@@ -238,9 +239,10 @@ impl Templates<'_> {
     }
 
     /// `env`: each name must be one a shell could export, and none may change how programs
-    /// load code; each value is a literal or a placeholder.
-    fn env(&self, d: &mut Diag, env: &[(S<String>, S<String>)]) -> Vec<(String, Elem<String>)> {
-        let mut out = Vec::new();
+    /// load code; each value is a literal or a placeholder, or a text naming secrets (the
+    /// second list, kept as written: the values are put in at launch).
+    fn env(&self, d: &mut Diag, env: &[(S<String>, S<String>)]) -> (Env, Vec<(String, String)>) {
+        let (mut out, mut secret_env) = (Vec::new(), Vec::new());
         for (k, v) in env {
             let key = format!("{}.env.{}", self.tk, k.v);
             let valid = !k.v.is_empty()
@@ -255,6 +257,14 @@ impl Templates<'_> {
                     "this variable changes how programs load code; it may not be set",
                 );
             }
+            if super::super::secrets::is_template(&v.v) {
+                // Checked against the policy's secrets once they are read (`secrets`).
+                match super::super::secrets::names(&v.v) {
+                    Ok(_) => secret_env.push((k.v.clone(), v.v.clone())),
+                    Err(e) => d.err(&v.at, &key, e),
+                }
+                continue;
+            }
             match self.slot(d, v, &key) {
                 Some(Slot::Arg(i)) => out.push((k.v.clone(), Elem::Arg(i))),
                 Some(Slot::Ctx(c, rest)) => out.push((k.v.clone(), Elem::Ctx(c, rest))),
@@ -262,12 +272,15 @@ impl Templates<'_> {
                 None => {}
             }
         }
-        out
+        (out, secret_env)
     }
 }
 
+/// A tool's environment: each variable's template.
+type Env = Vec<(String, Elem<String>)>;
+
 /// A literal `host:port` (`[v6]:port` too), the host lowercased as urls are compared.
-fn endpoint(s: &str) -> Option<Endpoint> {
+pub(crate) fn endpoint(s: &str) -> Option<Endpoint> {
     let (h, p) = s.rsplit_once(':')?;
     let h = h.trim_start_matches('[').trim_end_matches(']');
     match p.parse::<u16>() {

@@ -1,0 +1,308 @@
+//! Masking secrets' values in a stream of bytes: a tool's output on its way to the caller, an
+//! argument on its way to the audit log. Each value is looked for as it is and in the forms a
+//! program prints it without meaning to hide it (hex, base64 in either alphabet at each of its
+//! three alignments, percent-encoded), and replaced by `[secret:NAME]`, across chunk
+//! boundaries: a value split between two writes is still found.
+
+use aho_corasick::{AhoCorasick, MatchKind};
+
+use super::Secret;
+
+/// The shortest encoded form looked for: a base64 run shorter than this (a short value at an
+/// awkward alignment) would match ordinary text.
+const MIN_FORM: usize = 8;
+
+/// What is looked for, built once per policy: every form of every secret's value.
+#[derive(Debug)]
+pub struct Masks {
+    ac: AhoCorasick,
+    patterns: Vec<Vec<u8>>,
+    /// The secret of each pattern, by pattern index.
+    of: Vec<usize>,
+    /// `[secret:NAME]` of each secret.
+    shown: Vec<String>,
+    /// The longest pattern less one: bytes kept back until the next chunk shows whether a
+    /// value starts in them.
+    keep: usize,
+}
+
+impl Masks {
+    /// The masks of `secrets`' values; `None` when there are none.
+    pub fn new(secrets: &[Secret]) -> Option<Self> {
+        let mut patterns: Vec<Vec<u8>> = Vec::new();
+        let mut of = Vec::new();
+        for (i, s) in secrets.iter().enumerate() {
+            for form in forms(s.value.bytes()) {
+                if !patterns.contains(&form) {
+                    patterns.push(form);
+                    of.push(i);
+                }
+            }
+        }
+        let keep = patterns.iter().map(Vec::len).max()?.saturating_sub(1);
+        let ac = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&patterns)
+            .ok()?;
+        Some(Self {
+            ac,
+            patterns,
+            of,
+            shown: secrets
+                .iter()
+                .map(|s| format!("[secret:{}]", s.name))
+                .collect(),
+            keep,
+        })
+    }
+
+    /// The name of the first secret whose value `text` holds, in any form.
+    pub fn first_in(&self, text: &str) -> Option<&str> {
+        let m = self.ac.find(text)?;
+        Some(self.name(self.of[m.pattern().as_usize()]))
+    }
+
+    /// `text` with every value masked.
+    pub fn mask_text(&self, text: &str) -> String {
+        let mut m = Masker::new(self);
+        let mut out = Vec::with_capacity(text.len());
+        m.push(text.as_bytes(), &mut out);
+        m.finish(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn name(&self, i: usize) -> &str {
+        let s = &self.shown[i];
+        &s["[secret:".len()..s.len() - 1]
+    }
+}
+
+/// A masker over one stream.
+pub struct Masker<'m> {
+    masks: &'m Masks,
+    carry: Vec<u8>,
+    /// Which secrets were found, by index in the policy's list.
+    found: Vec<bool>,
+}
+
+impl<'m> Masker<'m> {
+    /// A masker of one stream.
+    pub fn new(masks: &'m Masks) -> Self {
+        Self {
+            masks,
+            carry: Vec::new(),
+            found: vec![false; masks.shown.len()],
+        }
+    }
+
+    /// Masks `chunk`, appending to `out` what can be let through now (the last bytes may be
+    /// the start of a value, and wait for the next chunk or [`Masker::finish`]).
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        self.carry.extend_from_slice(chunk);
+        let buf = std::mem::take(&mut self.carry);
+        // A match starting before `limit` lies whole in `buf`: no later byte can change it.
+        let limit = buf.len().saturating_sub(self.masks.keep);
+        let pos = self.mask(&buf, limit, out);
+        let from = pos.max(limit);
+        out.extend_from_slice(&buf[pos..from]);
+        self.carry = buf[from..].to_vec();
+    }
+
+    /// What was held back, masked: the stream has ended.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        let buf = std::mem::take(&mut self.carry);
+        let pos = self.mask(&buf, buf.len(), out);
+        out.extend_from_slice(&buf[pos..]);
+    }
+
+    /// Lets through what was held back, but for its longest end that could still be the
+    /// start of a value: the stream is quiet, and a prompt or a partial line should be seen.
+    pub fn flush_idle(&mut self, out: &mut Vec<u8>) {
+        let buf = std::mem::take(&mut self.carry);
+        let pos = self.mask(&buf, buf.len(), out);
+        let rest = &buf[pos..];
+        let held = (1..=rest.len())
+            .rev()
+            .find(|&n| {
+                let end = &rest[rest.len() - n..];
+                self.masks.patterns.iter().any(|p| p.starts_with(end))
+            })
+            .unwrap_or(0);
+        out.extend_from_slice(&rest[..rest.len() - held]);
+        self.carry = rest[rest.len() - held..].to_vec();
+    }
+
+    /// The names of the secrets found so far.
+    pub fn found(&self) -> impl Iterator<Item = &str> {
+        (0..self.found.len())
+            .filter(|&i| self.found[i])
+            .map(|i| self.masks.name(i))
+    }
+
+    /// Appends `buf` up to the end of its last match starting before `limit`, masked; returns
+    /// where that end is.
+    fn mask(&mut self, buf: &[u8], limit: usize, out: &mut Vec<u8>) -> usize {
+        let mut pos = 0;
+        for m in self.masks.ac.find_iter(buf) {
+            if m.start() >= limit {
+                break;
+            }
+            let i = self.masks.of[m.pattern().as_usize()];
+            self.found[i] = true;
+            out.extend_from_slice(&buf[pos..m.start()]);
+            out.extend_from_slice(self.masks.shown[i].as_bytes());
+            pos = m.end();
+        }
+        pos
+    }
+}
+
+/// The forms of `value` looked for.
+fn forms(value: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = vec![value.to_vec()];
+    out.push(hex(value, b"0123456789abcdef"));
+    out.push(hex(value, b"0123456789ABCDEF"));
+    for alphabet in [STANDARD, URL_SAFE] {
+        for shift in 0..3 {
+            out.push(base64_inner(value, shift, alphabet));
+        }
+    }
+    out.push(percent(value));
+    out.retain(|f| f.len() >= MIN_FORM.min(value.len()));
+    out
+}
+
+fn hex(bytes: &[u8], digits: &[u8; 16]) -> Vec<u8> {
+    bytes
+        .iter()
+        .flat_map(|b| [digits[usize::from(b >> 4)], digits[usize::from(b & 15)]])
+        .collect()
+}
+
+const STANDARD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const URL_SAFE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// The base64 characters that `value` alone decides when it follows `shift` other bytes (0 to
+/// 2) in an encoded stream: those mixing its bits with its neighbours' are left out, so the
+/// run is found whatever came before and after.
+fn base64_inner(value: &[u8], shift: usize, alphabet: &[u8; 64]) -> Vec<u8> {
+    let mut bytes = vec![0u8; shift];
+    bytes.extend_from_slice(value);
+    let mut chars = Vec::with_capacity(bytes.len() * 4 / 3 + 4);
+    for group in bytes.chunks(3) {
+        let mut n = [0u8; 3];
+        n[..group.len()].copy_from_slice(group);
+        let v = u32::from(n[0]) << 16 | u32::from(n[1]) << 8 | u32::from(n[2]);
+        for k in 0..=group.len() {
+            chars.push(alphabet[((v >> (18 - 6 * k)) & 63) as usize]);
+        }
+    }
+    // The first character wholly of the value's bits, and the end of the last one.
+    let first = (shift * 8).div_ceil(6);
+    let last = ((shift + value.len()) * 8) / 6;
+    chars
+        .get(first..last.min(chars.len()))
+        .unwrap_or_default()
+        .to_vec()
+}
+
+/// `value` percent-encoded: every byte outside RFC 3986's unreserved set as `%XX`.
+fn percent(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    for &b in value {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{super::Value, *};
+
+    fn secret(name: &str, value: &[u8]) -> Secret {
+        Secret {
+            name: name.into(),
+            hosts: Vec::new(),
+            source: String::new(),
+            value: Value(value.to_vec()),
+        }
+    }
+
+    #[test]
+    fn each_form_is_masked_in_every_split_of_the_stream() {
+        let s = secret("api", b"s3cr3t-T0ken/value+x");
+        // As Python's binascii and base64 modules print them.
+        let text = "raw s3cr3t-T0ken/value+x hex 7333637233742d54306b656e2f76616c75652b78 \
+                    b64 czNjcjN0LVQwa2VuL3ZhbHVlK3g= b64-shifted YWI6czNjcjN0LVQwa2VuL3ZhbHVlK3g= \
+                    b64-1 YXMzY3IzdC1UMGtlbi92YWx1ZSt4 url-safe eHlzM2NyM3QtVDBrZW4vdmFsdWUreA== \
+                    pct s3cr3t-T0ken%2Fvalue%2Bx end";
+        for split in 0..text.len() {
+            let masks = Masks::new(std::slice::from_ref(&s)).expect("masks");
+            let mut m = Masker::new(&masks);
+            let mut out = Vec::new();
+            m.push(&text.as_bytes()[..split], &mut out);
+            m.push(&text.as_bytes()[split..], &mut out);
+            m.finish(&mut out);
+            let out = String::from_utf8(out).expect("utf8");
+            assert_eq!(
+                out.matches("[secret:api]").count(),
+                7,
+                "split {split}: {out}"
+            );
+            assert!(out.starts_with("raw [secret:api] hex"), "{out}");
+            assert!(out.ends_with(" end"), "{out}");
+            for leak in ["T0ken", "LVQwa2Vu", "UMGtlbi", "VDBrZW4", "54306b"] {
+                assert!(!out.contains(leak), "split {split}: {leak} in {out}");
+            }
+            assert_eq!(m.found().collect::<Vec<_>>(), ["api"]);
+        }
+    }
+
+    #[test]
+    fn a_quiet_stream_lets_through_all_but_what_could_start_a_value() {
+        let masks = Masks::new(&[secret("api", b"tok-12345678")]).expect("masks");
+        let mut m = Masker::new(&masks);
+        let mut out = Vec::new();
+        m.push(b"Password: ", &mut out);
+        m.flush_idle(&mut out);
+        assert_eq!(out, b"Password: ");
+        out.clear();
+        m.push(b"x tok-123", &mut out);
+        m.flush_idle(&mut out);
+        assert_eq!(out, b"x ", "the start of the value waits");
+        m.push(b"45678 y", &mut out);
+        m.finish(&mut out);
+        assert_eq!(out, b"x [secret:api] y");
+    }
+
+    #[test]
+    fn text_without_a_value_passes_unchanged_byte_for_byte() {
+        let s = secret("api", b"abcdefgh1234");
+        let masks = Masks::new(&[s]).expect("masks");
+        let mut m = Masker::new(&masks);
+        let mut out = Vec::new();
+        let text: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        for chunk in text.chunks(777) {
+            m.push(chunk, &mut out);
+        }
+        m.finish(&mut out);
+        assert_eq!(out, text);
+        assert_eq!(m.found().count(), 0);
+    }
+
+    #[test]
+    fn text_is_masked_and_the_first_secret_named() {
+        let masks = Masks::new(&[
+            secret("a", b"aaaa-1111-aaaa"),
+            secret("b", b"bbbb-2222-bbbb"),
+        ])
+        .expect("masks");
+        assert_eq!(masks.mask_text("x aaaa-1111-aaaa y"), "x [secret:a] y");
+        assert_eq!(masks.first_in("x YmJiYi0yMjIyLWJiYmI= y"), Some("b"));
+        assert_eq!(masks.first_in("nothing here"), None);
+    }
+}

@@ -1,0 +1,279 @@
+//! Secrets (issue 33, part 3): a token guardd reads from a root-only file reaches the approved
+//! call's environment, and the call reaches a real HTTP server on loopback that requires it;
+//! the caller's output and the audit log hold no form of the token; the same tool steered at
+//! another port is stopped in the kernel before the token leaves; an argument holding the token
+//! is quarantined; a policy that would let the token go elsewhere does not load.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpListener,
+    os::unix::fs::PermissionsExt as _,
+    process::Command,
+    sync::{Arc, Mutex},
+};
+
+use super::support::{self, Guardd, TempDir, ToolDir, output};
+
+/// A server on loopback that answers 200 to a request bearing `token` (echoing it, as an API
+/// that prints what it was sent would) and 401 otherwise; what it was sent, in order.
+fn server(token: String) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = String::new();
+            let mut buf = [0u8; 4096];
+            while !request.contains("\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(n) if n > 0 => request.push_str(&String::from_utf8_lossy(&buf[..n])),
+                    _ => break,
+                }
+            }
+            let authorized = request.contains(&format!("Authorization: Bearer {token}\r\n"));
+            log.lock().expect("log").push(request);
+            let reply = if authorized {
+                format!("HTTP/1.0 200 OK\r\n\r\nauthorized as {token}")
+            } else {
+                "HTTP/1.0 401 Unauthorized\r\n\r\nwho are you".to_owned()
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    (port, seen)
+}
+
+/// The token as the test tool prints it: raw, hex and base64 (what must never show).
+fn forms(token: &str) -> Vec<String> {
+    let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
+    let b64 = Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().expect("stdin").write_all(token.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("base64");
+    let b64 = String::from_utf8(b64.stdout).expect("ascii");
+    // The middle of each form, so a partial mask would not pass either.
+    vec![token.to_owned(), hex, b64]
+        .into_iter()
+        .map(|f| f[2..f.len() - 2].to_owned())
+        .collect()
+}
+
+/// The test tool with `API_TOKEN` from secret `api`, which may go to `hosts` only.
+fn policy(tool: &std::path::Path, token_file: &std::path::Path, port: u16) -> String {
+    let slots: Vec<String> = (0..12).map(|i| format!("\"{{a{i}}}\"")).collect();
+    let args: String = (0..12)
+        .map(|i| format!("[tools.tt.args.a{i}]\ntype = \"string\"\nrequired = false\n"))
+        .collect();
+    format!(
+        r#"
+[settings]
+disclose_reasons = true
+
+[secrets.api]
+source = "file:{file}"
+hosts = ["127.0.0.1:{port}"]
+
+[tools.tt]
+tier = "low"
+command = ["{tool}", {slots}]
+env = {{ API_TOKEN = "{{secret:api}}" }}
+{args}
+[tools.tt.effects]
+connect = ["127.0.0.1:{port}"]
+"#,
+        file = token_file.display(),
+        tool = tool.display(),
+        slots = slots.join(", "),
+    )
+}
+
+/// Runs the test tool's actions (up to 12 slots) through guardd.
+fn call(guardd: &Guardd, actions: &[&str]) -> std::process::Output {
+    let pairs: Vec<String> = actions
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("a{i}={a}"))
+        .collect();
+    let pairs: Vec<&str> = pairs.iter().map(String::as_str).collect();
+    output(guardd.exec("tt", &pairs))
+}
+
+#[test]
+fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
+    if !support::privileged(
+        "a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log",
+    ) {
+        return;
+    }
+    let tools = ToolDir::new("secrets");
+    let dir = TempDir::new("secrets-key");
+    let token = format!("tok-{}-Zq9", support::unique("s3cr3t"));
+    let file = dir.join("api.token");
+    std::fs::write(&file, format!("{token}\n")).expect("token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (port, seen) = server(token.clone());
+    let (decoy, decoy_seen) = server("not-the-token".into());
+    let guardd = Guardd::start(&policy(&tools.tool, &file, port));
+
+    // The approved call: the server accepts the token and prints it back; the tool prints it
+    // raw, hex, base64, and split across two writes on stderr.
+    let addr = format!("127.0.0.1:{port}");
+    let out = call(
+        &guardd,
+        &[
+            "bearer",
+            &addr,
+            "API_TOKEN",
+            "--",
+            "print-env",
+            "API_TOKEN",
+            "--",
+            "print-env-hex",
+            "API_TOKEN",
+        ],
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout} {stderr}");
+    assert!(stdout.contains("authorized as [secret:api]"), "{stdout}");
+    assert!(stdout.contains("value [secret:api]"), "{stdout}");
+    assert!(stdout.contains("hex [secret:api]"), "{stdout}");
+    let seen_requests = seen.lock().expect("seen").clone();
+    assert_eq!(seen_requests.len(), 1, "{seen_requests:?}");
+    assert!(
+        seen_requests[0].contains(&format!("Bearer {token}")),
+        "the server got the token"
+    );
+    let out = call(
+        &guardd,
+        &[
+            "print-env-b64",
+            "API_TOKEN",
+            "--",
+            "print-env-split",
+            "API_TOKEN",
+        ],
+    );
+    let (stdout2, stderr2) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout2} {stderr2}");
+    assert!(stdout2.contains("b64 [secret:api]"), "{stdout2}");
+    assert!(stderr2.contains("split [secret:api] end"), "{stderr2}");
+
+    // Steered at another port: the kernel refuses the connect (EPERM from the cgroup
+    // program) and guard stops the call; the decoy hears nothing.
+    let steered = call(
+        &guardd,
+        &["bearer", &format!("127.0.0.1:{decoy}"), "API_TOKEN"],
+    );
+    let said = String::from_utf8_lossy(&steered.stderr);
+    assert_ne!(steered.status.code(), Some(0), "{steered:?}");
+    assert!(said.contains("not approved to do"), "{steered:?}");
+    assert!(
+        decoy_seen.lock().expect("decoy").is_empty(),
+        "the token left for another port"
+    );
+
+    // An argument holding the token: quarantined, never run, the row holds the mask only.
+    let carried = call(&guardd, &["print-env", &format!("x{token}y")]);
+    assert_eq!(carried.status.code(), Some(126), "{carried:?}");
+    let rows = guardd.audit_rows();
+    let quarantined = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "decision")
+        .expect("a decision row");
+    assert_eq!(
+        quarantined["decision"]["decision"], "quarantine",
+        "{quarantined}"
+    );
+    assert_eq!(
+        quarantined["decision"]["check_name"], "secret",
+        "{quarantined}"
+    );
+    assert!(
+        quarantined.to_string().contains("[secret:api]"),
+        "{quarantined}"
+    );
+
+    // The receipts say which secret each call was given, and which were masked.
+    let receipts: Vec<_> = rows.iter().filter(|r| r["kind"] == "finished").collect();
+    assert_eq!(receipts.len(), 3, "{rows:#?}");
+    for r in &receipts {
+        assert_eq!(
+            r["effects_observed"]["secret_exposed"],
+            serde_json::json!(["api"]),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        receipts[0]["effects_observed"]["secret_masked"],
+        serde_json::json!(["api"])
+    );
+
+    // No form of the token anywhere the caller or the log keeps.
+    let audit = std::fs::read_to_string(&guardd.audit).expect("audit");
+    for f in forms(&token) {
+        for (what, text) in [
+            ("stdout", &stdout),
+            ("stderr", &stderr),
+            ("stdout", &stdout2),
+            ("stderr", &stderr2),
+            ("audit log", &audit),
+        ] {
+            assert!(!text.contains(&f), "{f} in the {what}: {text}");
+        }
+    }
+}
+
+#[test]
+fn a_policy_that_could_take_a_secret_elsewhere_does_not_load() {
+    let tools = ToolDir::new("secrets-load");
+    let dir = TempDir::new("secrets-load-key");
+    let file = dir.join("api.token");
+    std::fs::write(&file, "abcdefgh-12345678").expect("token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let good = policy(&tools.tool, &file, 8443);
+    let check = |text: &str| {
+        let path = dir.join("policy.toml");
+        std::fs::write(&path, text).expect("policy");
+        let out = output({
+            let mut c = Command::new(support::bin("guardd"));
+            c.arg("--check-config").arg("--policy").arg(&path);
+            c
+        });
+        let said = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        (out.status.success(), said)
+    };
+    let (ok, said) = check(&good);
+    assert!(ok, "{said}");
+    // A destination outside the secret's hosts.
+    let (ok, said) = check(&good.replace(
+        "connect = [\"127.0.0.1:8443\"]",
+        "connect = [\"127.0.0.1:8443\", \"example.com:443\"]",
+    ));
+    assert!(!ok && said.contains("tools.tt.env.API_TOKEN"), "{said}");
+    assert!(said.contains("example.com:443"), "{said}");
+    // A file others may read.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (ok, said) = check(&good);
+    assert!(!ok && said.contains("secrets.api.source"), "{said}");
+    assert!(said.contains("mode 644"), "{said}");
+    // A secret the policy does not define.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (ok, said) = check(&good.replace("{secret:api}", "{secret:other}"));
+    assert!(!ok && said.contains("no [secrets.other]"), "{said}");
+}
