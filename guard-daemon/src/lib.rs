@@ -11,6 +11,7 @@
 //! proven by [`selftest`], guarded by [`lock`] and announced by [`notify`]. [`stages`] times a
 //! call's way through all of it; [`client`] and [`cli`] serve the binaries.
 pub mod access;
+pub mod addr;
 pub mod agents;
 pub mod approval;
 pub mod approver;

@@ -277,3 +277,46 @@ fn a_policy_that_could_take_a_secret_elsewhere_does_not_load() {
     let (ok, said) = check(&good.replace("{secret:api}", "{secret:other}"));
     assert!(!ok && said.contains("no [secrets.other]"), "{said}");
 }
+
+/// A host name that resolves to the host itself, other than `localhost`: the machine's own name
+/// (in /etc/hosts on machines of this kind).
+fn loopback_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim().to_owned();
+    let internal = std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), 80))
+        .ok()?
+        .all(|a| a.ip().is_loopback());
+    internal.then_some(name)
+}
+
+#[test]
+fn a_name_answering_with_the_hosts_own_address_is_no_destination_unless_named() {
+    let test = "a_name_answering_with_the_hosts_own_address_is_no_destination_unless_named";
+    if !support::privileged(test) {
+        return;
+    }
+    let Some(name) = loopback_name() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: this machine's name does not resolve to loopback"
+        );
+        eprintln!("skipping {test}: this machine's name does not resolve to loopback");
+        return;
+    };
+    let s = super::escape::Setup::new();
+    let (port, seen) = server("t".repeat(8));
+    let named = format!("{name}:{port}");
+    // Its name alone: the answer (127.0.0.1) is the host's own, refused before launch.
+    let guardd = Guardd::start(&s.policy(&format!("connect = [\"{named}\"]"), ""));
+    let out = super::escape::call(&guardd, &["connect", &named]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(seen.lock().expect("seen").is_empty(), "the call connected");
+    let audit = std::fs::read_to_string(&guardd.audit).expect("audit");
+    assert!(audit.contains("DNS rebinding"), "{audit}");
+    drop(guardd);
+    // With the address named too, the name may stand for it.
+    let both = format!("connect = [\"{named}\", \"127.0.0.1:{port}\"]");
+    let guardd = Guardd::start(&s.policy(&both, ""));
+    let out = super::escape::call(&guardd, &["connect", &named]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

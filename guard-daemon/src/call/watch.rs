@@ -61,11 +61,18 @@ async fn resolve(
 ) -> Result<(Vec<Destination>, HashMap<String, Vec<IpAddr>>), CallError> {
     let mut dests = Vec::new();
     let mut names = HashMap::new();
+    let literal = |port: u16| -> Vec<IpAddr> {
+        endpoints
+            .iter()
+            .filter(|e| e.port == port)
+            .filter_map(|e| e.host.parse().ok())
+            .collect()
+    };
     for ep in endpoints {
         let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
             Ok(ip) => vec![ip],
             Err(_) => {
-                let addrs: Vec<IpAddr> = tokio::net::lookup_host((ep.host.as_str(), ep.port))
+                let found: Vec<IpAddr> = tokio::net::lookup_host((ep.host.as_str(), ep.port))
                     .await
                     .map_err(|e| CallError::Resolve {
                         host: ep.host.clone(),
@@ -73,6 +80,22 @@ async fn resolve(
                     })?
                     .map(|sa| sa.ip())
                     .collect();
+                let named = literal(ep.port);
+                let addrs: Vec<IpAddr> = found
+                    .iter()
+                    .copied()
+                    .filter(|&ip| crate::addr::answer_allowed(&ep.host, ip, &named))
+                    .collect();
+                if addrs.is_empty() {
+                    return Err(CallError::Resolve {
+                        host: ep.host.clone(),
+                        reason: format!(
+                            "it answers with the host's own or its network's addresses \
+                             ({found:?}), which a name may not stand for (DNS rebinding): \
+                             name the address in the tool's connect to reach it"
+                        ),
+                    });
+                }
                 names
                     .entry(ep.host.clone())
                     .or_insert_with(Vec::new)

@@ -217,6 +217,17 @@ impl ArgSpec {
                 format!("argument '{n}' names a host that is not allowed"),
             ));
         }
+        // The host's own credentials: only a policy that names the address may send a call.
+        let bare = u.host.trim_start_matches('[').trim_end_matches(']');
+        if bare.parse().is_ok_and(crate::addr::is_metadata) && !self.hosts.contains(&u.host) {
+            return Err(fail(
+                n,
+                format!(
+                    "argument '{n}' names a cloud metadata address, a destination only where \
+                     its hosts name it"
+                ),
+            ));
+        }
         Ok(ArgValue::Url {
             raw: s.to_string(),
             host: u.host,

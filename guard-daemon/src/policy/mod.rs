@@ -420,4 +420,6 @@ mod tests;
 #[cfg(test)]
 mod tests_helpers;
 #[cfg(test)]
+mod tests_secrets;
+#[cfg(test)]
 mod tests_stdin;

@@ -1,0 +1,98 @@
+//! Classes of addresses no call reaches by accident: the cloud metadata endpoints (which hand
+//! out the host's own credentials) and, for a host *name*, the host's own and its network's
+//! private addresses. A name is the outside world's to answer, and one that answers with
+//! `127.0.0.1` or `10.0.0.5` is DNS rebinding: a call approved for `api.example.com` would reach
+//! a service on the host or its network. Such answers are a destination only where the tool
+//! names the address itself; `localhost` (and `*.localhost`, RFC 6761) is the host's own name.
+
+use std::net::IpAddr;
+
+/// The cloud metadata endpoints: AWS, GCP and Azure (`169.254.169.254`), AWS over IPv6
+/// (`fd00:ec2::254`), ECS task credentials (`169.254.170.2`), Alibaba (`100.100.100.200`).
+pub fn is_metadata(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => matches!(
+            v4.octets(),
+            [169, 254, 169, 254] | [169, 254, 170, 2] | [100, 100, 100, 200]
+        ),
+        IpAddr::V6(v6) => v6.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254],
+    }
+}
+
+/// Whether `ip` is the host's own or its network's: loopback, link-local, private (RFC 1918,
+/// RFC 4193), shared (RFC 6598), unspecified, or a metadata endpoint.
+pub fn is_internal(ip: IpAddr) -> bool {
+    if is_metadata(ip) {
+        return true;
+    }
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_private()
+                || v4.is_unspecified()
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// Whether `name`'s answer `ip` may be a destination of a call whose literal addresses are
+/// `literal`: any outside address; an internal one only for `localhost`'s loopback, or where
+/// the call names that very address.
+pub fn answer_allowed(name: &str, ip: IpAddr, literal: &[IpAddr]) -> bool {
+    if !is_internal(ip) || literal.contains(&ip) {
+        return true;
+    }
+    let localhost = name == "localhost" || name.ends_with(".localhost");
+    localhost && ip.to_canonical().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn internal_answers_of_a_name_are_refused_unless_named() {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.16.5.5",
+            "169.254.169.254",
+            "100.64.0.1",
+            "::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+        ] {
+            assert!(
+                !answer_allowed("api.example.com", ip(internal), &[]),
+                "{internal}"
+            );
+        }
+        assert!(answer_allowed("api.example.com", ip("93.184.216.34"), &[]));
+        assert!(answer_allowed(
+            "db.internal",
+            ip("10.0.0.5"),
+            &[ip("10.0.0.5")]
+        ));
+        assert!(answer_allowed("localhost", ip("127.0.0.1"), &[]));
+        assert!(answer_allowed("localhost", ip("::1"), &[]));
+        assert!(!answer_allowed("localhost", ip("10.0.0.5"), &[]));
+        assert!(is_metadata(ip("::ffff:169.254.169.254")));
+        assert!(!is_metadata(ip("169.254.169.253")));
+    }
+}
