@@ -138,8 +138,15 @@ pub enum Effect {
     /// refuse; guardd saw it through the call's seccomp listener before the kernel went on.
     WriteOpen { path: String, flags: u32 },
     /// A protected name (`sandbox::protected`) that was not there when the call started and is
-    /// there at its end: made by the call, unrefused, and what programs outside guard may run.
-    Planted { path: String },
+    /// there at its end: made by the call, unrefused, and what programs outside guard may run;
+    /// moved aside at the call's end (`moved_to`), or, where that failed, left (`kept`: why).
+    Planted {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        moved_to: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept: Option<String>,
+    },
     /// Write-opens outside its effects the kernel counted but whose events were lost.
     WritesOutside { writes: u64, events_lost: u64 },
     /// Kernel events of the call the ring buffer had no room for: its receipt is incomplete.
@@ -270,7 +277,7 @@ impl Effect {
             Effect::Exec { path }
             | Effect::Open { path, .. }
             | Effect::WriteOpen { path, .. }
-            | Effect::Planted { path } => path.clone(),
+            | Effect::Planted { path, .. } => path.clone(),
             Effect::Connect { addr, port, proto } | Effect::Bind { addr, port, proto } => {
                 format!("{addr}:{port}/{}", proto.as_str())
             }

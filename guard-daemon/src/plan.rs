@@ -41,6 +41,10 @@ pub struct Effects {
     /// nowhere the call may go.
     #[serde(skip)]
     pub beneath: Vec<(PathBuf, PathBuf)>,
+    /// The names kept read-only beneath each directory the call may write (`[workspaces]
+    /// protected`); `None`: the default list (`sandbox::protected::NAMES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected: Option<Vec<String>>,
 }
 
 /// A network destination by name or address, and port.

@@ -417,15 +417,24 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
     let out = run(&guardd, &ws, Via::Direct, attempts[0], &ws);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(ws.join(".git/hooks/pre-commit").exists());
-    // A name absent at the call's start can be made (no mount keeps it); the call's receipt
-    // says so, as a divergence seen at its end.
-    let out = run(
-        &guardd,
-        &ws,
-        Via::Guard,
-        "echo /tmp/x > .git/commondir",
-        &ws,
+    what_a_call_plants_is_moved_aside_and_git_runs_none_of_it(&guardd, &ws);
+}
+
+/// A protected name absent at a call's start can be made (no mount keeps it): at the call's
+/// end it is moved aside (`NAME.guard-planted-ID`) and is a divergence on its receipt, so the
+/// developer's git, direnv or agent never finds it. Here: `.git/commondir` redirecting git to
+/// a directory whose config runs a program on `git status`, Claude Code's `.mcp.json`, and the `HEAD` that
+/// makes git take the workspace for a bare repository once `.git` is unusable.
+fn what_a_call_plants_is_moved_aside_and_git_runs_none_of_it(guardd: &Guardd, ws: &Path) {
+    let mark = ws.join("MARK");
+    let plant = format!(
+        "mkdir -p evil/objects evil/refs && \
+         printf '[core]\\n\\tfsmonitor = \"touch {mark}\"\\n' > evil/config && \
+         echo ../evil > .git/commondir && echo '{{}}' > .mcp.json && \
+         printf 'ref: refs/heads/main\\n' > HEAD",
+        mark = mark.display()
     );
+    let out = run(guardd, ws, Via::Guard, &plant, ws);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let rows = guardd.audit_rows();
     let last = rows
@@ -433,12 +442,93 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
         .rev()
         .find(|r| r["kind"] == "finished")
         .expect("a finished row");
-    let planted = &last["effects_observed"]["divergences"][0];
-    assert_eq!(planted["effect"], "planted", "{last:#}");
-    assert!(
-        planted["path"]
-            .as_str()
-            .is_some_and(|p| p.ends_with("/.git/commondir")),
-        "{last:#}"
+    let call_id = last["call_id"].as_str().expect("call id");
+    let divergences = last["effects_observed"]["divergences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for name in [".git/commondir", ".mcp.json", "HEAD"] {
+        let d = divergences
+            .iter()
+            .find(|d| d["path"] == format!("{}/{name}", ws.display()))
+            .unwrap_or_else(|| panic!("{name} planted: {last:#}"));
+        assert_eq!(d["effect"], "planted", "{d}");
+        let moved = format!("{}/{name}.guard-planted-{call_id}", ws.display());
+        assert_eq!(d["moved_to"], moved.as_str(), "{d}");
+        assert!(Path::new(&moved).exists(), "{moved}");
+        assert!(!ws.join(name).exists(), "{name} is still there");
+    }
+    // The developer's git: its own repository, no program of the call's run.
+    let out = run(
+        guardd,
+        ws,
+        Via::Direct,
+        "git status --short >/dev/null && git log -1 --format=%s",
+        ws,
     );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!mark.exists(), "git ran the call's fsmonitor");
+}
+
+/// `[workspaces] protected` replaces the list: a name it gives is kept read-only, one it leaves
+/// out is not. And a workspace that is a linked worktree has a `.git` file naming its git
+/// directory: a call cannot re-point it at one with hooks of its own.
+#[test]
+fn the_policy_names_what_is_protected_and_a_git_pointer_file_stays_as_it_is() {
+    if !support::privileged("the_policy_names_what_is_protected") {
+        return;
+    }
+    let root = TempDir::new("guard-protected-list");
+    let main = root.join("main");
+    clone_into(&main);
+    let ws = root.join("wt");
+    std::fs::create_dir(&ws).expect("mkdir wt");
+    std::os::unix::fs::chown(&ws, Some(NOBODY), Some(NOBODY)).expect("chown wt");
+    let mut add = Command::new("git");
+    add.arg("-C")
+        .arg(&main)
+        .args(["worktree", "add", "-q"])
+        .arg(&ws);
+    add.uid(NOBODY).gid(NOBODY);
+    let out = output(add);
+    assert!(out.status.success(), "git worktree add: {out:?}");
+    std::fs::create_dir_all(ws.join("notes")).expect("mkdir");
+    std::fs::write(ws.join("notes/keep.md"), "kept\n").expect("write");
+    let chown = output({
+        let mut c = Command::new("chown");
+        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
+        c
+    });
+    assert!(chown.status.success(), "{chown:?}");
+    let policy = support::default_policy_in(&ws).replacen(
+        "[workspaces]\n",
+        "[workspaces]\nprotected = [\"notes/keep.md\"]\n",
+        1,
+    );
+    let guardd = Guardd::start_with(&policy, &["--socket-group", "nogroup"]);
+    let refused = [
+        "echo changed > notes/keep.md",
+        "echo 'gitdir: /tmp/evil' > .git",
+        "rm .git",
+    ];
+    for attempt in refused {
+        let out = run(&guardd, &ws, Via::Guard, attempt, &ws);
+        assert_ne!(out.status.code(), Some(0), "`{attempt}`: {out:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/keep.md")).expect("keep.md"),
+        "kept\n"
+    );
+    let pointer = std::fs::read_to_string(ws.join(".git")).expect(".git");
+    assert!(
+        pointer.starts_with("gitdir: ") && pointer.contains("worktrees"),
+        "{pointer}"
+    );
+    // Left out of the list: .claude is the call's to write here. (git itself needs the main
+    // repository's git directory, outside this workspace, which the call may not read.)
+    let allowed =
+        "mkdir -p .claude && echo '{}' > .claude/settings.json && cat .claude/settings.json";
+    let out = run(&guardd, &ws, Via::Guard, allowed, &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "{}\n");
 }

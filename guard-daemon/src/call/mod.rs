@@ -529,7 +529,7 @@ impl Call<'_, '_> {
         // What it made that programs outside guard may run: seen now, on its receipt.
         daemon
             .receipts
-            .planted(cgroup.id(), absent.made(), &daemon.bus);
+            .planted(cgroup.id(), absent.made_and_moved(self.id), &daemon.bus);
         if outcome.timed_out {
             let secs = plan.confinement.timeout.as_secs();
             self.killed = Some(format!("timed out after {secs} s"));

@@ -396,6 +396,7 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -
             unix: tool.unix,
             on_divergence: tool.on_divergence,
             beneath: beneath(tool, vals),
+            protected: tool.protected.clone(),
         },
         confinement,
     }

@@ -45,6 +45,7 @@ impl Helper {
                 unix: false,
                 on_divergence: OnDivergence::Kill,
                 beneath: beneath.to_vec(),
+                protected: None,
             },
             confinement: Confinement {
                 timeout: self.timeout,

@@ -79,6 +79,9 @@ pub struct Settings {
     pub run_as: Option<String>,
     /// `[workspaces] roots`: where projects live, absolute, each component a name or a glob.
     pub workspaces: Vec<PathBuf>,
+    /// `[workspaces] protected`: the names no call changes beneath a directory it may write;
+    /// `None`, the default list.
+    pub protected: Option<Vec<String>>,
     /// `[approvals] allow_self`: whether an admin may approve a call of their own uid.
     pub allow_self_approval: bool,
     /// `[approvals] notify`: the program told of each held call.
@@ -102,6 +105,7 @@ impl Default for Settings {
             socket_group: None,
             run_as: None,
             workspaces: Vec::new(),
+            protected: None,
             allow_self_approval: false,
             notify: None,
         }
@@ -145,6 +149,8 @@ pub(crate) struct Tool {
     pub on_divergence: OnDivergence,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
+    /// `[workspaces] protected`, when the policy gives it.
+    pub protected: Option<Vec<String>>,
     /// Variables whose values name secrets (`{secret:NAME}`), as written.
     pub secret_env: Vec<(String, String)>,
     /// Where its stdin comes from.

@@ -44,6 +44,10 @@ pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
         doc.workspaces = Some(RawWorkspaces {
             at: t.at.clone(),
             roots: t.list(d, "roots"),
+            protected: t
+                .given("protected")
+                .is_some()
+                .then(|| t.list(d, "protected")),
         });
         t.finish(d);
     }

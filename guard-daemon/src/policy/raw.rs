@@ -81,6 +81,8 @@ pub(crate) struct RawWorkspaces {
     pub at: Loc,
     /// Absolute paths whose components may be globs (`/home/*/projects/*`).
     pub roots: Vec<S<String>>,
+    /// Relative names kept read-only beneath every writable directory, when given.
+    pub protected: Option<Vec<S<String>>>,
 }
 
 /// `[agents.<name>]` as written.

@@ -609,3 +609,46 @@ run_as = "guard-tool"
     assert_eq!(user("plain").as_deref(), Some("nobody"));
     assert_eq!(user("own").as_deref(), Some("guard-tool"));
 }
+
+#[test]
+fn workspaces_protected_replaces_the_list_and_refuses_what_is_no_relative_name() {
+    let text = |list: &str| {
+        format!(
+            r#"
+[workspaces]
+roots = ["/srv/ws"]
+protected = [{list}]
+[tools.t]
+tier = "low"
+command = ["/bin/true"]
+[tools.t.effects]
+write = ["{{workspace}}"]
+"#
+        )
+    };
+    let p = policy(&text(r#"".git/hooks", "notes/keep.md""#));
+    let mut intent = Intent::new("t", serde_json::Map::new());
+    intent.cwd = Some("/srv/ws".into());
+    let plan = p.decide(&intent).plan.expect("plan");
+    assert_eq!(
+        plan.effects.protected.as_deref(),
+        Some(&[".git/hooks".to_owned(), "notes/keep.md".to_owned()][..])
+    );
+    for bad in [
+        "\"/etc/passwd\"",
+        "\"../up\"",
+        "\"a/*\"",
+        "\"a//b\"",
+        "\"\"",
+    ] {
+        let e = errors(&text(bad));
+        assert!(
+            e.iter().any(|e| e.contains("workspaces.protected")),
+            "{bad}: {e:?}"
+        );
+    }
+    // Not given: the default list, and nothing in the plan says otherwise.
+    let p = policy(&text("").replace("protected = []\n", ""));
+    let plan = p.decide(&intent).plan.expect("plan");
+    assert_eq!(plan.effects.protected, None);
+}

@@ -17,7 +17,7 @@ use super::{
     helpers::{Approver, Judge},
     raw::{
         RawAgent, RawApprover, RawDoc, RawHelper, RawJudge, RawRule, RawSecret, RawSettings,
-        RawTool,
+        RawTool, RawWorkspaces,
     },
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
@@ -70,6 +70,7 @@ pub(crate) fn build(d: &mut Diag, mut docs: Vec<RawDoc>) -> Policy {
     let mut tools = Vec::new();
     for t in &raw_tools {
         let mut compiled = tool::tool(d, t);
+        compiled.protected.clone_from(&settings.protected);
         // `[settings] run_as` is every tool's user unless the tool names its own.
         if compiled.confinement.run_as.is_none() {
             compiled.confinement.run_as.clone_from(&settings.run_as);
@@ -208,11 +209,7 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
                 d.err(&w.at, "workspaces", msg);
             } else {
                 workspaces_at = Some(w.at.clone());
-                settings.workspaces = w
-                    .roots
-                    .iter()
-                    .filter_map(|r| workspace_root(d, r))
-                    .collect();
+                workspaces(d, &mut settings, &w);
             }
         }
         for t in doc.tools {
@@ -242,6 +239,28 @@ fn merge(d: &mut Diag, docs: Vec<RawDoc>) -> Merged {
         default_judges,
         agents,
     }
+}
+
+/// `[workspaces]`: its roots and, when given, its protected names.
+fn workspaces(d: &mut Diag, settings: &mut Settings, w: &RawWorkspaces) {
+    settings.workspaces = w
+        .roots
+        .iter()
+        .filter_map(|r| workspace_root(d, r))
+        .collect();
+    settings.protected = w.protected.as_ref().map(|names| {
+        names
+            .iter()
+            .filter(|n| {
+                let bad = crate::sandbox::protected::invalid(&n.v);
+                if let Some(why) = bad {
+                    d.err(&n.at, "workspaces.protected", why);
+                }
+                bad.is_none()
+            })
+            .map(|n| n.v.clone())
+            .collect()
+    });
 }
 
 /// A `[workspaces] roots` entry: absolute, without `.` or `..`, each component a name or a

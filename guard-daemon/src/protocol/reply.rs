@@ -447,6 +447,8 @@ mod tests {
             },
             Effect::Planted {
                 path: "/srv/w/.git/commondir".into(),
+                moved_to: Some("/srv/w/.git/commondir.guard-planted-1".into()),
+                kept: None,
             },
         ];
         for effect in effects {

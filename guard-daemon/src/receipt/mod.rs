@@ -480,10 +480,24 @@ impl Receipts {
 
     /// Folds in the protected names the call made (`sandbox::protected::Absent::made`): seen at
     /// its end, when nothing is left to stop.
-    pub fn planted(&self, cgroup_id: u64, paths: Vec<String>, bus: &Bus) {
+    pub fn planted(
+        &self,
+        cgroup_id: u64,
+        planted: Vec<crate::sandbox::protected::Planted>,
+        bus: &Bus,
+    ) {
         if let Some(draft) = self.lock().get_mut(&cgroup_id) {
-            for path in paths {
-                draft.diverged_at_end(Effect::Planted { path }, bus);
+            for p in planted {
+                let (moved_to, kept) = match p.moved_to {
+                    Ok(to) => (Some(to), None),
+                    Err(why) => (None, Some(why)),
+                };
+                let effect = Effect::Planted {
+                    path: p.path,
+                    moved_to,
+                    kept,
+                };
+                draft.diverged_at_end(effect, bus);
             }
         }
     }

@@ -331,7 +331,8 @@ pub fn prepare(
     if prepared.writable.len() > super::child::MAX_WRITABLE {
         return Err(SandboxError::TooManyWritable(prepared.writable.len()));
     }
-    let (protected, absent) = super::protected::within(&prepared.writable);
+    let names = plan.effects.protected.as_deref();
+    let (protected, absent) = super::protected::within(&prepared.writable, names);
     stages.lap("landlock");
 
     let table = seccomp::table(plan, opts.kernel_watches)?;

@@ -11,7 +11,7 @@
 use std::{
     ffi::CString,
     os::{
-        fd::{AsFd as _, OwnedFd},
+        fd::{AsFd as _, AsRawFd as _, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
 };
@@ -50,6 +50,16 @@ const NESTED: &[&str] = &[".git/modules", ".git/worktrees"];
 /// What is kept read-only in each nested git directory.
 const PER_REPOSITORY: &[&str] = &["hooks", "config", "config.worktree", "commondir", "gitdir"];
 
+/// A repository's `.git`: a file (a linked worktree's or a submodule's checkout) names the git
+/// directory git uses, hooks and config with it, so such a file is kept read-only; where there
+/// is none, one made during the call is planted (a pointer to a git directory of the call's).
+const GIT: &str = ".git";
+
+/// What git takes for a bare repository at the workspace's root once `.git` is unusable (the
+/// call moves `.git/HEAD` aside and makes `HEAD`, `objects/`, `refs/` and `config` beside it):
+/// a `HEAD` made there is planted.
+const BARE_HEAD: &str = "HEAD";
+
 /// Most protected paths one call's mount view holds.
 pub const MAX: usize = 256;
 
@@ -62,26 +72,45 @@ pub struct Kept {
     pub read_only: bool,
 }
 
-/// The protected names that exist beneath the directories of `writable`, and the directories
-/// on the way to them, each found by descriptor from its directory (no symlink followed) and
-/// pinned, as a writable place is, ancestors first, as they are to be mounted; and those of
-/// `NAMES` that are not there (`Absent`), found by the same look.
-pub fn within(writable: &[Writable]) -> (Vec<Kept>, Absent) {
+/// Why `name` cannot be a protected name (`[workspaces] protected`), if it cannot: a relative
+/// path of plain names, no glob.
+pub fn invalid(name: &str) -> Option<&'static str> {
+    let path = std::path::Path::new(name);
+    if name.is_empty() || path.is_absolute() {
+        return Some("a protected name is a path relative to each writable directory");
+    }
+    if name.contains(['*', '?', '[', '\0'])
+        || name
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Some("a protected name is plain names joined by /, without ., .., globs or //");
+    }
+    None
+}
+
+/// The protected names (`names`, or [`NAMES`]) that exist beneath the directories of
+/// `writable`, and the directories on the way to them, each found by descriptor from its
+/// directory (no symlink followed) and pinned, as a writable place is, ancestors first, as they
+/// are to be mounted; and those that are not there (`Absent`), found by the same look.
+pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Absent) {
     let mut out: Vec<Kept> = Vec::new();
-    let mut absent = Vec::new();
+    let mut absent = Absent::default();
+    let listed: Vec<String> = match names {
+        Some(names) => names.to_vec(),
+        None => NAMES.iter().map(|n| (*n).to_owned()).collect(),
+    };
     for w in writable {
-        let names = NAMES.iter().map(|n| (*n).to_owned()).chain(nested(w));
+        git_files(w, &mut out, &mut absent);
+        let names = listed.iter().cloned().chain(nested(w));
         for (i, name) in names.enumerate() {
             let name = name.as_str();
             let on_the_way = name.match_indices('/').map(|(i, _)| (&name[..i], false));
             for (path, read_only) in on_the_way.chain([(name, true)]) {
                 let place = match beneath(w, path) {
                     Ok(place) => place,
-                    Err(Errno::ENOENT) if read_only && i < NAMES.len() => {
-                        if let Ok(dir) = w.pin.try_clone() {
-                            let shown = format!("{}/{name}", w.path.to_string_lossy());
-                            absent.push((dir, name.to_owned(), shown));
-                        }
+                    Err(Errno::ENOENT) if read_only && i < listed.len() => {
+                        absent.watch(w, name);
                         continue;
                     }
                     Err(_) => continue,
@@ -97,11 +126,36 @@ pub fn within(writable: &[Writable]) -> (Vec<Kept>, Absent) {
                     w.path.to_string_lossy()
                 );
                 out.truncate(MAX);
-                return (out, Absent(absent));
+                return (out, absent);
             }
         }
     }
-    (out, Absent(absent))
+    (out, absent)
+}
+
+/// `.git` beneath `w`: a pointer file kept read-only; none at all, or a directory without a
+/// `HEAD` beside it, watched for what a call makes in their place.
+fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
+    let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+    match nix::sys::stat::fstatat(w.pin.as_fd(), GIT, flags) {
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
+            if let Ok(place) = beneath(w, GIT) {
+                out.push(Kept {
+                    place,
+                    read_only: true,
+                });
+            }
+        }
+        Ok(st)
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                && nix::sys::stat::fstatat(w.pin.as_fd(), BARE_HEAD, flags)
+                    == Err(Errno::ENOENT) =>
+        {
+            absent.watch(w, BARE_HEAD);
+        }
+        Err(Errno::ENOENT) => absent.watch(w, GIT),
+        _ => {}
+    }
 }
 
 /// The protected names that were not there when a call started, beneath its writable
@@ -110,18 +164,83 @@ pub fn within(writable: &[Writable]) -> (Vec<Kept>, Absent) {
 #[derive(Debug, Default)]
 pub struct Absent(Vec<(OwnedFd, String, String)>);
 
+/// A protected name made during a call, and what became of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planted {
+    /// The path it was made at.
+    pub path: String,
+    /// Where it was moved to, so that nothing looking for the name finds it; `Err` says why it
+    /// could not be (it is then still there).
+    pub moved_to: Result<String, String>,
+}
+
 impl Absent {
-    /// Those made since, by the paths they were to have.
-    pub fn made(&self) -> Vec<String> {
+    /// Watches `name` beneath `w`.
+    fn watch(&mut self, w: &Writable, name: &str) {
+        if let Ok(dir) = w.pin.try_clone() {
+            let shown = format!("{}/{name}", w.path.to_string_lossy());
+            self.0.push((dir, name.to_owned(), shown));
+        }
+    }
+
+    /// Those made since, each moved aside in its directory (`NAME.guard-planted-TAG`): the
+    /// call's processes are gone, and what it planted does not wait there for git, direnv or
+    /// an agent to run it with the developer's rights.
+    pub fn made_and_moved(&self, tag: &str) -> Vec<Planted> {
         self.0
             .iter()
             .filter(|(dir, name, _)| {
                 let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
                 nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
             })
-            .map(|(_, _, shown)| shown.clone())
+            .map(|(dir, name, shown)| Planted {
+                path: shown.clone(),
+                moved_to: move_aside(dir, name, tag)
+                    .map(|new| format!("{}{new}", &shown[..shown.len() - name.len()]))
+                    .map_err(|e| e.desc().to_owned()),
+            })
             .collect()
     }
+}
+
+/// Renames `name` beneath `dir` to `NAME.guard-planted-TAG` beside itself, each directory on
+/// the way opened without following a link (the call made them, and may have made them links
+/// to anywhere root reaches); never over an existing file. Returns the new relative path.
+fn move_aside(dir: &OwnedFd, name: &str, tag: &str) -> Result<String, Errno> {
+    let (parent, last) = match name.rsplit_once('/') {
+        Some((parent, last)) => (Some(parent), last),
+        None => (None, name),
+    };
+    let mut at: OwnedFd = dir.try_clone().map_err(|_| Errno::EMFILE)?;
+    for part in parent.into_iter().flat_map(|p| p.split('/')) {
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty())?;
+    }
+    let new = format!("{last}.guard-planted-{tag}");
+    let (from, to) = (
+        CString::new(last).map_err(|_| Errno::EINVAL)?,
+        CString::new(new.as_str()).map_err(|_| Errno::EINVAL)?,
+    );
+    let fd = at.as_raw_fd();
+    // SAFETY: two NUL-terminated names and a descriptor of ours; renameat2 has no wrapper in
+    // every libc guard builds against (musl's guard-exec links this crate too).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            fd,
+            from.as_ptr(),
+            fd,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    Ok(match parent {
+        Some(p) => format!("{p}/{new}"),
+        None => new,
+    })
 }
 
 /// The `PER_REPOSITORY` names of each submodule's and linked worktree's git directory beneath

@@ -89,6 +89,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         on_divergence: t.effects.on_divergence,
         cwd,
         env,
+        protected: None,
         secret_env,
         stdin,
         confinement,
