@@ -112,6 +112,7 @@ pub(crate) fn build(d: &mut Diag, docs: Vec<RawDoc>) -> Policy {
         approvers,
         agents,
         version: String::new(),
+        origin: super::project::Origin::default(),
     }
 }
 
