@@ -358,7 +358,11 @@ fn argument(c: &mut Check, p: &RawArg, b: &RawArg) {
         }
         for w in within {
             if !within_any(c.ws, &w.v, b.within.iter().map(|x| x.v.as_str())) {
-                let msg = format!("'{}' is not within any of the base's", w.v);
+                let msg = format!(
+                    "'{}' is not within any of the base's [{}]",
+                    w.v,
+                    strings(&b.within).join(", ")
+                );
                 c.widens(Some(&w.at), &key("within"), msg);
             }
         }

@@ -337,3 +337,36 @@ fn the_cache_reads_the_file_again_when_it_changes_and_a_refused_one_blocks_every
     std::fs::remove_file(&path).expect("rm");
     assert!(Arc::ptr_eq(&projects.for_call(&base, &shell), &base));
 }
+
+#[test]
+fn the_docs_project_policy_merges_with_the_default_policy() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/policy.md");
+    let docs = std::fs::read_to_string(docs).expect("docs/policy.md");
+    let start = docs
+        .find("# /srv/agent/workspace/.guard/policy.toml")
+        .expect("the docs' project policy");
+    let block = &docs[start..];
+    let block = &block[..block.find("```").expect("its end")];
+    let default = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/default.toml");
+    let default = std::fs::read_to_string(default).expect("the default policy");
+    let root = Root::new();
+    let ws = root.ws().display().to_string();
+    let base = Policy::parse(
+        Path::new("default.toml"),
+        &default.replace("/srv/agent/workspace", &ws),
+    )
+    .expect("the default policy");
+    root.write(block);
+    let merged = base.with_project_of(&root.ws()).expect("merged");
+    let merged = merged.expect("a project policy");
+    let info = merged.project().expect("named");
+    assert_eq!(info.removed, ["fetch_url", "send_email"]);
+    assert_eq!(info.restated, ["write_file"]);
+    let write = |path: &str| {
+        let args = serde_json::json!({ "path": path, "content": "x" });
+        merged.decide(&call("write_file", args, &root.ws())).row
+    };
+    assert_eq!(write("src/main.rs").decision, Decision::Allow);
+    assert_eq!(write("README.md").decision, Decision::Block);
+    assert_eq!(write("src/Cargo.lock").check_name, "rule:no-lockfile-edits");
+}
