@@ -102,6 +102,60 @@ fn check(d: &mut Diag, base: &Policy, ws: &Path, docs: &[RawDoc], project: &Proj
     for a in &project.approvers {
         approver(d, a);
     }
+    let unregistered = (project.settings.allow_unregistered.as_ref())
+        .map_or(base.settings().allow_unregistered, |b| b.v);
+    if unregistered {
+        kept_for_unregistered(d, docs, project);
+    }
+}
+
+/// Under `allow_unregistered`, a base rule also decides calls of tools the policy does not
+/// define, by its globs: dropping one (or a target of one) with the tools it named would
+/// free such calls, so a removal that would is an error.
+fn kept_for_unregistered(d: &mut Diag, docs: &[RawDoc], project: &ProjectDoc) {
+    let removed: Vec<&str> = project.remove.iter().map(|r| r.v.as_str()).collect();
+    let remaining = remaining(docs, &removed);
+    for r in docs.iter().flat_map(|doc| &doc.rules) {
+        let lost = r
+            .tools
+            .iter()
+            .any(|g| !remaining.iter().any(|(t, _)| glob_match(&g.v, t)));
+        if !lost && rule_applies(r, &remaining) {
+            continue;
+        }
+        let by = project
+            .remove
+            .iter()
+            .find(|x| r.tools.iter().any(|g| glob_match(&g.v, &x.v)));
+        if let Some(x) = by {
+            let msg = format!(
+                "removing '{}' would drop the base's rule '{}', which also decides tools the \
+                 policy does not define (allow_unregistered): say allow_unregistered = false",
+                x.v, r.id.v
+            );
+            d.err(&x.at, "tools.remove", msg);
+        }
+    }
+}
+
+/// The base's tools not removed, with their arguments' names (a restatement has the same).
+fn remaining(docs: &[RawDoc], removed: &[&str]) -> Vec<(String, Vec<String>)> {
+    docs.iter()
+        .flat_map(|doc| &doc.tools)
+        .filter(|t| !removed.contains(&t.name.v.as_str()))
+        .map(|t| {
+            let args = t.args.iter().map(|a| a.name.v.clone()).collect();
+            (t.name.v.clone(), args)
+        })
+        .collect()
+}
+
+/// Whether rule `r` applies to one of the `remaining` tools (one that has its `arg`).
+fn rule_applies(r: &RawRule, remaining: &[(String, Vec<String>)]) -> bool {
+    remaining.iter().any(|(t, args)| {
+        r.tools.iter().any(|g| glob_match(&g.v, t))
+            && r.arg.as_ref().is_none_or(|a| args.contains(&a.v))
+    })
 }
 
 /// The base's `docs` with the (checked) project's items in: its tools in place of the base's
@@ -114,16 +168,7 @@ fn combine(
 ) -> (Vec<RawDoc>, Vec<(String, RawExample)>) {
     let removed: Vec<&str> = project.remove.iter().map(|r| r.v.as_str()).collect();
     let restated: Vec<&str> = project.tools.iter().map(|t| t.name.v.as_str()).collect();
-    // The tools that remain, with their arguments' names (a restatement has the same).
-    let remaining: Vec<(String, Vec<String>)> = docs
-        .iter()
-        .flat_map(|doc| &doc.tools)
-        .filter(|t| !removed.contains(&t.name.v.as_str()))
-        .map(|t| {
-            let args = t.args.iter().map(|a| a.name.v.clone()).collect();
-            (t.name.v.clone(), args)
-        })
-        .collect();
+    let remaining = remaining(&docs, &removed);
     for doc in &mut docs {
         // Restated tools are the project's; the base's examples were checked at its load.
         doc.tools.retain(|t| {
@@ -196,11 +241,7 @@ fn settings_over(s: &mut RawSettings, p: &project_parse::ProjectSettings) {
 fn rule_kept(r: &mut RawRule, remaining: &[(String, Vec<String>)]) -> bool {
     r.tools
         .retain(|g| remaining.iter().any(|(t, _)| glob_match(&g.v, t)));
-    let has_arg = |(t, args): &(String, Vec<String>)| {
-        r.tools.iter().any(|g| glob_match(&g.v, t))
-            && r.arg.as_ref().is_none_or(|a| args.contains(&a.v))
-    };
-    !r.tools.is_empty() && remaining.iter().any(has_arg)
+    !r.tools.is_empty() && rule_applies(r, remaining)
 }
 
 /// As [`rule_kept`], for a base approver.

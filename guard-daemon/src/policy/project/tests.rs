@@ -370,3 +370,24 @@ fn the_docs_project_policy_merges_with_the_default_policy() {
     assert_eq!(write("README.md").decision, Decision::Block);
     assert_eq!(write("src/Cargo.lock").check_name, "rule:no-lockfile-edits");
 }
+
+#[test]
+fn a_removal_may_not_drop_a_rule_that_also_decides_unregistered_tools() {
+    let root = Root::new();
+    let text = BASE
+        .replace("ROOT", &root.0.display().to_string())
+        .replace("max_allowed_tier = \"high\"", "allow_unregistered = true");
+    let base = Policy::parse(Path::new("base.toml"), &text).expect("the base policy");
+    root.write("[tools]\nremove = [\"mail\"]\n");
+    let err = base
+        .with_project_of(&root.ws())
+        .expect_err("drops no-mail-to-evil");
+    assert!(err.to_string().contains("tools.remove"), "{err}");
+    assert!(err.to_string().contains("no-mail-to-evil"), "{err}");
+    root.write("[settings]\nallow_unregistered = false\n[tools]\nremove = [\"mail\"]\n");
+    let merged = base.with_project_of(&root.ws()).expect("merged");
+    let merged = merged.expect("a project policy");
+    let other = call("other", serde_json::json!({}), &root.ws());
+    assert_eq!(base.decide(&other).row.decision, Decision::Allow);
+    assert_eq!(merged.decide(&other).row.decision, Decision::Block);
+}
