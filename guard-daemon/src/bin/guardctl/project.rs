@@ -66,26 +66,7 @@ pub fn check_project(path: &Path, dir: &Path, json: bool) -> ExitCode {
     let shown = match &merged {
         Ok(Some(p)) => p,
         Ok(None) => &base,
-        Err(e) => {
-            out.errors = match e {
-                ProjectError::Invalid(errors) => errors.iter().map(ToString::to_string).collect(),
-                other => vec![other.to_string()],
-            };
-            if json {
-                crate::print_json(&out);
-            } else {
-                for e in &out.errors {
-                    eprintln!("{e}");
-                }
-                eprintln!(
-                    "{}: project policy refused, {} error(s): every call in this workspace is \
-                     blocked until it is fixed",
-                    dir.display(),
-                    out.errors.len()
-                );
-            }
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return refused(out, e, json),
     };
     out.valid = true;
     out.tools = shown.tools().map(str::to_owned).collect();
@@ -99,18 +80,49 @@ pub fn check_project(path: &Path, dir: &Path, json: bool) -> ExitCode {
     }
     if json {
         crate::print_json(&out);
-        return ExitCode::SUCCESS;
+    } else {
+        print_text(&out);
     }
+    ExitCode::SUCCESS
+}
+
+/// Every error of `e` (exit 1).
+fn refused(mut out: Merged, e: &ProjectError, json: bool) -> ExitCode {
+    out.errors = match e {
+        ProjectError::Invalid(errors) => errors.iter().map(ToString::to_string).collect(),
+        other => vec![other.to_string()],
+    };
+    if json {
+        crate::print_json(&out);
+        return ExitCode::FAILURE;
+    }
+    for e in &out.errors {
+        eprintln!("{e}");
+    }
+    // Outside every workspace there is no project policy, and no call of it to block.
+    if !matches!(e, ProjectError::Place(_)) {
+        eprintln!(
+            "{}: project policy refused, {} error(s): every call in this workspace is blocked \
+             until it is fixed",
+            out.workspace.display(),
+            out.errors.len()
+        );
+    }
+    ExitCode::FAILURE
+}
+
+/// The merged policy for people.
+fn print_text(out: &Merged) {
     match &out.project {
         Some(p) => println!(
             "{} + {p} ({}): valid",
-            path.display(),
+            out.policy.display(),
             out.sha256.as_deref().unwrap_or_default()
         ),
         None => println!(
             "{}: valid; {} has no project policy ({})",
-            path.display(),
-            dir.display(),
+            out.policy.display(),
+            out.workspace.display(),
             guard::policy::project::RELATIVE
         ),
     }
@@ -118,11 +130,8 @@ pub fn check_project(path: &Path, dir: &Path, json: bool) -> ExitCode {
     println!("  removed:  {}", list(&out.removed));
     println!("  narrowed: {}", list(&out.restated));
     println!("  rules:    {}", out.rules.unwrap_or(0));
-    println!(
-        "  ceiling:  {}",
-        out.max_allowed_tier.as_deref().unwrap_or_default()
-    );
-    ExitCode::SUCCESS
+    let ceiling = out.max_allowed_tier.as_deref().unwrap_or_default();
+    println!("  ceiling:  {ceiling}");
 }
 
 fn list(names: &[String]) -> String {
