@@ -52,6 +52,8 @@ impl Projects {
         let ws = intent
             .cwd
             .as_deref()
+            // A relative one would be taken from guardd's own directory (`Place::of` refuses it).
+            .filter(|cwd| cwd.is_absolute())
             .and_then(|cwd| std::fs::canonicalize(cwd).ok())
             .and_then(|real| base.workspace_of(&real));
         match ws {
