@@ -11,6 +11,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 mod interrupted;
+mod project;
 mod reload;
 use tokio::sync::{mpsc, oneshot};
 
@@ -209,6 +210,8 @@ impl Layer {
 pub struct Daemon {
     pub options: Options,
     policy: RwLock<Arc<Policy>>,
+    /// Each workspace's own policy merged with it (`.guard/policy.toml`).
+    projects: crate::policy::project::Projects,
     /// Taken for a whole reload: two at once put their files in force in the order read.
     reloading: tokio::sync::Mutex<()>,
     pub access: RwLock<Access>,
@@ -322,6 +325,7 @@ impl Daemon {
 
         Ok(Arc::new(Self {
             policy: RwLock::new(Arc::new(policy)),
+            projects: crate::policy::project::Projects::default(),
             reloading: tokio::sync::Mutex::new(()),
             access: RwLock::new(access),
             monitor,

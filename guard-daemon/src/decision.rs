@@ -119,6 +119,18 @@ pub struct RowMetadata {
     pub label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
+    /// The workspace's own policy (`.guard/policy.toml`) the call was decided under, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_policy: Option<ProjectPolicy>,
+}
+
+/// Which project policy a decision used: its file and the SHA-256 of the text read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectPolicy {
+    /// `<workspace>/.guard/policy.toml`.
+    pub path: std::path::PathBuf,
+    /// `sha256:` and the hex SHA-256 of the text read.
+    pub sha256: String,
 }
 
 /// One audit row: which check decided, what, and why.

@@ -319,13 +319,13 @@ fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
             t.session, t.by, t.call_id
         ));
     }
-    let policy = daemon.policy();
-    if policy.version() == form.policy {
-        return None;
-    }
     let mut intent = Intent::new(&form.tool, form.args.clone());
     intent.cwd.clone_from(&form.cwd);
     intent.caller = Some(held.uid);
+    let policy = daemon.policy_for(&intent);
+    if policy.version() == form.policy {
+        return None;
+    }
     let verdict = policy.decide(&intent);
     match verdict.plan {
         Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,

@@ -32,6 +32,10 @@ const STDIN_CHECK: &str = "stdin";
 /// The `check_name` of a call its caller's agent may not make (`[agents]`).
 const AGENT_CHECK: &str = crate::agents::CHECK;
 
+/// The `check_name` of a call its workspace's own policy blocks: that file is the workspace
+/// owner's, and its errors are theirs to fix, so the caller hears them.
+const PROJECT_CHECK: &str = crate::policy::project::CHECK;
+
 /// What the caller of `exec` brings besides the call itself.
 #[derive(Clone, Debug, Default)]
 pub struct CallContext {
@@ -135,7 +139,7 @@ impl Review<'_> {
     /// approvers the policy names for it.
     pub async fn run(&self, conn: &mut Conn, stages: &mut Stages) -> io::Result<Next> {
         let (daemon, call_id) = (self.daemon, self.call_id);
-        let policy = daemon.policy();
+        let policy = daemon.policy_for(self.intent);
         let verdict = self.decide(&policy);
         stages.lap("decide");
         match self.record(&policy, &verdict).await {
@@ -148,7 +152,8 @@ impl Review<'_> {
         // The stdin refusal names a field of the caller's own request, and an agent's refusal
         // what the caller itself may call, no secret of the policy (the tool's listing says as
         // much): the caller hears what to change.
-        let message = if [STDIN_CHECK, AGENT_CHECK].contains(&verdict.row.check_name.as_str()) {
+        let told = [STDIN_CHECK, AGENT_CHECK, PROJECT_CHECK];
+        let message = if told.contains(&verdict.row.check_name.as_str()) {
             verdict.row.reason.clone()
         } else {
             policy.caller_message(&verdict)
@@ -215,7 +220,7 @@ impl Review<'_> {
         plan: Box<LaunchPlan>,
         conn: &mut Conn,
     ) -> io::Result<Next> {
-        let now = self.daemon.policy();
+        let now = self.daemon.policy_for(self.intent);
         if now.version() == policy.version() {
             return Ok(Next::Run {
                 plan,

@@ -421,16 +421,16 @@ fn permitted(daemon: &Daemon, peer: &Peer, request: &Request) -> Result<(), Prot
 async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn) -> io::Result<()> {
     let reply = match request {
         Request::Check(req) => {
-            let policy = daemon.policy();
-            let tool = req.tool.clone();
-            let mut verdict = policy.decide(&Intent {
+            let intent = Intent {
                 tool: req.tool,
                 args: req.args,
                 cwd: req.cwd,
                 caller: Some(peer.uid),
-            });
+            };
+            let policy = daemon.policy_for(&intent);
+            let mut verdict = policy.decide(&intent);
             // What the caller's agent says, as an exec of the same call would hear it.
-            crate::agents::rule(&policy, peer, &tool, None, &mut verdict);
+            crate::agents::rule(&policy, peer, &intent.tool, None, &mut verdict);
             // The caller hears what an exec's caller would: a reason only under
             // disclose_reasons (it would tell what guardd, as root, found at a path).
             let mut decision = verdict.row.clone();

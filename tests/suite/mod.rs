@@ -19,6 +19,7 @@ mod mcp;
 mod mcp_calls;
 mod metrics;
 mod policy;
+mod project;
 mod python;
 mod sandbox;
 mod secrets;

@@ -43,7 +43,18 @@ impl Policy {
     }
 
     /// Decides one call. Pure except for reading the file system to resolve path arguments.
+    /// Under a workspace's own policy (`project`), a call that policy refuses is blocked
+    /// first, and the row names the project file either way.
     pub fn decide(&self, intent: &Intent) -> Verdict {
+        let mut verdict = self
+            .project_gate(intent)
+            .unwrap_or_else(|| self.pipeline(intent));
+        self.name_project(&mut verdict.row);
+        verdict
+    }
+
+    /// The fixed pipeline of stages, first decisive stage wins.
+    fn pipeline(&self, intent: &Intent) -> Verdict {
         let name = intent.tool.as_str();
         // 1. registry
         let Some(&ti) = self.by_name.get(name) else {

@@ -15,6 +15,7 @@ pub mod helpers;
 mod listing;
 mod overlap;
 mod parse;
+pub mod project;
 mod raw;
 mod redact;
 mod rules;
@@ -198,6 +199,8 @@ pub struct Policy {
     /// `sha256:` and the SHA-256 of the files' paths and texts: what a held call was decided
     /// under.
     version: String,
+    /// The base policy's texts, and the workspace's own policy merged in, if any.
+    origin: project::Origin,
 }
 
 /// The outcome of [`Policy::decide`].
@@ -274,15 +277,27 @@ impl Policy {
         }
         let mut policy = validate::build(&mut d, docs);
         policy.version = version(src);
+        policy.origin = project::Origin::base(src);
         if !d.errors.is_empty() {
             // Examples of a broken policy would only add noise.
             return Err(PolicyErrors(d.errors));
         }
+        policy.check_examples(&mut d, examples);
+        if d.errors.is_empty() {
+            Ok(policy)
+        } else {
+            Err(PolicyErrors(d.errors))
+        }
+    }
+
+    /// Decides each example call, reporting into `d` each whose decision is not the one it
+    /// expects.
+    fn check_examples(&self, d: &mut Diag, examples: Vec<(String, raw::RawExample)>) {
         Detector::warm_up();
         for (tool, ex) in examples {
             let mut intent = Intent::new(tool.clone(), ex.args);
             intent.cwd = ex.cwd;
-            let v = policy.decide(&intent);
+            let v = self.decide(&intent);
             if v.row.decision != ex.expect.v {
                 d.err(
                     &ex.at,
@@ -293,11 +308,6 @@ impl Policy {
                     ),
                 );
             }
-        }
-        if d.errors.is_empty() {
-            Ok(policy)
-        } else {
-            Err(PolicyErrors(d.errors))
         }
     }
 

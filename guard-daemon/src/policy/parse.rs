@@ -175,7 +175,7 @@ fn judge(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawJudge> {
     Some(j)
 }
 
-fn approver(d: &mut Diag, index: usize, mut t: Table) -> Option<RawApprover> {
+pub(super) fn approver(d: &mut Diag, index: usize, mut t: Table) -> Option<RawApprover> {
     let at = t.at.clone();
     let tools = t.list(d, "tools");
     if tools.is_empty() {
@@ -232,7 +232,7 @@ fn string(v: &DeValue) -> bool {
     matches!(v, DeValue::String(_))
 }
 
-fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
+pub(super) fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawTool> {
     let tier = t.take(d, "tier");
     require(d, &t, "tier", &name.at, &tier, any);
     let irreversible = t.take::<bool>(d, "irreversible").is_some_and(|b| b.v);
@@ -388,7 +388,7 @@ fn example(d: &mut Diag, index: usize, mut t: Table) -> Option<RawExample> {
     })
 }
 
-fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
+pub(super) fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
     let at = t.at.clone();
     let id = t.take(d, "id");
     require(d, &t, "id", &at, &id, any);

@@ -67,25 +67,7 @@ pub(crate) fn build(d: &mut Diag, mut docs: Vec<RawDoc>) -> Policy {
         .iter()
         .filter_map(|j| helpers::judge_index(d, &judges, j, "settings.judges"))
         .collect();
-    let mut tools = Vec::new();
-    for t in &raw_tools {
-        let mut compiled = tool::tool(d, t);
-        compiled.protected.clone_from(&settings.protected);
-        // `[settings] run_as` is every tool's user unless the tool names its own.
-        if compiled.confinement.run_as.is_none() {
-            compiled.confinement.run_as.clone_from(&settings.run_as);
-        }
-        if compiled.confinement.run_as.as_deref() == Some(crate::plan::RUN_AS_OWNER) {
-            compiled.in_workspace = true;
-        }
-        if compiled.in_workspace && settings.workspaces.is_empty() {
-            let msg = "works in a workspace ({workspace}, {cwd} or run_as = \"owner\"), and \
-                       the policy declares no [workspaces] roots";
-            d.err(&t.name.at, &format!("tools.{}", t.name.v), msg);
-        }
-        compiled.judges = tool_judges(d, t, &judges, &defaults);
-        tools.push(compiled);
-    }
+    let mut tools = compile_tools(d, &raw_tools, &settings, &judges, &defaults);
     // Any tool's writes against every tool's programs, its own included.
     let writers: Vec<_> = raw_tools
         .iter()
@@ -126,7 +108,39 @@ pub(crate) fn build(d: &mut Diag, mut docs: Vec<RawDoc>) -> Policy {
         masks: super::secrets::mask::Masks::new(&secrets).map(std::sync::Arc::new),
         secrets,
         version: String::new(),
+        origin: super::project::Origin::default(),
     }
+}
+
+/// Each tool compiled, with what the settings give every tool (its user, the protected names)
+/// and its judges.
+fn compile_tools(
+    d: &mut Diag,
+    raw_tools: &[RawTool],
+    settings: &Settings,
+    judges: &[Judge],
+    defaults: &[usize],
+) -> Vec<Tool> {
+    let mut tools = Vec::new();
+    for t in raw_tools {
+        let mut compiled = tool::tool(d, t);
+        compiled.protected.clone_from(&settings.protected);
+        // `[settings] run_as` is every tool's user unless the tool names its own.
+        if compiled.confinement.run_as.is_none() {
+            compiled.confinement.run_as.clone_from(&settings.run_as);
+        }
+        if compiled.confinement.run_as.as_deref() == Some(crate::plan::RUN_AS_OWNER) {
+            compiled.in_workspace = true;
+        }
+        if compiled.in_workspace && settings.workspaces.is_empty() {
+            let msg = "works in a workspace ({workspace}, {cwd} or run_as = \"owner\"), and \
+                       the policy declares no [workspaces] roots";
+            d.err(&t.name.at, &format!("tools.{}", t.name.v), msg);
+        }
+        compiled.judges = tool_judges(d, t, judges, defaults);
+        tools.push(compiled);
+    }
+    tools
 }
 
 /// A tool's judges: its own list, else the defaults of `[settings] judges`, none with

@@ -4,6 +4,7 @@ mod audit;
 mod history;
 mod live;
 mod policy;
+mod project;
 mod show;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -166,7 +167,12 @@ enum Command {
 enum PolicyCommand {
     /// Check a policy file or directory, printing every error.
     Check {
-        path: PathBuf,
+        /// The policy [default: /etc/guard/policy.toml, else /etc/guard/policies/]
+        path: Option<PathBuf>,
+        /// Also merge the project policy (`.guard/policy.toml`) of the workspace that holds
+        /// DIR, and show the merged result or every error of that file.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
         /// One JSON object: `valid`, and the counts or every error.
         #[arg(long)]
         json: bool,
@@ -265,8 +271,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Policy {
-            command: PolicyCommand::Check { path, json },
-        } => policy::check_policy(&path, json),
+            command:
+                PolicyCommand::Check {
+                    path,
+                    workspace: w,
+                    json,
+                },
+        } => project::policy_check(path, w, json),
         Command::Check {
             policy: p,
             tool,
