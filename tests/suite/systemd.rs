@@ -284,6 +284,28 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
     assert_eq!(property(&sys, "ActiveState"), "active");
     sys.ok("cd /srv/agent/workspace && runuser -u agent -- guard-exec list_dir dir=.");
 
+    // A secret as the service convention hands it over: systemd's LoadCredential=, read by
+    // guardd from $CREDENTIALS_DIRECTORY at its start; the tool gets it, its caller sees the mask.
+    let added = "\n[secrets.api]\nsource = \"credential:api\"\nhosts = [\"127.0.0.1:9\"]\n\n\
+                 [tools.show_token]\ntier = \"low\"\ncommand = [\"/usr/bin/printenv\", \"TOKEN\"]\n\
+                 env = { TOKEN = \"{secret:api}\" }\n[tools.show_token.effects]\nread = [\"/usr\"]\n";
+    let credential = sys.sh(&format!(
+        "install -d -m 700 /etc/guard/credentials \
+         && printf 'tok-from-systemd-42\\n' > /etc/guard/credentials/api \
+         && chmod 600 /etc/guard/credentials/api \
+         && printf '[Service]\\nLoadCredential=api:/etc/guard/credentials/api\\n' \
+            > /etc/systemd/system/guardd.service.d/credential.conf \
+         && cat >> /etc/guard/policy.toml <<'EOF'\n{added}EOF\n\
+         systemctl daemon-reload && systemctl restart guardd \
+         || {{ journalctl -u guardd --no-pager -n 20; exit 1; }}"
+    ));
+    assert!(credential.status.success(), "{}", text(&credential));
+    let shown = sys.ok("cd /srv/agent/workspace && runuser -u agent -- guard-exec show_token");
+    assert_eq!(shown, "[secret:api]\n");
+    let audit = sys.sh("grep -rl 'tok-from-systemd' /var/lib/guard /run/guard 2>/dev/null");
+    let holding = String::from_utf8_lossy(&audit.stdout);
+    assert!(holding.trim().is_empty(), "the value in: {holding}");
+
     // The exposure the README quotes is the real unit's.
     let security = sys.ok("systemd-analyze security guardd.service --no-pager");
     let exposure = security

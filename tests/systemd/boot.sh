@@ -52,5 +52,9 @@ cd "$R"
 # The old root goes on /run (a directory of the read-only root), and is detached at once.
 pivot_root . run
 umount -l /run
+# Shared, as systemd makes / on a host (it leaves a container's as it finds it): a unit's
+# credentials (LoadCredential=) are mounted in a namespace of its own and reach /run/credentials
+# by propagation. These peer groups are this namespace's own; the host's mounts stay private.
+mount --make-rshared /
 export container=guard-test
 exec /lib/systemd/systemd --unit=guard-test.target --log-target=console --log-level=info
