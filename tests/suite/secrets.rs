@@ -267,6 +267,25 @@ fn a_policy_that_could_take_a_secret_elsewhere_does_not_load() {
     ));
     assert!(!ok && said.contains("tools.tt.env.API_TOKEN"), "{said}");
     assert!(said.contains("example.com:443"), "{said}");
+    // A tool that reads the workspace would run the agent's files with the value.
+    let (ok, said) = check(
+        &good
+            .replace(
+                "[tools.tt.effects]\n",
+                "[tools.tt.effects]\nread = [\"{workspace}\"]\n",
+            )
+            .replace(
+                "[settings]\n",
+                "[workspaces]\nroots = [\"/srv\"]\n\n[settings]\n",
+            ),
+    );
+    assert!(!ok && said.contains("workspace"), "{said}");
+    // A command that expands the variable puts the value on a command line.
+    let (ok, said) = check(&good.replace(
+        "command = [\"",
+        "command = [\"/bin/sh\", \"-c\", \"echo $API_TOKEN\", \"",
+    ));
+    assert!(!ok && said.contains("expands $API_TOKEN"), "{said}");
     // A file others may read.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let (ok, said) = check(&good);

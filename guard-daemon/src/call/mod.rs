@@ -418,6 +418,12 @@ impl Call<'_, '_> {
             .map_err(|e| (CallError::Tmp(e), None))?;
         self.stages.lap("cgroup");
         let (watch, responder) = self.watch().await.map_err(|e| (e, None))?;
+        // A call given a secret prints through guardd, which masks the values; the masks and
+        // the values it is given come from one policy, read once.
+        let policy = daemon.policy();
+        let masks = (!plan_secrets(self.plan).is_empty())
+            .then(|| policy.masks())
+            .flatten();
         daemon.receipts.begin(
             id,
             ReceiptFor {
@@ -426,17 +432,15 @@ impl Call<'_, '_> {
                 cgroup: cgroup.path().to_owned(),
                 kill_on_divergence: self.plan.effects.on_divergence == OnDivergence::Kill,
                 files: daemon.options.trace_syscalls,
+                masks: masks.clone(),
             },
         );
-        // A call given a secret prints through guardd, which masks the values.
-        let masks = (!plan_secrets(self.plan).is_empty())
-            .then(|| daemon.policy().masks())
-            .flatten();
-        let (stdio, masked) = match sandbox::output::attach(masks, stdio) {
+        let stdin = &self.plan.confinement.stdin;
+        let (stdio, masked) = match sandbox::output::attach(masks.clone(), stdin, stdio) {
             Ok(attached) => attached,
             Err(e) => return Err((e.into(), None)),
         };
-        let result = self.launch(&cgroup, &watch, stdio).await;
+        let result = self.launch(&cgroup, &watch, stdio, &policy).await;
         let masked = match masked {
             Some(m) => m.finish().await,
             None => Vec::new(),
@@ -444,7 +448,10 @@ impl Call<'_, '_> {
         daemon.flush_events().await;
         self.stages.lap("flush_events");
         let mut receipt = self.receipt(id, responder).await;
-        if let Some(r) = receipt.as_mut() {
+        if let (Some(r), Some(masks)) = (receipt.as_mut(), &masks) {
+            // What the call did may hold a value (a path, a name it asked): the receipt is the
+            // audit log's and the caller's.
+            *r = masks.mask_serde(std::mem::take(r));
             r.secret_exposed = plan_secrets(self.plan);
             r.secret_masked = masked;
         }
@@ -479,14 +486,15 @@ impl Call<'_, '_> {
         cgroup: &Cgroup,
         watch: &Watch,
         stdio: [OwnedFd; 3],
+        policy: &crate::policy::Policy,
     ) -> Result<(sandbox::Outcome, sandbox::Applied), CallError> {
         let (daemon, plan) = (self.daemon, self.plan);
         daemon
             .with_monitor(|m| m.watch(cgroup.id(), watch))
             .transpose()?;
         self.stages.lap("watch");
-        let rendered = crate::policy::secrets::rendered(plan, daemon.policy().secrets())
-            .map_err(CallError::Secret)?;
+        let rendered =
+            crate::policy::secrets::rendered(plan, policy.secrets()).map_err(CallError::Secret)?;
         let mut ready =
             sandbox::prepare(rendered.as_ref().unwrap_or(plan), cgroup, &daemon.launch)?;
         self.stages.absorb(ready.stages());

@@ -58,6 +58,7 @@ impl Daemon {
         let what = What::Reload { tools, error, by };
         // Published once the new policy is in force: a `tools --follow` client lists it then.
         let in_force = loaded.map(|(policy, access)| {
+            crate::policy::secrets::warn_if_proc_shows_command_lines(policy.secrets());
             *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
             *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
         });

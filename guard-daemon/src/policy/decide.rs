@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 use super::{
     Policy, Tool, ToolStdin, Verdict,
     args::{self, ArgValue},
-    redact::{all_strings, redact, strings},
+    redact::{all_texts, redact, strings},
     rules::{Rule, Subject},
     template::{self, Elem, Values},
     workspace::Place,
@@ -182,16 +182,20 @@ impl Policy {
         let Some(masks) = &self.masks else {
             return args;
         };
-        super::redact::map_strings(args, &|s| masks.mask_text(s))
+        masks.mask_json(args)
     }
 
     /// The quarantine of a call one of whose arguments holds a secret's value.
     fn carries_secret(&self, intent: &Intent, mut meta: RowMetadata) -> Option<DecisionRow> {
         let masks = self.masks.as_ref()?;
         let (arg, secret) = intent.args.iter().find_map(|(k, v)| {
-            let mut found = masks.first_in(k);
-            all_strings(v, &mut |s| found = found.or_else(|| masks.first_in(s)));
-            found.map(|n| (k.clone(), n.to_owned()))
+            let mut found = masks.first_in(k).map(str::to_owned);
+            all_texts(v, &mut |s| {
+                found = found
+                    .take()
+                    .or_else(|| masks.first_in(s).map(str::to_owned));
+            });
+            found.map(|n| (k.clone(), n))
         })?;
         meta.arg = Some(arg.clone());
         let reason = format!(

@@ -14,30 +14,17 @@ pub(super) fn strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {
     }
 }
 
-/// Every string inside a JSON value, keys included.
-pub(super) fn all_strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {
+/// Every string inside a JSON value, keys included, and every number as it is written.
+pub(super) fn all_texts(v: &Json, f: &mut impl FnMut(&str)) {
     match v {
         Json::String(s) => f(s),
-        Json::Array(a) => a.iter().for_each(|x| all_strings(x, f)),
+        Json::Number(n) => f(&n.to_string()),
+        Json::Array(a) => a.iter().for_each(|x| all_texts(x, f)),
         Json::Object(m) => m.iter().for_each(|(k, x)| {
             f(k);
-            all_strings(x, f);
+            all_texts(x, f);
         }),
         _ => {}
-    }
-}
-
-/// `v` with `f` applied to every string in it, keys included.
-pub(super) fn map_strings(v: Json, f: &impl Fn(&str) -> String) -> Json {
-    match v {
-        Json::String(s) => Json::String(f(&s)),
-        Json::Array(a) => Json::Array(a.into_iter().map(|x| map_strings(x, f)).collect()),
-        Json::Object(m) => Json::Object(
-            m.into_iter()
-                .map(|(k, x)| (f(&k), map_strings(x, f)))
-                .collect(),
-        ),
-        other => other,
     }
 }
 

@@ -3,8 +3,8 @@
 //! `$CREDENTIALS_DIRECTORY`) or from a root-only file, never from the policy's text; it reaches
 //! a call only in the environment of a tool that names it (`env = { T = "{secret:NAME}" }`:
 //! argv is readable by every local user), and such a tool may only connect to the secret's
-//! `hosts`, only write in its workspace, and never run as the caller's own user (whose other
-//! processes could read its environment). The plan of a call carries the placeholder, never
+//! `hosts`, touches no workspace and writes nothing (`confines` says why each), and never runs
+//! as the caller's own user (whose other processes could read its environment). The plan of a call carries the placeholder, never
 //! the value: it is put in at launch, so no row, event, receipt or held call can hold it.
 
 use std::{
@@ -17,7 +17,7 @@ use super::{
     Tool,
     raw::{RawSecret, RawTool},
     source::{Diag, S},
-    template::{Ctx, Elem},
+    template::Elem,
 };
 use crate::plan::{Endpoint, RUN_AS_OWNER};
 
@@ -174,6 +174,38 @@ pub(crate) fn secrets(d: &mut Diag, raw: &[RawSecret]) -> Vec<Secret> {
     out
 }
 
+/// Warns, when the policy gives secrets, that the host's `/proc` shows every process's command
+/// line to every user (no `hidepid`): a tool that passes a value to a program of its own on a
+/// command line shows it to the agent, which no check of the policy's `command` can see.
+pub fn warn_if_proc_shows_command_lines(secrets: &[Secret]) {
+    if secrets.is_empty() {
+        return;
+    }
+    // The mounts of pid 1's namespace: the /proc the host's users (the agent) look at.
+    let Ok(mounts) = std::fs::read_to_string("/proc/1/mountinfo") else {
+        return;
+    };
+    let hidden = mounts.lines().any(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let sep = fields.iter().position(|f| *f == "-");
+        fields.get(4) == Some(&"/proc")
+            && sep.is_some_and(|i| {
+                fields.get(i + 1) == Some(&"proc")
+                    && fields.get(i + 3).is_some_and(|o| {
+                        o.split(',')
+                            .any(|o| o.starts_with("hidepid=") && !o.ends_with("=0"))
+                    })
+            })
+    });
+    if !hidden {
+        tracing::warn!(
+            "the policy gives secrets, and this host's /proc shows every process's command line \
+             to every user: a tool that passes a value on to a program's command line shows it \
+             to the agent; mount /proc with hidepid=invisible"
+        );
+    }
+}
+
 /// `hosts`: literal `host:port`s, at least one.
 fn hosts(d: &mut Diag, key: &str, raw: &[S<String>]) -> Vec<Endpoint> {
     let key = format!("{key}.hosts");
@@ -277,8 +309,7 @@ fn trim_newline(mut bytes: Vec<u8>) -> Vec<u8> {
 }
 
 /// Checks each tool that names a secret: the secret exists, and the tool can take it nowhere
-/// else (connects only to the secret's hosts, written literally; no Unix sockets; writes only
-/// in its workspace; never runs as the caller's own user).
+/// else (see [`confines`]).
 pub(crate) fn check_tools(d: &mut Diag, raw: &[RawTool], tools: &[Tool], secrets: &[Secret]) {
     for (r, t) in raw.iter().zip(tools) {
         for (k, v) in &r.env {
@@ -288,7 +319,7 @@ pub(crate) fn check_tools(d: &mut Diag, raw: &[RawTool], tools: &[Tool], secrets
                 match secrets.iter().find(|s| s.name == name) {
                     None => d.err(&v.at, &key, format!("no [secrets.{name}] in the policy")),
                     Some(s) => {
-                        if let Err(why) = confines(t, s) {
+                        if let Err(why) = confines(t, s, &k.v) {
                             let msg =
                                 format!("tool '{}' is given secret '{name}', but {why}", t.name);
                             d.err(&v.at, &key, msg);
@@ -300,8 +331,20 @@ pub(crate) fn check_tools(d: &mut Diag, raw: &[RawTool], tools: &[Tool], secrets
     }
 }
 
-/// Why `t` could carry `s` out of bounds, if it could.
-fn confines(t: &Tool, s: &Secret) -> Result<(), String> {
+/// Why `t`, given `s` in variable `var`, could carry it out of bounds or hand it to the agent,
+/// if it could:
+/// - it connects only to the secret's hosts, written literally, and has no Unix sockets;
+/// - it neither reads, writes, runs nor works in a workspace, nor takes a path from its
+///   arguments: the workspace is the agent's, so what a tool reads there (an interpreter's
+///   modules, a `.npmrc`, a git config) may be the agent's code run with the value, and what it
+///   writes there the agent reads;
+/// - it writes nowhere at all: a file it writes outside is no channel guard can mask;
+/// - its command does not expand the variable (`sh -c '... $TOKEN'` puts the value in a
+///   child's argv, which every local user reads in `/proc`);
+/// - it reads no stream from its caller (whose descriptor may be writable: what a tool wrote
+///   back there would skip the masks);
+/// - it never runs as the workspace's owner, whose other processes could read its environment.
+fn confines(t: &Tool, s: &Secret, var: &str) -> Result<(), String> {
     for c in &t.connect {
         match c {
             Elem::Lit(e) if s.hosts.contains(e) => {}
@@ -314,7 +357,7 @@ fn confines(t: &Tool, s: &Secret) -> Result<(), String> {
             _ => {
                 return Err(
                     "it takes a destination from its arguments; a tool given a secret \
-                     connects only to the secret's hosts, written literally"
+                            connects only to the secret's hosts, written literally"
                         .into(),
                 );
             }
@@ -323,18 +366,34 @@ fn confines(t: &Tool, s: &Secret) -> Result<(), String> {
     if t.unix {
         return Err("it may use Unix sockets (unix = true), a way around its hosts".into());
     }
-    if let Some(w) = t
-        .write
-        .iter()
-        .find(|w| !matches!(w, Elem::Ctx(Ctx::Workspace | Ctx::Cwd, _)))
-    {
-        let shown = match w {
-            Elem::Lit(p) => p.display().to_string(),
-            _ => "a path from its arguments".into(),
-        };
+    let paths = t.read.iter().chain(&t.exec).chain(&t.cwd);
+    if paths.clone().any(|e| !matches!(e, Elem::Lit(_))) || t.in_workspace {
+        return Err(
+            "it reads, runs or works in a workspace, or in a path its arguments name: \
+                    the agent's files there would run with the value, or be read as the tool's"
+                .into(),
+        );
+    }
+    if !t.write.is_empty() || t.exec_writes {
+        return Err(
+            "it may write files, a channel no mask covers; a tool given a secret writes \
+                    nothing (its output reaches the caller masked)"
+                .into(),
+        );
+    }
+    let expands = |a: &Elem<String>| matches!(a, Elem::Lit(text) if text.contains(&format!("${var}")) || text.contains(&format!("${{{var}}}")));
+    if t.command.iter().flatten().any(expands) {
         return Err(format!(
-            "it may write {shown}, outside its workspace ({{workspace}}, {{cwd}})"
+            "its command expands ${var}, which puts the value on a command line every local \
+             user reads in /proc; let the program read it from its environment"
         ));
+    }
+    if t.stdin == super::ToolStdin::Caller {
+        return Err(
+            "it reads its caller's stdin stream (stdin = \"caller\"), a descriptor it \
+                    could write the value back to unmasked"
+                .into(),
+        );
     }
     if t.confinement.run_as.as_deref() == Some(RUN_AS_OWNER) {
         return Err(

@@ -184,6 +184,9 @@ pub struct ReceiptFor {
     pub kill_on_divergence: bool,
     /// Whether the kernel reports the call's opens (`--trace-syscalls`).
     pub files: bool,
+    /// The masks of a call given a secret: what it did (a path, a name it asked) may hold a
+    /// value, and its divergences are published masked.
+    pub masks: Option<std::sync::Arc<crate::policy::secrets::mask::Masks>>,
 }
 
 /// A receipt being written: the call it is for and what was seen so far.
@@ -213,7 +216,10 @@ impl Draft {
     fn divergence(&mut self, effect: Effect, pid: Option<i32>, action: Action, bus: &Bus) {
         self.receipt.denied += 1;
         self.receipt.verdict = Verdict::Diverged;
-        let divergence = Divergence::new(effect, action, pid);
+        let mut divergence = Divergence::new(effect, action, pid);
+        if let Some(masks) = &self.call.masks {
+            divergence = masks.mask_serde(divergence);
+        }
         keep(&mut self.receipt.divergences, divergence.clone());
         bus.call(
             &self.call.call_id,

@@ -451,6 +451,7 @@ async fn serve(args: Args) -> ExitCode {
         tracing::info!(layer = %layer.name, state = layer.state.as_str(), "{}", layer.detail);
     }
     tracing::info!(policy = %daemon.options.policy.display(), tools = daemon.policy().tools().count(), "policy loaded");
+    guard::policy::secrets::warn_if_proc_shows_command_lines(daemon.policy().secrets());
     let gid = daemon
         .options
         .socket_group

@@ -1,22 +1,26 @@
 //! Masking secrets' values in a stream of bytes: a tool's output on its way to the caller, an
-//! argument on its way to the audit log. Each value is looked for as it is and in the forms a
-//! program prints it without meaning to hide it (hex, base64 in either alphabet at each of its
-//! three alignments, percent-encoded), and replaced by `[secret:NAME]`, across chunk
-//! boundaries: a value split between two writes is still found.
+//! argument or a receipt on its way to the audit log. Each value is looked for as it is and in
+//! the forms a program prints it without meaning to hide it (hex, base64 in either alphabet at
+//! each of its three alignments, percent-encoded in either case, JSON-escaped), and so is every
+//! run of [`MIN_FORM`] characters of each form (a value printed in pieces: paged, wrapped,
+//! split between stdout and stderr), each replaced by `[secret:NAME]`, across chunk
+//! boundaries. What is let through never depends on whether it could begin a value: the last
+//! bytes are held back until more output or its end, whatever they are, so the timing of the
+//! output tells nothing of the value.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use super::Secret;
 
-/// The shortest encoded form looked for: a base64 run shorter than this (a short value at an
-/// awkward alignment) would match ordinary text.
-const MIN_FORM: usize = 8;
+/// The shortest run of a form looked for: shorter runs would match ordinary text. A value
+/// printed in pieces shorter than this is not masked (masking is a second line: see
+/// `secrets`).
+pub const MIN_FORM: usize = 8;
 
 /// What is looked for, built once per policy: every form of every secret's value.
 #[derive(Debug)]
 pub struct Masks {
     ac: AhoCorasick,
-    patterns: Vec<Vec<u8>>,
     /// The secret of each pattern, by pattern index.
     of: Vec<usize>,
     /// `[secret:NAME]` of each secret.
@@ -31,11 +35,15 @@ impl Masks {
     pub fn new(secrets: &[Secret]) -> Option<Self> {
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         let mut of = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (i, s) in secrets.iter().enumerate() {
             for form in forms(s.value.bytes()) {
-                if !patterns.contains(&form) {
-                    patterns.push(form);
-                    of.push(i);
+                let runs = form.windows(MIN_FORM.min(form.len())).map(<[u8]>::to_vec);
+                for p in std::iter::once(form.clone()).chain(runs) {
+                    if seen.insert(p.clone()) {
+                        patterns.push(p);
+                        of.push(i);
+                    }
                 }
             }
         }
@@ -46,7 +54,6 @@ impl Masks {
             .ok()?;
         Some(Self {
             ac,
-            patterns,
             of,
             shown: secrets
                 .iter()
@@ -60,6 +67,48 @@ impl Masks {
     pub fn first_in(&self, text: &str) -> Option<&str> {
         let m = self.ac.find(text)?;
         Some(self.name(self.of[m.pattern().as_usize()]))
+    }
+
+    /// `v` with every value masked in each of its strings (keys too) and numbers (a number
+    /// holding one becomes the string of its mask).
+    pub fn mask_json(&self, v: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value as Json;
+        match v {
+            Json::String(s) => Json::String(self.mask_text(&s)),
+            Json::Number(n) => {
+                let text = n.to_string();
+                let masked = self.mask_text(&text);
+                if masked == text {
+                    Json::Number(n)
+                } else {
+                    Json::String(masked)
+                }
+            }
+            Json::Array(a) => Json::Array(a.into_iter().map(|x| self.mask_json(x)).collect()),
+            Json::Object(m) => Json::Object(
+                m.into_iter()
+                    .map(|(k, x)| (self.mask_text(&k), self.mask_json(x)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    /// `v` (a receipt, a divergence) with every value masked, by way of its JSON form; `v` as
+    /// it was where that form does not read back (it holds no string a mask changed).
+    pub fn mask_serde<T: serde::Serialize + serde::de::DeserializeOwned>(&self, v: T) -> T {
+        let Ok(json) = serde_json::to_value(&v) else {
+            return v;
+        };
+        let masked = self.mask_json(json.clone());
+        if masked == json {
+            return v;
+        }
+        serde_json::from_value(masked).unwrap_or_else(|e| {
+            // A type whose JSON form does not read back would keep its value: say so loudly.
+            tracing::error!("masking a secret's value in a record failed, left as it was: {e}");
+            v
+        })
     }
 
     /// `text` with every value masked.
@@ -115,23 +164,6 @@ impl<'m> Masker<'m> {
         out.extend_from_slice(&buf[pos..]);
     }
 
-    /// Lets through what was held back, but for its longest end that could still be the
-    /// start of a value: the stream is quiet, and a prompt or a partial line should be seen.
-    pub fn flush_idle(&mut self, out: &mut Vec<u8>) {
-        let buf = std::mem::take(&mut self.carry);
-        let pos = self.mask(&buf, buf.len(), out);
-        let rest = &buf[pos..];
-        let held = (1..=rest.len())
-            .rev()
-            .find(|&n| {
-                let end = &rest[rest.len() - n..];
-                self.masks.patterns.iter().any(|p| p.starts_with(end))
-            })
-            .unwrap_or(0);
-        out.extend_from_slice(&rest[..rest.len() - held]);
-        self.carry = rest[rest.len() - held..].to_vec();
-    }
-
     /// The names of the secrets found so far.
     pub fn found(&self) -> impl Iterator<Item = &str> {
         (0..self.found.len())
@@ -167,7 +199,9 @@ fn forms(value: &[u8]) -> Vec<Vec<u8>> {
             out.push(base64_inner(value, shift, alphabet));
         }
     }
-    out.push(percent(value));
+    out.push(percent(value, b"0123456789ABCDEF"));
+    out.push(percent(value, b"0123456789abcdef"));
+    out.extend(json_escaped(value));
     out.retain(|f| f.len() >= MIN_FORM.min(value.len()));
     out
 }
@@ -206,17 +240,46 @@ fn base64_inner(value: &[u8], shift: usize, alphabet: &[u8; 64]) -> Vec<u8> {
         .to_vec()
 }
 
-/// `value` percent-encoded: every byte outside RFC 3986's unreserved set as `%XX`.
-fn percent(value: &[u8]) -> Vec<u8> {
+/// `value` percent-encoded with `digits`: every byte outside RFC 3986's unreserved set as
+/// `%XX`.
+fn percent(value: &[u8], digits: &[u8; 16]) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len());
     for &b in value {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(b);
         } else {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+            out.extend_from_slice(&[
+                b'%',
+                digits[usize::from(b >> 4)],
+                digits[usize::from(b & 15)],
+            ]);
         }
     }
     out
+}
+
+/// `value` inside a JSON string, as serializers print it: `"` and `\` escaped, `/` as is and
+/// as `\/`, and every byte outside printable ASCII as `\u00XX`.
+fn json_escaped(value: &[u8]) -> [Vec<u8>; 2] {
+    let mut plain = Vec::with_capacity(value.len());
+    for &b in value {
+        match b {
+            b'"' | b'\\' => plain.extend_from_slice(&[b'\\', b]),
+            0x20..=0x7e => plain.push(b),
+            _ => plain.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+        }
+    }
+    let slashed = plain
+        .iter()
+        .flat_map(|&b| {
+            if b == b'/' {
+                vec![b'\\', b'/']
+            } else {
+                vec![b]
+            }
+        })
+        .collect();
+    [plain, slashed]
 }
 
 #[cfg(test)]
@@ -263,25 +326,29 @@ mod tests {
     }
 
     #[test]
-    fn a_quiet_stream_lets_through_all_but_what_could_start_a_value() {
-        let masks = Masks::new(&[secret("api", b"tok-12345678")]).expect("masks");
-        let mut m = Masker::new(&masks);
-        let mut out = Vec::new();
-        m.push(b"Password: ", &mut out);
-        m.flush_idle(&mut out);
-        assert_eq!(out, b"Password: ");
-        out.clear();
-        m.push(b"x tok-123", &mut out);
-        m.flush_idle(&mut out);
-        assert_eq!(out, b"x ", "the start of the value waits");
-        m.push(b"45678 y", &mut out);
-        m.finish(&mut out);
-        assert_eq!(out, b"x [secret:api] y");
+    fn a_value_printed_in_pieces_is_masked_piece_by_piece() {
+        let masks = Masks::new(&[secret("api", b"ghp_A1b2/C3d4+E5f6G7h8")]).expect("masks");
+        // Paged, wrapped, lowercase-percent and JSON-escaped.
+        for text in [
+            "page 1: ghp_A1b2/C3d4 page 2: +E5f6G7h8",
+            "ghp_A1b2/C3d4+E5f6\nG7h8",
+            "ghp_A1b2%2fC3d4%2bE5f6G7h8",
+            "{\"t\":\"ghp_A1b2\\/C3d4+E5f6G7h8\"}",
+        ] {
+            let out = masks.mask_text(text);
+            assert!(out.contains("[secret:api]"), "{text} -> {out}");
+            for leak in ["A1b2/C3d4", "C3d4+E5f6", "ghp_A1b2%2f"] {
+                assert!(!out.contains(leak), "{text} -> {out}");
+            }
+        }
+        let json = serde_json::json!({"n": 12345678, "s": "x ghp_A1b2/C3d4+E5f6G7h8"});
+        let digits = Masks::new(&[secret("pin", b"12345678")]).expect("masks");
+        assert_eq!(digits.mask_json(json)["n"], "[secret:pin]");
     }
 
     #[test]
     fn text_without_a_value_passes_unchanged_byte_for_byte() {
-        let s = secret("api", b"abcdefgh1234");
+        let s = secret("api", b"zq9-Xv!7#Lp2");
         let masks = Masks::new(&[s]).expect("masks");
         let mut m = Masker::new(&masks);
         let mut out = Vec::new();
@@ -290,7 +357,7 @@ mod tests {
             m.push(chunk, &mut out);
         }
         m.finish(&mut out);
-        assert_eq!(out, text);
+        assert!(out == text, "the text changed");
         assert_eq!(m.found().count(), 0);
     }
 
