@@ -2,6 +2,7 @@
 //! an allowed call, bind the kernel to it (cgroup, destinations), launch it confined, follow it
 //! to its end, and record what it did.
 
+mod secrecy;
 mod watch;
 
 use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
@@ -421,9 +422,7 @@ impl Call<'_, '_> {
         // A call given a secret prints through guardd, which masks the values; the masks and
         // the values it is given come from one policy, read once.
         let policy = daemon.policy();
-        let masks = (!plan_secrets(self.plan).is_empty())
-            .then(|| policy.masks())
-            .flatten();
+        let secrecy = secrecy::Secrecy::of(self.plan, &policy);
         daemon.receipts.begin(
             id,
             ReceiptFor {
@@ -432,14 +431,12 @@ impl Call<'_, '_> {
                 cgroup: cgroup.path().to_owned(),
                 kill_on_divergence: self.plan.effects.on_divergence == OnDivergence::Kill,
                 files: daemon.options.trace_syscalls,
-                masks: masks.clone(),
+                masks: secrecy.masks(),
             },
         );
-        let stdin = &self.plan.confinement.stdin;
-        let (stdio, masked) = match sandbox::output::attach(masks.clone(), stdin, stdio) {
-            Ok(attached) => attached,
-            Err(e) => return Err((e.into(), None)),
-        };
+        let (stdio, masked) = secrecy
+            .attach(self.plan, stdio)
+            .map_err(|e| (e.into(), None))?;
         let result = self.launch(&cgroup, &watch, stdio, &policy).await;
         let masked = match masked {
             Some(m) => m.finish().await,
@@ -448,13 +445,7 @@ impl Call<'_, '_> {
         daemon.flush_events().await;
         self.stages.lap("flush_events");
         let mut receipt = self.receipt(id, responder).await;
-        if let (Some(r), Some(masks)) = (receipt.as_mut(), &masks) {
-            // What the call did may hold a value (a path, a name it asked): the receipt is the
-            // audit log's and the caller's.
-            *r = masks.mask_serde(std::mem::take(r));
-            r.secret_exposed = plan_secrets(self.plan);
-            r.secret_masked = masked;
-        }
+        secrecy.seal(receipt.as_mut(), masked);
         self.stages.lap("receipt");
         if let Some(Err(e)) = daemon.with_monitor(|m| m.unwatch(id)) {
             tracing::warn!(call = %self.id, "forgetting the call in the kernel: {e}");
@@ -591,10 +582,4 @@ impl Call<'_, '_> {
         }
         Some(receipt)
     }
-}
-
-/// The names of the secrets `plan` gives its tool.
-fn plan_secrets(plan: &LaunchPlan) -> Vec<String> {
-    let names = plan.confinement.secrets();
-    names.into_iter().map(str::to_owned).collect()
 }
