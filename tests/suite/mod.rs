@@ -26,3 +26,4 @@ mod secrets;
 mod session;
 mod stdin;
 mod systemd;
+mod walk_through;
