@@ -532,3 +532,52 @@ fn the_policy_names_what_is_protected_and_a_git_pointer_file_stays_as_it_is() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "{}\n");
 }
+
+/// A protected name that is a symlink is kept at the link (neither removed nor pointed
+/// elsewhere), and what it leads to inside the workspace is kept too: a project that keeps its
+/// Claude settings in `config/claude` behind `.claude -> config/claude` gets them protected.
+#[test]
+fn a_protected_name_that_is_a_symlink_is_kept_at_the_link_and_where_it_leads() {
+    if !support::privileged("a_protected_name_that_is_a_symlink_is_kept") {
+        return;
+    }
+    let root = TempDir::new("guard-protected-link");
+    let ws = root.join("ws");
+    clone_into(&ws);
+    std::fs::create_dir_all(ws.join("config/claude")).expect("mkdir");
+    std::fs::write(ws.join("config/claude/settings.json"), "{}\n").expect("write");
+    std::os::unix::fs::symlink("config/claude", ws.join(".claude")).expect("symlink");
+    let chown = output({
+        let mut c = Command::new("chown");
+        c.args(["-hR", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
+        c
+    });
+    assert!(chown.status.success(), "{chown:?}");
+    let guardd = Guardd::start_with(
+        &support::default_policy_in(&ws),
+        &["--socket-group", "nogroup"],
+    );
+    let refused = [
+        "echo '{\"hooks\":1}' > .claude/settings.json",
+        "echo '{\"hooks\":1}' > config/claude/settings.json",
+        "rm .claude",
+        "ln -sfn elsewhere .claude",
+        "mv config/claude config/old",
+        "mv config config-old",
+    ];
+    for attempt in refused {
+        let out = run(&guardd, &ws, Via::Guard, attempt, &ws);
+        assert_ne!(out.status.code(), Some(0), "`{attempt}`: {out:?}");
+    }
+    assert_eq!(
+        std::fs::read_link(ws.join(".claude")).expect(".claude"),
+        Path::new("config/claude")
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("config/claude/settings.json")).expect("settings"),
+        "{}\n"
+    );
+    // The rest of config/ is the call's, as before.
+    let out = run(&guardd, &ws, Via::Guard, "echo x > config/other.txt", &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

@@ -70,6 +70,10 @@ pub struct Kept {
     /// Read-only (a protected name), or only pinned as a mount point (a directory on the way
     /// to one).
     pub read_only: bool,
+    /// The name is a symlink, kept as such (a mount on the link itself: it can be neither
+    /// removed nor pointed elsewhere); what it leads to is kept beside it when a call may
+    /// write there.
+    pub link: bool,
 }
 
 /// Why `name` cannot be a protected name (`[workspaces] protected`), if it cannot: a relative
@@ -104,21 +108,13 @@ pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Ab
         git_files(w, &mut out, &mut absent);
         let names = listed.iter().cloned().chain(nested(w));
         for (i, name) in names.enumerate() {
-            let name = name.as_str();
-            let on_the_way = name.match_indices('/').map(|(i, _)| (&name[..i], false));
-            for (path, read_only) in on_the_way.chain([(name, true)]) {
-                let place = match beneath(w, path) {
-                    Ok(place) => place,
-                    Err(Errno::ENOENT) if read_only && i < listed.len() => {
-                        absent.watch(w, name);
-                        continue;
-                    }
-                    Err(_) => continue,
-                };
-                let known = |k: &Kept| (k.place.dev, k.place.ino) == (place.dev, place.ino);
-                if !out.iter().any(known) {
-                    out.push(Kept { place, read_only });
+            if let Err(Errno::ENOENT) = keep(w, &name, &mut out) {
+                if i < listed.len() {
+                    absent.watch(w, &name);
                 }
+            }
+            if let Some(target) = out.last().filter(|k| k.link).map(|k| k.place.path.clone()) {
+                keep_target(writable, &target, &mut out);
             }
             if out.len() >= MAX {
                 tracing::warn!(
@@ -133,16 +129,58 @@ pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Ab
     (out, absent)
 }
 
+/// Keeps `name` beneath `w` read-only and the directories on the way to it in place, each
+/// once; ENOENT when it is not there.
+fn keep(w: &Writable, name: &str, out: &mut Vec<Kept>) -> Result<(), Errno> {
+    let on_the_way = name.match_indices('/').map(|(i, _)| (&name[..i], false));
+    for (path, read_only) in on_the_way.chain([(name, true)]) {
+        let (place, link) = beneath(w, path)?;
+        if link && !read_only {
+            // A directory on the way that is a link: the name is not beneath `w` at all.
+            return Err(Errno::ELOOP);
+        }
+        let known = |k: &Kept| (k.place.dev, k.place.ino) == (place.dev, place.ino);
+        if !out.iter().any(known) {
+            out.push(Kept {
+                place,
+                read_only,
+                link,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What the protected link at `link` leads to, kept read-only (and the directories on the
+/// way to it in place) when it is beneath a directory of `writable`: written through the link,
+/// or by its own name, it would change what the link protects.
+fn keep_target(writable: &[Writable], link: &CString, out: &mut Vec<Kept>) {
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(link.as_bytes()));
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return;
+    };
+    for w in writable {
+        let root = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
+        if let Ok(rel) = target.strip_prefix(root)
+            && let Some(rel) = rel.to_str().filter(|r| !r.is_empty())
+        {
+            let _ = keep(w, rel, out);
+            return;
+        }
+    }
+}
+
 /// `.git` beneath `w`: a pointer file kept read-only; none at all, or a directory without a
 /// `HEAD` beside it, watched for what a call makes in their place.
 fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
     let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
     match nix::sys::stat::fstatat(w.pin.as_fd(), GIT, flags) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
-            if let Ok(place) = beneath(w, GIT) {
+            if let Ok((place, false)) = beneath(w, GIT) {
                 out.push(Kept {
                     place,
                     read_only: true,
+                    link: false,
                 });
             }
         }
@@ -262,26 +300,26 @@ fn nested(w: &Writable) -> Vec<String> {
     out
 }
 
-/// `name` beneath the directory `w`, when it is there and no component of it is a symlink
-/// (ELOOP); ENOENT when it, or a directory on the way, is not there.
-fn beneath(w: &Writable, name: &str) -> Result<Writable, Errno> {
+/// `name` beneath the directory `w`, when it is there and no directory on the way to it is a
+/// symlink, and whether it is one itself; ENOENT when it, or a directory on the way, is not
+/// there.
+fn beneath(w: &Writable, name: &str) -> Result<(Writable, bool), Errno> {
     let mut at: OwnedFd = w.pin.try_clone().map_err(|_| Errno::EMFILE)?;
     for part in name.split('/') {
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty())?;
     }
     let stat = nix::sys::stat::fstat(&at)?;
-    if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        return Err(Errno::ELOOP);
-    }
+    let link = stat.st_mode & libc::S_IFMT == libc::S_IFLNK;
     let mut path = w.path.as_bytes().to_vec();
     path.push(b'/');
     path.extend_from_slice(std::ffi::OsStr::new(name).as_bytes());
-    Ok(Writable {
+    let place = Writable {
         path: CString::new(path).map_err(|_| Errno::EINVAL)?,
         dev: stat.st_dev,
         ino: stat.st_ino,
         access: w.access,
         pin: at,
-    })
+    };
+    Ok((place, link))
 }

@@ -48,7 +48,7 @@ pub(super) fn mounts(
     let mut places = [-1 as RawFd; MAX_WRITABLE];
     let mut copies = [-1 as RawFd; MAX_WRITABLE];
     for (i, w) in writable.iter().take(MAX_WRITABLE).enumerate() {
-        places[i] = find(w)?;
+        places[i] = find(w, false)?;
         copies[i] = clone_tree(places[i], true)?;
     }
     read_only(libc::AT_FDCWD, c"/", libc::AT_RECURSIVE as libc::c_uint)?;
@@ -58,7 +58,7 @@ pub(super) fn mounts(
     for kept in protected.iter().take(crate::sandbox::protected::MAX) {
         // A copy over itself: read-only, or as it is (a mount point, which cannot be renamed
         // or removed).
-        let place = find(&kept.place)?;
+        let place = find(&kept.place, kept.link)?;
         let copy = clone_tree(place, false)?;
         if kept.read_only {
             read_only(copy, c"", libc::AT_EMPTY_PATH as libc::c_uint)?;
@@ -131,10 +131,10 @@ fn move_over(copy: RawFd, place: RawFd) -> Result<(), Failed> {
     check(rc, Stage::Mounts)
 }
 
-/// Opens `w`'s path (`O_PATH`) from `/`, one component at a time and refusing a link at each,
-/// and checks that it is the file `w` was (ESTALE if not). Raw syscalls on a name copied to the
-/// stack: no allocation.
-fn find(w: &landlock::Writable) -> Result<RawFd, Failed> {
+/// Opens `w`'s path (`O_PATH`) from `/`, one component at a time and refusing a link at each
+/// (but at the last, a protected link, when `link`), and checks that it is the file `w` was
+/// (ESTALE if not). Raw syscalls on a name copied to the stack: no allocation.
+fn find(w: &landlock::Writable, link: bool) -> Result<RawFd, Failed> {
     let failed = |errno| Failed {
         stage: Stage::Mounts,
         errno,
@@ -181,8 +181,8 @@ fn find(w: &landlock::Writable) -> Result<RawFd, Failed> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on this function's descriptor into `st` on this stack.
     let rc = unsafe { libc::fstat(at, &mut st) };
-    let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-    if rc < 0 || link || st.st_dev != w.dev || st.st_ino != w.ino {
+    let is_link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
+    if rc < 0 || is_link != link || st.st_dev != w.dev || st.st_ino != w.ino {
         // SAFETY: as above.
         unsafe { libc::close(at) };
         return Err(failed(libc::ESTALE));
@@ -215,21 +215,21 @@ mod tests {
         std::fs::create_dir_all(elsewhere.join("b")).expect("mkdir");
         let real = std::fs::canonicalize(a.join("b")).expect("real path");
         let w = writable(&real);
-        let fd = find(&w).unwrap_or_else(|f| panic!("errno {}", f.errno));
+        let fd = find(&w, false).unwrap_or_else(|f| panic!("errno {}", f.errno));
         // SAFETY: the descriptor find returned, ours.
         unsafe { libc::close(fd) };
         // The path re-pointed (a directory on the way swapped for a symlink): refused.
         std::fs::rename(&a, dir.path().join("old")).expect("rename");
         std::os::unix::fs::symlink(&elsewhere, &a).expect("symlink");
-        assert_eq!(find(&w).map_err(|f| f.errno), Err(libc::ENOTDIR));
+        assert_eq!(find(&w, false).map_err(|f| f.errno), Err(libc::ENOTDIR));
         // Another directory at the same path: not the one the rule holds.
         std::fs::remove_file(&a).expect("unlink");
         std::fs::rename(&elsewhere, &a).expect("rename");
-        assert_eq!(find(&w).map_err(|f| f.errno), Err(libc::ESTALE));
+        assert_eq!(find(&w, false).map_err(|f| f.errno), Err(libc::ESTALE));
         // The place itself a symlink to where it was: refused too.
         let w2 = writable(&real);
         std::fs::remove_dir(&real).expect("rmdir");
         std::os::unix::fs::symlink(dir.path().join("old/b"), &real).expect("symlink");
-        assert_eq!(find(&w2).map_err(|f| f.errno), Err(libc::ESTALE));
+        assert_eq!(find(&w2, false).map_err(|f| f.errno), Err(libc::ESTALE));
     }
 }
