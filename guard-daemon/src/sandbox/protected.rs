@@ -108,10 +108,8 @@ pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Ab
         git_files(w, &mut out, &mut absent);
         let names = listed.iter().cloned().chain(nested(w));
         for (i, name) in names.enumerate() {
-            if let Err(Errno::ENOENT) = keep(w, &name, &mut out) {
-                if i < listed.len() {
-                    absent.watch(w, &name);
-                }
+            if keep(w, &name, &mut out) == Err(Errno::ENOENT) && i < listed.len() {
+                absent.watch(w, &name);
             }
             if let Some(target) = out.last().filter(|k| k.link).map(|k| k.place.path.clone()) {
                 keep_target(writable, &target, &mut out);
