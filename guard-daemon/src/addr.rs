@@ -44,15 +44,61 @@ pub fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
-/// Whether `name`'s answer `ip` may be a destination of a call whose literal addresses are
-/// `literal`: any outside address; an internal one only for `localhost`'s loopback, or where
-/// the call names that very address.
-pub fn answer_allowed(name: &str, ip: IpAddr, literal: &[IpAddr]) -> bool {
-    if !is_internal(ip) || literal.contains(&ip) {
+/// Whether `name`'s answer `ip` may be a destination of a call whose literal addresses and
+/// networks are `literal` (an address is a network of its full length): any outside address;
+/// an internal one only for `localhost`'s loopback, or where the call names that address or
+/// a network that holds it.
+pub fn answer_allowed(name: &str, ip: IpAddr, literal: &[(IpAddr, u8)]) -> bool {
+    if !is_internal(ip) || literal.iter().any(|&(net, len)| holds(net, len, ip)) {
         return true;
     }
     let localhost = name == "localhost" || name.ends_with(".localhost");
     localhost && ip.to_canonical().is_loopback()
+}
+
+/// The length of a network that is `ip` alone.
+pub fn full(ip: IpAddr) -> u8 {
+    if ip.is_ipv4() { 32 } else { 128 }
+}
+
+/// `addr` with all but its first `len` bits zero, when `len` fits its family.
+pub fn network(addr: IpAddr, len: u8) -> Option<IpAddr> {
+    match addr {
+        IpAddr::V4(v4) if len <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            Some(IpAddr::V4((u32::from(v4) & mask).into()))
+        }
+        IpAddr::V6(v6) if len <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            Some(IpAddr::V6((u128::from(v6) & mask).into()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether the network `net`/`len` holds `ip` (of the same family).
+pub fn holds(net: IpAddr, len: u8, ip: IpAddr) -> bool {
+    let same_family = net.is_ipv4() == ip.is_ipv4();
+    same_family && network(ip, len) == network(net, len)
+}
+
+/// `"10.0.0.0/8"` or `"fd00::/8"`: the network, its host bits zero, and its length; `Err`
+/// for a length past the family's or host bits set (a typo for another network).
+pub fn parse_network(text: &str) -> Option<Result<(IpAddr, u8), String>> {
+    let (addr, len) = text.split_once('/')?;
+    let parsed = addr.parse::<IpAddr>().ok().zip(len.parse::<u8>().ok());
+    let Some((addr, len)) = parsed else {
+        return Some(Err(format!("{text}: expected an address/length network")));
+    };
+    Some(match network(addr, len) {
+        None => Err(format!(
+            "{text}: a network is 0 to 32 (IPv4) or 128 (IPv6) bits long"
+        )),
+        Some(net) if net != addr => {
+            Err(format!("{text}: host bits set; the network is {net}/{len}"))
+        }
+        Some(net) => Ok((net, len)),
+    })
 }
 
 #[cfg(test)]
@@ -87,12 +133,27 @@ mod tests {
         assert!(answer_allowed(
             "db.internal",
             ip("10.0.0.5"),
-            &[ip("10.0.0.5")]
+            &[(ip("10.0.0.5"), 32)]
+        ));
+        assert!(answer_allowed(
+            "db.internal",
+            ip("10.0.0.5"),
+            &[(ip("10.0.0.0"), 8)]
+        ));
+        assert!(!answer_allowed(
+            "db.internal",
+            ip("10.1.0.5"),
+            &[(ip("10.0.0.0"), 16)]
         ));
         assert!(answer_allowed("localhost", ip("127.0.0.1"), &[]));
         assert!(answer_allowed("localhost", ip("::1"), &[]));
         assert!(!answer_allowed("localhost", ip("10.0.0.5"), &[]));
         assert!(is_metadata(ip("::ffff:169.254.169.254")));
+        assert_eq!(parse_network("10.0.0.0/8"), Some(Ok((ip("10.0.0.0"), 8))));
+        assert_eq!(parse_network("fd00::/8"), Some(Ok((ip("fd00::"), 8))));
+        assert!(parse_network("10.0.0.1/8").is_some_and(|r| r.is_err()));
+        assert!(parse_network("10.0.0.0/33").is_some_and(|r| r.is_err()));
+        assert!(parse_network("10.0.0.0").is_none());
         assert!(!is_metadata(ip("169.254.169.253")));
     }
 }

@@ -3,13 +3,15 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf, lpm_trie::Key},
 };
 use guard_common::{
     call::{CallConfig, CallStats, MAX_CALLS, MAX_OPENS_IN_FLIGHT, OpenStash},
     event::{COUNTER_DROPPED, COUNTERS as NUM_COUNTERS, Event, PATH_LEN},
     file::{FileKey, MAX_FILES, NAME_MAX},
-    net::{Dest4, Dest6, DnsOrigin, MAX_DESTS, MAX_DNS_SOCKETS},
+    net::{
+        Dest4, Dest6, DnsOrigin, MAX_DESTS, MAX_DNS_SOCKETS, MAX_NETS, NET_FIXED_BITS, Net4, Net6,
+    },
     syscall::SyscallSet,
 };
 
@@ -24,6 +26,31 @@ pub static ALLOW4: HashMap<Dest4, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
 /// Allowed IPv6 destinations per call; the value as in `ALLOW4`.
 #[map]
 pub static ALLOW6: HashMap<Dest6, u8> = HashMap::with_max_entries(MAX_DESTS, 0);
+
+/// Allowed IPv4 networks per call (`connect = ["10.0.0.0/8:443"]`), by longest prefix.
+#[map]
+pub static NETS4: LpmTrie<Net4, u8> = LpmTrie::with_max_entries(MAX_NETS, 0);
+
+/// Allowed IPv6 networks per call.
+#[map]
+pub static NETS6: LpmTrie<Net6, u8> = LpmTrie::with_max_entries(MAX_NETS, 0);
+
+/// Whether `addr:port` over `proto` is within one of the call's approved IPv4 networks.
+#[inline(always)]
+pub fn in_net4(cgroup_id: u64, addr: u32, port: u16, proto: u8) -> bool {
+    let key = Key::new(NET_FIXED_BITS + 32, Net4::new(cgroup_id, addr, port, proto));
+    NETS4.get(&key).is_some()
+}
+
+/// Whether `[addr]:port` over `proto` is within one of the call's approved IPv6 networks.
+#[inline(always)]
+pub fn in_net6(cgroup_id: u64, addr: [u32; 4], port: u16, proto: u8) -> bool {
+    let key = Key::new(
+        NET_FIXED_BITS + 128,
+        Net6::new(cgroup_id, addr, port, proto),
+    );
+    NETS6.get(&key).is_some()
+}
 
 /// Approved programs (`FILE_SELF`) and directories (`FILE_DIR`) per call, by device and inode.
 #[map]

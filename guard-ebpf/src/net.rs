@@ -15,7 +15,7 @@ use guard_common::{
     net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
-use crate::maps::{ALLOW4, ALLOW6, DNS_ORIGINS, current_call, reserve_event};
+use crate::maps::{ALLOW4, ALLOW6, DNS_ORIGINS, current_call, in_net4, in_net6, reserve_event};
 
 const DNS_PORT: u16 = 53;
 
@@ -160,7 +160,12 @@ fn check4(ctx: &SockAddrContext) -> i32 {
         return ALLOW;
     }
     let key = Dest4::new(cgroup_id, addr, port, proto);
-    let Some(allowed) = to_report(ALLOW4.get_ptr_mut(&key)) else {
+    let exact = ALLOW4.get_ptr_mut(&key);
+    // Within an approved network: allowed, unreported (a receipt lists exact destinations).
+    if exact.is_none() && in_net4(cgroup_id, addr, port, proto) {
+        return ALLOW;
+    }
+    let Some(allowed) = to_report(exact) else {
         return ALLOW;
     };
     let bytes = ip4_bytes(addr);
@@ -182,7 +187,11 @@ fn check6(ctx: &SockAddrContext) -> i32 {
     };
     let (addr, port, proto) = dest6(ctx);
     let key = Dest6::new(cgroup_id, addr, port, proto);
-    let Some(allowed) = to_report(ALLOW6.get_ptr_mut(&key)) else {
+    let exact = ALLOW6.get_ptr_mut(&key);
+    if exact.is_none() && in_net6(cgroup_id, addr, port, proto) {
+        return ALLOW;
+    }
+    let Some(allowed) = to_report(exact) else {
         return ALLOW;
     };
     let bytes = ip6_bytes(addr);

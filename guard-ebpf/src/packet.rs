@@ -35,7 +35,7 @@ use guard_common::{
     net::{Dest4, Dest6, LOOPBACK4, PROTO_TCP, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
-use crate::maps::{ALLOW4, ALLOW6, CALL_STATS, CALLS, add, reserve_event};
+use crate::maps::{ALLOW4, ALLOW6, CALL_STATS, CALLS, add, in_net4, in_net6, reserve_event};
 
 const PASS: i32 = 1;
 const DROP: i32 = 0;
@@ -177,7 +177,8 @@ fn seen4(ctx: &SkBuffContext, cgroup_id: u64, dns_port: u16, peer: Peer) -> Opti
     let key = Dest4::new(cgroup_id, addr, port, proto);
     let responder = proto == PROTO_UDP && dns_port != 0 && addr == LOOPBACK4 && port == dns_port;
     // SAFETY: only whether the key is there is read.
-    seen.approved = responder || unsafe { ALLOW4.get(&key) }.is_some();
+    seen.approved =
+        responder || unsafe { ALLOW4.get(&key) }.is_some() || in_net4(cgroup_id, addr, port, proto);
     Some(seen)
 }
 
@@ -207,6 +208,6 @@ fn seen6(ctx: &SkBuffContext, cgroup_id: u64, peer: Peer) -> Option<Seen> {
     seen.port = port;
     let key = Dest6::new(cgroup_id, addr, port, proto);
     // SAFETY: only whether the key is there is read.
-    seen.approved = unsafe { ALLOW6.get(&key) }.is_some();
+    seen.approved = unsafe { ALLOW6.get(&key) }.is_some() || in_net6(cgroup_id, addr, port, proto);
     Some(seen)
 }

@@ -168,6 +168,7 @@ fn connect_programs_deny_unapproved_destinations_and_report_execs() {
             addr: Ipv4Addr::LOCALHOST.into(),
             port: allowed_port,
             proto: PROTO_TCP,
+            prefix: None,
         }],
         ..Watch::default()
     });

@@ -339,3 +339,62 @@ fn a_name_answering_with_the_hosts_own_address_is_no_destination_unless_named() 
     let out = super::escape::call(&guardd, &["connect", &named]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// `connect` takes networks (`127.0.0.0/8:PORT`): every address in one is a destination on that
+/// port, in the kernel; another port is not; and a name answering inside it may stand for it.
+#[test]
+fn a_network_in_connect_is_every_address_in_it_on_its_port() {
+    if !support::privileged("a_network_in_connect_is_every_address_in_it_on_its_port") {
+        return;
+    }
+    let listener = TcpListener::bind("0.0.0.0:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            drop(conn);
+        }
+    });
+    let other = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let other_port = other.local_addr().expect("addr").port();
+    let s = super::escape::Setup::new();
+    let effects = format!("connect = [\"127.0.0.0/8:{port}\"]\non_divergence = \"deny\"");
+    let guardd = Guardd::start(&s.policy(&effects, ""));
+    for addr in ["127.0.0.1", "127.0.0.2", "127.1.2.3"] {
+        let out = super::escape::call(&guardd, &["connect", &format!("{addr}:{port}")]);
+        assert_eq!(out.status.code(), Some(0), "{addr}: {out:?}");
+    }
+    let refused = super::escape::call(&guardd, &["connect", &format!("127.0.0.1:{other_port}")]);
+    assert_ne!(refused.status.code(), Some(0), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("EPERM"),
+        "{refused:?}"
+    );
+    // The machine's own name answers inside the network: it may stand for it.
+    if let Some(name) = loopback_name() {
+        let out = super::escape::call(&guardd, &["connect", &format!("{name}:{port}")]);
+        assert_ne!(out.status.code(), Some(0), "a name not in connect: {out:?}");
+        drop(guardd);
+        let both = format!("connect = [\"{name}:{port}\", \"127.0.0.0/8:{port}\"]");
+        let guardd = Guardd::start(&s.policy(&both, ""));
+        let out = super::escape::call(&guardd, &["connect", &format!("{name}:{port}")]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    // A network written with host bits set is a load error.
+    let (ok, said) = check_config(&s.policy("connect = [\"10.0.0.1/8:443\"]", ""));
+    assert!(!ok && said.contains("host bits set"), "{said}");
+}
+
+/// `guardd --check-config` of a policy text: whether it would start, and what it said.
+fn check_config(text: &str) -> (bool, String) {
+    let dir = TempDir::new("secrets-check");
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, text).expect("policy");
+    let out = output({
+        let mut c = Command::new(support::bin("guardd"));
+        c.arg("--check-config").arg("--policy").arg(&path);
+        c
+    });
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    (out.status.success(), said)
+}

@@ -60,56 +60,77 @@ async fn resolve(
     endpoints: &[Endpoint],
 ) -> Result<(Vec<Destination>, HashMap<String, Vec<IpAddr>>), CallError> {
     let mut dests = Vec::new();
-    let mut names = HashMap::new();
-    let literal = |port: u16| -> Vec<IpAddr> {
+    let mut names: HashMap<String, Vec<IpAddr>> = HashMap::new();
+    // What the policy names by address or network, by port.
+    let literal = |port: u16| -> Vec<(IpAddr, u8)> {
         endpoints
             .iter()
             .filter(|e| e.port == port)
-            .filter_map(|e| e.host.parse().ok())
+            .filter_map(|e| match crate::addr::parse_network(&e.host) {
+                Some(net) => net.ok(),
+                None => e
+                    .host
+                    .parse()
+                    .ok()
+                    .map(|ip: IpAddr| (ip, crate::addr::full(ip))),
+            })
             .collect()
     };
     for ep in endpoints {
-        let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => {
-                let found: Vec<IpAddr> = tokio::net::lookup_host((ep.host.as_str(), ep.port))
-                    .await
-                    .map_err(|e| CallError::Resolve {
-                        host: ep.host.clone(),
-                        reason: e.to_string(),
-                    })?
-                    .map(|sa| sa.ip())
-                    .collect();
-                let named = literal(ep.port);
-                let addrs: Vec<IpAddr> = found
-                    .iter()
-                    .copied()
-                    .filter(|&ip| crate::addr::answer_allowed(&ep.host, ip, &named))
-                    .collect();
-                if addrs.is_empty() {
-                    return Err(CallError::Resolve {
-                        host: ep.host.clone(),
-                        reason: format!(
-                            "it answers with the host's own or its network's addresses \
-                             ({found:?}), which a name may not stand for (DNS rebinding): \
-                             name the address in the tool's connect to reach it"
-                        ),
-                    });
-                }
-                names
-                    .entry(ep.host.clone())
-                    .or_insert_with(Vec::new)
-                    .extend(addrs.iter().copied());
-                addrs
-            }
-        };
-        dests.extend(addrs.into_iter().map(|addr| Destination {
+        let destination = |addr: IpAddr, prefix: Option<u8>| Destination {
             addr,
             port: ep.port,
             proto: PROTO_TCP,
-        }));
+            prefix,
+        };
+        if let Some(net) = crate::addr::parse_network(&ep.host) {
+            let (addr, len) = net.map_err(|reason| CallError::Resolve {
+                host: ep.host.clone(),
+                reason,
+            })?;
+            dests.push(destination(addr, Some(len)));
+            continue;
+        }
+        let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => {
+                let addrs = answers(ep, &literal(ep.port)).await?;
+                let known = names.entry(ep.host.clone()).or_default();
+                known.extend(addrs.iter().copied());
+                addrs
+            }
+        };
+        dests.extend(addrs.into_iter().map(|addr| destination(addr, None)));
     }
-    dests.sort_by_key(|d| (d.addr, d.port, d.proto));
+    dests.sort_by_key(|d| (d.addr, d.port, d.proto, d.prefix));
     dests.dedup();
     Ok((dests, names))
+}
+
+/// The addresses `ep`'s host name stands for now, but for those of the host or its network
+/// that the call names neither by address nor by network (`literal`): a name answering there is
+/// DNS rebinding.
+async fn answers(ep: &Endpoint, literal: &[(IpAddr, u8)]) -> Result<Vec<IpAddr>, CallError> {
+    let failed = |reason: String| CallError::Resolve {
+        host: ep.host.clone(),
+        reason,
+    };
+    let found: Vec<IpAddr> = tokio::net::lookup_host((ep.host.as_str(), ep.port))
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .map(|sa| sa.ip())
+        .collect();
+    let addrs: Vec<IpAddr> = found
+        .iter()
+        .copied()
+        .filter(|&ip| crate::addr::answer_allowed(&ep.host, ip, literal))
+        .collect();
+    if addrs.is_empty() {
+        return Err(failed(format!(
+            "it answers with the host's own or its network's addresses ({found:?}), which a \
+             name may not stand for (DNS rebinding): name the address or its network in the \
+             tool's connect to reach it"
+        )));
+    }
+    Ok(addrs)
 }

@@ -1,5 +1,7 @@
 //! The keys of the kernel's per-call maps: destinations, and files by identity.
 
+use guard_common::net::{Dest4, Dest6, Net4, Net6};
+
 use super::*;
 
 /// One destination a guarded call may connect to.
@@ -9,12 +11,16 @@ pub struct Destination {
     pub port: u16,
     /// `guard_common::net::PROTO_TCP` or `PROTO_UDP`.
     pub proto: u8,
+    /// A network's length (`10.0.0.0/8`: 8); `None` for the one address.
+    pub prefix: Option<u8>,
 }
 
 #[derive(Clone, Copy)]
 pub(super) enum DestKey {
     V4(Dest4),
     V6(Dest6),
+    Net4(aya::maps::lpm_trie::Key<Net4>),
+    Net6(aya::maps::lpm_trie::Key<Net6>),
 }
 
 /// What the kernel holds one guarded call to.
@@ -152,22 +158,29 @@ pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
 
 impl Destination {
     pub(super) fn key(&self, cgroup_id: u64) -> DestKey {
-        match self.addr {
-            IpAddr::V4(v4) => DestKey::V4(Dest4::new(
-                cgroup_id,
-                u32::from_ne_bytes(v4.octets()),
-                self.port,
-                self.proto,
-            )),
-            IpAddr::V6(v6) => {
+        let (port, proto) = (self.port, self.proto);
+        match (self.addr, self.prefix) {
+            (IpAddr::V4(v4), prefix) => {
+                let addr = u32::from_ne_bytes(v4.octets());
+                match prefix {
+                    Some(p) if p < 32 => {
+                        let data = Net4::new(cgroup_id, addr, port, proto);
+                        DestKey::Net4(super::dests::net4(data, p))
+                    }
+                    _ => DestKey::V4(Dest4::new(cgroup_id, addr, port, proto)),
+                }
+            }
+            (IpAddr::V6(v6), prefix) => {
                 let o = v6.octets();
                 let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-                DestKey::V6(Dest6::new(
-                    cgroup_id,
-                    [word(0), word(4), word(8), word(12)],
-                    self.port,
-                    self.proto,
-                ))
+                let addr = [word(0), word(4), word(8), word(12)];
+                match prefix {
+                    Some(p) if p < 128 => {
+                        let data = Net6::new(cgroup_id, addr, port, proto);
+                        DestKey::Net6(super::dests::net6(data, p))
+                    }
+                    _ => DestKey::V6(Dest6::new(cgroup_id, addr, port, proto)),
+                }
             }
         }
     }

@@ -28,12 +28,12 @@ use guard_common::{
     call::CallStats,
     event::{COUNTER_DROPPED, Event},
     file::{FILE_CHILD, FILE_DIR, FILE_SELF, FileKey, Layout, kernel_dev, name_hash},
-    net::{Dest4, Dest6},
     syscall::{SyscallSet, syscall_numbers},
 };
 use tokio::io::unix::AsyncFd;
 
 /// The kernel programs, as built by `build.rs`.
+mod dests;
 mod keys;
 mod stream;
 mod tracefs;
@@ -205,8 +205,7 @@ pub struct Monitor {
     /// `Some` with `--trace-syscalls`.
     tracing: Option<SyscallTracing>,
     calls: HashMap<MapData, u64, CallConfig>,
-    allow4: HashMap<MapData, Dest4, u8>,
-    allow6: HashMap<MapData, Dest6, u8>,
+    dests: dests::DestMaps,
     exec_allow: HashMap<MapData, FileKey, u8>,
     write_allow: HashMap<MapData, FileKey, u8>,
     call_stats: HashMap<MapData, u64, CallStats>,
@@ -316,11 +315,10 @@ impl Monitor {
             }
         }
 
+        let dests = dests::DestMaps::take(&mut ebpf)?;
         let mut take =
             |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
         let calls = HashMap::try_from(take("CALLS")?).map_err(map_err("CALLS"))?;
-        let allow4 = HashMap::try_from(take("ALLOW4")?).map_err(map_err("ALLOW4"))?;
-        let allow6 = HashMap::try_from(take("ALLOW6")?).map_err(map_err("ALLOW6"))?;
         let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
         let write_allow =
             HashMap::try_from(take("WRITE_ALLOW")?).map_err(map_err("WRITE_ALLOW"))?;
@@ -334,8 +332,7 @@ impl Monitor {
             ebpf,
             tracing: trace_syscalls.then(SyscallTracing::default),
             calls,
-            allow4,
-            allow6,
+            dests,
             exec_allow,
             write_allow,
             call_stats,
@@ -430,12 +427,8 @@ impl Monitor {
 
     fn install(&mut self, cgroup_id: u64, config: CallConfig) -> Result<(), MonitorError> {
         let installed = &self.installed[&cgroup_id];
-        // 1: approved and not used yet; the kernel reports the first use and marks it 2.
         for key in &installed.dests {
-            match *key {
-                DestKey::V4(k) => self.allow4.insert(k, 1, 0).map_err(map_err("ALLOW4"))?,
-                DestKey::V6(k) => self.allow6.insert(k, 1, 0).map_err(map_err("ALLOW6"))?,
-            }
+            self.dests.insert(key)?;
         }
         for (key, kind) in &installed.execs {
             self.exec_allow
@@ -482,11 +475,7 @@ impl Monitor {
             other => other,
         };
         for key in installed.dests {
-            let removed = match key {
-                DestKey::V4(k) => gone(self.allow4.remove(&k)).map_err(map_err("ALLOW4")),
-                DestKey::V6(k) => gone(self.allow6.remove(&k)).map_err(map_err("ALLOW6")),
-            };
-            result = result.and(removed);
+            result = result.and(self.dests.remove(&key));
         }
         for (key, _) in installed.execs {
             result = result.and(gone(self.exec_allow.remove(&key)).map_err(map_err("EXEC_ALLOW")));
@@ -578,6 +567,7 @@ mod tests {
             addr: "127.0.0.1".parse().unwrap(),
             port: 8080,
             proto: 6,
+            prefix: None,
         };
         let DestKey::V4(k) = d.key(7) else {
             panic!("v4 key expected")
@@ -588,6 +578,7 @@ mod tests {
             addr: "::1".parse().unwrap(),
             port: 1,
             proto: 17,
+            prefix: None,
         };
         let DestKey::V6(k) = d.key(7) else {
             panic!("v6 key expected")

@@ -216,7 +216,8 @@ impl Templates<'_> {
         out
     }
 
-    /// `effects.connect`: literal `host:port` endpoints, or placeholders of url arguments.
+    /// `effects.connect`: literal `host:port` endpoints (a network too: `10.0.0.0/8:443`), or
+    /// placeholders of url arguments.
     pub(super) fn connect(&self, d: &mut Diag, list: &[S<String>]) -> Vec<Elem<Endpoint>> {
         let key = format!("{}.effects.connect", self.tk);
         let mut out = Vec::new();
@@ -230,8 +231,16 @@ impl Templates<'_> {
                 ),
                 Some(Slot::Ctx(..)) => d.err(&s.at, &key, "a path is no destination"),
                 Some(Slot::Lit) => match endpoint(&s.v) {
-                    Some(e) => out.push(Elem::Lit(e)),
-                    None => d.err(&s.at, &key, "expected \"host:port\" or a {url} placeholder"),
+                    Some(e) => match crate::addr::parse_network(&e.host) {
+                        Some(Err(why)) => d.err(&s.at, &key, why),
+                        // A network's address is written as it is matched: host bits zero.
+                        _ => out.push(Elem::Lit(e)),
+                    },
+                    None => d.err(
+                        &s.at,
+                        &key,
+                        "expected \"host:port\", \"network/length:port\" or a {url} placeholder",
+                    ),
                 },
                 None => {}
             }
