@@ -19,27 +19,44 @@ pub fn is_metadata(ip: IpAddr) -> bool {
     }
 }
 
-/// Whether `ip` is the host's own or its network's: loopback, link-local, private (RFC 1918,
-/// RFC 4193), shared (RFC 6598), unspecified, or a metadata endpoint.
+/// Whether `ip` is the host's own or its network's, or no host's: loopback, link-local,
+/// private (RFC 1918, RFC 4193), shared (RFC 6598), unspecified, `0.0.0.0/8`, IETF and
+/// benchmarking ranges, multicast, reserved and broadcast, a metadata endpoint; and an IPv6
+/// address that carries an IPv4 one (mapped, compatible, NAT64 `64:ff9b::/96`, 6to4
+/// `2002::/16`) when that one is.
 pub fn is_internal(ip: IpAddr) -> bool {
     if is_metadata(ip) {
         return true;
     }
     match ip.to_canonical() {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_loopback()
                 || v4.is_link_local()
                 || v4.is_private()
                 || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || a == 0
+                || a >= 240
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 198 && (b == 18 || b == 19))
         }
         IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
+            let s = v6.segments();
+            let o = v6.octets();
+            let carried = |at: usize| {
+                is_internal(IpAddr::V4([o[at], o[at + 1], o[at + 2], o[at + 3]].into()))
+            };
             v6.is_loopback()
                 || v6.is_unspecified()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[..6] == [0; 6] && carried(12))
+                || (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && carried(12))
+                || (s[0] == 0x2002 && carried(2))
         }
     }
 }
@@ -149,6 +166,21 @@ mod tests {
         assert!(answer_allowed("localhost", ip("::1"), &[]));
         assert!(!answer_allowed("localhost", ip("10.0.0.5"), &[]));
         assert!(is_metadata(ip("::ffff:169.254.169.254")));
+        for carried in [
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+            "::127.0.0.1",
+            "::a9fe:a9fe",
+            "198.18.0.1",
+            "240.0.0.1",
+            "224.0.0.1",
+        ] {
+            assert!(is_internal(ip(carried)), "{carried}");
+        }
+        assert!(
+            !is_internal(ip("64:ff9b::5db8:d822")),
+            "NAT64 of an outside address"
+        );
         assert_eq!(parse_network("10.0.0.0/8"), Some(Ok((ip("10.0.0.0"), 8))));
         assert_eq!(parse_network("fd00::/8"), Some(Ok((ip("fd00::"), 8))));
         assert!(parse_network("10.0.0.1/8").is_some_and(|r| r.is_err()));

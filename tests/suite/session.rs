@@ -453,9 +453,14 @@ fn what_a_call_plants_is_moved_aside_and_git_runs_none_of_it(guardd: &Guardd, ws
             .find(|d| d["path"] == format!("{}/{name}", ws.display()))
             .unwrap_or_else(|| panic!("{name} planted: {last:#}"));
         assert_eq!(d["effect"], "planted", "{d}");
-        let moved = format!("{}/{name}.guard-planted-{call_id}", ws.display());
-        assert_eq!(d["moved_to"], moved.as_str(), "{d}");
-        assert!(Path::new(&moved).exists(), "{moved}");
+        // Beside it, under a name no call can guess and take first.
+        let moved = d["moved_to"].as_str().unwrap_or_default();
+        let prefix = format!("{}/{name}.guard-planted-{call_id}-", ws.display());
+        assert!(
+            moved.starts_with(&prefix) && moved.len() == prefix.len() + 12,
+            "{d}"
+        );
+        assert!(Path::new(moved).exists(), "{moved}");
         assert!(!ws.join(name).exists(), "{name} is still there");
     }
     // The developer's git: its own repository, no program of the call's run.
@@ -580,4 +585,106 @@ fn a_protected_name_that_is_a_symlink_is_kept_at_the_link_and_where_it_leads() {
     // The rest of config/ is the call's, as before.
     let out = run(&guardd, &ws, Via::Guard, "echo x > config/other.txt", &ws);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// What the repository's own config hands git's hooks and config to inside the worktree
+/// (`core.hooksPath`, `include.path`) is kept as the config is: an existing hook read-only, an
+/// absent included config moved aside once the call made it, so the developer's git runs
+/// neither.
+#[test]
+fn what_the_repositorys_config_points_into_the_worktree_is_kept_too() {
+    if !support::privileged("what_the_repositorys_config_points_into_the_worktree") {
+        return;
+    }
+    let root = TempDir::new("guard-protected-config");
+    let ws = root.join("ws");
+    clone_into(&ws);
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.arg("-C").arg(&ws).args(args).uid(NOBODY).gid(NOBODY);
+        let out = output(c);
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["config", "core.hooksPath", ".githooks"]);
+    git(&["config", "include.path", "../.gitconfig"]);
+    std::fs::create_dir_all(ws.join(".githooks")).expect("mkdir");
+    std::fs::write(ws.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n").expect("hook");
+    let chown = output({
+        let mut c = Command::new("chown");
+        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
+        c
+    });
+    assert!(chown.status.success(), "{chown:?}");
+    let guardd = Guardd::start_with(
+        &support::default_policy_in(&ws),
+        &["--socket-group", "nogroup"],
+    );
+    let mark = ws.join("MARK");
+    let hook = format!("echo 'touch {}' >> .githooks/pre-commit", mark.display());
+    let out = run(&guardd, &ws, Via::Guard, &hook, &ws);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the hook written through: {out:?}"
+    );
+    let include = format!(
+        "printf '[core]\\n\\tfsmonitor = \"touch {}\"\\n' > .gitconfig",
+        mark.display()
+    );
+    let out = run(&guardd, &ws, Via::Guard, &include, &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        !ws.join(".gitconfig").exists(),
+        "the included config was left in place"
+    );
+    let commit = "echo n >> README.md && git commit -qam n && git status --short";
+    let out = run(&guardd, &ws, Via::Direct, commit, &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!mark.exists(), "git ran what the call planted");
+}
+
+/// A repository a call makes inside the workspace and adds to its index as a gitlink would run
+/// its own config (here `core.fsmonitor`) from the developer's `git status` at the root: its
+/// `.git`, born during the call, is moved aside at the call's end, and is on the receipt.
+#[test]
+fn a_repository_a_call_hides_behind_a_gitlink_is_moved_aside() {
+    if !support::privileged("a_repository_a_call_hides_behind_a_gitlink") {
+        return;
+    }
+    let root = TempDir::new("guard-gitlink");
+    let ws = root.join("ws");
+    clone_into(&ws);
+    let guardd = Guardd::start_with(
+        &support::default_policy_in(&ws),
+        &["--socket-group", "nogroup"],
+    );
+    let mark = ws.join("MARK");
+    let plant = format!(
+        "mkdir sub && cd sub && git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m s && \
+         sha=$(git rev-parse HEAD) && git config core.fsmonitor 'touch {}; false #' && \
+         cd .. && git update-index --add --cacheinfo 160000,$sha,sub",
+        mark.display()
+    );
+    let out = run(&guardd, &ws, Via::Guard, &plant, &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rows = guardd.audit_rows();
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("a finished row");
+    let divergences = last["effects_observed"]["divergences"].to_string();
+    assert!(
+        divergences.contains("planted") && divergences.contains("sub/.git"),
+        "{last:#}"
+    );
+    assert!(
+        !ws.join("sub/.git").exists(),
+        "the nested repository is still there"
+    );
+    let out = run(&guardd, &ws, Via::Direct, "git status --short", &ws);
+    assert!(
+        !mark.exists(),
+        "git ran the nested repository's fsmonitor: {out:?}"
+    );
 }

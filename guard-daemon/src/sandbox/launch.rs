@@ -50,6 +50,8 @@ const BASE_ENV: &[(&str, &str)] = &[
 pub enum SandboxError {
     #[error("argv is empty")]
     EmptyArgv,
+    #[error(transparent)]
+    Protected(#[from] super::protected::TooMany),
     #[error("argv[0] {0:?} is not an absolute path")]
     RelativeProgram(PathBuf),
     #[error("NUL byte in {what}")]
@@ -332,7 +334,7 @@ pub fn prepare(
         return Err(SandboxError::TooManyWritable(prepared.writable.len()));
     }
     let names = plan.effects.protected.as_deref();
-    let (protected, absent) = super::protected::within(&prepared.writable, names);
+    let (protected, absent) = super::protected::within(&prepared.writable, names)?;
     stages.lap("landlock");
 
     let table = seccomp::table(plan, opts.kernel_watches)?;

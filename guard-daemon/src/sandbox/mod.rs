@@ -8,6 +8,7 @@
 
 mod child;
 mod clone;
+mod gitlinks;
 pub mod input;
 pub mod landlock;
 pub mod launch;

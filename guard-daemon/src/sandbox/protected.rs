@@ -60,8 +60,9 @@ const GIT: &str = ".git";
 /// a `HEAD` made there is planted.
 const BARE_HEAD: &str = "HEAD";
 
-/// Most protected paths one call's mount view holds.
-pub const MAX: usize = 256;
+/// Most protected paths one call's mount view holds; a workspace with more (a call could
+/// make decoys, `.git/modules/*` by the hundred, to push a real one out) is refused.
+pub const MAX: usize = 1024;
 
 /// A path to keep in place in the call's mount view.
 #[derive(Debug)]
@@ -96,8 +97,12 @@ pub fn invalid(name: &str) -> Option<&'static str> {
 /// The protected names (`names`, or [`NAMES`]) that exist beneath the directories of
 /// `writable`, and the directories on the way to them, each found by descriptor from its
 /// directory (no symlink followed) and pinned, as a writable place is, ancestors first, as they
-/// are to be mounted; and those that are not there (`Absent`), found by the same look.
-pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Absent) {
+/// are to be mounted; and those that are not there (`Absent`), found by the same look. More
+/// than [`MAX`] is an error: no protected path is left out silently.
+pub fn within(
+    writable: &[Writable],
+    names: Option<&[String]>,
+) -> Result<(Vec<Kept>, Absent), TooMany> {
     let mut out: Vec<Kept> = Vec::new();
     let mut absent = Absent::default();
     let listed: Vec<String> = match names {
@@ -106,6 +111,12 @@ pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Ab
     };
     for w in writable {
         git_files(w, &mut out, &mut absent);
+        if let Some(index) = super::gitlinks::Index::at_start(&w.pin) {
+            let root = w.path.to_string_lossy().into_owned();
+            absent.indexes.push((index, root));
+        }
+        let delegated = delegated(w);
+        let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
         let names = listed.iter().cloned().chain(nested(w));
         for (i, name) in names.enumerate() {
             if keep(w, &name, &mut out) == Err(Errno::ENOENT) && i < listed.len() {
@@ -114,18 +125,21 @@ pub fn within(writable: &[Writable], names: Option<&[String]>) -> (Vec<Kept>, Ab
             if let Some(target) = out.last().filter(|k| k.link).map(|k| k.place.path.clone()) {
                 keep_target(writable, &target, &mut out);
             }
-            if out.len() >= MAX {
-                tracing::warn!(
-                    "more than {MAX} protected paths beneath {}: the rest are not kept read-only",
-                    w.path.to_string_lossy()
-                );
-                out.truncate(MAX);
-                return (out, absent);
+            if out.len() > MAX {
+                return Err(TooMany(w.path.to_string_lossy().into_owned()));
             }
         }
     }
-    (out, absent)
+    Ok((out, absent))
 }
+
+/// More protected paths beneath a writable directory than a mount view holds.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "more than {MAX} protected paths beneath {0} (submodules' and worktrees' git files \
+     included): the call is not launched with some of them writable"
+)]
+pub struct TooMany(pub String);
 
 /// Keeps `name` beneath `w` read-only and the directories on the way to it in place, each
 /// once; ENOENT when it is not there.
@@ -168,6 +182,63 @@ fn keep_target(writable: &[Writable], link: &CString, out: &mut Vec<Kept>) {
     }
 }
 
+/// What the repository's own config at `w` hands git's hooks and config to inside the
+/// worktree (`core.hooksPath = .githooks`, `include.path = ../.gitconfig`, `includeIf`'s
+/// `path`): kept as the config itself is, or watched where absent. Read from `.git/config`
+/// found without following a link; a value outside `w`, in a home (`~`) or not plain, is
+/// left out.
+fn delegated(w: &Writable) -> Vec<String> {
+    let Ok((place, false)) = beneath(w, ".git/config") else {
+        return Vec::new();
+    };
+    let path = format!("/proc/self/fd/{}", place.pin.as_raw_fd());
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut section = String::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[') {
+            section = header
+                .split(|c: char| c == ']' || c.is_whitespace() || c == '"')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim().to_ascii_lowercase();
+        let value = value.trim().trim_matches('"');
+        // hooksPath is taken from the worktree's root, an include from the config's directory.
+        let rel = match (section.as_str(), key.as_str()) {
+            ("core", "hookspath") => value.to_owned(),
+            ("include" | "includeif", "path") if !value.starts_with('/') => {
+                format!(".git/{value}")
+            }
+            ("include" | "includeif", "path") => value.to_owned(),
+            _ => continue,
+        };
+        if let Some(name) = inside(w, &rel) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// `rel` (relative to `w`, or absolute) as a protected name beneath `w`: `..` applied, and
+/// `None` outside `w`, through `~`, or with nothing left.
+fn inside(w: &Writable, rel: &str) -> Option<String> {
+    if rel.starts_with('~') || rel.contains(['*', '?', '[', '\0']) {
+        return None;
+    }
+    let root = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
+    let path = crate::policy::args::normalize(&root.join(rel));
+    let name = path.strip_prefix(root).ok()?.to_str()?.to_owned();
+    (!name.is_empty() && invalid(&name).is_none()).then_some(name)
+}
+
 /// `.git` beneath `w`: a pointer file kept read-only; none at all, or a directory without a
 /// `HEAD` beside it, watched for what a call makes in their place.
 fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
@@ -182,15 +253,14 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
                 });
             }
         }
-        Ok(st)
-            if st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                && nix::sys::stat::fstatat(w.pin.as_fd(), BARE_HEAD, flags)
-                    == Err(Errno::ENOENT) =>
-        {
-            absent.watch(w, BARE_HEAD);
-        }
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
         Err(Errno::ENOENT) => absent.watch(w, GIT),
-        _ => {}
+        _ => return,
+    }
+    // With `.git` or without: a `HEAD` there (beside `objects/` and `refs/`) makes git take
+    // the directory for a bare repository.
+    if nix::sys::stat::fstatat(w.pin.as_fd(), BARE_HEAD, flags) == Err(Errno::ENOENT) {
+        absent.watch(w, BARE_HEAD);
     }
 }
 
@@ -198,7 +268,11 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
 /// directories: no mount can keep them from being made, so they are looked at again at the
 /// call's end, and each one made is a divergence on its receipt (`Effect::Planted`).
 #[derive(Debug, Default)]
-pub struct Absent(Vec<(OwnedFd, String, String)>);
+pub struct Absent {
+    names: Vec<(OwnedFd, String, String)>,
+    /// Each writable directory's repository index, whose new gitlinks' `.git`s are planted too.
+    indexes: Vec<(super::gitlinks::Index, String)>,
+}
 
 /// A protected name made during a call, and what became of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,31 +289,42 @@ impl Absent {
     fn watch(&mut self, w: &Writable, name: &str) {
         if let Ok(dir) = w.pin.try_clone() {
             let shown = format!("{}/{name}", w.path.to_string_lossy());
-            self.0.push((dir, name.to_owned(), shown));
+            self.names.push((dir, name.to_owned(), shown));
         }
     }
 
-    /// Those made since, each moved aside in its directory (`NAME.guard-planted-TAG`): the
+    /// Those made since, each moved aside in its directory (`NAME.guard-planted-TAG-RANDOM`): the
     /// call's processes are gone, and what it planted does not wait there for git, direnv or
     /// an agent to run it with the developer's rights.
     pub fn made_and_moved(&self, tag: &str) -> Vec<Planted> {
-        self.0
-            .iter()
-            .filter(|(dir, name, _)| {
-                let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-                nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
-            })
-            .map(|(dir, name, shown)| Planted {
-                path: shown.clone(),
-                moved_to: move_aside(dir, name, tag)
-                    .map(|new| format!("{}{new}", &shown[..shown.len() - name.len()]))
-                    .map_err(|e| e.desc().to_owned()),
-            })
-            .collect()
+        let made = self.names.iter().filter(|(dir, name, _)| {
+            let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+            nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
+        });
+        let mut out: Vec<Planted> = made
+            .map(|(dir, name, shown)| planted(dir, name, shown, tag))
+            .collect();
+        for (index, root) in &self.indexes {
+            for git in index.born() {
+                let shown = format!("{root}/{git}");
+                out.push(planted(index.dir(), &git, &shown, tag));
+            }
+        }
+        out
     }
 }
 
-/// Renames `name` beneath `dir` to `NAME.guard-planted-TAG` beside itself, each directory on
+/// `name` beneath `dir`, made during a call, moved aside.
+fn planted(dir: &OwnedFd, name: &str, shown: &str, tag: &str) -> Planted {
+    Planted {
+        path: shown.to_owned(),
+        moved_to: move_aside(dir, name, tag)
+            .map(|new| format!("{}{new}", &shown[..shown.len() - name.len()]))
+            .map_err(|e| e.desc().to_owned()),
+    }
+}
+
+/// Renames `name` beneath `dir` to `NAME.guard-planted-TAG-RANDOM` beside itself, each directory on
 /// the way opened without following a link (the call made them, and may have made them links
 /// to anywhere root reaches); never over an existing file. Returns the new relative path.
 fn move_aside(dir: &OwnedFd, name: &str, tag: &str) -> Result<String, Errno> {
@@ -252,7 +337,13 @@ fn move_aside(dir: &OwnedFd, name: &str, tag: &str) -> Result<String, Errno> {
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty())?;
     }
-    let new = format!("{last}.guard-planted-{tag}");
+    // A name no one can make first (the call ids are in order, and a call that knew the next
+    // one's name could take it, so that the move fails and the plant stays).
+    let mut random = [0u8; 6];
+    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer.
+    unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let new = format!("{last}.guard-planted-{tag}-{suffix}");
     let (from, to) = (
         CString::new(last).map_err(|_| Errno::EINVAL)?,
         CString::new(new.as_str()).map_err(|_| Errno::EINVAL)?,
@@ -288,7 +379,8 @@ fn nested(w: &Writable) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(base.join(dir)) else {
             continue;
         };
-        for entry in entries.flatten().take(MAX) {
+        // One more than fits: past that, `within` refuses the launch rather than leave any out.
+        for entry in entries.flatten().take(MAX + 1) {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
@@ -320,4 +412,44 @@ fn beneath(w: &Writable, name: &str) -> Result<(Writable, bool), Errno> {
         pin: at,
     };
     Ok((place, link))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writable(path: &std::path::Path) -> Writable {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).expect("stat");
+        Writable {
+            path: CString::new(path.as_os_str().as_bytes()).expect("path"),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            access: crate::sandbox::landlock::WRITE_TREE,
+            pin: std::fs::File::open(path).expect("open").into(),
+        }
+    }
+
+    #[test]
+    fn more_protected_paths_than_a_view_holds_refuse_the_launch_rather_than_leave_one_out() {
+        let dir = crate::audit::testdir::TestDir::new("protected-max");
+        let ws = dir.path();
+        // Decoy submodules: each one's git directory, hooks and config are kept.
+        for i in 0..400 {
+            let m = ws.join(format!(".git/modules/m{i}"));
+            std::fs::create_dir_all(m.join("hooks")).expect("mkdir");
+            std::fs::write(m.join("config"), "").expect("config");
+        }
+        let e = within(&[writable(ws)], None).expect_err("too many");
+        assert!(e.to_string().contains("more than"), "{e}");
+        // Fewer: every one kept.
+        for i in 300..400 {
+            std::fs::remove_dir_all(ws.join(format!(".git/modules/m{i}"))).expect("rm");
+        }
+        let (kept, _) = within(&[writable(ws)], None).expect("kept");
+        let hooks = kept
+            .iter()
+            .filter(|k| k.read_only && k.place.path.to_bytes().ends_with(b"/hooks"));
+        assert_eq!(hooks.count(), 300);
+    }
 }

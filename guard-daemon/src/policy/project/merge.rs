@@ -191,9 +191,19 @@ fn combine(
             examples.push((t.name.v.clone(), ex));
         }
     }
+    // An approver reads a rule's message as the reason a call was held: one the project wrote
+    // says so (the workspace's owner, often the agent's user, wrote it).
+    let mut rules = project.rules;
+    for r in &mut rules {
+        let id = &r.id.v;
+        r.message = Some(match r.message.take() {
+            Some(m) => format!("[project policy rule {id}] {m}"),
+            None => format!("[project policy rule {id}]"),
+        });
+    }
     let mut own = RawDoc {
         tools,
-        rules: project.rules,
+        rules,
         approvers: project.approvers,
         ..RawDoc::default()
     };
@@ -208,8 +218,8 @@ fn combine(
         settings_over(&mut s, &project.settings);
         own.settings = Some(s);
     }
-    // The project's approvers answer first: they can only refuse or hand the call to a human
-    // (see `approver`), so placing them first only tightens.
+    // The project's approvers answer first: they can only refuse (see `approver`), so placing
+    // them first only tightens.
     docs.insert(0, own);
     (docs, examples)
 }
@@ -251,13 +261,13 @@ fn approver_kept(a: &mut RawApprover, remaining: &[(String, Vec<String>)]) -> bo
     !a.tools.is_empty()
 }
 
-/// A project's approver may only refuse (`auto` with `decision = "reject"` or `"terminate"`)
-/// or send the call to a human: one that approves, asks a judge or runs a program would widen.
+/// A project's approver may only refuse (`auto` with `decision = "reject"` or `"terminate"`):
+/// one that approves, asks a judge or runs a program would widen, and so would one that hands
+/// the call to a human (it answers before the base's, which may have refused it unasked).
 fn approver(d: &mut Diag, a: &RawApprover) {
     let key = format!("approvers[{}].approver", a.index);
     let Some(name) = &a.approver else { return };
     let ok = match name.v.as_str() {
-        "human" => true,
         "auto" => a
             .decision
             .as_ref()
@@ -266,7 +276,8 @@ fn approver(d: &mut Diag, a: &RawApprover) {
     };
     if !ok {
         let msg = "a project policy's approvers may only refuse (approver = \"auto\" with \
-                   decision = \"reject\" or \"terminate\") or ask a human (\"human\")";
+                   decision = \"reject\" or \"terminate\"): a human's answer could approve \
+                   what the base policy's approvers refuse";
         d.err(&name.at, &key, msg);
     }
     let e = &a.effects;

@@ -21,6 +21,9 @@ use crate::{
 /// The timeout of a tool that names none (`Confinement::default`).
 const DEFAULT_TIMEOUT: i64 = 60;
 
+/// The tasks of a tool that names no limit (`Confinement::default`).
+const DEFAULT_PIDS: i64 = 256;
+
 /// What the checks of one tool need: the report, the workspace, the tool's key and where its
 /// name is written (for keys that keep no location of their own, such as booleans).
 struct Check<'d, 's, 'w> {
@@ -191,11 +194,16 @@ fn limits(c: &mut Check, p: &RawTool, b: &RawTool) {
         let msg = format!("more than the base's {bm} bytes");
         c.widens(None, "limits.memory", msg);
     }
-    if let Some(bp) = &b.pids
-        && p.pids.as_ref().is_none_or(|p| p.v > bp.v)
-    {
+    // A tool that names no limit has the default one (`Confinement::default`).
+    let pids = |t: &Option<S<i64>>| t.as_ref().map_or(DEFAULT_PIDS, |s| s.v);
+    if pids(&p.pids) > pids(&b.pids) {
         let at = p.pids.as_ref().map(|p| &p.at);
-        c.widens(at, "limits.pids", format!("more than the base's {}", bp.v));
+        let msg = format!(
+            "{} is more than the base's {}",
+            pids(&p.pids),
+            pids(&b.pids)
+        );
+        c.widens(at, "limits.pids", msg);
     }
     if !b.syscalls.is_empty() {
         // Strict mode: the listed syscalls only, so fewer is narrower and none is all.

@@ -209,6 +209,8 @@ fn each_kind_of_widening_is_an_error_at_its_line_and_key() {
         (shell("").replace("cwd = \"{cwd}\"", "cwd = \"/\""), "tools.shell.cwd:5"),
         (shell("").replace("timeout = 30", "timeout = 30\nenv = { LD_PRELOAD = \"/x\" }"), "tools.shell.env:7"),
         (shell("").replace("timeout = 30", "timeout = 30\ntmp = true"), "tools.shell.tmp:2"),
+        // The base names no limit: the default one (256) is its limit.
+        (shell("").replace("timeout = 30", "timeout = 30\n[tools.shell.limits]\npids = 100000"), "tools.shell.limits.pids:8"),
         (shell("").replace("[tools.shell.effects]", "[tools.shell.args.extra]\ntype = \"string\"\n[tools.shell.effects]"), "tools.shell.args.extra:10"),
         (
             "[tools.cat]\ntier = \"low\"\ncommand = [\"/bin/cat\", \"{file}\"]\n[tools.cat.args.file]\ntype = \"path\"\nbase = \"{cwd}\"\nwithin = [\"/\"]\n".into(),
@@ -224,6 +226,8 @@ fn each_kind_of_widening_is_an_error_at_its_line_and_key() {
         ("[judges.j]\ncommand = [\"/bin/true\"]\n".into(), "judges:1"),
         ("[approvals]\nallow_self = true\n".into(), "approvals:1"),
         ("[[approvers]]\ntools = [\"mail\"]\napprover = \"auto\"\n".into(), "approvers[0].approver:3"),
+        // A human's answer could approve what the base's approvers refuse unasked.
+        ("[[approvers]]\ntools = [\"mail\"]\napprover = \"human\"\n".into(), "approvers[0].approver:3"),
         ("[tools]\nremove = [\"nosuch\"]\n".into(), "tools.remove:2"),
         ("[[rules]]\nid = \"r\"\ntools = [\"cat\"]\naction = \"allow\"\n".into(), "rules[0].action:4"),
     ];
