@@ -7,7 +7,7 @@ use std::{
     fs::File,
     io::Read as _,
     os::{fd::AsRawFd as _, fd::OwnedFd, unix::net::UnixStream as StdStream},
-    path::Path,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -89,13 +89,12 @@ pub struct Progress {
 /// back, as guard-exec does.
 pub async fn run(
     socket: &Path,
-    tool: String,
-    args: JsonObject,
+    (tool, args, cwd): (String, JsonObject, Option<PathBuf>),
     progress: Progress,
     cancel: impl std::future::Future<Output = ()>,
 ) -> CallToolResult {
     tokio::pin!(cancel);
-    let started = match start(socket, &exec(tool, args)).await {
+    let started = match start(socket, &exec(tool, args, cwd)).await {
         Ok(s) => s,
         Err(e) => return result(Vec::new(), Outcome::failed(e), None),
     };
@@ -181,14 +180,13 @@ async fn lost(begun: Option<StartedReply>) -> CallToolResult {
 
 /// The `exec` of a call. An MCP client has no input stream to give: it says so, and guardd
 /// refuses a tool that would read one rather than run it on the /dev/null sent as its stdin.
-fn exec(tool: String, args: JsonObject) -> Request {
+/// `cwd` picks the call's workspace (`roots`).
+fn exec(tool: String, args: JsonObject, cwd: Option<PathBuf>) -> Request {
     Request::ExecWith(ExecWith {
         call: ExecRequest { tool, args },
         options: CallOptions {
             stdin: CallerStdin::None,
-            // guard-mcp's own directory is where the client started it, the project's: it
-            // picks the call's workspace.
-            cwd: std::env::current_dir().ok(),
+            cwd,
             ..CallOptions::default()
         },
     })
@@ -491,10 +489,11 @@ mod tests {
 
     #[test]
     fn every_exec_says_it_has_no_stdin_to_give() {
-        let frame = protocol::frame(&exec("t".into(), JsonObject::new()));
+        let frame = protocol::frame(&exec("t".into(), JsonObject::new(), Some("/srv".into())));
         let sent: Value = serde_json::from_slice(&frame).expect("JSON");
         assert_eq!(sent["stdin"], "none", "{sent}");
         assert_eq!(sent["type"], "exec", "{sent}");
+        assert_eq!(sent["cwd"], "/srv", "{sent}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod call;
 #[cfg(test)]
 mod fixtures;
 mod params;
+mod roots;
 mod schema;
 
 use std::{io::IsTerminal as _, path::PathBuf, sync::Arc, time::Duration};
@@ -43,10 +44,11 @@ struct Cli {
     socket: Option<PathBuf>,
 }
 
-/// The server: guardd's socket, and nothing else of its own.
+/// The server: guardd's socket, and the client's roots.
 #[derive(Clone)]
 struct Guard {
     socket: Arc<PathBuf>,
+    roots: Arc<roots::Roots>,
 }
 
 impl Guard {
@@ -118,10 +120,18 @@ impl ServerHandler for Guard {
         if let Ok(list) = &self.fetch().await? {
             params::check(list, &tool, &args)?;
         }
+        let cwd = self.roots.cwd(&context.peer).await;
         let cancel = context.ct.cancelled();
-        Ok(call::run(&self.socket, tool, args, progress, cancel)
+        Ok(call::run(&self.socket, (tool, args, cwd), progress, cancel)
             .await
             .into())
+    }
+
+    async fn on_roots_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        self.roots.forget();
     }
 }
 
@@ -192,6 +202,7 @@ async fn main() -> anyhow::Result<()> {
     let socket = Arc::new(client::socket_path(cli.socket));
     let server = Guard {
         socket: Arc::clone(&socket),
+        roots: Arc::default(),
     };
     let running = server
         .serve(stdio())

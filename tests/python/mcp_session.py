@@ -21,6 +21,11 @@ Rust test (tests/suite/mcp.rs) to assert on:
                                                (as uid, its gid the same, when given)
 Calls and runs also say how long they took, in "ms" (the bench's agent session).
   {"await_list_changed": SECONDS}           -> {"list_changed": bool}
+  {"roots": [URI, ...]}                     -> {"roots_changed": true}: the client's roots now,
+                                               and a roots/list_changed notification sent
+
+SERVER_JSON may also hold "roots": [URI, ...]: the client then offers the roots capability and
+answers roots/list with them (as an editor gives its open folders).
 """
 
 import json
@@ -52,8 +57,15 @@ async def main(server, plan):
             if isinstance(root, types.ToolListChangedNotification):
                 changed["event"].set()
 
+    roots = {"uris": server.get("roots")}
+
+    async def list_roots(context):
+        return types.ListRootsResult(roots=[types.Root(uri=u) for u in roots["uris"]])
+
+    callback = list_roots if roots["uris"] is not None else None
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, message_handler=on_message) as session:
+        async with ClientSession(read, write, message_handler=on_message,
+                                 list_roots_callback=callback) as session:
             await session.initialize()
             for step in plan:
                 if "list" in step:
@@ -125,6 +137,10 @@ async def main(server, plan):
                     ms = (time.perf_counter() - started) * 1e3
                     out({"ms": ms, "code": done.returncode, "stdout": done.stdout,
                          "stderr": done.stderr})
+                elif "roots" in step:
+                    roots["uris"] = step["roots"]
+                    await session.send_roots_list_changed()
+                    out({"roots_changed": True})
                 elif "await_list_changed" in step:
                     with anyio.move_on_after(step["await_list_changed"]):
                         await changed["event"].wait()

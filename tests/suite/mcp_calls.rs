@@ -258,3 +258,50 @@ fn mcp_a_call_whose_guardd_dies_is_said_stopped_once_its_processes_are_gone() {
     );
     guardd.start_again();
 }
+
+/// A client that offers MCP roots (an editor's open folders) works in them: guard-mcp, started
+/// outside every workspace, sends the client's root as the call's working directory, asks
+/// again after `roots/list_changed`, and without roots works where it was started (here: in no
+/// workspace, so a workspace tool is refused).
+#[test]
+fn mcp_a_clients_roots_pick_the_calls_workspace() {
+    if !support::privileged("mcp_a_clients_roots_pick_the_calls_workspace") {
+        return;
+    }
+    let Some(python) = support::python("mcp_a_clients_roots_pick_the_calls_workspace") else {
+        return;
+    };
+    let dir = ToolDir::new("mcp-roots");
+    let (a, b) = (dir.subdir("a", 0o755), dir.subdir("b", 0o755));
+    std::fs::write(a.join("in-a.txt"), "a\n").expect("a");
+    std::fs::write(b.join("in-b.txt"), "b\n").expect("b");
+    let policy = support::default_policy_in(&a).replacen(
+        &format!("roots = [\"{}\"]", a.display()),
+        &format!("roots = [\"{}\", \"{}\"]", a.display(), b.display()),
+        1,
+    );
+    let guardd = Guardd::start(&policy);
+    let listed = |step: &Value| step["texts"].to_string();
+    let list = json!({"call": "list_dir", "arguments": {"dir": "."}});
+    let server = json!({
+        "command": support::bin("guard-mcp"),
+        "args": ["--socket", &guardd.socket],
+        "cwd": "/",
+        "roots": [format!("file://{}", a.display())],
+    });
+    let changed = json!({"roots": [format!("file://{}", b.display())]});
+    let (steps, log) = session_logged(&python, &server, &json!([list, changed, list]));
+    assert_eq!(
+        steps[0]["isError"],
+        false,
+        "{steps:?} {}",
+        String::from_utf8_lossy(&log)
+    );
+    assert!(listed(&steps[0]).contains("in-a.txt"), "{steps:?}");
+    assert!(listed(&steps[2]).contains("in-b.txt"), "{steps:?}");
+    // No roots offered: guard-mcp's own directory, /, is in no workspace.
+    let mut plain = server.clone();
+    plain.as_object_mut().expect("object").remove("roots");
+    let (steps, _) = session_logged(&python, &plain, &json!([list]));
+    assert_eq!(steps[0]["isError"], true, "{steps:?}");
+}
