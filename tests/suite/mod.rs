@@ -25,5 +25,6 @@ mod sandbox;
 mod secrets;
 mod session;
 mod stdin;
+mod suggest;
 mod systemd;
 mod walk_through;

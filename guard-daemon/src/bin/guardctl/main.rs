@@ -6,6 +6,7 @@ mod live;
 mod policy;
 mod project;
 mod show;
+mod suggest;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -177,6 +178,19 @@ enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The narrowest effects that would have let every call seen conform, per tool, from the
+    /// receipts in the audit log (files only where guardd ran with --trace-syscalls).
+    Suggest {
+        /// Only the tools this glob names.
+        #[arg(long, default_value = "*")]
+        tool: String,
+        /// Only calls newer than this (e.g. 90s, 15m, 2h, 1d).
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// The audit log [default: the one guardd writes, else /var/lib/guard/audit.jsonl]
+        #[arg(long)]
+        audit: Option<PathBuf>,
+    },
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.
@@ -278,6 +292,9 @@ fn main() -> ExitCode {
                     json,
                 },
         } => project::policy_check(path, w, json),
+        Command::Policy {
+            command: PolicyCommand::Suggest { tool, since, audit },
+        } => suggest::run(&live::audit_path(cli.socket.clone(), audit), &tool, since),
         Command::Check {
             policy: p,
             tool,

@@ -1,0 +1,87 @@
+//! `guardctl policy suggest` (issue 34, part 2): the narrowest effects from what calls did,
+//! put in force as printed; the same calls conform under it, a new one does not, and what
+//! was refused is shown commented out, not granted.
+
+use std::{net::TcpListener, process::Command};
+
+use super::support::{self, Guardd, output};
+
+#[test]
+fn a_suggested_policy_lets_the_same_calls_conform_and_nothing_new() {
+    if !support::privileged("a_suggested_policy_lets_the_same_calls_conform_and_nothing_new") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || listener.incoming().for_each(drop));
+    let unused = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let unused_port = unused.local_addr().expect("addr").port();
+    let s = super::escape::Setup::new();
+    let wide = format!(
+        "read = [\"/etc\"]\nexec = [\"/usr/bin\"]\n\
+         connect = [\"127.0.0.1:{port}\", \"127.0.0.1:{unused_port}\"]\non_divergence = \"deny\""
+    );
+    let mut guardd = Guardd::start_with(&s.policy(&wide, ""), &["--trace-syscalls"]);
+    let calls: [&[&str]; 3] = [
+        &["read", "/etc/hostname"],
+        &["exec", "/usr/bin/true"],
+        &["connect", &format!("127.0.0.1:{port}")],
+    ];
+    for c in calls {
+        let out = super::escape::call(&guardd, c);
+        assert_eq!(out.status.code(), Some(0), "{c:?}: {out:?}");
+    }
+    // Refused: not in the wide policy either.
+    let refused = super::escape::call(&guardd, &["read", "/root/.bashrc"]);
+    assert_ne!(refused.status.code(), Some(0), "{refused:?}");
+
+    let suggest = output({
+        let mut c = Command::new(support::bin("guardctl"));
+        c.args(["policy", "suggest", "--tool", "tt", "--audit"])
+            .arg(&guardd.audit);
+        c
+    });
+    let text = String::from_utf8_lossy(&suggest.stdout).into_owned();
+    assert!(suggest.status.success(), "{suggest:?}");
+    assert!(text.contains("\"/etc/hostname\""), "{text}");
+    assert!(text.contains("\"/usr/bin/true\""), "{text}");
+    assert!(text.contains(&format!("\"127.0.0.1:{port}\"")), "{text}");
+    assert!(
+        !text.contains(&unused_port.to_string()),
+        "what no call used: {text}"
+    );
+    assert!(text.contains("# refused, not granted:"), "{text}");
+    assert!(
+        !text.contains("\"/root/.bashrc\""),
+        "a refused attempt granted: {text}"
+    );
+
+    // In force as printed (with the tool's own keys kept): the same calls conform, a new
+    // one does not.
+    let narrow = s.policy("", "").replace("[tools.tt.effects]\n", "") + &text;
+    std::fs::write(guardd.dir.join("policy.toml"), &narrow).expect("policy");
+    guardd.restart();
+    for c in calls {
+        let out = super::escape::call(&guardd, c);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{c:?} under the suggestion: {out:?}\n{narrow}"
+        );
+    }
+    let rows = guardd.audit_rows();
+    let verdicts: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["kind"] == "finished")
+        .rev()
+        .take(3)
+        .filter_map(|r| r["effects_observed"]["verdict"].as_str())
+        .collect();
+    assert_eq!(verdicts, ["conformed"; 3], "{narrow}");
+    let new = super::escape::call(&guardd, &["read", "/etc/passwd"]);
+    assert_ne!(
+        new.status.code(),
+        Some(0),
+        "a new read under the suggestion: {new:?}"
+    );
+}
