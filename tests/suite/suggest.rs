@@ -56,6 +56,31 @@ fn a_suggested_policy_lets_the_same_calls_conform_and_nothing_new() {
         "a refused attempt granted: {text}"
     );
 
+    // Against the wide policy: only what changes, the unused port and directories dropped.
+    let diff = output({
+        let mut c = Command::new(support::bin("guardctl"));
+        c.args(["policy", "suggest", "--tool", "tt", "--audit"])
+            .arg(&guardd.audit)
+            .arg("--diff")
+            .arg(guardd.dir.join("policy.toml"));
+        c
+    });
+    let changes = String::from_utf8_lossy(&diff.stdout).into_owned();
+    assert!(diff.status.success(), "{diff:?}");
+    for want in [
+        "tools.tt.effects.connect".to_owned(),
+        format!("- \"127.0.0.1:{unused_port}\""),
+        "- \"/etc\"".to_owned(),
+        "+ \"/etc/hostname\"".to_owned(),
+        "- \"/usr/bin\"".to_owned(),
+    ] {
+        assert!(changes.contains(&want), "{want} not in:\n{changes}");
+    }
+    assert!(
+        !changes.contains(&format!("+ \"127.0.0.1:{port}\"")),
+        "{changes}"
+    );
+
     // In force as printed (with the tool's own keys kept): the same calls conform, a new
     // one does not.
     let narrow = s.policy("", "").replace("[tools.tt.effects]\n", "") + &text;

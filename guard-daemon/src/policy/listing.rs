@@ -77,6 +77,38 @@ pub struct ArgDoc {
 }
 
 impl Policy {
+    /// Tool `name`'s effects as the policy writes them (`read`, `write`, `exec`, `connect`),
+    /// placeholders as placeholders; `None` for a tool the policy does not name.
+    pub fn effects_written(&self, name: &str) -> Option<[(&'static str, Vec<String>); 4]> {
+        let tool = &self.tools[*self.by_name.get(name)?];
+        let arg = |i: usize| format!("{{{}}}", tool.args[i].name);
+        let path = |e: &Elem<std::path::PathBuf>| match e {
+            Elem::Lit(p) => p.display().to_string(),
+            Elem::Arg(i) => arg(*i),
+            Elem::Ctx(c, rest) if rest.as_os_str().is_empty() => c.name().to_owned(),
+            Elem::Ctx(c, rest) => format!("{}/{}", c.name(), rest.display()),
+        };
+        let paths = |l: &[Elem<std::path::PathBuf>]| l.iter().map(path).collect();
+        let connect = tool
+            .connect
+            .iter()
+            .map(|e| match e {
+                Elem::Lit(ep) if ep.host.contains(':') && !ep.host.contains('/') => {
+                    format!("[{}]:{}", ep.host, ep.port)
+                }
+                Elem::Lit(ep) => format!("{}:{}", ep.host, ep.port),
+                Elem::Arg(i) => arg(*i),
+                Elem::Ctx(c, _) => c.name().to_owned(),
+            })
+            .collect();
+        Some([
+            ("read", paths(&tool.read)),
+            ("write", paths(&tool.write)),
+            ("exec", paths(&tool.exec)),
+            ("connect", connect),
+        ])
+    }
+
     /// The tools a client may call, in name order: registered, with a command, and within the
     /// ceiling (a tool the ceiling blocks would only ever be refused, so it is not offered).
     pub fn listing(&self) -> Vec<ToolSpec> {

@@ -190,7 +190,31 @@ enum PolicyCommand {
         /// The audit log [default: the one guardd writes, else /var/lib/guard/audit.jsonl]
         #[arg(long)]
         audit: Option<PathBuf>,
+        /// Only what changes against this policy file or directory (`-` what no call needed,
+        /// `+` what calls needed that it does not name).
+        #[arg(long, value_name = "POLICY")]
+        diff: Option<PathBuf>,
     },
+}
+
+/// `guardctl policy ...`.
+fn policy_command(command: PolicyCommand, socket: Option<PathBuf>) -> ExitCode {
+    match command {
+        PolicyCommand::Check {
+            path,
+            workspace,
+            json,
+        } => project::policy_check(path, workspace, json),
+        PolicyCommand::Suggest {
+            tool,
+            since,
+            audit,
+            diff,
+        } => {
+            let audit = live::audit_path(socket, audit);
+            suggest::run(&audit, &tool, since, diff.as_deref())
+        }
+    }
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.
@@ -284,17 +308,7 @@ fn main() -> ExitCode {
     guard::cli::generate_with(<Cli as clap::CommandFactory>::command, &page);
     let cli = Cli::parse();
     match cli.command {
-        Command::Policy {
-            command:
-                PolicyCommand::Check {
-                    path,
-                    workspace: w,
-                    json,
-                },
-        } => project::policy_check(path, w, json),
-        Command::Policy {
-            command: PolicyCommand::Suggest { tool, since, audit },
-        } => suggest::run(&live::audit_path(cli.socket.clone(), audit), &tool, since),
+        Command::Policy { command } => policy_command(command, cli.socket),
         Command::Check {
             policy: p,
             tool,

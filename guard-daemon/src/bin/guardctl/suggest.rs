@@ -32,8 +32,16 @@ struct Seen {
     lost: BTreeSet<String>,
 }
 
-/// `guardctl policy suggest`.
-pub fn run(audit: &Path, tool: &str, since: Option<Duration>) -> ExitCode {
+/// `guardctl policy suggest`; with `diff`, only what changes against that policy.
+pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path>) -> ExitCode {
+    let against = match diff.map(guard::policy::Policy::load) {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            eprintln!("guardctl: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let cutoff = since.map(|d| guard::audit::ts::format(std::time::SystemTime::now() - d));
     let rows = match guard::audit::read::read_rows(audit) {
         Ok(rows) => rows,
@@ -64,7 +72,10 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>) -> ExitCode {
         return ExitCode::from(1);
     }
     for (name, seen) in &tools {
-        print!("{}", seen.effects(name));
+        match &against {
+            Some(policy) => print!("{}", seen.diff(name, policy)),
+            None => print!("{}", seen.effects(name)),
+        }
     }
     ExitCode::SUCCESS
 }
@@ -170,6 +181,51 @@ impl Seen {
             let _ = writeln!(out, "# refused, not granted: {what}  # {}", ids.join(" "));
         }
         out.push('\n');
+        out
+    }
+}
+
+impl Seen {
+    /// What the suggestion changes in `policy`'s effects of tool `name`: each key's elements
+    /// in force that no call needed (`-`), and those calls needed that it does not name (`+`).
+    /// A placeholder (`{workspace}`, `{path}`) is compared as written.
+    fn diff(&self, name: &str, policy: &guard::policy::Policy) -> String {
+        let mut out = String::new();
+        let Some(written) = policy.effects_written(name) else {
+            let _ = writeln!(out, "# {name}: not in the policy; its suggestion:");
+            return out + &self.effects(name);
+        };
+        let traced = self.untraced.is_empty();
+        let (read, write) = (kept(&self.read), kept(&self.write));
+        for (key, now) in written {
+            let needed = match key {
+                "exec" => &self.exec,
+                "connect" => &self.connect,
+                "read" if traced => &read,
+                "write" if traced => &write,
+                _ => continue,
+            };
+            let dropped: Vec<&String> = now.iter().filter(|e| !needed.contains_key(*e)).collect();
+            let added: Vec<_> = needed.iter().filter(|(e, _)| !now.contains(e)).collect();
+            if dropped.is_empty() && added.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "tools.{name}.effects.{key}");
+            for e in dropped {
+                let _ = writeln!(out, "- {}", serde_json::to_string(e).unwrap_or_default());
+            }
+            for (e, ids) in added {
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let quoted = serde_json::to_string(e).unwrap_or_default();
+                let _ = writeln!(out, "+ {quoted}  # {}", ids.join(" "));
+            }
+        }
+        if !traced {
+            let _ = writeln!(
+                out,
+                "# tools.{name}: read and write not compared (no --trace-syscalls)"
+            );
+        }
         out
     }
 }
