@@ -95,17 +95,6 @@ connect = ["127.0.0.1:{port}"]
     )
 }
 
-/// Runs the test tool's actions (up to 12 slots) through guardd.
-fn call(guardd: &Guardd, actions: &[&str]) -> std::process::Output {
-    let pairs: Vec<String> = actions
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("a{i}={a}"))
-        .collect();
-    let pairs: Vec<&str> = pairs.iter().map(String::as_str).collect();
-    output(guardd.exec("tt", &pairs))
-}
-
 #[test]
 fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
     if !support::privileged(
@@ -126,7 +115,7 @@ fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
     // The approved call: the server accepts the token and prints it back; the tool prints it
     // raw, hex, base64, and split across two writes on stderr.
     let addr = format!("127.0.0.1:{port}");
-    let out = call(
+    let out = super::escape::call(
         &guardd,
         &[
             "bearer",
@@ -154,7 +143,7 @@ fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
         seen_requests[0].contains(&format!("Bearer {token}")),
         "the server got the token"
     );
-    let out = call(
+    let out = super::escape::call(
         &guardd,
         &[
             "print-env-b64",
@@ -174,7 +163,7 @@ fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
 
     // Steered at another port: the kernel refuses the connect (EPERM from the cgroup
     // program) and guard stops the call; the decoy hears nothing.
-    let steered = call(
+    let steered = super::escape::call(
         &guardd,
         &["bearer", &format!("127.0.0.1:{decoy}"), "API_TOKEN"],
     );
@@ -187,7 +176,7 @@ fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
     );
 
     // An argument holding the token: quarantined, never run, the row holds the mask only.
-    let carried = call(&guardd, &["print-env", &format!("x{token}y")]);
+    let carried = super::escape::call(&guardd, &["print-env", &format!("x{token}y")]);
     assert_eq!(carried.status.code(), Some(126), "{carried:?}");
     let rows = guardd.audit_rows();
     let quarantined = rows
@@ -246,29 +235,17 @@ fn a_policy_that_could_take_a_secret_elsewhere_does_not_load() {
     std::fs::write(&file, "abcdefgh-12345678").expect("token file");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let good = policy(&tools.tool, &file, 8443);
-    let check = |text: &str| {
-        let path = dir.join("policy.toml");
-        std::fs::write(&path, text).expect("policy");
-        let out = output({
-            let mut c = Command::new(support::bin("guardd"));
-            c.arg("--check-config").arg("--policy").arg(&path);
-            c
-        });
-        let said = String::from_utf8_lossy(&out.stderr).into_owned()
-            + &String::from_utf8_lossy(&out.stdout);
-        (out.status.success(), said)
-    };
-    let (ok, said) = check(&good);
+    let (ok, said) = check_config(&good);
     assert!(ok, "{said}");
     // A destination outside the secret's hosts.
-    let (ok, said) = check(&good.replace(
+    let (ok, said) = check_config(&good.replace(
         "connect = [\"127.0.0.1:8443\"]",
         "connect = [\"127.0.0.1:8443\", \"example.com:443\"]",
     ));
     assert!(!ok && said.contains("tools.tt.env.API_TOKEN"), "{said}");
     assert!(said.contains("example.com:443"), "{said}");
     // A tool that reads the workspace would run the agent's files with the value.
-    let (ok, said) = check(
+    let (ok, said) = check_config(
         &good
             .replace(
                 "[tools.tt.effects]\n",
@@ -281,19 +258,19 @@ fn a_policy_that_could_take_a_secret_elsewhere_does_not_load() {
     );
     assert!(!ok && said.contains("workspace"), "{said}");
     // A command that expands the variable puts the value on a command line.
-    let (ok, said) = check(&good.replace(
+    let (ok, said) = check_config(&good.replace(
         "command = [\"",
         "command = [\"/bin/sh\", \"-c\", \"echo $API_TOKEN\", \"",
     ));
     assert!(!ok && said.contains("expands $API_TOKEN"), "{said}");
     // A file others may read.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let (ok, said) = check(&good);
+    let (ok, said) = check_config(&good);
     assert!(!ok && said.contains("secrets.api.source"), "{said}");
     assert!(said.contains("mode 644"), "{said}");
     // A secret the policy does not define.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let (ok, said) = check(&good.replace("{secret:api}", "{secret:other}"));
+    let (ok, said) = check_config(&good.replace("{secret:api}", "{secret:other}"));
     assert!(!ok && said.contains("no [secrets.other]"), "{said}");
 }
 

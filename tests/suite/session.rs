@@ -161,12 +161,7 @@ fn clone_into(ws: &Path) {
         .arg(ws);
     let out = output(clone);
     assert!(out.status.success(), "git clone: {out:?}");
-    let chown = output({
-        let mut c = Command::new("chown");
-        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(ws);
-        c
-    });
-    assert!(chown.status.success(), "chown: {chown:?}");
+    give_to_developer(ws);
     for (k, v) in [("user.name", "Dev"), ("user.email", "dev@example.com")] {
         let mut c = Command::new("git");
         c.arg("-C")
@@ -177,6 +172,25 @@ fn clone_into(ws: &Path) {
         let out = output(c);
         assert!(out.status.success(), "git config: {out:?}");
     }
+}
+
+/// Gives `ws` and all in it to the developer (nobody), links not followed: a workspace is its
+/// owner's.
+fn give_to_developer(ws: &Path) {
+    let chown = output({
+        let mut c = Command::new("chown");
+        c.args(["-hR", &format!("{NOBODY}:{NOBODY}")]).arg(ws);
+        c
+    });
+    assert!(chown.status.success(), "{chown:?}");
+}
+
+/// guardd with the default policy's workspace at `ws`, its socket open to nobody's group.
+fn guardd_in(ws: &Path) -> Guardd {
+    Guardd::start_with(
+        &support::default_policy_in(ws),
+        &["--socket-group", "nogroup"],
+    )
 }
 
 /// Each command's (exit code, stdout, stderr), run `via` in a fresh clone.
@@ -356,12 +370,7 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
         std::fs::create_dir_all(file.parent().expect("dir")).expect("mkdir");
         std::fs::write(&file, text).expect("write");
     }
-    let chown = output({
-        let mut c = Command::new("chown");
-        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
-        c
-    });
-    assert!(chown.status.success(), "{chown:?}");
+    give_to_developer(&ws);
     let default = std::fs::read_to_string(support::workspace().join("policies/default.toml"))
         .expect("default policy");
     let policy = default.replace("/srv/agent/workspace", &ws.display().to_string());
@@ -499,12 +508,7 @@ fn the_policy_names_what_is_protected_and_a_git_pointer_file_stays_as_it_is() {
     assert!(out.status.success(), "git worktree add: {out:?}");
     std::fs::create_dir_all(ws.join("notes")).expect("mkdir");
     std::fs::write(ws.join("notes/keep.md"), "kept\n").expect("write");
-    let chown = output({
-        let mut c = Command::new("chown");
-        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
-        c
-    });
-    assert!(chown.status.success(), "{chown:?}");
+    give_to_developer(&ws);
     let policy = support::default_policy_in(&ws).replacen(
         "[workspaces]\n",
         "[workspaces]\nprotected = [\"notes/keep.md\"]\n",
@@ -552,16 +556,8 @@ fn a_protected_name_that_is_a_symlink_is_kept_at_the_link_and_where_it_leads() {
     std::fs::create_dir_all(ws.join("config/claude")).expect("mkdir");
     std::fs::write(ws.join("config/claude/settings.json"), "{}\n").expect("write");
     std::os::unix::fs::symlink("config/claude", ws.join(".claude")).expect("symlink");
-    let chown = output({
-        let mut c = Command::new("chown");
-        c.args(["-hR", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
-        c
-    });
-    assert!(chown.status.success(), "{chown:?}");
-    let guardd = Guardd::start_with(
-        &support::default_policy_in(&ws),
-        &["--socket-group", "nogroup"],
-    );
+    give_to_developer(&ws);
+    let guardd = guardd_in(&ws);
     let refused = [
         "echo '{\"hooks\":1}' > .claude/settings.json",
         "echo '{\"hooks\":1}' > config/claude/settings.json",
@@ -609,16 +605,8 @@ fn what_the_repositorys_config_points_into_the_worktree_is_kept_too() {
     git(&["config", "include.path", "../.gitconfig"]);
     std::fs::create_dir_all(ws.join(".githooks")).expect("mkdir");
     std::fs::write(ws.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n").expect("hook");
-    let chown = output({
-        let mut c = Command::new("chown");
-        c.args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(&ws);
-        c
-    });
-    assert!(chown.status.success(), "{chown:?}");
-    let guardd = Guardd::start_with(
-        &support::default_policy_in(&ws),
-        &["--socket-group", "nogroup"],
-    );
+    give_to_developer(&ws);
+    let guardd = guardd_in(&ws);
     let mark = ws.join("MARK");
     let hook = format!("echo 'touch {}' >> .githooks/pre-commit", mark.display());
     let out = run(&guardd, &ws, Via::Guard, &hook, &ws);
@@ -654,10 +642,7 @@ fn a_repository_a_call_hides_behind_a_gitlink_is_moved_aside() {
     let root = TempDir::new("guard-gitlink");
     let ws = root.join("ws");
     clone_into(&ws);
-    let guardd = Guardd::start_with(
-        &support::default_policy_in(&ws),
-        &["--socket-group", "nogroup"],
-    );
+    let guardd = guardd_in(&ws);
     let mark = ws.join("MARK");
     let plant = format!(
         "mkdir sub && cd sub && git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m s && \

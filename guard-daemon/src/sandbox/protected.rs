@@ -418,18 +418,6 @@ fn beneath(w: &Writable, name: &str) -> Result<(Writable, bool), Errno> {
 mod tests {
     use super::*;
 
-    fn writable(path: &std::path::Path) -> Writable {
-        use std::os::unix::fs::MetadataExt as _;
-        let meta = std::fs::metadata(path).expect("stat");
-        Writable {
-            path: CString::new(path.as_os_str().as_bytes()).expect("path"),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            access: crate::sandbox::landlock::WRITE_TREE,
-            pin: std::fs::File::open(path).expect("open").into(),
-        }
-    }
-
     #[test]
     fn more_protected_paths_than_a_view_holds_refuse_the_launch_rather_than_leave_one_out() {
         let dir = crate::audit::testdir::TestDir::new("protected-max");
@@ -440,13 +428,13 @@ mod tests {
             std::fs::create_dir_all(m.join("hooks")).expect("mkdir");
             std::fs::write(m.join("config"), "").expect("config");
         }
-        let e = within(&[writable(ws)], None).expect_err("too many");
+        let e = within(&[Writable::at(ws)], None).expect_err("too many");
         assert!(e.to_string().contains("more than"), "{e}");
         // Fewer: every one kept.
         for i in 300..400 {
             std::fs::remove_dir_all(ws.join(format!(".git/modules/m{i}"))).expect("rm");
         }
-        let (kept, _) = within(&[writable(ws)], None).expect("kept");
+        let (kept, _) = within(&[Writable::at(ws)], None).expect("kept");
         let hooks = kept
             .iter()
             .filter(|k| k.read_only && k.place.path.to_bytes().ends_with(b"/hooks"));

@@ -194,19 +194,6 @@ fn find(w: &landlock::Writable, link: bool) -> Result<RawFd, Failed> {
 mod tests {
     use super::*;
 
-    /// The writable place `path` is now.
-    fn writable(path: &std::path::Path) -> landlock::Writable {
-        use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _};
-        let meta = std::fs::metadata(path).expect("stat");
-        landlock::Writable {
-            path: std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path"),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            access: crate::sandbox::landlock::WRITE_TREE,
-            pin: std::fs::File::open(path).expect("open").into(),
-        }
-    }
-
     #[test]
     fn a_writable_place_is_found_only_as_it_was() {
         let dir = crate::audit::testdir::TestDir::new("child-find");
@@ -214,7 +201,7 @@ mod tests {
         std::fs::create_dir_all(a.join("b")).expect("mkdir");
         std::fs::create_dir_all(elsewhere.join("b")).expect("mkdir");
         let real = std::fs::canonicalize(a.join("b")).expect("real path");
-        let w = writable(&real);
+        let w = landlock::Writable::at(&real);
         let fd = find(&w, false).unwrap_or_else(|f| panic!("errno {}", f.errno));
         // SAFETY: the descriptor find returned, ours.
         unsafe { libc::close(fd) };
@@ -227,7 +214,7 @@ mod tests {
         std::fs::rename(&elsewhere, &a).expect("rename");
         assert_eq!(find(&w, false).map_err(|f| f.errno), Err(libc::ESTALE));
         // The place itself a symlink to where it was: refused too.
-        let w2 = writable(&real);
+        let w2 = landlock::Writable::at(&real);
         std::fs::remove_dir(&real).expect("rmdir");
         std::os::unix::fs::symlink(dir.path().join("old/b"), &real).expect("symlink");
         assert_eq!(find(&w2, false).map_err(|f| f.errno), Err(libc::ESTALE));

@@ -32,6 +32,20 @@ pub struct Writable {
 }
 
 impl Writable {
+    /// The writable place `path` is now, whole (for tests of what is made of one).
+    #[cfg(test)]
+    pub fn at(path: &std::path::Path) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).expect("stat");
+        Self {
+            path: CString::new(path.as_os_str().as_bytes()).expect("path"),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            access: super::WRITE_TREE,
+            pin: std::fs::File::open(path).expect("open").into(),
+        }
+    }
+
     /// The identity and the path of the file `fd` holds.
     pub(super) fn of(fd: &OwnedFd, rule: &FsRule) -> Result<Self, LandlockError> {
         let failed = |e: Errno| LandlockError::Path {
