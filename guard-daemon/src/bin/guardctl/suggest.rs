@@ -264,3 +264,54 @@ fn kept(paths: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet
 fn strings(v: &Value) -> impl Iterator<Item = &str> {
     v.as_array().into_iter().flatten().filter_map(Value::as_str)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_suggestion_never_names_the_root_a_home_or_a_protected_name() {
+        let seen: BTreeMap<String, BTreeSet<String>> = [
+            "/",
+            "/root",
+            "/home/ann",
+            "/srv/ws/.git/hooks/pre-commit",
+            "/srv/ws/.claude",
+            "relative/path",
+            "/etc/hostname",
+            "/home/ann/src/x.rs",
+        ]
+        .into_iter()
+        .map(|p| (p.to_owned(), BTreeSet::from(["c1".to_owned()])))
+        .collect();
+        let kept: Vec<String> = kept(&seen).into_keys().collect();
+        assert_eq!(kept, ["/etc/hostname", "/home/ann/src/x.rs"]);
+    }
+
+    #[test]
+    fn each_line_names_its_calls_and_reads_back_as_toml() {
+        let mut s = Seen::default();
+        let receipt = serde_json::json!({
+            "execs": ["/usr/bin/git"],
+            "connects": [{"addr": "::1", "port": 443, "allowed": true},
+                         {"addr": "10.0.0.9", "port": 22, "allowed": false}],
+            "files": {"paths": [{"path": "/etc/x", "access": "read", "result": "ok"},
+                                {"path": "/etc/shadow", "access": "read", "result": "EACCES"}]},
+        });
+        s.add("c1", &receipt);
+        let text = s.effects("t");
+        let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
+        let effects = &parsed["tools"]["t"]["effects"];
+        assert_eq!(effects["exec"][0].as_str(), Some("/usr/bin/git"));
+        assert_eq!(effects["connect"][0].as_str(), Some("[::1]:443"));
+        assert_eq!(effects["read"][0].as_str(), Some("/etc/x"));
+        assert!(
+            text.contains("# refused, not granted: read /etc/shadow (EACCES)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("10.0.0.9:22\","),
+            "a refused connect granted: {text}"
+        );
+    }
+}
