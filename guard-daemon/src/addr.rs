@@ -19,6 +19,21 @@ pub fn is_metadata(ip: IpAddr) -> bool {
     }
 }
 
+/// Whether the network `net`/`len` holds a cloud metadata endpoint without being that very
+/// address.
+pub fn holds_metadata(net: IpAddr, len: u8) -> bool {
+    const ENDPOINTS: [&str; 4] = [
+        "169.254.169.254",
+        "169.254.170.2",
+        "100.100.100.200",
+        "fd00:ec2::254",
+    ];
+    ENDPOINTS
+        .iter()
+        .filter_map(|e| e.parse::<IpAddr>().ok())
+        .any(|e| holds(net, len, e) && len < full(e))
+}
+
 /// Whether `ip` is the host's own or its network's, or no host's: loopback, link-local,
 /// private (RFC 1918, RFC 4193), shared (RFC 6598), unspecified, `0.0.0.0/8`, IETF and
 /// benchmarking ranges, multicast, reserved and broadcast, a metadata endpoint; and an IPv6
@@ -186,6 +201,10 @@ mod tests {
         assert!(parse_network("10.0.0.1/8").is_some_and(|r| r.is_err()));
         assert!(parse_network("10.0.0.0/33").is_some_and(|r| r.is_err()));
         assert!(parse_network("10.0.0.0").is_none());
+        assert!(holds_metadata(ip("0.0.0.0"), 0));
+        assert!(holds_metadata(ip("169.254.0.0"), 16));
+        assert!(!holds_metadata(ip("169.254.169.254"), 32));
+        assert!(!holds_metadata(ip("10.0.0.0"), 8));
         assert!(!is_metadata(ip("169.254.169.253")));
     }
 }

@@ -359,6 +359,9 @@ fn a_network_in_connect_is_every_address_in_it_on_its_port() {
     // A network written with host bits set is a load error.
     let (ok, said) = check_config(&s.policy("connect = [\"10.0.0.1/8:443\"]", ""));
     assert!(!ok && said.contains("host bits set"), "{said}");
+    // Nor a network that holds a cloud metadata endpoint.
+    let (ok, said) = check_config(&s.policy("connect = [\"0.0.0.0/0:80\"]", ""));
+    assert!(!ok && said.contains("metadata"), "{said}");
 }
 
 /// `guardd --check-config` of a policy text: whether it would start, and what it said.

@@ -672,4 +672,23 @@ fn a_repository_a_call_hides_behind_a_gitlink_is_moved_aside() {
         !mark.exists(),
         "git ran the nested repository's fsmonitor: {out:?}"
     );
+    // An index that is a FIFO holds up no one: the call ends, its receipt says the index was
+    // unreadable, and guardd answers the next call.
+    let out = run(
+        &guardd,
+        &ws,
+        Via::Guard,
+        "rm .git/index && mkfifo .git/index",
+        &ws,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rows = guardd.audit_rows();
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("finished");
+    assert!(last.to_string().contains("no regular file"), "{last:#}");
+    let out = run(&guardd, &ws, Via::Guard, "true", &ws);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }

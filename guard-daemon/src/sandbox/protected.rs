@@ -12,7 +12,7 @@ use std::{
     ffi::CString,
     os::{
         fd::{AsFd as _, AsRawFd as _, OwnedFd},
-        unix::ffi::OsStrExt as _,
+        unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _},
     },
 };
 
@@ -191,10 +191,22 @@ fn delegated(w: &Writable) -> Vec<String> {
     let Ok((place, false)) = beneath(w, ".git/config") else {
         return Vec::new();
     };
+    // A regular file only, read without blocking and bounded: a call may have left a FIFO.
+    let regular = nix::sys::stat::fstat(&place.pin)
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
     let path = format!("/proc/self/fd/{}", place.pin.as_raw_fd());
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    let mut text = String::new();
+    let read = opened.and_then(|f| {
+        use std::io::Read as _;
+        f.take(1 << 20).read_to_string(&mut text)
+    });
+    if !regular || read.is_err() {
         return Vec::new();
-    };
+    }
     let mut out = Vec::new();
     let mut section = String::new();
     for line in text.lines().map(str::trim) {
@@ -269,6 +281,7 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
 /// call's end, and each one made is a divergence on its receipt (`Effect::Planted`).
 #[derive(Debug, Default)]
 pub struct Absent {
+    /// Each name, with its writable directory (pinned, and as shown).
     names: Vec<(OwnedFd, String, String)>,
     /// Each writable directory's repository index, whose new gitlinks' `.git`s are planted too.
     indexes: Vec<(super::gitlinks::Index, String)>,
@@ -288,8 +301,8 @@ impl Absent {
     /// Watches `name` beneath `w`.
     fn watch(&mut self, w: &Writable, name: &str) {
         if let Ok(dir) = w.pin.try_clone() {
-            let shown = format!("{}/{name}", w.path.to_string_lossy());
-            self.names.push((dir, name.to_owned(), shown));
+            let root = w.path.to_string_lossy().into_owned();
+            self.names.push((dir, name.to_owned(), root));
         }
     }
 
@@ -302,24 +315,32 @@ impl Absent {
             nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
         });
         let mut out: Vec<Planted> = made
-            .map(|(dir, name, shown)| planted(dir, name, shown, tag))
+            .map(|(dir, name, root)| planted(dir, root, name.as_ref(), tag))
             .collect();
         for (index, root) in &self.indexes {
-            for git in index.born() {
-                let shown = format!("{root}/{git}");
-                out.push(planted(index.dir(), &git, &shown, tag));
+            match index.followed() {
+                Ok(gits) => {
+                    for git in gits {
+                        out.push(planted(index.dir(), root, &git, tag));
+                    }
+                }
+                Err(why) => out.push(Planted {
+                    path: format!("{root}/.git/index"),
+                    moved_to: Err(why.to_owned()),
+                }),
             }
         }
         out
     }
 }
 
-/// `name` beneath `dir`, made during a call, moved aside.
-fn planted(dir: &OwnedFd, name: &str, shown: &str, tag: &str) -> Planted {
+/// `name` beneath `dir` (the writable directory `root`), made during a call, moved aside.
+fn planted(dir: &OwnedFd, root: &str, name: &std::ffi::OsStr, tag: &str) -> Planted {
+    let shown = |rel: &std::ffi::OsStr| format!("{root}/{}", rel.to_string_lossy());
     Planted {
-        path: shown.to_owned(),
+        path: shown(name),
         moved_to: move_aside(dir, name, tag)
-            .map(|new| format!("{}{new}", &shown[..shown.len() - name.len()]))
+            .map(|new| shown(&new))
             .map_err(|e| e.desc().to_owned()),
     }
 }
@@ -327,15 +348,21 @@ fn planted(dir: &OwnedFd, name: &str, shown: &str, tag: &str) -> Planted {
 /// Renames `name` beneath `dir` to `NAME.guard-planted-TAG-RANDOM` beside itself, each directory on
 /// the way opened without following a link (the call made them, and may have made them links
 /// to anywhere root reaches); never over an existing file. Returns the new relative path.
-fn move_aside(dir: &OwnedFd, name: &str, tag: &str) -> Result<String, Errno> {
-    let (parent, last) = match name.rsplit_once('/') {
-        Some((parent, last)) => (Some(parent), last),
-        None => (None, name),
+fn move_aside(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    tag: &str,
+) -> Result<std::ffi::OsString, Errno> {
+    use std::ffi::OsStr;
+    let bytes = name.as_bytes();
+    let (parent, last) = match bytes.iter().rposition(|&b| b == b'/') {
+        Some(i) => (Some(&bytes[..i]), &bytes[i + 1..]),
+        None => (None, bytes),
     };
     let mut at: OwnedFd = dir.try_clone().map_err(|_| Errno::EMFILE)?;
-    for part in parent.into_iter().flat_map(|p| p.split('/')) {
+    for part in parent.into_iter().flat_map(|p| p.split(|&b| b == b'/')) {
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty())?;
+        at = nix::fcntl::openat(at.as_fd(), OsStr::from_bytes(part), flags, Mode::empty())?;
     }
     // A name no one can make first (the call ids are in order, and a call that knew the next
     // one's name could take it, so that the move fails and the plant stays).
@@ -343,10 +370,11 @@ fn move_aside(dir: &OwnedFd, name: &str, tag: &str) -> Result<String, Errno> {
     // SAFETY: getrandom writes at most `random.len()` bytes into the buffer.
     unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
     let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let new = format!("{last}.guard-planted-{tag}-{suffix}");
+    let mut new = last.to_vec();
+    new.extend_from_slice(format!(".guard-planted-{tag}-{suffix}").as_bytes());
     let (from, to) = (
         CString::new(last).map_err(|_| Errno::EINVAL)?,
-        CString::new(new.as_str()).map_err(|_| Errno::EINVAL)?,
+        CString::new(new.clone()).map_err(|_| Errno::EINVAL)?,
     );
     let fd = at.as_raw_fd();
     // SAFETY: two NUL-terminated names and a descriptor of ours; renameat2 has no wrapper in
@@ -364,10 +392,11 @@ fn move_aside(dir: &OwnedFd, name: &str, tag: &str) -> Result<String, Errno> {
     if rc != 0 {
         return Err(Errno::last());
     }
-    Ok(match parent {
-        Some(p) => format!("{p}/{new}"),
+    let path = match parent {
+        Some(p) => [p, b"/", &new].concat(),
         None => new,
-    })
+    };
+    Ok(std::os::unix::ffi::OsStringExt::from_vec(path))
 }
 
 /// The `PER_REPOSITORY` names of each submodule's and linked worktree's git directory beneath

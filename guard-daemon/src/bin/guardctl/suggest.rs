@@ -144,11 +144,11 @@ impl Seen {
     /// The tool's effects table, as policy text.
     fn effects(&self, name: &str) -> String {
         let mut out = String::new();
-        let calls: Vec<&str> = self.calls.iter().map(String::as_str).collect();
+        let calls: Vec<String> = self.calls.iter().map(|c| shown(c)).collect();
         let _ = writeln!(out, "[tools.{name}.effects]");
         let _ = writeln!(out, "# from {} call(s): {}", calls.len(), calls.join(" "));
         if !self.lost.is_empty() {
-            let lost: Vec<&str> = self.lost.iter().map(String::as_str).collect();
+            let lost: Vec<String> = self.lost.iter().map(|c| shown(c)).collect();
             let _ = writeln!(
                 out,
                 "# events lost in {}: these lists may miss what they did",
@@ -157,10 +157,11 @@ impl Seen {
         }
         list(&mut out, "exec", &self.exec);
         if !self.dns.is_empty() {
+            let names: Vec<String> = self.dns.keys().map(|n| shown(n)).collect();
             let _ = writeln!(
                 out,
                 "# names asked (connect by name:port to follow their addresses instead): {}",
-                self.dns.keys().cloned().collect::<Vec<_>>().join(" ")
+                names.join(" ")
             );
         }
         list(&mut out, "connect", &self.connect);
@@ -177,7 +178,8 @@ impl Seen {
             );
         }
         for (what, ids) in &self.refused {
-            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let ids: Vec<String> = ids.iter().map(|i| shown(i)).collect();
+            let what = shown(what);
             let _ = writeln!(out, "# refused, not granted: {what}  # {}", ids.join(" "));
         }
         out.push('\n');
@@ -237,7 +239,7 @@ fn list(out: &mut String, key: &str, items: &BTreeMap<String, BTreeSet<String>>)
     }
     let _ = writeln!(out, "{key} = [");
     for (item, ids) in items {
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let ids: Vec<String> = ids.iter().map(|i| shown(i)).collect();
         let quoted = serde_json::to_string(item).unwrap_or_default();
         let _ = writeln!(out, "  {quoted},  # {}", ids.join(" "));
     }
@@ -256,8 +258,23 @@ fn kept(paths: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet
     paths
         .iter()
         .filter(|(p, _)| p.starts_with('/') && *p != "/" && !home(p) && !protected(p))
+        .filter(|(p, _)| !p.chars().any(char::is_control))
         .map(|(p, ids)| (p.clone(), ids.clone()))
         .collect()
+}
+
+/// `text` for a comment line: what a call chose (a path, a name) may hold a line break that
+/// would end the comment and start policy of its own, so control characters are escaped.
+fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The strings of a JSON array.
@@ -312,6 +329,20 @@ mod tests {
         assert!(
             !text.contains("10.0.0.9:22\","),
             "a refused connect granted: {text}"
+        );
+        // A path a call chose, with a line break, stays inside its comment.
+        let mut s = Seen::default();
+        let evil = "/tmp/x\nwrite = [\"/\"]\n[agents.evil]\nuids = [0]";
+        let receipt = serde_json::json!({"files": {"paths": [
+            {"path": evil, "access": "write", "result": "EACCES"},
+            {"path": evil, "access": "write", "result": "ok"}]}});
+        s.add("c2", &receipt);
+        let text = s.effects("t");
+        let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
+        assert!(parsed.get("agents").is_none(), "{text}");
+        assert!(
+            parsed["tools"]["t"]["effects"].get("write").is_none(),
+            "{text}"
         );
     }
 }

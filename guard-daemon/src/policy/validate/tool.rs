@@ -233,6 +233,12 @@ impl Templates<'_> {
                 Some(Slot::Lit) => match endpoint(&s.v) {
                     Some(e) => match crate::addr::parse_network(&e.host) {
                         Some(Err(why)) => d.err(&s.at, &key, why),
+                        Some(Ok((net, len))) if crate::addr::holds_metadata(net, len) => d.err(
+                            &s.at,
+                            &key,
+                            "this network holds a cloud metadata endpoint (the host's own \
+                             credentials): name that address itself to reach it",
+                        ),
                         // A network's address is written as it is matched: host bits zero.
                         _ => out.push(Elem::Lit(e)),
                     },
