@@ -976,7 +976,11 @@ fn in_flight(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> {
                     return Err(format!("decision: {d}"));
                 }
                 let started = t0.elapsed().as_secs_f64();
-                let e = next()?;
+                // The `started` frame (where the call's processes are) comes before its end.
+                let mut e = next()?;
+                while e["type"] == "started" {
+                    e = next()?;
+                }
                 if e["type"] != "exit" || e["code"] != 0 || !e["error"].is_null() {
                     return Err(format!("exit: {e}"));
                 }

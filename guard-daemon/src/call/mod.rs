@@ -528,7 +528,7 @@ impl Call<'_, '_> {
         // What it made that programs outside guard may run: seen now, on its receipt.
         daemon
             .receipts
-            .planted(cgroup.id(), planted(absent, self.id).await, &daemon.bus);
+            .planted(cgroup.id(), absent.settle(self.id).await, &daemon.bus);
         if outcome.timed_out {
             let secs = plan.confinement.timeout.as_secs();
             self.killed = Some(format!("timed out after {secs} s"));
@@ -582,16 +582,4 @@ impl Call<'_, '_> {
         }
         Some(receipt)
     }
-}
-
-/// What the call planted at the names `absent` watched, moved aside: off the runtime, since
-/// the call's index is read too.
-async fn planted(
-    absent: sandbox::protected::Absent,
-    call_id: &str,
-) -> Vec<sandbox::protected::Planted> {
-    let tag = call_id.to_owned();
-    tokio::task::spawn_blocking(move || absent.made_and_moved(&tag))
-        .await
-        .unwrap_or_default()
 }

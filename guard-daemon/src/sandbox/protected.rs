@@ -298,12 +298,29 @@ pub struct Planted {
 }
 
 impl Absent {
+    /// Whether there is nothing to look at (no writable directory, or none with a name).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.indexes.is_empty()
+    }
+
     /// Watches `name` beneath `w`.
     fn watch(&mut self, w: &Writable, name: &str) {
         if let Ok(dir) = w.pin.try_clone() {
             let root = w.path.to_string_lossy().into_owned();
             self.names.push((dir, name.to_owned(), root));
         }
+    }
+
+    /// [`Absent::made_and_moved`] off the runtime (the call's index is read too), and at once
+    /// for a call that writes nowhere.
+    pub async fn settle(self, tag: &str) -> Vec<Planted> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let tag = tag.to_owned();
+        tokio::task::spawn_blocking(move || self.made_and_moved(&tag))
+            .await
+            .unwrap_or_default()
     }
 
     /// Those made since, each moved aside in its directory (`NAME.guard-planted-TAG-RANDOM`): the
