@@ -278,13 +278,23 @@ impl Policy {
         let mut policy = validate::build(&mut d, docs);
         policy.version = version(src);
         policy.origin = project::Origin::base(src);
+        policy.examined(d, examples)
+    }
+
+    /// This policy, once no error was reported and its `examples` decide as they say; else
+    /// every error.
+    fn examined(
+        self,
+        mut d: Diag,
+        examples: Vec<(String, raw::RawExample)>,
+    ) -> Result<Policy, PolicyErrors> {
         if !d.errors.is_empty() {
             // Examples of a broken policy would only add noise.
             return Err(PolicyErrors(d.errors));
         }
-        policy.check_examples(&mut d, examples);
+        self.check_examples(&mut d, examples);
         if d.errors.is_empty() {
-            Ok(policy)
+            Ok(self)
         } else {
             Err(PolicyErrors(d.errors))
         }

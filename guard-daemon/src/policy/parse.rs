@@ -18,19 +18,31 @@ use super::{
 };
 use crate::detect::Detector;
 
-/// Parses one file. Syntax errors end the file's parse (TOML cannot be read past them
-/// reliably); every other error is collected and parsing goes on.
-pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
-    let root = match DeTable::parse(text) {
-        Ok(t) => t,
+/// The TOML document of `text` (file `file` of `d`'s sources); `None`, the syntax error
+/// reported, when it is none: TOML cannot be read past one reliably.
+pub(crate) fn document<'i>(
+    d: &mut Diag,
+    file: usize,
+    text: &'i str,
+) -> Option<toml::Spanned<DeTable<'i>>> {
+    match DeTable::parse(text) {
+        Ok(t) => Some(t),
         Err(e) => {
             let at = Loc {
                 file,
                 span: e.span().unwrap_or(0..0),
             };
             d.err(&at, "", e.message().trim());
-            return RawDoc::default();
+            None
         }
+    }
+}
+
+/// Parses one file. Syntax errors end the file's parse; every other error is collected and
+/// parsing goes on.
+pub(crate) fn parse_file(d: &mut Diag, file: usize, text: &str) -> RawDoc {
+    let Some(root) = document(d, file, text) else {
+        return RawDoc::default();
     };
     let mut doc = RawDoc::default();
     let mut top = Table::new(file, String::new(), root.get_ref(), root.span());

@@ -38,13 +38,9 @@ pub struct Index {
 }
 
 impl Index {
-    /// The index of the repository whose worktree is `dir`, when `.git` there is a directory.
+    /// The index of the repository whose worktree is `dir`, whose `.git` its caller found a
+    /// directory.
     pub fn at_start(dir: &OwnedFd) -> Option<Self> {
-        let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-        let git = nix::sys::stat::fstatat(dir.as_fd(), ".git", flags).ok()?;
-        if git.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            return None;
-        }
         Some(Self {
             dir: dir.try_clone().ok()?,
             stamp: stamp(dir),

@@ -111,10 +111,6 @@ pub fn within(
     };
     for w in writable {
         git_files(w, &mut out, &mut absent);
-        if let Some(index) = super::gitlinks::Index::at_start(&w.pin) {
-            let root = w.path.to_string_lossy().into_owned();
-            absent.indexes.push((index, root));
-        }
         let delegated = delegated(w);
         let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
         let names = listed.iter().cloned().chain(nested(w));
@@ -251,8 +247,9 @@ fn inside(w: &Writable, rel: &str) -> Option<String> {
     (!name.is_empty() && invalid(&name).is_none()).then_some(name)
 }
 
-/// `.git` beneath `w`: a pointer file kept read-only; none at all, or a directory without a
-/// `HEAD` beside it, watched for what a call makes in their place.
+/// `.git` beneath `w`: a pointer file kept read-only; a directory's index watched for the
+/// gitlinks a call adds (`gitlinks`); none at all watched for one a call makes; and a `HEAD`
+/// beside it watched where there is none.
 fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
     let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
     match nix::sys::stat::fstatat(w.pin.as_fd(), GIT, flags) {
@@ -265,7 +262,12 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
                 });
             }
         }
-        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+            if let Some(index) = super::gitlinks::Index::at_start(&w.pin) {
+                let root = w.path.to_string_lossy().into_owned();
+                absent.indexes.push((index, root));
+            }
+        }
         Err(Errno::ENOENT) => absent.watch(w, GIT),
         _ => return,
     }

@@ -55,15 +55,7 @@ pub(super) fn merged(base: &Policy, ws: &Path, file: &ProjectFile) -> Result<Pol
             barred: None,
         })),
     };
-    if !d.errors.is_empty() {
-        return Err(PolicyErrors(d.errors));
-    }
-    policy.check_examples(&mut d, examples);
-    if d.errors.is_empty() {
-        Ok(policy)
-    } else {
-        Err(PolicyErrors(d.errors))
-    }
+    policy.examined(d, examples)
 }
 
 /// The tightening checks of everything the project says against the base's `docs`.

@@ -72,16 +72,8 @@ const REFUSED_SETTINGS: &[&str] = &[
 
 /// Parses the project policy `text`, file `file` of `d`'s sources.
 pub(super) fn parse(d: &mut Diag, file: usize, text: &str) -> ProjectDoc {
-    let root = match DeTable::parse(text) {
-        Ok(t) => t,
-        Err(e) => {
-            let at = Loc {
-                file,
-                span: e.span().unwrap_or(0..0),
-            };
-            d.err(&at, "", e.message().trim());
-            return ProjectDoc::default();
-        }
+    let Some(root) = parse::document(d, file, text) else {
+        return ProjectDoc::default();
     };
     let mut doc = ProjectDoc::default();
     let top = root.get_ref();
