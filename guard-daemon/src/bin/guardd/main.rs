@@ -458,6 +458,10 @@ async fn serve(args: Args) -> ExitCode {
         .as_ref()
         .and_then(|g| nix::unistd::Group::from_name(g).ok().flatten())
         .map(|g| g.gid.as_raw());
+    // Handlers before the socket answers: a caller (a test, a unit's ExecStartPost) may stop
+    // guardd as soon as it can connect, and that signal must not kill guardd unrecorded.
+    let shutdown = shutdown_signal();
+    let hup = signal::unix::signal(SignalKind::hangup());
     let listener = match server::bind(daemon.socket(), gid) {
         Ok(l) => l,
         Err(e) => {
@@ -478,9 +482,6 @@ async fn serve(args: Args) -> ExitCode {
             }
         }
     }
-    // Handlers first: a signal that arrives once systemd has READY=1 must not kill guardd.
-    let shutdown = shutdown_signal();
-    let hup = signal::unix::signal(SignalKind::hangup());
     daemon.spawn_event_pump();
     guard::hold::spawn_sweeper(&daemon);
     match hup {
