@@ -26,6 +26,13 @@ pub const FLAG_ENFORCE_EXEC: u32 = 1 << 1;
 /// The call has connect effects: it may create AF_INET and AF_INET6 stream and datagram sockets.
 /// Without it, the `sock_create` program allows it AF_UNIX sockets only.
 pub const FLAG_NET: u32 = 1 << 2;
+/// The call runs in shadow (`enforce = "shadow"`): what its effects do not allow (a connect, a
+/// socket, an exec, a lock, a packet) is let through and reported as [`ACTION_SHADOWED`]
+/// instead of refused. What no call may do (other socket families, binds, IP options) stays
+/// refused.
+///
+/// [`ACTION_SHADOWED`]: crate::event::ACTION_SHADOWED
+pub const FLAG_SHADOW: u32 = 1 << 3;
 
 /// What a guarded call did that the receipt must learn even when events are lost: counted in
 /// the kernel, per call.

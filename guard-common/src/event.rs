@@ -39,6 +39,9 @@ pub const ACTION_KILLED: u32 = 2;
 /// syscall's exit, too late to refuse; the call is diverged, and killed when it kills on
 /// divergence, then with [`ACTION_KILLED`]).
 pub const ACTION_OUTSIDE: u32 = 3;
+/// Outside the call's effects, and let through because the call runs in shadow
+/// (`FLAG_SHADOW`): enforced, it would have been refused (or its task killed).
+pub const ACTION_SHADOWED: u32 = 4;
 
 /// Length of the path buffer of an exec event, NUL included.
 pub const PATH_LEN: usize = 256;

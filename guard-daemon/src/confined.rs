@@ -85,6 +85,7 @@ async fn run_in(
             cgroup: cgroup.path().to_owned(),
             kill_on_divergence: true,
             files: daemon.options.trace_syscalls,
+            shadow: false,
             masks: None,
         },
     );

@@ -122,6 +122,13 @@ pub struct RowMetadata {
     /// The workspace's own policy (`.guard/policy.toml`) the call was decided under, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_policy: Option<ProjectPolicy>,
+    /// `shadow` for a call of a tool in shadow (`enforce = "shadow"`); absent when enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce: Option<crate::plan::Enforce>,
+    /// In shadow, what enforcing would have decided (`block`, `escalate`, `quarantine`): the
+    /// call was allowed to run, and `check_name` and `reason` are that decision's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_block: Option<Decision>,
 }
 
 /// Which project policy a decision used: its file and the SHA-256 of the text read.

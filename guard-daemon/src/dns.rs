@@ -20,7 +20,7 @@
 //! The wire format is in [`wire`].
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     io,
     net::{IpAddr, Ipv4Addr},
     os::fd::AsRawFd as _,
@@ -91,11 +91,20 @@ struct Log {
 
 impl Log {
     /// Judges one message; the reply to send, if any.
-    fn judge(&mut self, message: &[u8], names: &HashMap<String, Vec<IpAddr>>) -> Option<Vec<u8>> {
-        let (reply, asked) = match wire::answer(message, names) {
+    /// `unapproved`: names answered (in shadow) that are not among the approved hosts.
+    fn judge(
+        &mut self,
+        message: &[u8],
+        names: &HashMap<String, Vec<IpAddr>>,
+        unapproved: Option<&HashSet<String>>,
+    ) -> Option<Vec<u8>> {
+        let (reply, mut asked) = match wire::answer(message, names) {
             Some((reply, asked)) => (Some(reply), asked),
             None => (None, None),
         };
+        if let (Some(a), Some(unapproved)) = (asked.as_mut(), unapproved) {
+            a.approved &= !unapproved.contains(&a.name);
+        }
         match asked {
             Some(asked) => self.record(asked),
             None => self.questions.unreadable += 1,
@@ -144,8 +153,10 @@ pub struct Responder {
 }
 
 impl Responder {
-    /// Starts answering `names` (host name -> its pinned addresses) on 127.0.0.1.
-    pub async fn start(names: HashMap<String, Vec<IpAddr>>) -> io::Result<Self> {
+    /// Starts answering `names` (host name -> its pinned addresses) on 127.0.0.1. In `shadow`,
+    /// other names are answered too, as the host's resolver answers guardd, and recorded as
+    /// not approved.
+    pub async fn start(names: HashMap<String, Vec<IpAddr>>, shadow: bool) -> io::Result<Self> {
         let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         // guardd is root: forced past `rmem_max`, so the queue is the same on every host.
         use nix::sys::socket::{setsockopt, sockopt};
@@ -157,7 +168,7 @@ impl Responder {
             Arc::new(names.into_iter().map(|(k, v)| (normalize(&k), v)).collect());
         let log = Arc::new(Mutex::new(Log::default()));
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(socket, names.clone(), log.clone(), stopped));
+        let task = tokio::spawn(serve(socket, names.clone(), log.clone(), stopped, shadow));
         Ok(Self {
             port,
             names,
@@ -220,8 +231,12 @@ async fn serve(
     names: Arc<HashMap<String, Vec<IpAddr>>>,
     log: Arc<Mutex<Log>>,
     mut stopped: oneshot::Receiver<()>,
+    shadow: bool,
 ) -> Option<std::net::UdpSocket> {
     let mut buf = [0u8; 512];
+    // In shadow: the approved names and those learnt from the host's resolver, and which
+    // were learnt.
+    let mut shadowed = shadow.then(|| ((*names).clone(), HashSet::new()));
     loop {
         tokio::select! {
             // Stopping first: what is still queued is read by `drain`, which is bounded.
@@ -231,7 +246,15 @@ async fn serve(
                 let Ok((n, peer)) = received else {
                     continue;
                 };
-                let reply = lock(&log).judge(&buf[..n], &names);
+                let message = &buf[..n];
+                if let Some((answers, learnt)) = shadowed.as_mut() {
+                    learn(message, answers, learnt).await;
+                }
+                let (table, unapproved) = match &shadowed {
+                    Some((answers, learnt)) => (answers, Some(learnt)),
+                    None => (&*names, None),
+                };
+                let reply = lock(&log).judge(message, table, unapproved);
                 if let Some(reply) = reply {
                     let _ = socket.send_to(&reply, peer).await;
                 }
@@ -240,6 +263,38 @@ async fn serve(
     }
     // Out of tokio's hands, read directly: its readiness may not have seen the last arrivals.
     socket.into_std().ok()
+}
+
+/// Names a call in shadow may have answered by the host's resolver; past them, a new name is
+/// answered with no address (and still recorded).
+const LEARN_MAX: usize = 256;
+/// The longest one lookup for a call in shadow may take.
+const LEARN_TIME: Duration = Duration::from_secs(2);
+
+/// In shadow: looks up the name `message` asks when it is not answered yet, with the host's
+/// resolver, and adds it to `answers` (with no address when the lookup fails).
+async fn learn(
+    message: &[u8],
+    answers: &mut HashMap<String, Vec<IpAddr>>,
+    learnt: &mut HashSet<String>,
+) {
+    let Some((_, Some(asked))) = wire::answer(message, answers) else {
+        return;
+    };
+    if asked.approved {
+        return;
+    }
+    let addrs = if learnt.len() < LEARN_MAX {
+        let lookup = tokio::net::lookup_host((asked.name.as_str(), 0));
+        match tokio::time::timeout(LEARN_TIME, lookup).await {
+            Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+            _ => Vec::new(),
+        }
+    } else {
+        Vec::new()
+    };
+    learnt.insert(asked.name.clone());
+    answers.insert(asked.name, addrs);
 }
 
 /// Judges what is queued on `socket`, without answering (the call has ended), until the queue
@@ -257,7 +312,7 @@ fn drain(
     for _ in 0..most {
         match socket.recv_from(&mut buf) {
             Ok((n, _)) => {
-                log.judge(&buf[..n], names);
+                log.judge(&buf[..n], names, None);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(_) => {}

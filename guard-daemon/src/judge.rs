@@ -199,7 +199,8 @@ pub async fn judge(daemon: &Daemon, judge: &Judge, subject: &Subject) -> Verdict
         allowed: verdict.allowed,
         reason: reason.clone(),
     };
-    daemon.bus.call(&subject.call_id, &subject.call.tool, what);
+    let (id, tool) = (&subject.call_id, &subject.call.tool);
+    daemon.bus.call_in(id, tool, subject.plan.enforce, what);
     let row = Row::Judged(Box::new(Judged {
         call_id: subject.call_id.clone(),
         tool: subject.call.tool.clone(),

@@ -17,6 +17,9 @@ pub struct LaunchPlan {
     pub effects: Effects,
     /// How it is confined.
     pub confinement: Confinement,
+    /// Whether what it does outside its effects is refused or only observed (`enforce`).
+    #[serde(default, skip_serializing_if = "Enforce::enforced")]
+    pub enforce: Enforce,
 }
 
 /// The effects an approved call may have; anything else is denied and reported.
@@ -64,6 +67,35 @@ pub enum OnDivergence {
     Kill,
     /// Deny the operation and let the call go on.
     Deny,
+}
+
+/// Whether a tool's calls are held to their effects, or run in shadow (`enforce`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforce {
+    /// What the policy blocks does not run; what a call does outside its effects is refused.
+    #[default]
+    Enforce,
+    /// A dry run: what the policy would block runs and is recorded (`would_block`); what the
+    /// call does outside its effects is let through by the kernel layers and reported as what
+    /// enforcing would have done. landlock and the mount view are off; the call still runs as
+    /// its user, in its cgroup and namespaces, under the seccomp deny-list.
+    Shadow,
+}
+
+impl Enforce {
+    /// Whether this is the default, enforcing mode.
+    pub fn enforced(&self) -> bool {
+        *self == Enforce::Enforce
+    }
+
+    /// As in the policy and the audit log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforce::Enforce => "enforce",
+            Enforce::Shadow => "shadow",
+        }
+    }
 }
 
 /// `run_as` for a call that runs as the owner of its workspace: the decision puts the owner's

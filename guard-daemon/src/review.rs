@@ -19,7 +19,7 @@ use crate::{
     hold::ToHold,
     intent::Intent,
     judge::{self, ProposedCall, Subject},
-    plan::{LaunchPlan, Stdin},
+    plan::{Enforce, LaunchPlan, Stdin},
     policy::{Policy, Verdict},
     protocol::{self, CallerStdin, ExecReply, reply::CallDecision},
     stages::Stages,
@@ -88,6 +88,7 @@ pub struct Recording {
     durable: Durable,
     call_id: String,
     tool: String,
+    enforce: Enforce,
     what: What,
 }
 
@@ -97,7 +98,7 @@ impl Recording {
     pub async fn written(self, daemon: &Daemon) -> bool {
         match self.durable.written().await {
             Ok(_) => {
-                daemon.bus.call(&self.call_id, &self.tool, self.what);
+                (daemon.bus).call_in(&self.call_id, &self.tool, self.enforce, self.what);
                 true
             }
             Err(e) => {
@@ -344,11 +345,13 @@ impl Review<'_> {
                 durable,
                 call_id: self.call_id.to_owned(),
                 tool: self.intent.tool.clone(),
+                enforce: verdict.row.metadata.enforce.unwrap_or_default(),
                 what: What::Decision {
                     decision: verdict.row.decision,
                     reason: verdict.row.reason.clone(),
                     uid: self.peer.uid,
                     agent: verdict.row.metadata.agent.clone(),
+                    would_block: verdict.row.metadata.would_block,
                 },
             }),
             Err(e) => {

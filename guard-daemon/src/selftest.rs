@@ -61,6 +61,7 @@ pub fn run(monitor: &mut Monitor, root: &Cgroup) -> Result<(), String> {
         destinations: vec![],
         execs: vec![exe.clone()],
         writes: vec![],
+        traced: false,
     };
     monitor
         .watch(cgroup.id(), &watch)

@@ -8,6 +8,7 @@
 //! Every read and write has a deadline ([`Deadlines`]); followed streams are in [`follow`].
 
 mod follow;
+mod listing;
 
 use std::{
     fs, io,
@@ -35,8 +36,8 @@ use crate::{
     protocol::{
         self, CallOptions, ErrorReply, ExecRequest, ProtocolError, Reply, Request,
         reply::{
-            AgentList, AgentStatus, AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus,
-            Reloaded, Resolved, SessionList, Status, ToolList,
+            AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus, Reloaded, Resolved,
+            SessionList, Status,
         },
     },
     review::CallContext,
@@ -441,7 +442,7 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             }))
         }
         Request::Status(_) => Reply::Status(Box::new(status(daemon))),
-        Request::Tools(_) => tools(daemon, peer),
+        Request::Tools(_) => listing::tools(daemon, peer),
         Request::Pending(_) => Reply::Pending(PendingCalls {
             calls: daemon.approvals.list(),
         }),
@@ -456,7 +457,7 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
         Request::Sessions(_) => Reply::Sessions(SessionList {
             sessions: daemon.sessions.list(),
         }),
-        Request::Agents(_) => agents(daemon),
+        Request::Agents(_) => listing::agents(daemon),
         Request::ClearSession(req) => clear_session(daemon, peer, req.session).await,
         Request::Reload(_) => match daemon.reload(Some(peer.uid)).await {
             Ok(tools) => Reply::Reloaded(Reloaded {
@@ -504,49 +505,6 @@ async fn resolve(
     }
 }
 
-/// The tools a client may call under the policy in force: its agent's, where the policy names
-/// agents (none for a caller that is no agent).
-fn tools(daemon: &Daemon, peer: &Peer) -> Reply {
-    let policy = daemon.policy();
-    let mut tools = policy.listing();
-    if !policy.agents().is_empty() {
-        match crate::agents::of(&policy, peer) {
-            Ok(Some(agent)) => {
-                tools.retain(|t| agent.refuses(&t.name, Some(t.tier), None).is_none())
-            }
-            _ => tools.clear(),
-        }
-    }
-    Reply::Tools(ToolList { tools })
-}
-
-/// `agents`: the policy's agents in the order they are tried, with their counts.
-fn agents(daemon: &Daemon) -> Reply {
-    let policy = daemon.policy();
-    let agents = policy
-        .agents()
-        .iter()
-        .map(|a| AgentStatus {
-            name: a.name.clone(),
-            uids: a.uids_written.iter().map(principal).collect(),
-            cgroups: a.cgroups.clone(),
-            tools: a.tools.clone(),
-            max_tier: a.max_tier,
-            max_running: a.max_running,
-            rate: a.rate.map(|r| r.to_string()),
-            counts: daemon.agents.counts(&a.name),
-        })
-        .collect();
-    Reply::Agents(AgentList { agents })
-}
-
-fn principal(p: &crate::policy::Principal) -> String {
-    match p {
-        crate::policy::Principal::Id(id) => id.to_string(),
-        crate::policy::Principal::Name(name) => name.clone(),
-    }
-}
-
 /// Lets a terminated session submit calls again, after its row.
 async fn clear_session(daemon: &Daemon, peer: &Peer, session: String) -> Reply {
     if daemon.sessions.get(&session).is_none() {
@@ -584,6 +542,11 @@ pub fn status(daemon: &Daemon) -> Status {
             path: daemon.options.policy.clone(),
             tools: policy.tools().count(),
             version: policy.version().to_owned(),
+            shadow: policy
+                .shadow_tools()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
         },
         audit: AuditStatus {
             path: daemon.options.audit.clone(),

@@ -14,8 +14,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use guard_common::{
-    call::FLAG_ENFORCE_EXEC,
-    event::{ACTION_ALLOWED, ACTION_KILLED, KIND_EXEC},
+    call::{FLAG_ENFORCE_EXEC, FLAG_SHADOW},
+    event::{ACTION_ALLOWED, ACTION_KILLED, ACTION_SHADOWED, KIND_EXEC},
 };
 
 use crate::{
@@ -35,19 +35,19 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
     let bprm: *const u8 = ctx.arg(2);
 
     let enforce = config.flags & FLAG_ENFORCE_EXEC != 0;
+    let shadow = config.flags & FLAG_SHADOW != 0;
     // A walk that cannot be read to its end approves nothing.
     let allowed = !enforce
         || read_ptr(bprm, layout.bprm_file)
             .and_then(|file| approved(&EXEC_ALLOW, file, &layout, cgroup_id, None))
             .unwrap_or(false);
-    if !allowed {
-        // SAFETY: signals the current task, which is the one executing the unapproved image.
-        unsafe { bpf_send_signal(SIGKILL) };
-    }
-
     let action = if allowed {
         ACTION_ALLOWED
+    } else if shadow {
+        ACTION_SHADOWED
     } else {
+        // SAFETY: signals the current task, which is the one executing the unapproved image.
+        unsafe { bpf_send_signal(SIGKILL) };
         ACTION_KILLED
     };
     if let Some(mut entry) = reserve_event(KIND_EXEC, action, cgroup_id) {

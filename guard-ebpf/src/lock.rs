@@ -21,7 +21,10 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use guard_common::event::{ACTION_KILLED, KIND_LOCK, LOCK_FLOCK, LOCK_OFD, LOCK_POSIX};
+use guard_common::{
+    call::FLAG_SHADOW,
+    event::{ACTION_KILLED, ACTION_SHADOWED, KIND_LOCK, LOCK_FLOCK, LOCK_OFD, LOCK_POSIX},
+};
 
 use crate::{
     ident::{approved, layout, read, read_ptr},
@@ -65,7 +68,7 @@ fn judge(ctx: &BtfTracePointContext, kind: u32) {
         return;
     }
     let Ok(ty) = read::<u8>(fl, l.lock_type) else {
-        return kill(cgroup_id, kind, None, 0);
+        return kill(cgroup_id, config.flags, kind, None, 0);
     };
     if ty == F_UNLCK {
         return;
@@ -89,17 +92,22 @@ fn judge(ctx: &BtfTracePointContext, kind: u32) {
         Ok(flags) if kind == LOCK_POSIX && flags & FL_OFDLCK != 0 => LOCK_OFD,
         _ => kind,
     };
-    kill(cgroup_id, kind, file.ok(), u32::from(ty));
+    kill(cgroup_id, config.flags, kind, file.ok(), u32::from(ty));
 }
 
-/// Kills the current task (it has not returned from the lock's syscall yet) and reports the
-/// lock: its kind, its type, and the locked file's name.
+/// Kills the current task (it has not returned from the lock's syscall yet), unless the call
+/// runs in shadow, and reports the lock: its kind, its type, and the locked file's name.
 #[inline(always)]
-fn kill(cgroup_id: u64, kind: u32, file: Option<*const u8>, ty: u32) {
-    // SAFETY: signals the current task, the one that asked for the lock.
-    unsafe { bpf_send_signal(SIGKILL) };
+fn kill(cgroup_id: u64, flags: u32, kind: u32, file: Option<*const u8>, ty: u32) {
+    let action = if flags & FLAG_SHADOW != 0 {
+        ACTION_SHADOWED
+    } else {
+        // SAFETY: signals the current task, the one that asked for the lock.
+        unsafe { bpf_send_signal(SIGKILL) };
+        ACTION_KILLED
+    };
     let l = layout();
-    if let Some(mut entry) = reserve_event(KIND_LOCK, ACTION_KILLED, cgroup_id) {
+    if let Some(mut entry) = reserve_event(KIND_LOCK, action, cgroup_id) {
         let event = entry.as_mut_ptr();
         // SAFETY: a reserved slot; the name is a kernel string the helper reads bounded by the
         // destination's size. Shown only: the file was judged by identity.

@@ -11,7 +11,8 @@ use aya_ebpf::{
     helpers::generated::bpf_get_socket_cookie, macros::cgroup_sock_addr, programs::SockAddrContext,
 };
 use guard_common::{
-    event::{ACTION_ALLOWED, ACTION_DENIED, KIND_BIND, KIND_CONNECT},
+    call::FLAG_SHADOW,
+    event::{ACTION_ALLOWED, ACTION_DENIED, ACTION_SHADOWED, KIND_BIND, KIND_CONNECT},
     net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
@@ -77,7 +78,15 @@ fn refuse_bind(cgroup_id: u64, family: u16, port: u16, proto: u8, addr: [u8; 16]
     if port == 0 {
         return ALLOW;
     }
-    report(KIND_BIND, cgroup_id, false, family, port, proto, addr)
+    report(
+        KIND_BIND,
+        cgroup_id,
+        ACTION_DENIED,
+        family,
+        port,
+        proto,
+        addr,
+    )
 }
 
 /// The address (`user_ip4`, network order), port (host order) and protocol of `ctx`.
@@ -172,7 +181,7 @@ fn check4(ctx: &SockAddrContext) -> i32 {
     report(
         KIND_CONNECT,
         cgroup_id,
-        allowed,
+        connect_action(allowed, config.flags),
         AF_INET,
         port,
         proto,
@@ -182,7 +191,7 @@ fn check4(ctx: &SockAddrContext) -> i32 {
 
 #[inline(always)]
 fn check6(ctx: &SockAddrContext) -> i32 {
-    let Some((cgroup_id, _)) = current_call() else {
+    let Some((cgroup_id, config)) = current_call() else {
         return ALLOW;
     };
     let (addr, port, proto) = dest6(ctx);
@@ -198,7 +207,7 @@ fn check6(ctx: &SockAddrContext) -> i32 {
     report(
         KIND_CONNECT,
         cgroup_id,
-        allowed,
+        connect_action(allowed, config.flags),
         AF_INET6,
         port,
         proto,
@@ -225,23 +234,31 @@ fn to_report(seen: Option<*mut u8>) -> Option<bool> {
     Some(true)
 }
 
-/// Reports a `kind` event (connect or bind) of `addr:port` and answers the syscall: allowed or
-/// EPERM.
+/// What a connect or send is answered: an unapproved one is refused, or, in shadow, let
+/// through and reported as such.
+#[inline(always)]
+fn connect_action(approved: bool, flags: u32) -> u32 {
+    if approved {
+        ACTION_ALLOWED
+    } else if flags & FLAG_SHADOW != 0 {
+        ACTION_SHADOWED
+    } else {
+        ACTION_DENIED
+    }
+}
+
+/// Reports a `kind` event (connect or bind) of `addr:port` and answers the syscall: EPERM for
+/// `ACTION_DENIED`, allowed otherwise.
 #[inline(always)]
 fn report(
     kind: u32,
     cgroup_id: u64,
-    allowed: bool,
+    action: u32,
     family: u16,
     port: u16,
     proto: u8,
     addr: [u8; 16],
 ) -> i32 {
-    let action = if allowed {
-        ACTION_ALLOWED
-    } else {
-        ACTION_DENIED
-    };
     if let Some(mut entry) = reserve_event(kind, action, cgroup_id) {
         let event = entry.as_mut_ptr();
         // SAFETY: a reserved slot whose header reserve_event initialised.
@@ -253,5 +270,5 @@ fn report(
         }
         entry.submit(0);
     }
-    if allowed { ALLOW } else { DENY }
+    if action == ACTION_DENIED { DENY } else { ALLOW }
 }

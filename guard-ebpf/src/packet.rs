@@ -31,6 +31,7 @@ use aya_ebpf::{
     programs::SkBuffContext,
 };
 use guard_common::{
+    call::FLAG_SHADOW,
     event::{ACTION_DENIED, KIND_PACKET},
     net::{Dest4, Dest6, LOOPBACK4, PROTO_TCP, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
@@ -76,7 +77,10 @@ pub fn ingress(ctx: SkBuffContext) -> i32 {
     let Some(config) = (unsafe { CALLS.get(&cgroup_id) }).copied() else {
         return PASS;
     };
-    if seen(&ctx, cgroup_id, config.dns_port, Peer::Source).is_some_and(|s| s.approved) {
+    // In shadow, what the call's connects reached may answer it: those connects were reported.
+    if config.flags & FLAG_SHADOW != 0
+        || seen(&ctx, cgroup_id, config.dns_port, Peer::Source).is_some_and(|s| s.approved)
+    {
         return PASS;
     }
     if let Some(stats) = CALL_STATS.get_ptr_mut(&cgroup_id) {
@@ -95,7 +99,11 @@ pub fn egress(ctx: SkBuffContext) -> i32 {
         return PASS;
     };
     let seen = seen(&ctx, cgroup_id, config.dns_port, Peer::Destination);
-    if seen.as_ref().is_some_and(|s| s.approved && !s.options) {
+    let shadow = config.flags & FLAG_SHADOW != 0;
+    if seen
+        .as_ref()
+        .is_some_and(|s| (s.approved || shadow) && !s.options)
+    {
         return PASS;
     }
     let mut first = true;

@@ -21,8 +21,8 @@ use aya_ebpf::{
     programs::{SockContext, TracePointContext},
 };
 use guard_common::{
-    call::FLAG_NET,
-    event::{ACTION_DENIED, ACTION_KILLED, KIND_SOCKET},
+    call::{FLAG_NET, FLAG_SHADOW},
+    event::{ACTION_DENIED, ACTION_KILLED, ACTION_SHADOWED, KIND_SOCKET},
 };
 
 use crate::maps::{current_call, reserve_event};
@@ -51,6 +51,12 @@ pub fn sock_create(ctx: SockContext) -> i32 {
         (sk.family, sk.type_, sk.protocol)
     };
     if allowed(config.flags, family, ty, protocol) {
+        return ALLOW;
+    }
+    // In shadow, a TCP or UDP socket the call has no connect effect for is let through: its
+    // connects are judged (and reported) next. Other inet protocols stay refused.
+    if config.flags & FLAG_SHADOW != 0 && allowed(FLAG_NET, family, ty, protocol) {
+        report(cgroup_id, ACTION_SHADOWED, family, ty, protocol);
         return ALLOW;
     }
     report(cgroup_id, ACTION_DENIED, family, ty, protocol);

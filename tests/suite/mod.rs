@@ -24,6 +24,7 @@ mod python;
 mod sandbox;
 mod secrets;
 mod session;
+mod shadow;
 mod stdin;
 mod suggest;
 mod systemd;

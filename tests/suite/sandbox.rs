@@ -75,6 +75,7 @@ fn plan(scratch: &ToolDir, args: &[&str], effects: Effects) -> LaunchPlan {
             timeout: Duration::from_secs(20),
             ..Confinement::default()
         },
+        enforce: Default::default(),
     }
 }
 

@@ -125,6 +125,7 @@ mod tests {
             argv: vec!["/bin/true".into(), "x".into()],
             effects: Effects::default(),
             confinement: Confinement::default(),
+            enforce: Default::default(),
         };
         let mut args = Map::new();
         args.insert("target".into(), "x".into());

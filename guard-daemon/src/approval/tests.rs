@@ -11,6 +11,7 @@ fn record(id: &str) -> Record {
         argv: vec!["/bin/true".into()],
         effects: Effects::default(),
         confinement: Confinement::default(),
+        enforce: Default::default(),
     };
     let form = CallForm::new("send_email", &Map::new(), &plan, "sha256:p").expect("form");
     Record {

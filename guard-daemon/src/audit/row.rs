@@ -141,6 +141,10 @@ pub struct Finished {
     /// Microseconds per stage of the call's way through guardd.
     pub timings_us: Stages,
     pub enforced: bool,
+    /// `shadow` for a call in shadow (`enforce = "shadow"`): what it did outside its effects
+    /// was let through, and its receipt's divergences say what enforcing would have done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce: Option<crate::plan::Enforce>,
     /// Its start, as its `launch` event told it; none when it did not start (and in rows
     /// written before guardd recorded it).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -328,6 +328,7 @@ async fn finish(
         duration_ms,
         timings_us: stages.clone(),
         enforced: daemon.enforced(),
+        enforce: (!plan.enforce.enforced()).then_some(plan.enforce),
         launch: call.launch.take(),
         killed: call.killed.take(),
         interrupted: None,
@@ -347,7 +348,7 @@ async fn finish(
         error: error.clone(),
         duration_ms,
     };
-    daemon.bus.call(call_id, &plan.tool, what);
+    daemon.bus.call_in(call_id, &plan.tool, plan.enforce, what);
     let exit = Exit {
         call_id: call_id.to_owned(),
         code,
@@ -419,6 +420,7 @@ impl Call<'_, '_> {
             .map_err(|e| (CallError::Tmp(e), None))?;
         self.stages.lap("cgroup");
         let (watch, responder) = self.watch().await.map_err(|e| (e, None))?;
+        let shadow = self.plan.enforce == crate::plan::Enforce::Shadow;
         // A call given a secret prints through guardd, which masks the values; the masks and
         // the values it is given come from one policy, read once.
         let policy = daemon.policy();
@@ -430,7 +432,8 @@ impl Call<'_, '_> {
                 tool: self.plan.tool.clone(),
                 cgroup: cgroup.path().to_owned(),
                 kill_on_divergence: self.plan.effects.on_divergence == OnDivergence::Kill,
-                files: daemon.options.trace_syscalls,
+                files: daemon.options.trace_syscalls || shadow,
+                shadow,
                 masks: secrecy.masks(),
             },
         );
@@ -510,7 +513,7 @@ impl Call<'_, '_> {
             peer_uid: self.peer.uid,
             started: launch.ts.clone(),
         });
-        daemon.bus.call(self.id, &plan.tool, launch.event());
+        (daemon.bus).call_in(self.id, &plan.tool, plan.enforce, launch.event());
         self.launch = Some(launch);
         let attempted = |a| daemon.receipts.attempted(cgroup.id(), a, &daemon.bus);
         let run = sandbox::run_to_end(launched, cgroup, plan.confinement.timeout, attempted);
@@ -534,7 +537,7 @@ impl Call<'_, '_> {
             self.killed = Some(format!("timed out after {secs} s"));
         }
         if let Some(reason) = self.killed.clone() {
-            daemon.bus.call(self.id, &plan.tool, What::Kill { reason });
+            (daemon.bus).call_in(self.id, &plan.tool, plan.enforce, What::Kill { reason });
         }
         self.stages.lap("run");
         Ok((outcome, applied))
@@ -558,7 +561,8 @@ impl Call<'_, '_> {
     /// before unwatch forgets them, once the call has ended.
     async fn receipt(&self, id: u64, responder: Option<Responder>) -> Option<Receipt> {
         let daemon = self.daemon;
-        let trace = daemon.options.trace_syscalls;
+        let trace =
+            daemon.options.trace_syscalls || self.plan.enforce == crate::plan::Enforce::Shadow;
         let counts = daemon.with_monitor(|m| {
             let syscalls = if trace { m.syscalls(id)? } else { Vec::new() };
             Ok::<_, crate::monitor::MonitorError>((m.forks(id)?, syscalls, m.stats(id)?))

@@ -4,7 +4,7 @@
 use std::{collections::HashMap, net::IpAddr, path::PathBuf};
 
 use guard_common::{
-    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET},
+    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET, FLAG_SHADOW},
     net::PROTO_TCP,
 };
 
@@ -12,21 +12,27 @@ use super::CallError;
 use crate::{
     dns::Responder,
     monitor::{Destination, Watch},
-    plan::{Endpoint, LaunchPlan, OnDivergence},
+    plan::{Endpoint, Enforce, LaunchPlan, OnDivergence},
 };
 
 /// What the kernel holds a plan's call to, and the resolver that answers the host names it may
 /// connect to (none when it names no host).
 pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), CallError> {
     let effects = &plan.effects;
+    let shadow = plan.enforce == Enforce::Shadow;
     let (destinations, names) = resolve(&effects.connect).await?;
-    let responder = if names.is_empty() {
+    // A call in shadow has a resolver whatever it names: the names it asks are what it is
+    // watched for.
+    let responder = if names.is_empty() && !shadow {
         None
     } else {
-        Some(Responder::start(names).await.map_err(CallError::Dns)?)
+        let started = Responder::start(names, shadow).await;
+        Some(started.map_err(CallError::Dns)?)
     };
     let mut flags = FLAG_ENFORCE_EXEC;
-    if effects.on_divergence == OnDivergence::Kill {
+    if shadow {
+        flags |= FLAG_SHADOW;
+    } else if effects.on_divergence == OnDivergence::Kill {
         flags |= FLAG_KILL_ON_DIVERGENCE;
     }
     if !effects.connect.is_empty() {
@@ -49,6 +55,7 @@ pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Respond
         destinations,
         execs,
         writes: effects.write.clone(),
+        traced: shadow,
     };
     Ok((watch, responder))
 }

@@ -35,6 +35,8 @@ struct Open {
     call_id: String,
     tool: String,
     enforced: bool,
+    /// In shadow, as its decision row says.
+    shadow: bool,
 }
 
 impl Daemon {
@@ -128,6 +130,7 @@ fn ends(open: Vec<Open>, swept: Vec<Swept>) -> Vec<Finished> {
             call_id,
             tool: "?".to_owned(),
             enforced: true,
+            shadow: false,
         };
         interrupted(call, Some(n), true)
     }));
@@ -150,6 +153,7 @@ fn interrupted(call: Open, processes: Option<usize>, decision_not_read: bool) ->
         duration_ms: 0.0,
         timings_us: Stages::default(),
         enforced: call.enforced,
+        enforce: call.shadow.then_some(crate::plan::Enforce::Shadow),
         launch: None,
         killed: processes.map(|n| format!("at the next guardd's start ({n} processes left)")),
         interrupted: Some(Interrupted {
@@ -194,6 +198,10 @@ fn open_calls(
                         tool: text("tool").unwrap_or("?").to_owned(),
                         enforced: row.get("enforced").and_then(serde_json::Value::as_bool)
                             != Some(false),
+                        shadow: row
+                            .get("decision")
+                            .and_then(|d| d.pointer("/metadata/enforce"))
+                            == Some(&serde_json::Value::from("shadow")),
                     });
                 }
                 let allowed = row["decision"]["decision"] == "allow";

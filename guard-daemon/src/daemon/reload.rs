@@ -59,6 +59,7 @@ impl Daemon {
         // Published once the new policy is in force: a `tools --follow` client lists it then.
         let in_force = loaded.map(|(policy, access)| {
             crate::policy::secrets::warn_if_proc_shows_command_lines(policy.secrets());
+            crate::policy::shadow::warn_if_shadow(&policy);
             *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
             *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
         });

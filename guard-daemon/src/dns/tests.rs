@@ -74,10 +74,10 @@ fn a_label_holding_a_dot_or_any_other_byte_reads_as_no_other_name() {
 fn flooded(approved: u16, refused: &[&str]) -> Questions {
     let mut log = Log::default();
     for t in 0..approved {
-        log.judge(&query(t, "api.example.com", 1000 + t), &table());
+        log.judge(&query(t, "api.example.com", 1000 + t), &table(), None);
     }
     for name in refused {
-        log.judge(&query(0, name, TYPE_A), &table());
+        log.judge(&query(0, name, TYPE_A), &table(), None);
     }
     log.questions
 }
@@ -114,10 +114,10 @@ fn a_list_full_of_refused_names_still_counts_the_next_refused_one() {
     // its asks.
     let mut log = Log::default();
     for _ in 0..3 {
-        log.judge(&query(1, "api.example.com", TYPE_A), &table());
+        log.judge(&query(1, "api.example.com", TYPE_A), &table(), None);
     }
     for name in &names[..64] {
-        log.judge(&query(1, name, TYPE_A), &table());
+        log.judge(&query(1, name, TYPE_A), &table(), None);
     }
     let q = log.questions;
     assert_eq!((q.judged, q.unlisted, q.unlisted_refused), (67, 3, 0));
@@ -131,7 +131,7 @@ fn a_message_that_is_no_question_is_counted_unreadable() {
     let mut two = query(1, "api.example.com", TYPE_A);
     two[5] = 2;
     for message in [&[1u8, 2, 3][..], &response, &two] {
-        log.judge(message, &table());
+        log.judge(message, &table(), None);
     }
     assert_eq!((log.questions.unreadable, log.questions.judged), (3, 0));
     assert!(log.questions.listed.is_empty());
@@ -146,7 +146,7 @@ fn sender(responder: &Responder) -> (std::net::UdpSocket, std::net::SocketAddr) 
 async fn what_is_still_queued_at_the_end_is_judged() {
     // The responder's task has not run yet (one thread, no await since it started): all
     // that was sent is still queued when it is finished.
-    let responder = Responder::start(table()).await.unwrap();
+    let responder = Responder::start(table(), false).await.unwrap();
     let (socket, to) = sender(&responder);
     for t in 0..100 {
         socket
@@ -163,7 +163,7 @@ async fn what_is_still_queued_at_the_end_is_judged() {
 
 #[tokio::test]
 async fn what_the_kernel_dropped_from_a_full_queue_is_counted_unjudged() {
-    let responder = Responder::start(table()).await.unwrap();
+    let responder = Responder::start(table(), false).await.unwrap();
     let (socket, to) = sender(&responder);
     // Far more than the queue holds, with nothing reading it.
     let sent = 3000;

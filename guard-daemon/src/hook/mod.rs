@@ -245,6 +245,7 @@ mod tests {
                     ..Effects::default()
                 },
                 confinement: Confinement::default(),
+                enforce: Default::default(),
             });
             Ok(Checked {
                 decision: DecisionRow {

@@ -34,6 +34,9 @@ pub struct Watch {
     /// What it may write, and so lock (the lock programs), and what the open observer
     /// (`--trace-syscalls`) judges its write-opens by; `/dev/null` always.
     pub writes: Vec<PathBuf>,
+    /// Its syscalls are traced (opens, refusals) even without `--trace-syscalls`: a call in
+    /// shadow, whose opens are what it is watched for.
+    pub traced: bool,
 }
 
 /// The keys installed for one call, so that `unwatch` removes exactly them.

@@ -19,8 +19,7 @@ use aya::{
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
         BtfTracePoint, CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock,
-        CgroupSockAddr, ProgramError, RawTracePoint, TracePoint,
-        raw_trace_point::RawTracePointLinkId, trace_point::TracePointLinkId,
+        CgroupSockAddr, ProgramError, TracePoint,
     },
 };
 use guard_common::{
@@ -36,11 +35,13 @@ use tokio::io::unix::AsyncFd;
 mod dests;
 mod keys;
 mod stream;
+mod syscalls;
 mod tracefs;
 
 use keys::*;
 pub use keys::{Destination, Watch};
 pub use stream::EventStream;
+use syscalls::{RAW_TRACEPOINTS, SYSCALL_TRACEPOINTS, SyscallTracing};
 pub use tracefs::ensure_tracefs;
 use tracefs::*;
 
@@ -73,17 +74,6 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[
 /// lock ones run for every record lock on the host (one cgroup lookup for a task the guard does
 /// not watch), not for other syscalls.
 const BTF_TRACEPOINTS: &[&str] = &["sched_process_exec", "posix_lock_inode", "flock_lock_inode"];
-
-/// Syscall tracepoints, only when the operator asks (`--trace-syscalls`), and then attached only
-/// while at least one call runs: enabling any syscall tracepoint moves every task on the host to
-/// the slow syscall path (measured: +280 ns on a 250 ns syscall), which breaks "no cost for
-/// processes the guard does not watch".
-const SYSCALL_TRACEPOINTS: &[(&str, &str, &str)] =
-    &[("sys_enter_socket", "syscalls", "sys_enter_socket")];
-
-/// The raw tracepoint programs: (program, tracepoint); syscall tracing, like the above: per-call
-/// syscall sets, and opens (entry and exit).
-const RAW_TRACEPOINTS: &[(&str, &str)] = &[("sys_enter", "sys_enter"), ("sys_exit", "sys_exit")];
 
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
@@ -146,64 +136,11 @@ where
         .map_err(prog_err(name))
 }
 
-fn attach_syscall_tracing(
-    ebpf: &mut Ebpf,
-    links: &mut Vec<SyscallLink>,
-) -> Result<(), MonitorError> {
-    for &(name, category, event) in SYSCALL_TRACEPOINTS {
-        let p = program::<TracePoint>(ebpf, name)?;
-        links.push(SyscallLink::Tp(
-            name,
-            p.attach(category, event).map_err(prog_err(name))?,
-        ));
-    }
-    for &(name, tracepoint) in RAW_TRACEPOINTS {
-        let p = program::<RawTracePoint>(ebpf, name)?;
-        links.push(SyscallLink::Raw(
-            name,
-            p.attach(tracepoint).map_err(prog_err(name))?,
-        ));
-    }
-    Ok(())
-}
-
-fn detach_syscall_tracing(
-    ebpf: &mut Ebpf,
-    links: &mut Vec<SyscallLink>,
-) -> Result<(), MonitorError> {
-    let mut result = Ok(());
-    for link in links.drain(..) {
-        let detached = match link {
-            SyscallLink::Tp(name, id) => {
-                program::<TracePoint>(ebpf, name).and_then(|p| p.detach(id).map_err(prog_err(name)))
-            }
-            SyscallLink::Raw(name, id) => program::<RawTracePoint>(ebpf, name)
-                .and_then(|p| p.detach(id).map_err(prog_err(name))),
-        };
-        result = result.and(detached);
-    }
-    result
-}
-
-/// The syscall tracepoints' state: loaded at start, attached while watched calls run.
-#[derive(Default)]
-struct SyscallTracing {
-    /// Watched calls; the programs are attached while this is above zero.
-    calls: usize,
-    links: Vec<SyscallLink>,
-}
-
-enum SyscallLink {
-    Tp(&'static str, TracePointLinkId),
-    Raw(&'static str, RawTracePointLinkId),
-}
-
 /// The loaded, attached kernel programs and their maps.
 pub struct Monitor {
     // Dropping the Ebpf detaches every program.
     ebpf: Ebpf,
-    /// `Some` with `--trace-syscalls`.
-    tracing: Option<SyscallTracing>,
+    tracing: SyscallTracing,
     calls: HashMap<MapData, u64, CallConfig>,
     dests: dests::DestMaps,
     exec_allow: HashMap<MapData, FileKey, u8>,
@@ -303,16 +240,7 @@ impl Monitor {
             }
         }
         if trace_syscalls {
-            for &(name, ..) in SYSCALL_TRACEPOINTS {
-                program::<TracePoint>(&mut ebpf, name)?
-                    .load()
-                    .map_err(prog_err(name))?;
-            }
-            for &(name, _) in RAW_TRACEPOINTS {
-                program::<RawTracePoint>(&mut ebpf, name)?
-                    .load()
-                    .map_err(prog_err(name))?;
-            }
+            syscalls::load(&mut ebpf)?;
         }
 
         let dests = dests::DestMaps::take(&mut ebpf)?;
@@ -330,7 +258,7 @@ impl Monitor {
         let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
         Ok(Self {
             ebpf,
-            tracing: trace_syscalls.then(SyscallTracing::default),
+            tracing: SyscallTracing::new(trace_syscalls),
             calls,
             dests,
             exec_allow,
@@ -350,9 +278,10 @@ impl Monitor {
         &self.programs
     }
 
-    /// The names of the programs attached while calls run (`--trace-syscalls`), if any.
+    /// The names of the programs attached while traced calls run (`--trace-syscalls`, or a
+    /// call in shadow), once loaded.
     pub fn on_demand(&self) -> Vec<&'static str> {
-        if self.tracing.is_none() {
+        if !self.tracing.loaded {
             return Vec::new();
         }
         let tps = SYSCALL_TRACEPOINTS.iter().map(|&(name, ..)| name);
@@ -383,46 +312,21 @@ impl Monitor {
             traced: false,
         };
         self.installed.insert(cgroup_id, installed);
-        let result = self
-            .install(cgroup_id, config)
-            .and_then(|()| self.trace_one_more());
+        let traced = self.tracing.every_call || watch.traced;
+        let result = self.install(cgroup_id, config).and_then(|()| {
+            if traced {
+                self.tracing.one_more(&mut self.ebpf)
+            } else {
+                Ok(())
+            }
+        });
         match (&result, self.installed.get_mut(&cgroup_id)) {
-            (Ok(()), Some(installed)) => installed.traced = true,
+            (Ok(()), Some(installed)) => installed.traced = traced,
             _ => {
                 let _ = self.unwatch(cgroup_id);
             }
         }
         result
-    }
-
-    /// Counts one more traced call, attaching the syscall tracepoints for the first.
-    fn trace_one_more(&mut self) -> Result<(), MonitorError> {
-        let Some(tracing) = self.tracing.as_mut() else {
-            return Ok(());
-        };
-        if tracing.calls == 0 {
-            let attached = attach_syscall_tracing(&mut self.ebpf, &mut tracing.links);
-            if attached.is_err() {
-                // All or nothing: the next call starts from a clean slate.
-                let _ = detach_syscall_tracing(&mut self.ebpf, &mut tracing.links);
-                return attached;
-            }
-        }
-        tracing.calls += 1;
-        Ok(())
-    }
-
-    /// Counts one traced call less, detaching the syscall tracepoints after the last: the host
-    /// pays for them only while calls run.
-    fn trace_one_less(&mut self) -> Result<(), MonitorError> {
-        let Some(tracing) = self.tracing.as_mut() else {
-            return Ok(());
-        };
-        tracing.calls = tracing.calls.saturating_sub(1);
-        if tracing.calls > 0 {
-            return Ok(());
-        }
-        detach_syscall_tracing(&mut self.ebpf, &mut tracing.links)
     }
 
     fn install(&mut self, cgroup_id: u64, config: CallConfig) -> Result<(), MonitorError> {
@@ -463,7 +367,7 @@ impl Monitor {
         };
         let installed = self.installed.remove(&cgroup_id).unwrap_or_default();
         if installed.traced {
-            result = result.and(self.trace_one_less());
+            result = result.and(self.tracing.one_less(&mut self.ebpf));
         }
         // A key never inserted (a launch that failed before its kernel watch was whole) is
         // gone already: ENOENT from the delete.

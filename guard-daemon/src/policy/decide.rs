@@ -48,7 +48,7 @@ impl Policy {
     pub fn decide(&self, intent: &Intent) -> Verdict {
         let mut verdict = self
             .project_gate(intent)
-            .unwrap_or_else(|| self.pipeline(intent));
+            .unwrap_or_else(|| self.shadowed(intent, self.pipeline(intent)));
         self.name_project(&mut verdict.row);
         verdict
     }
@@ -345,7 +345,12 @@ impl Policy {
     }
 }
 
-fn row(check: &str, decision: Decision, reason: String, metadata: RowMetadata) -> DecisionRow {
+pub(super) fn row(
+    check: &str,
+    decision: Decision,
+    reason: String,
+    metadata: RowMetadata,
+) -> DecisionRow {
     DecisionRow {
         check_name: check.to_string(),
         decision,
@@ -356,7 +361,12 @@ fn row(check: &str, decision: Decision, reason: String, metadata: RowMetadata) -
 
 /// The plan of an allowed (or held) call: the tool's templates filled with `vals`, run as
 /// `owner` when the tool runs as its workspace's owner.
-fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -> LaunchPlan {
+pub(super) fn plan(
+    tool: &Tool,
+    cmd: &[Elem<String>],
+    vals: &Values,
+    owner: Option<&str>,
+) -> LaunchPlan {
     let paths = |list: &[Elem<PathBuf>]| {
         list.iter()
             .filter_map(|e| template::path(e, vals))
@@ -414,6 +424,7 @@ fn plan(tool: &Tool, cmd: &[Elem<String>], vals: &Values, owner: Option<&str>) -
             protected: tool.protected.clone(),
         },
         confinement,
+        enforce: tool.enforce,
     }
 }
 

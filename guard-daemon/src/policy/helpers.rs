@@ -47,6 +47,8 @@ impl Helper {
                 beneath: beneath.to_vec(),
                 protected: None,
             },
+            // guard's own programs are held to what they may do, whatever the tools' mode.
+            enforce: crate::plan::Enforce::Enforce,
             confinement: Confinement {
                 timeout: self.timeout,
                 ..Confinement::default()

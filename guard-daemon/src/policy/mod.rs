@@ -20,6 +20,7 @@ mod raw;
 mod redact;
 mod rules;
 pub mod secrets;
+pub mod shadow;
 mod source;
 mod table;
 mod template;
@@ -78,6 +79,9 @@ pub struct Settings {
     pub socket_group: Option<String>,
     /// The user calls run as, unless a tool names its own.
     pub run_as: Option<String>,
+    /// `enforce`: every tool's mode unless it names its own (a tool given a secret is always
+    /// enforced).
+    pub enforce: crate::plan::Enforce,
     /// `[workspaces] roots`: where projects live, absolute, each component a name or a glob.
     pub workspaces: Vec<PathBuf>,
     /// `[workspaces] protected`: the names no call changes beneath a directory it may write;
@@ -105,6 +109,7 @@ impl Default for Settings {
             admin_groups: Vec::new(),
             socket_group: None,
             run_as: None,
+            enforce: crate::plan::Enforce::Enforce,
             workspaces: Vec::new(),
             protected: None,
             allow_self_approval: false,
@@ -148,6 +153,8 @@ pub(crate) struct Tool {
     /// Each call gets a temporary directory of its own (`tmp`).
     pub tmp: bool,
     pub on_divergence: OnDivergence,
+    /// Enforced, or run in shadow: its own `enforce`, else `[settings] enforce`.
+    pub enforce: crate::plan::Enforce,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
     /// `[workspaces] protected`, when the policy gives it.
@@ -388,6 +395,14 @@ impl Policy {
         names.into_iter()
     }
 
+    /// The tools that run in shadow (`enforce = "shadow"`), by name.
+    pub fn shadow_tools(&self) -> Vec<&str> {
+        let shadow = |t: &&Tool| t.enforce == crate::plan::Enforce::Shadow;
+        let mut names: Vec<&str> = self.tools.iter().filter(shadow).map(|t| &*t.name).collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Where each tool may write, as far as load time can know: (tool, a root it may write
     /// beneath), or (tool, `None`) for a path argument without `within`, which may be anywhere.
     pub fn write_roots(&self) -> Vec<(&str, Option<PathBuf>)> {
@@ -447,5 +462,7 @@ mod tests;
 mod tests_helpers;
 #[cfg(test)]
 mod tests_secrets;
+#[cfg(test)]
+mod tests_shadow;
 #[cfg(test)]
 mod tests_stdin;

@@ -103,6 +103,7 @@ fn settings(d: &mut Diag, mut t: Table) -> RawSettings {
         admin_groups: principals(d, &mut t, "admin_groups"),
         socket_group: t.take::<Account>(d, "socket_group").map(|a| a.v.0),
         run_as: t.take::<Account>(d, "run_as").map(|a| a.v.0),
+        enforce: t.take(d, "enforce"),
         judges: t.list(d, "judges"),
     };
     t.finish(d);
@@ -272,6 +273,7 @@ pub(super) fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawToo
     let examples = t.tables(d, "examples", "[[examples]]", example);
     let judges = t.given("judges").is_some().then(|| t.list(d, "judges"));
     let skip_judge = t.take(d, "skip_judge");
+    let enforce = t.take(d, "enforce");
     t.finish(d);
     Some(RawTool {
         name,
@@ -295,6 +297,7 @@ pub(super) fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawToo
         examples,
         judges,
         skip_judge,
+        enforce,
     })
 }
 

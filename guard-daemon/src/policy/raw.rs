@@ -71,6 +71,7 @@ pub(crate) struct RawSettings {
     pub admin_groups: Vec<Principal>,
     pub socket_group: Option<String>,
     pub run_as: Option<String>,
+    pub enforce: Option<S<crate::plan::Enforce>>,
     /// The judges of every tool that names none of its own.
     pub judges: Vec<S<String>>,
 }
@@ -186,6 +187,8 @@ pub(crate) struct RawTool {
     pub skip_judge: Option<S<bool>>,
     /// `tmp`: each call gets a temporary directory of its own.
     pub tmp: bool,
+    /// `enforce`: the tool's own mode, over `[settings] enforce`.
+    pub enforce: Option<S<crate::plan::Enforce>>,
 }
 
 /// One `[[rules]]` as written; `index` is its place in the file, for key paths in errors.

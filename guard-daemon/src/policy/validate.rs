@@ -22,7 +22,7 @@ use super::{
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
 };
-use crate::{decision::RiskTier, detect::DetectorSet};
+use crate::{decision::RiskTier, detect::DetectorSet, plan::Enforce};
 
 /// `s` compiled to match a whole value, not a part of it; `None` after reporting why it is no
 /// regex, with the last line of the regex crate's message (the line that says what is wrong).
@@ -138,9 +138,29 @@ fn compile_tools(
             d.err(&t.name.at, &format!("tools.{}", t.name.v), msg);
         }
         compiled.judges = tool_judges(d, t, judges, defaults);
+        compiled.enforce = enforce(d, t, &compiled, settings.enforce);
         tools.push(compiled);
     }
     tools
+}
+
+/// A tool's mode: its own `enforce`, else the settings'. A tool given a secret is enforced
+/// whatever the settings say, and may not ask for shadow: the kernel's hold on where it
+/// connects is what keeps the secret's value on the secret's hosts.
+fn enforce(d: &mut Diag, t: &RawTool, tool: &Tool, settings: Enforce) -> Enforce {
+    let Some(own) = &t.enforce else {
+        return if tool.secret_env.is_empty() {
+            settings
+        } else {
+            Enforce::Enforce
+        };
+    };
+    if own.v == Enforce::Shadow && !tool.secret_env.is_empty() {
+        let why = "a tool given a secret cannot run in shadow: the kernel's hold on where it \
+                   connects is what keeps the secret on its hosts";
+        d.err(&own.at, &format!("tools.{}.enforce", t.name.v), why);
+    }
+    own.v
 }
 
 /// A tool's judges: its own list, else the defaults of `[settings] judges`, none with
@@ -337,6 +357,7 @@ fn apply_settings(d: &mut Diag, settings: &mut Settings, s: RawSettings) {
     settings.admin_groups = s.admin_groups;
     settings.socket_group = s.socket_group;
     settings.run_as = s.run_as;
+    settings.enforce = s.enforce.map(|e| e.v).unwrap_or_default();
 }
 
 /// Compiles rule `r`, given the compiled tools and the rules before it: a rule that can never

@@ -187,6 +187,9 @@ pub struct PolicyStatus {
     /// Its version (`sha256:` of its files), as decision rows record it.
     #[serde(default)]
     pub version: String,
+    /// The tools that run in shadow (`enforce = "shadow"`): what they do is let through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<String>,
 }
 
 /// The audit log guardd writes.

@@ -10,9 +10,9 @@ use std::{
 };
 
 use guard_common::event::{
-    ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, Event as KernelEvent, KIND_BIND, KIND_CONNECT,
-    KIND_EXEC, KIND_LOCK, KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP, KIND_SOCKET,
-    LOCK_FLOCK, LOCK_OFD,
+    ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, ACTION_SHADOWED, Event as KernelEvent, KIND_BIND,
+    KIND_CONNECT, KIND_EXEC, KIND_LOCK, KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP,
+    KIND_SOCKET, LOCK_FLOCK, LOCK_OFD,
 };
 use serde::{Deserialize, Serialize};
 
@@ -182,8 +182,11 @@ pub struct ReceiptFor {
     /// The call's cgroup directory, killed on divergence.
     pub cgroup: PathBuf,
     pub kill_on_divergence: bool,
-    /// Whether the kernel reports the call's opens (`--trace-syscalls`).
+    /// Whether the kernel reports the call's opens (`--trace-syscalls`, or shadow).
     pub files: bool,
+    /// The call runs in shadow: what it does outside its effects is let through, and each
+    /// divergence says what enforcing would have done.
+    pub shadow: bool,
     /// The masks of a call given a secret: what it did (a path, a name it asked) may hold a
     /// value, and its divergences are published masked.
     pub masks: Option<std::sync::Arc<crate::policy::secrets::mask::Masks>>,
@@ -217,15 +220,21 @@ impl Draft {
         self.receipt.denied += 1;
         self.receipt.verdict = Verdict::Diverged;
         let mut divergence = Divergence::new(effect, action, pid);
+        if self.call.shadow && divergence.effect.let_through_in_shadow() {
+            divergence = divergence.shadowed();
+        }
+        let action = divergence.action;
         if let Some(masks) = &self.call.masks {
             divergence = masks.mask_serde(divergence);
         }
         keep(&mut self.receipt.divergences, divergence.clone());
-        bus.call(
-            &self.call.call_id,
-            &self.call.tool,
-            What::Divergence(divergence),
-        );
+        let enforce = if self.call.shadow {
+            crate::plan::Enforce::Shadow
+        } else {
+            crate::plan::Enforce::Enforce
+        };
+        let (id, tool) = (&self.call.call_id, &self.call.tool);
+        bus.call_in(id, tool, enforce, What::Divergence(divergence));
         if action == Action::Kill {
             self.receipt.stopped = true;
             // cgroup.kill takes the whole tree at once, descendants included.
@@ -249,7 +258,7 @@ impl Draft {
                     addr: addr_of(event),
                     port: event.port,
                     proto: proto_of(event),
-                    allowed: event.action == ACTION_ALLOWED,
+                    allowed: matches!(event.action, ACTION_ALLOWED | ACTION_SHADOWED),
                 };
                 let effect = Effect::Connect {
                     addr: seen.addr.clone(),
@@ -297,24 +306,33 @@ impl Draft {
             },
             // The open observer judges by file identity and says itself what diverged.
             KIND_OPEN => return receipt.files.as_mut()?.record(event),
-            KIND_LOCK => Effect::Lock {
-                name: c_str(&event.path),
-                lock: match event.sock_type {
-                    LOCK_OFD => "ofd",
-                    LOCK_FLOCK => "flock",
-                    _ => "posix",
-                }
-                .to_owned(),
-                mode: if event.open_flags == 1 {
-                    "write"
-                } else {
-                    "read"
-                }
-                .to_owned(),
-            },
+            KIND_LOCK => lock_of(event),
             _ => return None,
         };
-        (event.action == ACTION_DENIED || event.action == ACTION_KILLED).then_some(effect)
+        matches!(
+            event.action,
+            ACTION_DENIED | ACTION_KILLED | ACTION_SHADOWED
+        )
+        .then_some(effect)
+    }
+}
+
+/// A lock event's effect: the file's name, the kind of lock and its mode.
+fn lock_of(event: &KernelEvent) -> Effect {
+    let lock = match event.sock_type {
+        LOCK_OFD => "ofd",
+        LOCK_FLOCK => "flock",
+        _ => "posix",
+    };
+    let mode = if event.open_flags == 1 {
+        "write"
+    } else {
+        "read"
+    };
+    Effect::Lock {
+        name: c_str(&event.path),
+        lock: lock.to_owned(),
+        mode: mode.to_owned(),
     }
 }
 

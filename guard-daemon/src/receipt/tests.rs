@@ -9,6 +9,7 @@ fn call() -> ReceiptFor {
         cgroup: "/nonexistent".into(),
         kill_on_divergence: false,
         files: false,
+        shadow: false,
         masks: None,
     }
 }

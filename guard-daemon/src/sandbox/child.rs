@@ -99,6 +99,9 @@ pub(super) struct ChildCtx<'a> {
     pub writable: &'a [landlock::Writable],
     /// The protected paths beneath those: read-only in its mount view all the same.
     pub protected: &'a [crate::sandbox::protected::Kept],
+    /// Whether the mount view is read-only but for `writable`; without it (a call in shadow)
+    /// only the protected paths are.
+    pub view: bool,
 }
 
 /// A failed step: what the child reports before it exits.
@@ -133,7 +136,7 @@ pub(super) fn run(ctx: &ChildCtx, in_cgroup: bool) -> ! {
 /// The steps before `execve`, in their fixed order: each one relies on those before it.
 fn confine(ctx: &ChildCtx, in_cgroup: bool) -> Result<(), Failed> {
     join_cgroups(ctx, in_cgroup)?;
-    mounts(ctx.writable, ctx.protected)?;
+    mounts(ctx.writable, ctx.protected, ctx.view)?;
     new_session()?;
     stdio(ctx.stdio)?;
     close_fds_at_exec()?;

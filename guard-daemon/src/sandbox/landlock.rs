@@ -409,6 +409,8 @@ pub enum LandlockStatus {
     NoScopes,
     /// Not applied: the kernel is too old and the caller opted out.
     Disabled,
+    /// Not applied: the call runs in shadow (`enforce = "shadow"`).
+    Shadow,
 }
 
 /// A ruleset ready to enforce, created before fork.
@@ -499,6 +501,16 @@ impl Prepared {
     /// execve. `proc_self` is the NUL-terminated path, built before fork.
     ///
     /// Returns the errno of the failing step.
+    /// The same rules, not applied: for a call in shadow, whose writes are observed instead.
+    /// What it may change is still known, for the write-opens listener and its protected names.
+    pub fn off_for_shadow(self) -> Prepared {
+        Prepared {
+            fd: None,
+            status: LandlockStatus::Shadow,
+            ..self
+        }
+    }
+
     pub fn restrict_self(&self, proc_self: &CStr) -> Result<(), i32> {
         let Some(fd) = &self.fd else { return Ok(()) };
         // SAFETY: proc_self is NUL-terminated; open returns a new fd or -1.

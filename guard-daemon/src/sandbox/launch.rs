@@ -296,6 +296,8 @@ pub struct Ready {
     uid: libc::uid_t,
     gid: libc::gid_t,
     landlock: landlock::Prepared,
+    /// The call runs in shadow: no read-only mount view (its protected names stay read-only).
+    shadow: bool,
     /// The protected paths beneath its writable directories (`protected`): read-only in its
     /// mount view whatever its write effects say.
     protected: Vec<super::protected::Kept>,
@@ -329,7 +331,11 @@ pub fn prepare(
     } else {
         rules
     };
-    let prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
+    let mut prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
+    let shadow = plan.enforce == crate::plan::Enforce::Shadow;
+    if shadow {
+        prepared = prepared.off_for_shadow();
+    }
     if prepared.writable.len() > super::child::MAX_WRITABLE {
         return Err(SandboxError::TooManyWritable(prepared.writable.len()));
     }
@@ -379,6 +385,7 @@ pub fn prepare(
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
         landlock: prepared,
+        shadow,
         protected,
         absent,
         programs,
@@ -468,9 +475,14 @@ impl Ready {
             landlock: &self.landlock,
             proc_self: c"/proc/self",
             filters: &filters,
-            watch: watch.first().map(|f| (f, listener_w.as_raw_fd())),
+            // In shadow, write-opens are let through, and seen by the open observer instead.
+            watch: watch
+                .first()
+                .filter(|_| !self.shadow)
+                .map(|f| (f, listener_w.as_raw_fd())),
             writable: &self.landlock.writable,
             protected: &self.protected,
+            view: !self.shadow,
         };
 
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);
@@ -480,10 +492,15 @@ impl Ready {
         drop((report_w, stdio, daemon, listener_w));
         await_exec(&report_r, pid)?;
         // Without its listener the tool's write-opens would fail, unjudged: it is killed.
-        let listener = super::writes::receive(&listener_r).map_err(|e| {
-            abandon(pid);
-            sys("receiving the call's seccomp listener")(e)
-        })?;
+        let writes = if self.shadow {
+            None
+        } else {
+            let listener = super::writes::receive(&listener_r).map_err(|e| {
+                abandon(pid);
+                sys("receiving the call's seccomp listener")(e)
+            })?;
+            Some((listener, self.watch.1))
+        };
 
         Ok(Launched {
             pid,
@@ -492,7 +509,7 @@ impl Ready {
             started,
             stages,
             limits: self.limits,
-            writes: Some((listener, self.watch.1)),
+            writes,
         })
     }
 }
@@ -542,53 +559,4 @@ fn pidfd_open(pid: Pid) -> Option<OwnedFd> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::{Confinement, Effects};
-
-    fn plan() -> LaunchPlan {
-        LaunchPlan {
-            tool: "t".into(),
-            argv: vec!["/bin/true".into()],
-            effects: Effects::default(),
-            confinement: Confinement::default(),
-        }
-    }
-
-    #[test]
-    fn environment_is_clean_and_extended() {
-        let mut p = plan();
-        p.confinement.env = vec![("LANG".into(), "C".into()), ("X".into(), "1".into())];
-        let env: Vec<String> = environment(&p)
-            .expect("env")
-            .into_iter()
-            .map(|c| c.into_string().expect("utf8"))
-            .collect();
-        assert_eq!(
-            env,
-            ["PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C", "X=1"]
-        );
-        p.confinement.env = vec![("A=B".into(), "1".into())];
-        assert!(matches!(environment(&p), Err(SandboxError::EnvName(_))));
-    }
-
-    #[test]
-    fn root_only_when_named() {
-        let mut p = plan();
-        let opts = LaunchOptions {
-            default_user: "root".into(),
-            ..LaunchOptions::default()
-        };
-        assert!(matches!(
-            resolve_user(&p, &opts),
-            Err(SandboxError::ImplicitRoot(_))
-        ));
-        p.confinement.run_as = Some("root".into());
-        assert_eq!(resolve_user(&p, &opts).expect("root").uid.as_raw(), 0);
-        p.confinement.run_as = Some("no-such-user-here".into());
-        assert!(matches!(
-            resolve_user(&p, &opts),
-            Err(SandboxError::UnknownUser(_))
-        ));
-    }
-}
+mod tests;

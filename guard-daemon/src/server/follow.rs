@@ -12,7 +12,7 @@ use tokio::{
     time::{Instant, MissedTickBehavior, interval_at},
 };
 
-use super::{send, tools as tool_list};
+use super::{listing::tools as tool_list, send};
 use crate::{
     access::Peer,
     bus::{Event, What},

@@ -37,6 +37,7 @@ fn decided(row: guard::decision::DecisionRow, uid: u32) -> What {
         decision: row.decision,
         reason: row.reason,
         uid,
+        would_block: row.metadata.would_block,
     }
 }
 
@@ -46,6 +47,7 @@ pub fn events_of(record: Record) -> Vec<Event> {
         ts: ts.clone(),
         call_id: Some(call_id),
         tool: Some(tool),
+        enforce: None,
         what,
     };
     match record.row {
@@ -56,7 +58,10 @@ pub fn events_of(record: Record) -> Vec<Event> {
             decision,
             ..
         } => {
-            vec![of(call_id, tool, decided(*decision, peer.uid))]
+            let enforce = decision.metadata.enforce;
+            let mut event = of(call_id, tool, decided(*decision, peer.uid));
+            event.enforce = enforce;
+            vec![event]
         }
         Row::Held {
             call_id,
@@ -112,6 +117,7 @@ pub fn events_of(record: Record) -> Vec<Event> {
             ts,
             call_id: None,
             tool: None,
+            enforce: None,
             what: What::Reload { tools, error, by },
         }],
         Row::Notified { .. } | Row::Session { .. } | Row::Pruned { .. } | Row::Other => Vec::new(),
@@ -125,6 +131,7 @@ fn finished_events(ts: &str, f: Finished) -> Vec<Event> {
         ts: ts.to_owned(),
         call_id: Some(f.call_id.clone()),
         tool: Some(f.tool.clone()),
+        enforce: f.enforce,
         what,
     };
     let mut events = Vec::new();

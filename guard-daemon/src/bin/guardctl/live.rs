@@ -102,6 +102,12 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         status.policy.tools,
         status.policy.version
     );
+    if !status.policy.shadow.is_empty() {
+        println!(
+            "  SHADOW: {} (what they do outside their effects is let through and recorded)",
+            status.policy.shadow.join(" ")
+        );
+    }
     let admitting = if status.audit.admitting {
         "admitting calls"
     } else {
@@ -179,14 +185,15 @@ pub fn detail(event: &Event) -> String {
             decision,
             reason,
             uid,
-            agent: Some(agent),
-        } => format!("{decision} agent {agent} uid {uid} {reason}"),
-        What::Decision {
-            decision,
-            reason,
-            uid,
-            agent: None,
-        } => format!("{decision} uid {uid} {reason}"),
+            agent,
+            would_block,
+        } => {
+            let agent = agent
+                .as_deref()
+                .map_or(String::new(), |a| format!("agent {a} "));
+            let would = would_block.map_or(String::new(), |w| format!(" (would {w})"));
+            format!("{decision}{would} {agent}uid {uid} {reason}")
+        }
         What::Held {
             decision,
             reason,
@@ -268,8 +275,14 @@ fn human(event: &Event, color: bool) -> String {
     } else {
         kind_col
     };
+    // Every line of a call in shadow says so: what it did was let through.
+    let shadow = if event.enforce.is_some_and(|e| !e.enforced()) {
+        "SHADOW "
+    } else {
+        ""
+    };
     format!(
-        "{} {kind_col} {:<16} {:<16} {}",
+        "{} {kind_col} {:<16} {:<16} {shadow}{}",
         printable(&event.ts),
         printable(event.call_id.as_deref().unwrap_or("-")),
         printable(event.tool.as_deref().unwrap_or("-")),

@@ -62,7 +62,11 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path
         }
         let id = row.get("call_id").and_then(Value::as_str).unwrap_or("?");
         let receipt = row.get("effects_observed").unwrap_or(&Value::Null);
-        tools.entry(name.to_owned()).or_default().add(id, receipt);
+        let shadow = row.get("enforce").and_then(Value::as_str) == Some("shadow");
+        tools
+            .entry(name.to_owned())
+            .or_default()
+            .add(id, receipt, shadow);
     }
     if tools.is_empty() {
         eprintln!(
@@ -81,8 +85,8 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path
 }
 
 impl Seen {
-    /// Folds in the receipt of call `id`.
-    fn add(&mut self, id: &str, r: &Value) {
+    /// Folds in the receipt of call `id`, which ran in `shadow` or not.
+    fn add(&mut self, id: &str, r: &Value, shadow: bool) {
         let by = |map: &mut BTreeMap<String, BTreeSet<String>>, key: String| {
             map.entry(key).or_default().insert(id.to_owned());
         };
@@ -101,8 +105,12 @@ impl Seen {
                 by(&mut self.connect, shown);
             }
         }
+        // In shadow every name asked was answered: each one is what the tool needed.
         for d in r["dns"].as_array().into_iter().flatten() {
-            if let Some(name) = d["name"].as_str().filter(|_| d["approved"] == true) {
+            if let Some(name) = d["name"]
+                .as_str()
+                .filter(|_| shadow || d["approved"] == true)
+            {
                 by(&mut self.dns, name.to_owned());
             }
         }
@@ -129,7 +137,14 @@ impl Seen {
         if r["events_lost"].as_u64().unwrap_or(0) > 0 {
             self.lost.insert(id.to_owned());
         }
-        for d in r["divergences"].as_array().into_iter().flatten() {
+        // Let through in shadow: what it reached is in the lists above, granted, not refused.
+        let refused = |d: &&Value| d["action"] != "allowed";
+        for d in r["divergences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(refused)
+        {
             let effect = d["effect"].as_str().unwrap_or("?");
             let target = match (d["path"].as_str(), d["addr"].as_str(), d["name"].as_str()) {
                 (Some(path), ..) => path.to_owned(),
@@ -315,7 +330,7 @@ mod tests {
             "files": {"paths": [{"path": "/etc/x", "access": "read", "result": "ok"},
                                 {"path": "/etc/shadow", "access": "read", "result": "EACCES"}]},
         });
-        s.add("c1", &receipt);
+        s.add("c1", &receipt, false);
         let text = s.effects("t");
         let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
         let effects = &parsed["tools"]["t"]["effects"];
@@ -336,7 +351,7 @@ mod tests {
         let receipt = serde_json::json!({"files": {"paths": [
             {"path": evil, "access": "write", "result": "EACCES"},
             {"path": evil, "access": "write", "result": "ok"}]}});
-        s.add("c2", &receipt);
+        s.add("c2", &receipt, false);
         let text = s.effects("t");
         let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
         assert!(parsed.get("agents").is_none(), "{text}");

@@ -452,6 +452,7 @@ async fn serve(args: Args) -> ExitCode {
     }
     tracing::info!(policy = %daemon.options.policy.display(), tools = daemon.policy().tools().count(), "policy loaded");
     guard::policy::secrets::warn_if_proc_shows_command_lines(daemon.policy().secrets());
+    guard::policy::shadow::warn_if_shadow(&daemon.policy());
     let gid = daemon
         .options
         .socket_group

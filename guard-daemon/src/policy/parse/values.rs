@@ -6,7 +6,7 @@ use toml::de::DeValue;
 
 use crate::{
     decision::{Decision, RiskTier},
-    plan::OnDivergence,
+    plan::{Enforce, OnDivergence},
     policy::{
         raw::{ArgType, Principal},
         table::{FromToml, ListItem, named},
@@ -54,6 +54,19 @@ impl FromToml for OnDivergence {
         };
         named(v, lookup, |s| {
             format!("unknown on_divergence '{s}' (kill | deny)")
+        })
+    }
+}
+
+impl FromToml for Enforce {
+    fn from_toml(v: &DeValue) -> Result<Self, String> {
+        let lookup = |s: &str| match s {
+            "enforce" => Some(Enforce::Enforce),
+            "shadow" => Some(Enforce::Shadow),
+            _ => None,
+        };
+        named(v, lookup, |s| {
+            format!("unknown enforce '{s}' (enforce | shadow)")
         })
     }
 }

@@ -116,6 +116,7 @@ pub(super) fn tool(d: &mut Diag, ws: &Path, p: &RawTool, b: &RawTool, default_ju
         judges: _,
         skip_judge: _,
         tmp: _,
+        enforce,
     } = p;
     let mut c = Check {
         d,
@@ -124,6 +125,14 @@ pub(super) fn tool(d: &mut Diag, ws: &Path, p: &RawTool, b: &RawTool, default_ju
         at: name.at.clone(),
     };
     registry(&mut c, p, b);
+    let shadow = |e: &Option<S<crate::plan::Enforce>>| {
+        e.as_ref()
+            .is_some_and(|e| e.v == crate::plan::Enforce::Shadow)
+    };
+    if shadow(enforce) && !shadow(&b.enforce) {
+        let at = enforce.as_ref().map(|e| &e.at);
+        c.widens(at, "enforce", "the base policy's tool is enforced");
+    }
     arguments(&mut c, args, &b.args);
     effects_of(&mut c, effects, &b.effects);
     confinement(&mut c, p, b);

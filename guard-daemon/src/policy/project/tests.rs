@@ -209,6 +209,8 @@ fn each_kind_of_widening_is_an_error_at_its_line_and_key() {
         (shell("").replace("cwd = \"{cwd}\"", "cwd = \"/\""), "tools.shell.cwd:5"),
         (shell("").replace("timeout = 30", "timeout = 30\nenv = { LD_PRELOAD = \"/x\" }"), "tools.shell.env:7"),
         (shell("").replace("timeout = 30", "timeout = 30\ntmp = true"), "tools.shell.tmp:2"),
+        (shell("").replace("timeout = 30", "timeout = 30\nenforce = \"shadow\""), "tools.shell.enforce:7"),
+        ("[settings]\nenforce = \"shadow\"\n".into(), "settings.enforce:2"),
         // The base names no limit: the default one (256) is its limit.
         (shell("").replace("timeout = 30", "timeout = 30\n[tools.shell.limits]\npids = 100000"), "tools.shell.limits.pids:8"),
         (shell("").replace("[tools.shell.effects]", "[tools.shell.args.extra]\ntype = \"string\"\n[tools.shell.effects]"), "tools.shell.args.extra:10"),

@@ -87,6 +87,7 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         exec_writes: t.effects.exec_writes,
         tmp: t.tmp,
         on_divergence: t.effects.on_divergence,
+        enforce: t.enforce.as_ref().map(|e| e.v).unwrap_or_default(),
         cwd,
         env,
         protected: None,

@@ -30,9 +30,13 @@ pub(in crate::sandbox) const MAX_WRITABLE: usize = 64;
 /// Then each protected path (`sandbox::protected`), found again by descriptor in the view just
 /// made, gets a read-only copy of itself mounted over it: written through, renamed or removed,
 /// it fails (EROFS, EBUSY) whatever the writable directory around it allows.
+///
+/// Without `view` (a call in shadow) only that last step is taken: the rest of the tree stays
+/// as the host has it, and the protected paths are read-only all the same.
 pub(super) fn mounts(
     writable: &[landlock::Writable],
     protected: &[crate::sandbox::protected::Kept],
+    view: bool,
 ) -> Result<(), Failed> {
     // SAFETY: mount with a NUL-terminated target and null pointers where none is needed.
     let rc = unsafe {
@@ -45,15 +49,17 @@ pub(super) fn mounts(
         )
     };
     check(rc as _, Stage::Mounts)?;
-    let mut places = [-1 as RawFd; MAX_WRITABLE];
-    let mut copies = [-1 as RawFd; MAX_WRITABLE];
-    for (i, w) in writable.iter().take(MAX_WRITABLE).enumerate() {
-        places[i] = find(w, false)?;
-        copies[i] = clone_tree(places[i], true)?;
-    }
-    read_only(libc::AT_FDCWD, c"/", libc::AT_RECURSIVE as libc::c_uint)?;
-    for (&place, &copy) in places.iter().zip(&copies).take(writable.len()) {
-        move_over(copy, place)?;
+    if view {
+        let mut places = [-1 as RawFd; MAX_WRITABLE];
+        let mut copies = [-1 as RawFd; MAX_WRITABLE];
+        for (i, w) in writable.iter().take(MAX_WRITABLE).enumerate() {
+            places[i] = find(w, false)?;
+            copies[i] = clone_tree(places[i], true)?;
+        }
+        read_only(libc::AT_FDCWD, c"/", libc::AT_RECURSIVE as libc::c_uint)?;
+        for (&place, &copy) in places.iter().zip(&copies).take(writable.len()) {
+            move_over(copy, place)?;
+        }
     }
     for kept in protected.iter().take(crate::sandbox::protected::MAX) {
         // A copy over itself: read-only, or as it is (a mount point, which cannot be renamed

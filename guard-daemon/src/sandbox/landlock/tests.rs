@@ -14,6 +14,7 @@ fn plan(argv0: &str, effects: Effects) -> LaunchPlan {
             timeout: Duration::from_secs(1),
             ..Confinement::default()
         },
+        enforce: Default::default(),
     }
 }
 

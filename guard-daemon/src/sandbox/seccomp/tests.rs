@@ -23,6 +23,7 @@ fn plan() -> LaunchPlan {
             timeout: Duration::from_secs(1),
             ..Confinement::default()
         },
+        enforce: Default::default(),
     }
 }
 
