@@ -540,3 +540,65 @@ fn hook_shell_cannot_touch_the_users_git_and_claude_files_in_a_sticky_workspace(
     );
     assert!(!ws.join(".git-old").exists() && !ws.join(".claude-old").exists());
 }
+
+/// The policy in shadow, as an operator tries it under Claude Code before enforcing it: the
+/// hook lets a command the rules block go through guard, which runs it and records what
+/// enforcing would have refused, the command's write outside the workspace included.
+#[test]
+fn hook_in_shadow_lets_claude_code_run_what_enforcing_refuses_and_records_it() {
+    if !support::privileged(
+        "hook_in_shadow_lets_claude_code_run_what_enforcing_refuses_and_records_it",
+    ) {
+        return;
+    }
+    let workspace = open_dir("hook-ws");
+    let elsewhere = open_dir("hook-out");
+    let shadow = format!("[settings]\nenforce = \"shadow\"\n{}", policy(&workspace.0));
+    let guardd = Guardd::start(&shadow);
+    let leaked = elsewhere.join("leaked.txt");
+    // `curl` in it: the rule blocks it when enforced.
+    let command = format!("echo curl > {}; echo done", leaked.display());
+    let answer = hook(&guardd, &bash_input(&workspace.0, &command));
+    let out = &answer["hookSpecificOutput"];
+    assert_eq!(out["permissionDecision"], "allow", "{answer}");
+    let rewritten = out["updatedInput"]["command"].as_str().expect("command");
+    let mut bash = Command::new("/bin/bash");
+    bash.args(["-c", rewritten]).current_dir(&workspace.0);
+    let ran = output(bash);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "done\n", "{ran:?}");
+    assert_eq!(std::fs::read_to_string(&leaked).expect("written"), "curl\n");
+
+    let rows = guardd.audit_rows();
+    let decision = rows
+        .iter()
+        .find(|r| r["kind"] == "decision" && r["tool"] == "shell")
+        .unwrap_or_else(|| panic!("no decision row for shell: {rows:?}"));
+    let d = &decision["decision"];
+    assert_eq!(
+        (
+            &d["decision"],
+            &d["check_name"],
+            &d["metadata"]["would_block"]
+        ),
+        (&json!("allow"), &json!("rule:no-curl"), &json!("block")),
+        "{decision}"
+    );
+    let finished = rows
+        .iter()
+        .find(|r| r["kind"] == "finished" && r["call_id"] == decision["call_id"])
+        .expect("a finished row");
+    assert_eq!(finished["enforce"], "shadow", "{finished}");
+    let divergences = finished["effects_observed"]["divergences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        divergences.iter().any(|d| d["effect"] == "open"
+            && d["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("leaked.txt"))
+            && d["action"] == "allowed"
+            && d["would"] == "deny"),
+        "{finished}"
+    );
+}
