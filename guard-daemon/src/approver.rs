@@ -24,7 +24,7 @@ use crate::{
         Policy,
         helpers::{Approver, ApproverKind, Helper, Outcome},
     },
-    review::CallContext,
+    protocol::CallOptions,
 };
 
 /// What a command approver is given on stdin.
@@ -75,7 +75,7 @@ pub enum Approved {
 pub struct Escalated<'a> {
     pub peer: &'a Peer,
     pub intent: &'a Intent,
-    pub ctx: &'a CallContext,
+    pub ctx: &'a CallOptions,
     pub reason: &'a str,
     pub subject: Subject,
 }

@@ -163,6 +163,11 @@ impl Conn {
         }
     }
 
+    /// Writes `reply` as one frame of the protocol (see [`Conn::write`]).
+    pub async fn reply<T: serde::Serialize>(&mut self, reply: &T) -> io::Result<()> {
+        self.write(&crate::protocol::frame(reply)).await
+    }
+
     fn took_no_reply(&self) -> io::Error {
         io::Error::new(
             io::ErrorKind::TimedOut,

@@ -19,7 +19,7 @@ use crate::{
     intent::Intent,
     plan::LaunchPlan,
     protocol::{
-        self, ExecReply,
+        ExecReply,
         reply::{CallDecision, Hold},
     },
 };
@@ -55,11 +55,6 @@ pub enum Waited {
     Done,
 }
 
-/// Writes one reply to the caller.
-async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
-    conn.write(&protocol::frame(&reply)).await
-}
-
 /// Tells the caller its call does not run (the last reply).
 async fn refuse(
     conn: &mut Conn,
@@ -74,7 +69,7 @@ async fn refuse(
         approved_by: None,
         terminated: false,
     });
-    send(conn, reply).await
+    conn.reply(&reply).await
 }
 
 /// Holds a call, durably, tells its caller and the operator's notifier, and waits with the
@@ -129,7 +124,7 @@ pub async fn hold(
         digest,
     };
     record_held(daemon, &held, timeout_s).await;
-    let told = send(conn, ExecReply::Pending(waiting)).await;
+    let told = conn.reply(&ExecReply::Pending(waiting)).await;
     let what = What::Held {
         decision,
         reason: h.message,
@@ -204,7 +199,7 @@ pub async fn resume(
                 timeout_s: daemon.approvals.timeout.as_secs(),
                 digest: held.digest,
             };
-            send(conn, ExecReply::Pending(waiting)).await?;
+            conn.reply(&ExecReply::Pending(waiting)).await?;
             wait(daemon, call_id, held.decision, rx, conn, held.no_wait).await
         }
         (Ok(Attached::Waiting(_)), None) => {

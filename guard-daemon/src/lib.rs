@@ -30,6 +30,7 @@ pub mod decision;
 pub mod detect;
 pub mod dns;
 pub mod fair;
+pub mod hash;
 pub mod hold;
 pub mod hook;
 pub mod intent;

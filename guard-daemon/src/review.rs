@@ -21,7 +21,7 @@ use crate::{
     judge::{self, ProposedCall, Subject},
     plan::{Enforce, LaunchPlan, Stdin},
     policy::{Policy, Verdict},
-    protocol::{self, CallerStdin, ExecReply, reply::CallDecision},
+    protocol::{CallOptions, CallerStdin, ExecReply, reply::CallDecision},
     stages::Stages,
 };
 
@@ -36,21 +36,6 @@ const AGENT_CHECK: &str = crate::agents::CHECK;
 /// owner's, and its errors are theirs to fix, so the caller hears them.
 const PROJECT_CHECK: &str = crate::policy::project::CHECK;
 
-/// What the caller of `exec` brings besides the call itself.
-#[derive(Clone, Debug, Default)]
-pub struct CallContext {
-    /// The caller's session, which an approver may terminate.
-    pub session: Option<String>,
-    /// What the agent is working on, for the judges.
-    pub task: Option<String>,
-    /// What the caller says it is within its agent; it only narrows.
-    pub label: Option<String>,
-    /// A held call does not wait with its caller.
-    pub no_wait: bool,
-    /// Whether the caller's stdin descriptor is an input stream.
-    pub stdin: CallerStdin,
-}
-
 /// What comes after the review.
 #[derive(Debug)]
 pub enum Next {
@@ -63,11 +48,6 @@ pub enum Next {
     Hold(Box<ToHold>),
     /// Nothing runs; the caller has been told why, or is gone.
     Done,
-}
-
-/// Writes one reply to the caller.
-async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
-    conn.write(&protocol::frame(&reply)).await
 }
 
 /// A refusal to tell the caller.
@@ -123,7 +103,7 @@ enum Recorded {
 pub async fn not_recorded(call_id: &str, conn: &mut Conn) -> io::Result<Next> {
     let message = "blocked: the audit log is unavailable".to_owned();
     let reply = refusal(call_id, Decision::Block, message, false);
-    send(conn, reply).await.map(|()| Next::Done)
+    conn.reply(&reply).await.map(|()| Next::Done)
 }
 
 /// One call under review.
@@ -131,7 +111,8 @@ pub struct Review<'a> {
     pub daemon: &'a Arc<Daemon>,
     pub peer: &'a Peer,
     pub intent: &'a Intent,
-    pub ctx: &'a CallContext,
+    /// What the caller of `exec` brought besides the call (its `cwd` is the intent's).
+    pub ctx: &'a CallOptions,
     pub call_id: &'a str,
 }
 
@@ -163,13 +144,13 @@ impl Review<'_> {
             self.blocked(decision);
             let terminated = verdict.row.check_name == "session";
             let reply = refusal(call_id, decision, message, terminated);
-            return send(conn, reply).await.map(|()| Next::Done);
+            return conn.reply(&reply).await.map(|()| Next::Done);
         };
         let subject = self.subject(&policy, &verdict, &plan);
         if let Some(why) = self.judged(&policy, &subject, stages).await {
             self.blocked(Decision::Block);
             let reply = refusal(call_id, Decision::Block, why, false);
-            return send(conn, reply).await.map(|()| Next::Done);
+            return conn.reply(&reply).await.map(|()| Next::Done);
         }
         if decision == Decision::Allow {
             return self.unless_reloaded(&policy, Box::new(plan), conn).await;
@@ -191,7 +172,7 @@ impl Review<'_> {
                 } => {
                     self.blocked(Decision::Block);
                     let reply = refusal(call_id, decision, message, terminated);
-                    return send(conn, reply).await.map(|()| Next::Done);
+                    return conn.reply(&reply).await.map(|()| Next::Done);
                 }
             }
         }
@@ -250,7 +231,7 @@ impl Review<'_> {
             "blocked by policy".to_owned()
         };
         let reply = refusal(self.call_id, Decision::Block, message, false);
-        send(conn, reply).await.map(|()| Next::Done)
+        conn.reply(&reply).await.map(|()| Next::Done)
     }
 
     /// The policy's verdict; a terminated session's calls are blocked whatever it says.

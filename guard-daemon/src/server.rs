@@ -40,7 +40,6 @@ use crate::{
             SessionList, Status,
         },
     },
-    review::CallContext,
 };
 
 /// How many connections wait in the kernel for guardd to accept them. Small on purpose: a
@@ -265,11 +264,6 @@ async fn to_the_back() {
     .await;
 }
 
-/// Writes one reply.
-async fn send(conn: &mut Conn, reply: Reply) -> io::Result<()> {
-    conn.write(&protocol::frame(&reply)).await
-}
-
 async fn handle(
     daemon: &Arc<Daemon>,
     connections: &Arc<Connections>,
@@ -341,7 +335,7 @@ async fn handle(
                 conn.take_fds();
                 let mut status = status(daemon);
                 status.connections = connections.counts();
-                send(&mut conn, Reply::Status(Box::new(status))).await?;
+                conn.reply(&Reply::Status(Box::new(status))).await?;
                 to_the_back().await;
             }
             other => {
@@ -365,20 +359,14 @@ async fn exec(
     options: CallOptions,
     conn: Conn,
 ) -> io::Result<()> {
+    let mut options = options;
     let intent = Intent {
         tool: req.tool,
         args: req.args,
-        cwd: options.cwd,
+        cwd: options.cwd.take(),
         caller: Some(peer.uid),
     };
-    let ctx = CallContext {
-        session: options.session,
-        task: options.task,
-        label: options.label,
-        no_wait: options.no_wait,
-        stdin: options.stdin,
-    };
-    call::exec(daemon, peer, intent, ctx, conn).await
+    call::exec(daemon, peer, intent, options, conn).await
 }
 
 /// Whether the peer may make this request: exec, check and status need a client, the rest an
@@ -473,7 +461,7 @@ async fn answer(daemon: &Daemon, peer: &Peer, request: Request, conn: &mut Conn)
             ))
         }
     };
-    send(conn, reply).await
+    conn.reply(&reply).await
 }
 
 /// An admin's answer to a held call (`deny` none: approve), recorded, then handed to the call.
@@ -493,7 +481,7 @@ async fn resolve(
                 approved,
                 digest: held.digest,
             };
-            send(conn, Reply::Resolved(resolved)).await
+            conn.reply(&Reply::Resolved(resolved)).await
         }
         Err(message) => {
             let e = ProtocolError {

@@ -5,11 +5,9 @@
 
 use std::{io, path::PathBuf};
 
+use crate::{audit::chain::canonical, hash::sha256_hex, plan::LaunchPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest as _, Sha256};
-
-use crate::{audit::chain::canonical, plan::LaunchPlan};
 
 /// A held call, whole: everything the digest covers, and everything needed to run it after a
 /// restart of guardd.
@@ -47,7 +45,7 @@ impl Program {
         let bytes = std::fs::read(&path)?;
         Ok(Self {
             path,
-            sha256: hex(&Sha256::digest(&bytes)),
+            sha256: sha256_hex(&bytes),
         })
     }
 
@@ -91,10 +89,7 @@ impl CallForm {
     /// `sha256:` and the hex SHA-256 of the canonical JSON of the form.
     pub fn digest(&self) -> String {
         let value = serde_json::to_value(self).unwrap_or(Value::Null);
-        format!(
-            "sha256:{}",
-            hex(&Sha256::digest(canonical(&value).as_bytes()))
-        )
+        format!("sha256:{}", sha256_hex(canonical(&value).as_bytes()))
     }
 
     /// The plan to run, with what its serialised form leaves out.
@@ -103,15 +98,6 @@ impl CallForm {
         plan.effects.beneath.clone_from(&self.beneath);
         plan
     }
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 #[cfg(test)]

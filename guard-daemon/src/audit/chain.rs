@@ -13,6 +13,8 @@ use std::fmt::{self, Write as _};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
+use crate::hash::{hex, sha256_hex};
+
 /// `prev` of the very first row of a log.
 pub const ZERO_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -161,20 +163,6 @@ impl fmt::Display for Canonical<'_> {
             scalar => write!(f, "{scalar}"),
         }
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    s
 }
 
 /// True for 64 lowercase hex digits.

@@ -23,12 +23,13 @@ use crate::{
     intent::Intent,
     monitor::Watch,
     plan::{LaunchPlan, OnDivergence},
+    protocol::CallOptions,
     protocol::{
         self, ErrorReply, ExecReply,
         reply::{CallDecision, Exit, Started},
     },
     receipt::{Receipt, ReceiptFor, Verdict},
-    review::{self, CallContext, Recording},
+    review::{self, Recording},
     sandbox,
     stages::Stages,
 };
@@ -61,7 +62,7 @@ pub async fn exec(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     intent: Intent,
-    ctx: CallContext,
+    ctx: CallOptions,
     mut conn: Conn,
 ) -> io::Result<()> {
     let mut stages = Stages::start();
@@ -78,7 +79,7 @@ pub async fn exec(
         return Ok(());
     };
     let Some(admission) = daemon.calls.admit(peer.uid).await else {
-        return send(&mut conn, ExecReply::Error(busy())).await;
+        return conn.reply(&ExecReply::Error(busy())).await;
     };
     stages.lap("slot");
     let call_id = daemon.calls.new_id();
@@ -187,7 +188,7 @@ async fn stdio(conn: &mut Conn) -> io::Result<Option<[OwnedFd; 3]>> {
                 field: Some("fds".into()),
                 retry_after_ms: None,
             };
-            send(conn, ExecReply::Error(e)).await.map(|()| None)
+            conn.reply(&ExecReply::Error(e)).await.map(|()| None)
         }
     }
 }
@@ -209,7 +210,7 @@ async fn admits(daemon: &Daemon, tool: Option<&str>, conn: &mut Conn) -> io::Res
         reason: message.into(),
     };
     daemon.bus.publish(Event::of(None, tool, what));
-    send(conn, ExecReply::Error(ErrorReply::new(message)))
+    conn.reply(&ExecReply::Error(ErrorReply::new(message)))
         .await
         .map(|()| false)
 }
@@ -227,7 +228,7 @@ async fn collect<'d>(
             "busy: too many calls queued; call {call_id} stays approved: run it with \
              guard-exec --resume {call_id}"
         ));
-        return send(conn, ExecReply::Error(e)).await.map(|()| None);
+        return conn.reply(&ExecReply::Error(e)).await.map(|()| None);
     };
     Ok(hold::collect(daemon, call_id, conn)
         .await?
@@ -284,11 +285,6 @@ async fn carry_out(
 /// Refuses a call whose decision row could not be written: it did not start.
 async fn not_recorded(call_id: &str, conn: &mut Conn) -> io::Result<()> {
     review::not_recorded(call_id, conn).await.map(|_| ())
-}
-
-/// Writes one reply to the caller.
-async fn send(conn: &mut Conn, reply: ExecReply) -> io::Result<()> {
-    conn.write(&protocol::frame(&reply)).await
 }
 
 /// Records how an approved call ended and tells its caller.
@@ -360,7 +356,7 @@ async fn finish(
         unrecorded,
     };
     // The caller may be gone (that is how a call gets cancelled): nothing left to tell it.
-    let _ = send(call.conn, ExecReply::Exit(exit)).await;
+    let _ = call.conn.reply(&ExecReply::Exit(exit)).await;
 }
 
 type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
@@ -401,7 +397,8 @@ impl Call<'_, '_> {
             approved_by: start.approved_by,
             terminated: false,
         };
-        send(self.conn, ExecReply::Decision(allowed))
+        self.conn
+            .reply(&ExecReply::Decision(allowed))
             .await
             .map_err(CallError::Caller)?;
         self.stages.lap("reply_decision");

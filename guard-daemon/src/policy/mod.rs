@@ -453,7 +453,7 @@ fn version(src: &Sources) -> String {
         h.update((text.len() as u64).to_le_bytes());
         h.update(text.as_bytes());
     }
-    format!("sha256:{}", crate::approval::digest::hex(&h.finalize()))
+    format!("sha256:{}", crate::hash::hex(&h.finalize()))
 }
 
 #[cfg(test)]

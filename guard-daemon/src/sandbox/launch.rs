@@ -410,7 +410,6 @@ impl Ready {
     /// (`execveat`), so that nothing put at the path after this check runs instead. A script
     /// (`#!`) is run by its interpreter, which opens it by path again: it is checked, not bound.
     pub fn pin(mut self, sha256: &str) -> Result<Self, SandboxError> {
-        use sha2::{Digest as _, Sha256};
         use std::io::Read as _;
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(self.command.program.as_bytes()));
         let changed = |why: String| SandboxError::ProgramChanged {
@@ -421,7 +420,7 @@ impl Ready {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| changed(e.to_string()))?;
-        let now = crate::approval::digest::hex(&Sha256::digest(&bytes));
+        let now = crate::hash::sha256_hex(&bytes);
         if now != sha256 {
             return Err(changed(format!("its content is {now}, not {sha256}")));
         }

@@ -12,7 +12,7 @@ use tokio::{
     time::{Instant, MissedTickBehavior, interval_at},
 };
 
-use super::{listing::tools as tool_list, send};
+use super::listing::tools as tool_list;
 use crate::{
     access::Peer,
     bus::{Event, What},
@@ -88,7 +88,7 @@ impl Stream {
 
     /// Sends one frame, and restarts the keepalive clock.
     async fn send(&mut self, conn: &mut Conn, reply: Reply) -> io::Result<()> {
-        send(conn, reply).await?;
+        conn.reply(&reply).await?;
         self.quiet_since = Instant::now();
         Ok(())
     }
@@ -150,7 +150,7 @@ pub(super) async fn subscribe(
             Next::Bus(Ok(event)) => event,
             Next::Bus(Err(RecvError::Lagged(missed))) => {
                 let lagged = Event::of(None, None, What::Lagged { missed });
-                let _ = send(&mut conn, Reply::Event(lagged)).await;
+                let _ = conn.reply(&Reply::Event(lagged)).await;
                 return Ok(());
             }
         };
