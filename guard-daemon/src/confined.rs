@@ -10,13 +10,26 @@ use std::{
 };
 
 use crate::{
-    call::{CallError, watch_of},
     cgroup::Cgroup,
     daemon::Daemon,
+    monitor::watch_of,
     plan::LaunchPlan,
     receipt::{Receipt, ReceiptFor},
     sandbox::{self, Outcome},
 };
+
+/// Why a helper could not be run: it gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("cgroup: {0}")]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error("kernel: {0}")]
+    Monitor(#[from] crate::monitor::MonitorError),
+    #[error(transparent)]
+    Watch(#[from] crate::monitor::WatchError),
+    #[error("launch: {0}")]
+    Sandbox(#[from] sandbox::SandboxError),
+}
 
 /// The most of a helper's stdout (and of its stderr) guard reads: the rest is dropped, and an
 /// answer that needs more is malformed.
@@ -43,7 +56,7 @@ pub async fn run(
     id: &str,
     plan: &LaunchPlan,
     input: Vec<u8>,
-) -> Result<Ran, CallError> {
+) -> Result<Ran, HelperError> {
     let started = Instant::now();
     let cgroup = Cgroup::create(daemon.root.path(), &format!("helper-{id}"))?;
     let cg = cgroup.id();
@@ -75,7 +88,7 @@ async fn run_in(
     plan: &LaunchPlan,
     input: Vec<u8>,
     cgroup: &Cgroup,
-) -> Result<Output, CallError> {
+) -> Result<Output, HelperError> {
     let (watch, responder) = watch_of(plan).await?;
     daemon.receipts.begin(
         cgroup.id(),
@@ -97,7 +110,7 @@ async fn run_in(
         .and_then(|i| pipe().map(|o| (i, o)))
         .and_then(|(i, o)| pipe().map(|e| (i, o, e)));
     let ((in_r, in_w), (out_r, out_w), (err_r, err_w)) = pipes.map_err(|e| {
-        CallError::Sandbox(sandbox::SandboxError::Sys {
+        HelperError::Sandbox(sandbox::SandboxError::Sys {
             op: "pipe2",
             source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
         })

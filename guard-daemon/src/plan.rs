@@ -164,7 +164,7 @@ impl Confinement {
     pub fn secrets(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for (_, v) in &self.secret_env {
-            for n in crate::policy::secrets::names(v).unwrap_or_default() {
+            for n in secret_names(v).unwrap_or_default() {
                 if !out.contains(&n) {
                     out.push(n);
                 }
@@ -229,4 +229,24 @@ pub(crate) mod secs {
         let secs = f64::deserialize(d)?;
         Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
     }
+}
+
+/// How a plan's environment names a secret, put in at launch: `{secret:NAME}`.
+pub const SECRET_OPEN: &str = "{secret:";
+
+/// The secrets `text` names (`{secret:NAME}`), in order; `Err` for an unclosed or empty one.
+pub fn secret_names(text: &str) -> Result<Vec<&str>, &'static str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(SECRET_OPEN) {
+        let after = &rest[i + SECRET_OPEN.len()..];
+        let end = after.find('}').ok_or("an unclosed {secret:NAME}")?;
+        let name = &after[..end];
+        if name.is_empty() || name.contains(['{', ':']) {
+            return Err("a malformed {secret:NAME}");
+        }
+        out.push(name);
+        rest = &after[end + 1..];
+    }
+    Ok(out)
 }

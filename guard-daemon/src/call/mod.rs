@@ -3,11 +3,8 @@
 //! to its end, and record what it did.
 
 mod secrecy;
-mod watch;
 
 use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
-
-pub(crate) use watch::watch_of;
 
 use crate::{
     access::Peer,
@@ -43,10 +40,8 @@ pub enum CallError {
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("kernel: {0}")]
     Monitor(#[from] crate::monitor::MonitorError),
-    #[error("starting the call's DNS responder: {0}")]
-    Dns(std::io::Error),
-    #[error("resolving {host}: {reason}")]
-    Resolve { host: String, reason: String },
+    #[error(transparent)]
+    Watch(#[from] crate::monitor::WatchError),
     #[error("launch: {0}")]
     Sandbox(#[from] sandbox::SandboxError),
     #[error("the decision could not be recorded")]
@@ -465,7 +460,7 @@ impl Call<'_, '_> {
 
     /// What the kernel holds the call to, and its resolver.
     async fn watch(&mut self) -> Result<(Watch, Option<Responder>), CallError> {
-        let watched = watch_of(self.plan).await?;
+        let watched = crate::monitor::watch_of(self.plan).await?;
         self.stages.lap("resolve");
         Ok(watched)
     }

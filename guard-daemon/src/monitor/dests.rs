@@ -4,7 +4,7 @@
 
 use aya::{
     Ebpf,
-    maps::{HashMap, LpmTrie, MapData, MapError, lpm_trie::Key},
+    maps::{HashMap, LpmTrie, MapData, MapError},
 };
 use guard_common::net::{Dest4, Dest6, Net4, Net6};
 
@@ -59,14 +59,4 @@ impl DestMaps {
             DestKey::Net6(k) => gone(self.nets6.remove(k)).map_err(map_err("NETS6")),
         }
     }
-}
-
-/// An IPv4 network key: `prefix` bits of the address.
-pub(super) fn net4(data: Net4, prefix: u8) -> Key<Net4> {
-    Key::new(guard_common::net::NET_FIXED_BITS + u32::from(prefix), data)
-}
-
-/// An IPv6 network key.
-pub(super) fn net6(data: Net6, prefix: u8) -> Key<Net6> {
-    Key::new(guard_common::net::NET_FIXED_BITS + u32::from(prefix), data)
 }

@@ -168,7 +168,7 @@ impl Destination {
                 match prefix {
                     Some(p) if p < 32 => {
                         let data = Net4::new(cgroup_id, addr, port, proto);
-                        DestKey::Net4(super::dests::net4(data, p))
+                        DestKey::Net4(net4(data, p))
                     }
                     _ => DestKey::V4(Dest4::new(cgroup_id, addr, port, proto)),
                 }
@@ -180,11 +180,21 @@ impl Destination {
                 match prefix {
                     Some(p) if p < 128 => {
                         let data = Net6::new(cgroup_id, addr, port, proto);
-                        DestKey::Net6(super::dests::net6(data, p))
+                        DestKey::Net6(net6(data, p))
                     }
                     _ => DestKey::V6(Dest6::new(cgroup_id, addr, port, proto)),
                 }
             }
         }
     }
+}
+
+/// An IPv4 network key: `prefix` bits of the address.
+fn net4(data: Net4, prefix: u8) -> aya::maps::lpm_trie::Key<Net4> {
+    aya::maps::lpm_trie::Key::new(guard_common::net::NET_FIXED_BITS + u32::from(prefix), data)
+}
+
+/// An IPv6 network key.
+fn net6(data: Net6, prefix: u8) -> aya::maps::lpm_trie::Key<Net6> {
+    aya::maps::lpm_trie::Key::new(guard_common::net::NET_FIXED_BITS + u32::from(prefix), data)
 }

@@ -32,12 +32,14 @@ use guard_common::{
 use tokio::io::unix::AsyncFd;
 
 /// The kernel programs, as built by `build.rs`.
+mod call;
 mod dests;
 mod keys;
 mod stream;
 mod syscalls;
 mod tracefs;
 
+pub use call::{WatchError, watch_of};
 use keys::*;
 pub use keys::{Destination, Watch};
 pub use stream::EventStream;

@@ -31,7 +31,8 @@ pub const MIN_LEN: usize = 8;
 const MAX_LEN: u64 = 64 * 1024;
 
 /// The placeholder's opening: `{secret:NAME}`.
-const OPEN: &str = "{secret:";
+use crate::plan::SECRET_OPEN as OPEN;
+pub use crate::plan::secret_names as names;
 
 /// One secret of the policy, its value read.
 #[derive(Debug)]
@@ -67,23 +68,6 @@ impl Drop for Value {
             unsafe { std::ptr::write_volatile(b, 0) };
         }
     }
-}
-
-/// The secrets `text` names (`{secret:NAME}`), in order; `Err` for an unclosed or empty one.
-pub fn names(text: &str) -> Result<Vec<&str>, &'static str> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(i) = rest.find(OPEN) {
-        let after = &rest[i + OPEN.len()..];
-        let end = after.find('}').ok_or("an unclosed {secret:NAME}")?;
-        let name = &after[..end];
-        if name.is_empty() || name.contains(['{', ':']) {
-            return Err("a malformed {secret:NAME}");
-        }
-        out.push(name);
-        rest = &after[end + 1..];
-    }
-    Ok(out)
 }
 
 /// `text` with each `{secret:NAME}` replaced by its value; `None` when one of them is not a

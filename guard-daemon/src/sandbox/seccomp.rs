@@ -76,6 +76,29 @@ pub struct Cond {
     pub value: u64,
 }
 
+/// The answer of the deny rules: the call fails as if the kernel forbade it.
+const EPERM: Action = Action::Errno(libc::EPERM as u32);
+
+/// Argument `arg`, as a C `int`, equals `value`.
+fn int_eq(arg: u8, value: i32) -> Cond {
+    Cond {
+        arg,
+        dword: true,
+        op: Op::Eq,
+        value: value as u64,
+    }
+}
+
+/// Argument `arg`, as a C `int`, differs from `value`.
+fn int_ne(arg: u8, value: i32) -> Cond {
+    Cond {
+        arg,
+        dword: true,
+        op: Op::Ne,
+        value: value as u64,
+    }
+}
+
 impl Cond {
     fn holds(&self, args: &[u64; 6]) -> bool {
         let mut v = args[usize::from(self.arg)];

@@ -16,8 +16,8 @@ use crate::{print_json, printable};
 /// Sends one admin request and returns what comes back; an error is printed, with its exit.
 fn ask(socket: Option<PathBuf>, request: &Request) -> Result<Reply, ExitCode> {
     let socket = client::socket_path(socket);
-    let mut client = crate::live::connect(&socket)?;
-    client.request(request).map_err(|e| crate::live::failed(&e))
+    let mut client = crate::ask::connect(&socket)?;
+    client.request(request).map_err(|e| crate::ask::failed(&e))
 }
 
 /// A reply other than the one the request expects.

@@ -284,7 +284,7 @@ pub fn calls(
 ) -> ExitCode {
     if running {
         let socket = guard::client::socket_path(socket);
-        let status = match crate::live::ask_status(&socket) {
+        let status = match crate::ask::ask_status(&socket) {
             Ok(s) => s,
             Err(code) => return code,
         };

@@ -1,5 +1,6 @@
 //! guardctl: the operator's command line for guard.
 mod approve;
+mod ask;
 mod audit;
 mod history;
 mod live;
@@ -211,7 +212,7 @@ fn policy_command(command: PolicyCommand, socket: Option<PathBuf>) -> ExitCode {
             audit,
             diff,
         } => {
-            let audit = live::audit_path(socket, audit);
+            let audit = ask::audit_path(socket, audit);
             suggest::run(&audit, &tool, since, diff.as_deref())
         }
     }
@@ -335,7 +336,7 @@ fn main() -> ExitCode {
                 call,
                 since,
             };
-            let audit = live::audit_path(cli.socket.clone(), audit);
+            let audit = ask::audit_path(cli.socket.clone(), audit);
             live::events(cli.socket, &audit, follow, json, filter)
         }
         Command::Calls {
@@ -343,14 +344,14 @@ fn main() -> ExitCode {
             json,
             audit,
         } => {
-            let audit = live::audit_path(cli.socket.clone(), audit);
+            let audit = ask::audit_path(cli.socket.clone(), audit);
             history::calls(cli.socket, &audit, running, json)
         }
         Command::Show {
             call_id,
             json,
             audit,
-        } => show::show(&live::audit_path(cli.socket, audit), &call_id, json),
+        } => show::show(&ask::audit_path(cli.socket, audit), &call_id, json),
         Command::Pending { json } => approve::pending(cli.socket, json),
         Command::Reload { json } => approve::reload(cli.socket, json),
         Command::Approve {

@@ -2,7 +2,7 @@
 //! rules and, in strict mode, the allow-set.
 
 use super::{
-    Action, Cond, Mode, Op, Rule, SeccompError, SeccompTable,
+    Action, Cond, EPERM, Mode, Op, Rule, SeccompError, SeccompTable, int_eq,
     socket::{error_queue_rules, group_join_rules, socket_rules},
 };
 use crate::{plan::LaunchPlan, sandbox::landlock, sysname};
@@ -214,29 +214,6 @@ fn always(name: &'static str, nr: i64, action: Action) -> Rule {
         when: Vec::new(),
     }
 }
-
-/// Argument `arg`, as a C `int`, equals `value`.
-pub(super) fn int_eq(arg: u8, value: i32) -> Cond {
-    Cond {
-        arg,
-        dword: true,
-        op: Op::Eq,
-        value: value as u64,
-    }
-}
-
-/// Argument `arg`, as a C `int`, differs from `value`.
-pub(super) fn int_ne(arg: u8, value: i32) -> Cond {
-    Cond {
-        arg,
-        dword: true,
-        op: Op::Ne,
-        value: value as u64,
-    }
-}
-
-/// The answer of the deny rules: the call fails as if the kernel forbade it.
-pub(super) const EPERM: Action = Action::Errno(libc::EPERM as u32);
 
 /// The filter for `plan`: the deny list less `allow_syscalls`, clone/clone3 rules, socket rules
 /// that depend on whether the plan may connect, the error queue's options, and in strict mode

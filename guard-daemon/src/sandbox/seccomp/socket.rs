@@ -2,10 +2,7 @@
 //! create, by its effects; and on setsockopt(2), the options that open a socket's error queue
 //! to ICMP errors from anyone, and those that join a multicast group.
 
-use super::{
-    Action, Cond, Op, Rule,
-    rules::{EPERM, int_eq, int_ne},
-};
+use super::{Action, Cond, EPERM, Op, Rule, int_eq, int_ne};
 
 /// The socket type lives in the low 4 bits of socket(2)'s `type`; SOCK_NONBLOCK and SOCK_CLOEXEC
 /// sit above (the kernel's SOCK_TYPE_MASK).

@@ -8,16 +8,24 @@ use guard_common::{
     net::PROTO_TCP,
 };
 
-use super::CallError;
+use super::{Destination, Watch};
 use crate::{
     dns::Responder,
-    monitor::{Destination, Watch},
     plan::{Endpoint, Enforce, LaunchPlan, OnDivergence},
 };
 
+/// Why a call's watch could not be made: it does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("starting the call's DNS responder: {0}")]
+    Dns(std::io::Error),
+    #[error("resolving {host}: {reason}")]
+    Resolve { host: String, reason: String },
+}
+
 /// What the kernel holds a plan's call to, and the resolver that answers the host names it may
 /// connect to (none when it names no host).
-pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), CallError> {
+pub async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), WatchError> {
     let effects = &plan.effects;
     let shadow = plan.enforce == Enforce::Shadow;
     let (destinations, names) = resolve(&effects.connect).await?;
@@ -27,7 +35,7 @@ pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Respond
         None
     } else {
         let started = Responder::start(names, shadow).await;
-        Some(started.map_err(CallError::Dns)?)
+        Some(started.map_err(WatchError::Dns)?)
     };
     let mut flags = FLAG_ENFORCE_EXEC;
     if shadow {
@@ -65,7 +73,7 @@ pub(crate) async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Respond
 /// the call's DNS responder answers (see `dns`). No nameserver is a destination of the call.
 async fn resolve(
     endpoints: &[Endpoint],
-) -> Result<(Vec<Destination>, HashMap<String, Vec<IpAddr>>), CallError> {
+) -> Result<(Vec<Destination>, HashMap<String, Vec<IpAddr>>), WatchError> {
     let mut dests = Vec::new();
     let mut names: HashMap<String, Vec<IpAddr>> = HashMap::new();
     // What the policy names by address or network, by port.
@@ -91,7 +99,7 @@ async fn resolve(
             prefix,
         };
         if let Some(net) = crate::addr::parse_network(&ep.host) {
-            let (addr, len) = net.map_err(|reason| CallError::Resolve {
+            let (addr, len) = net.map_err(|reason| WatchError::Resolve {
                 host: ep.host.clone(),
                 reason,
             })?;
@@ -117,8 +125,8 @@ async fn resolve(
 /// The addresses `ep`'s host name stands for now, but for those of the host or its network
 /// that the call names neither by address nor by network (`literal`): a name answering there is
 /// DNS rebinding.
-async fn answers(ep: &Endpoint, literal: &[(IpAddr, u8)]) -> Result<Vec<IpAddr>, CallError> {
-    let failed = |reason: String| CallError::Resolve {
+async fn answers(ep: &Endpoint, literal: &[(IpAddr, u8)]) -> Result<Vec<IpAddr>, WatchError> {
+    let failed = |reason: String| WatchError::Resolve {
         host: ep.host.clone(),
         reason,
     };
