@@ -9,31 +9,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::{Deserialize, Serialize};
-
 use crate::{
     access::Peer,
-    bus::{Event, What},
-    conn::Conn,
-    daemon::Daemon,
     policy::{Policy, Verdict, agents::Agent},
-    protocol::{ErrorReply, ExecReply},
+    protocol::reply::AgentCounts,
 };
-
-/// One agent's counts, as `guardctl agents` shows them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Calls admitted to review.
-    pub calls: u64,
-    /// Calls the review did not allow (blocked, escalated or quarantined).
-    pub blocked: u64,
-    /// Calls running or under review now.
-    pub running: u64,
-}
 
 #[derive(Default)]
 struct State {
-    counts: Counts,
+    counts: AgentCounts,
     /// Tokens left, and when they were last counted.
     bucket: Option<(f64, Instant)>,
 }
@@ -165,7 +149,7 @@ impl Agents {
     }
 
     /// The counts of agent `name` (zero for one that made no call).
-    pub fn counts(&self, name: &str) -> Counts {
+    pub fn counts(&self, name: &str) -> AgentCounts {
         self.lock()
             .get(name)
             .map(|s| s.counts.clone())
@@ -184,46 +168,6 @@ impl Drop for Admitted {
             s.counts.running = s.counts.running.saturating_sub(1);
         }
     }
-}
-
-/// Admits a call of `peer`'s agent within its `max_running` and `rate`: `Some` with what counts
-/// it as running until the call ends (nothing without agents), `None` when it was refused and
-/// the caller told, with an event. A call of `tool` the agent may not make at all is left for
-/// the review to refuse and record; a resume (no tool) needs the caller to be exactly one agent.
-pub async fn admit_call(
-    daemon: &Daemon,
-    peer: &Peer,
-    tool: Option<(&str, Option<&str>)>,
-    conn: &mut Conn,
-) -> std::io::Result<Option<Option<Admitted>>> {
-    let policy = daemon.policy();
-    let refused = match (crate::agents::of(&policy, peer), tool) {
-        (Ok(None), _) => return Ok(Some(None)),
-        (Err(_), Some(_)) => return Ok(Some(None)),
-        (Err(why), None) => ErrorReply::new(why),
-        (Ok(Some(agent)), tool) => {
-            let tier = |t: &str| policy.tool_info(t).map(|i| i.tier);
-            if tool.is_some_and(|(t, label)| agent.refuses(t, tier(t), label).is_some()) {
-                return Ok(Some(None));
-            }
-            match daemon.agents.admit(agent) {
-                Ok(admitted) => return Ok(Some(Some(admitted))),
-                Err(busy) => ErrorReply {
-                    error: busy.message,
-                    field: None,
-                    retry_after_ms: busy.retry_after_ms,
-                },
-            }
-        }
-    };
-    let what = What::Refused {
-        reason: refused.error.clone(),
-    };
-    daemon
-        .bus
-        .publish(Event::of(None, tool.map(|(t, _)| t), what));
-    let frame = crate::protocol::frame(&ExecReply::Error(refused));
-    conn.write(&frame).await.map(|()| None)
 }
 
 #[cfg(test)]

@@ -71,15 +71,6 @@ impl Calls {
         }
     }
 
-    /// The calls `options` allow.
-    pub fn of(options: &crate::daemon::Options) -> Self {
-        Self::new(
-            options.max_calls,
-            options.max_calls_per_uid,
-            options.max_queue,
-        )
-    }
-
     /// A fresh call id, unique across restarts (start time) and within a run (counter).
     pub fn new_id(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

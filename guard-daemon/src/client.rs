@@ -155,17 +155,7 @@ fn timeval(d: Duration) -> nix::sys::time::TimeVal {
     )
 }
 
-/// The bytes sent on `stream` that the peer has not read yet (SIOCOUTQ: for a Unix socket, what
-/// the kernel still holds of ours in the peer's queue, or in its listen queue before `accept`).
-pub fn unread(stream: &impl std::os::fd::AsFd) -> io::Result<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: SIOCOUTQ writes one int through the pointer.
-    let rc = unsafe { libc::ioctl(stream.as_fd().as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(usize::try_from(n).unwrap_or(0))
-}
+pub use crate::conn::unread;
 
 /// Waits until guardd has read everything sent on `stream`, or has something to say on it;
 /// `TimedOut` when neither happened within `within`. How a caller tells a guardd that has its

@@ -181,7 +181,7 @@ impl Conn {
     /// The bytes written to this connection that the client has not read yet (SIOCOUTQ: for a
     /// Unix socket, what the kernel still holds of ours in the client's receive queue).
     pub fn unread(&self) -> io::Result<usize> {
-        crate::client::unread(&self.stream)
+        unread(&self.stream)
     }
 
     /// Waits until the client has read everything written to it so far, or at least some of
@@ -317,4 +317,16 @@ pub fn send_with_fds(
     .map_err(io::Error::from)?;
     // The descriptors went with the first byte; the rest of a long frame follows as a stream.
     io::Write::write_all(&mut &*socket, &frame[sent..])
+}
+
+/// The bytes sent on `stream` that the peer has not read yet (SIOCOUTQ: for a Unix socket, what
+/// the kernel still holds of ours in the peer's queue, or in its listen queue before `accept`).
+pub fn unread(stream: &impl std::os::fd::AsFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int through the pointer.
+    let rc = unsafe { libc::ioctl(stream.as_fd().as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
 }

@@ -8,8 +8,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::{Deserialize, Serialize};
-
 mod interrupted;
 mod project;
 mod reload;
@@ -165,36 +163,7 @@ pub enum StartError {
     InUse(#[from] LockError),
 }
 
-/// One enforcement layer and how it was proven at start.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Layer {
-    pub name: String,
-    pub state: LayerState,
-    pub detail: String,
-}
-
-/// Whether a layer holds the calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LayerState {
-    /// Loaded and proven.
-    Active,
-    /// Not in use, by the operator's choice (an opt-in layer).
-    Off,
-    /// Missing, and guardd runs without it by the operator's choice (`--allow-unenforced`).
-    Unenforced,
-}
-
-impl LayerState {
-    /// The state's name, as on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LayerState::Active => "active",
-            LayerState::Off => "off",
-            LayerState::Unenforced => "unenforced",
-        }
-    }
-}
+pub use crate::protocol::reply::{Layer, LayerState};
 
 impl Layer {
     fn new(name: impl Into<String>, state: LayerState, detail: impl Into<String>) -> Self {
@@ -203,6 +172,17 @@ impl Layer {
             state,
             detail: detail.into(),
         }
+    }
+}
+
+/// Says so when opening the audit log cut a torn tail a crash left.
+fn warn_if_torn(audit: &AuditLog) {
+    let recovery = audit.recovery();
+    if recovery.truncated_bytes > 0 {
+        tracing::warn!(
+            bytes = recovery.truncated_bytes,
+            "audit log: truncated a torn tail left by a crash"
+        );
     }
 }
 
@@ -315,13 +295,7 @@ impl Daemon {
             path: options.audit.clone(),
             reason: format!("terminated sessions: {e}"),
         })?;
-        let recovery = audit.recovery();
-        if recovery.truncated_bytes > 0 {
-            tracing::warn!(
-                bytes = recovery.truncated_bytes,
-                "audit log: truncated a torn tail left by a crash"
-            );
-        }
+        warn_if_torn(&audit);
 
         Ok(Arc::new(Self {
             policy: RwLock::new(Arc::new(policy)),
@@ -340,7 +314,11 @@ impl Daemon {
             cgroup_name,
             layers,
             launch,
-            calls: Calls::of(&options),
+            calls: Calls::new(
+                options.max_calls,
+                options.max_calls_per_uid,
+                options.max_queue,
+            ),
             agents: Arc::default(),
             started: Instant::now(),
             flush: OnceLock::new(),

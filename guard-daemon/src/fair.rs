@@ -24,7 +24,7 @@ use std::{
     },
 };
 
-use serde::{Deserialize, Serialize};
+use crate::protocol::reply::Counts;
 
 /// How many connections guardd admits, and to whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,19 +95,6 @@ pub enum Refused {
         "busy: uid {uid} already follows {max} streams (max_followers_per_uid); close one first"
     )]
     Followers { uid: u32, max: usize },
-}
-
-/// What guardd holds now, for `guardctl status`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Connections open.
-    pub open: usize,
-    /// Of those, the ones beyond their uid's reserve.
-    pub shared: usize,
-    /// Streams followed.
-    pub followers: usize,
-    /// Uids with a connection open.
-    pub uids: usize,
 }
 
 #[derive(Default)]

@@ -2,6 +2,7 @@
 //! an allowed call, bind the kernel to it (cgroup, destinations), launch it confined, follow it
 //! to its end, and record what it did.
 
+mod admit;
 mod secrecy;
 
 use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
@@ -9,7 +10,7 @@ use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
 use crate::{
     access::Peer,
     audit::{Finished, Row},
-    bus::{Event, What},
+    bus::What,
     calls::{Admission, Running},
     cgroup::Cgroup,
     conn::Conn,
@@ -61,20 +62,19 @@ pub async fn exec(
     mut conn: Conn,
 ) -> io::Result<()> {
     let mut stages = Stages::start();
-    let Some(stdio) = stdio(&mut conn).await? else {
+    let Some(stdio) = admit::stdio(&mut conn).await? else {
         return Ok(());
     };
-    if !admits(daemon, Some(&intent.tool), &mut conn).await? {
+    if !admit::admits(daemon, Some(&intent.tool), &mut conn).await? {
         return Ok(());
     }
     let label = ctx.label.as_deref();
-    let Some(_agent) =
-        crate::agents::admit_call(daemon, peer, Some((&intent.tool, label)), &mut conn).await?
+    let Some(_agent) = admit::agent(daemon, peer, Some((&intent.tool, label)), &mut conn).await?
     else {
         return Ok(());
     };
     let Some(admission) = daemon.calls.admit(peer.uid).await else {
-        return conn.reply(&ExecReply::Error(busy())).await;
+        return conn.reply(&ExecReply::Error(admit::busy())).await;
     };
     stages.lap("slot");
     let call_id = daemon.calls.new_id();
@@ -136,18 +136,18 @@ pub async fn resume(
     mut conn: Conn,
 ) -> io::Result<()> {
     let mut stages = Stages::start();
-    let Some(stdio) = stdio(&mut conn).await? else {
+    let Some(stdio) = admit::stdio(&mut conn).await? else {
         return Ok(());
     };
     let hold::Waited::Approved(by) = hold::resume(daemon, peer, call_id, &mut conn).await? else {
         return Ok(());
     };
     stages.lap("approval");
-    if !admits(daemon, None, &mut conn).await? {
+    if !admit::admits(daemon, None, &mut conn).await? {
         return Ok(());
     }
     // The caller coming back is its agent now (or no caller), within its agent's bounds.
-    let Some(_agent) = crate::agents::admit_call(daemon, peer, None, &mut conn).await? else {
+    let Some(_agent) = admit::agent(daemon, peer, None, &mut conn).await? else {
         return Ok(());
     };
     let Some((plan, program, admission)) = collect(daemon, peer.uid, call_id, &mut conn).await?
@@ -168,46 +168,6 @@ pub async fn resume(
         (conn, stdio, admission, stages),
     )
     .await
-}
-
-/// The caller's stdin, stdout and stderr sent with the frame; `None` when they are not three
-/// (the caller has been told).
-async fn stdio(conn: &mut Conn) -> io::Result<Option<[OwnedFd; 3]>> {
-    let fds = conn.take_fds();
-    match <[OwnedFd; 3]>::try_from(fds) {
-        Ok(stdio) => Ok(Some(stdio)),
-        Err(_) => {
-            let e = ErrorReply {
-                error: "exec needs exactly 3 descriptors (stdin, stdout, stderr) with its frame"
-                    .into(),
-                field: Some("fds".into()),
-                retry_after_ms: None,
-            };
-            conn.reply(&ExecReply::Error(e)).await.map(|()| None)
-        }
-    }
-}
-
-fn busy() -> ErrorReply {
-    ErrorReply::new("busy: too many calls queued; try again later")
-}
-
-/// Whether the audit log admits another call; when not, the caller has been told.
-async fn admits(daemon: &Daemon, tool: Option<&str>, conn: &mut Conn) -> io::Result<bool> {
-    if daemon.audit.admits() {
-        return Ok(true);
-    }
-    // Fail closed: the room left is for the rows of the calls already running.
-    let message = "not admitted: the audit log's file system is full, and the room kept for \
-                   running calls' rows is in use; guard admits calls again once it can \
-                   reserve that room";
-    let what = What::Refused {
-        reason: message.into(),
-    };
-    daemon.bus.publish(Event::of(None, tool, what));
-    conn.reply(&ExecReply::Error(ErrorReply::new(message)))
-        .await
-        .map(|()| false)
 }
 
 /// A slot for an approved held call, then the call itself out of the store (its plan and its

@@ -4,6 +4,7 @@
 //! `docs/protocol.md`. The replies are in [`reply`].
 
 pub mod reply;
+pub mod status;
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};

@@ -5,14 +5,12 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+pub use super::status::*;
 use super::{ProtocolError, VERSION};
 use crate::{
     approval::{Held, sessions::Terminated},
     bus::Event,
-    calls::Running,
-    daemon::Layer,
     decision::{Decision, DecisionRow},
-    fair::Counts,
     plan::LaunchPlan,
     policy::ToolSpec,
     receipt::Receipt,
@@ -158,48 +156,6 @@ pub struct Checked {
     pub plan: Option<LaunchPlan>,
 }
 
-/// The answer to `status`: what guardd is and does now.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Status {
-    pub pid: u32,
-    pub uptime_s: u64,
-    /// Whether the kernel layers hold the calls (false only with `--allow-unenforced`).
-    pub enforced: bool,
-    pub policy: PolicyStatus,
-    pub audit: AuditStatus,
-    pub layers: Vec<Layer>,
-    /// How memory and task limits are enforced on this host.
-    pub limits: String,
-    pub running: Vec<Running>,
-    pub queued: u64,
-    /// Kernel events the ring buffer had no room for, since guardd started.
-    pub dropped_events: u64,
-    /// The connections open, per the fair admission's counts.
-    #[serde(default)]
-    pub connections: Counts,
-}
-
-/// The policy in force.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PolicyStatus {
-    pub path: PathBuf,
-    pub tools: usize,
-    /// Its version (`sha256:` of its files), as decision rows record it.
-    #[serde(default)]
-    pub version: String,
-    /// The tools that run in shadow (`enforce = "shadow"`): what they do is let through.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shadow: Vec<String>,
-}
-
-/// The audit log guardd writes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AuditStatus {
-    pub path: PathBuf,
-    /// False: the reserve for running calls' rows is in use, and no call is admitted.
-    pub admitting: bool,
-}
-
 /// The answer to `pending`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PendingCalls {
@@ -220,29 +176,6 @@ pub struct Resolved {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionList {
     pub sessions: Vec<Terminated>,
-}
-
-/// The answer to `agents`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AgentList {
-    pub agents: Vec<AgentStatus>,
-}
-
-/// One agent as the policy gives it, and what it has done since guardd started.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AgentStatus {
-    pub name: String,
-    pub uids: Vec<String>,
-    pub cgroups: Vec<String>,
-    pub tools: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tier: Option<crate::decision::RiskTier>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_running: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate: Option<String>,
-    #[serde(flatten)]
-    pub counts: crate::agents::Counts,
 }
 
 /// The answer to `clear_session`.
