@@ -33,6 +33,9 @@ pub const FLAG_NET: u32 = 1 << 2;
 ///
 /// [`ACTION_SHADOWED`]: crate::event::ACTION_SHADOWED
 pub const FLAG_SHADOW: u32 = 1 << 3;
+/// The call's syscalls are traced (`--trace-syscalls`, or shadow): its syscall set, its opens
+/// and the refusals of other layers are reported. Other calls pass the syscall tracepoints by.
+pub const FLAG_TRACED: u32 = 1 << 4;
 
 /// What a guarded call did that the receipt must learn even when events are lost: counted in
 /// the kernel, per call.

@@ -539,8 +539,8 @@ fn kernel_programs(
         layers.push(Layer::new(format!("ebpf:{p}"), LayerState::Active, detail));
     }
     if !options.trace_syscalls {
-        let detail = "off: no per-call syscall sets or opens (--trace-syscalls; while calls \
-                      run, costs every syscall on the host)";
+        let detail = "off but for calls in shadow: no per-call syscall sets or opens \
+                      (--trace-syscalls; while calls run, costs every syscall on the host)";
         layers.push(Layer::new("ebpf:syscalls", LayerState::Off, detail));
     }
     let proof = "canary: connect denied (EPERM), unapproved exec killed";

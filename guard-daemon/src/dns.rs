@@ -266,7 +266,8 @@ async fn serve(
 }
 
 /// Names a call in shadow may have answered by the host's resolver; past them, a new name is
-/// answered with no address (and still recorded).
+/// refused, as enforcing would refuse it (and still recorded), and nothing more is kept for it:
+/// a call asking ever new names grows nothing of guardd's (attack39).
 const LEARN_MAX: usize = 256;
 /// The longest one lookup for a call in shadow may take.
 const LEARN_TIME: Duration = Duration::from_secs(2);
@@ -281,17 +282,13 @@ async fn learn(
     let Some((_, Some(asked))) = wire::answer(message, answers) else {
         return;
     };
-    if asked.approved {
+    if asked.approved || learnt.len() >= LEARN_MAX {
         return;
     }
-    let addrs = if learnt.len() < LEARN_MAX {
-        let lookup = tokio::net::lookup_host((asked.name.as_str(), 0));
-        match tokio::time::timeout(LEARN_TIME, lookup).await {
-            Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
-            _ => Vec::new(),
-        }
-    } else {
-        Vec::new()
+    let lookup = tokio::net::lookup_host((asked.name.as_str(), 0));
+    let addrs = match tokio::time::timeout(LEARN_TIME, lookup).await {
+        Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+        _ => Vec::new(),
     };
     learnt.insert(asked.name.clone());
     answers.insert(asked.name, addrs);

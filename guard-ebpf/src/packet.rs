@@ -77,15 +77,16 @@ pub fn ingress(ctx: SkBuffContext) -> i32 {
     let Some(config) = (unsafe { CALLS.get(&cgroup_id) }).copied() else {
         return PASS;
     };
-    // In shadow, what the call's connects reached may answer it: those connects were reported.
-    if config.flags & FLAG_SHADOW != 0
-        || seen(&ctx, cgroup_id, config.dns_port, Peer::Source).is_some_and(|s| s.approved)
-    {
+    if seen(&ctx, cgroup_id, config.dns_port, Peer::Source).is_some_and(|s| s.approved) {
         return PASS;
     }
     if let Some(stats) = CALL_STATS.get_ptr_mut(&cgroup_id) {
         // SAFETY: this call's value in the map; other CPUs add to it too, hence atomic.
         unsafe { add(&mut (*stats).inbound_dropped) };
+    }
+    // In shadow it is counted, as enforcing would count its drop, and let through.
+    if config.flags & FLAG_SHADOW != 0 {
+        return PASS;
     }
     DROP
 }

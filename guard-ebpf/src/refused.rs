@@ -10,7 +10,10 @@
 //! landlock does not grant); opens are listed with their errno in the receipt's `files`.
 
 use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel, programs::RawTracePointContext};
-use guard_common::event::{ACTION_DENIED, KIND_REFUSED};
+use guard_common::{
+    call::FLAG_TRACED,
+    event::{ACTION_DENIED, KIND_REFUSED},
+};
 
 use crate::maps::{CALL_STATS, add, current_call, reserve_event};
 
@@ -40,9 +43,12 @@ const EFFECT_SYSCALLS: &[u64] = &[
 /// Called by `sys_exit` for any task whose syscall failed with EPERM or EACCES.
 #[inline(always)]
 pub fn exit(ctx: &RawTracePointContext, ret: i64) {
-    let Some((cgroup_id, _)) = current_call() else {
+    let Some((cgroup_id, config)) = current_call() else {
         return;
     };
+    if config.flags & FLAG_TRACED == 0 {
+        return;
+    }
     let regs: *const pt_regs = ctx.arg(0);
     // SAFETY: the kernel's saved user registers of this task; the helper checks the address.
     let Ok(nr) = (unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }) else {

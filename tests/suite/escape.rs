@@ -1376,7 +1376,7 @@ fn escape_no_process_of_a_call_outlives_a_guardd_killed_under_it() {
 
 /// Starts `actions` as a call whose output is read line by line; returns the caller and the
 /// first line (the tool says it is ready).
-fn started(
+pub(super) fn started(
     guardd: &Guardd,
     actions: &[&str],
 ) -> (
@@ -1406,7 +1406,7 @@ fn started(
 
 /// A TCP connection to 127.0.0.1:`port` from 127.0.0.1:`from` (0: any port), within a second;
 /// the errno it failed with.
-fn tcp_from(from: u16, port: u16) -> Result<(), i32> {
+pub(super) fn tcp_from(from: u16, port: u16) -> Result<(), i32> {
     let addr = |port: u16| libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: port.to_be(),

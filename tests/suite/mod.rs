@@ -25,6 +25,7 @@ mod sandbox;
 mod secrets;
 mod session;
 mod shadow;
+mod shadow_attacks;
 mod stdin;
 mod suggest;
 mod systemd;

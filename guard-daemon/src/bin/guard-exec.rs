@@ -470,8 +470,15 @@ fn answer(reply: ExecReply) -> Option<ExitCode> {
                     "guard-exec: the call did something it was not approved to do and was stopped"
                 );
             } else if exit.diverged {
+                let receipt = exit.receipt.as_deref();
+                let shadow = receipt.is_some_and(|r| r.let_through > 0 && r.denied == 0);
                 eprintln!(
-                    "guard-exec: the call tried something it was not approved to do; it was denied"
+                    "guard-exec: the call tried something it was not approved to do; {}",
+                    if shadow {
+                        "it was let through (shadow): enforced, it would have been refused"
+                    } else {
+                        "it was denied"
+                    }
                 );
             }
             if let Some(error) = exit.error {

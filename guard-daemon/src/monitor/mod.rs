@@ -23,8 +23,7 @@ use aya::{
     },
 };
 use guard_common::{
-    call::CallConfig,
-    call::CallStats,
+    call::{CallConfig, CallStats, FLAG_TRACED},
     event::{COUNTER_DROPPED, Event},
     file::{FILE_CHILD, FILE_DIR, FILE_SELF, FileKey, Layout, kernel_dev, name_hash},
     syscall::{SyscallSet, syscall_numbers},
@@ -294,10 +293,14 @@ impl Monitor {
     /// Starts guarding the cgroup `cgroup_id`. Install before the call's first process enters
     /// the cgroup; on error, whatever was installed is removed again.
     pub fn watch(&mut self, cgroup_id: u64, watch: &Watch) -> Result<(), MonitorError> {
-        let config = CallConfig {
+        let traced = self.tracing.every_call || watch.traced;
+        let mut config = CallConfig {
             name_key: random_key()?,
             ..watch.config
         };
+        if traced {
+            config.flags |= FLAG_TRACED;
+        }
         let installed = Installed {
             dests: watch
                 .destinations
@@ -314,7 +317,6 @@ impl Monitor {
             traced: false,
         };
         self.installed.insert(cgroup_id, installed);
-        let traced = self.tracing.every_call || watch.traced;
         let result = self.install(cgroup_id, config).and_then(|()| {
             if traced {
                 self.tracing.one_more(&mut self.ebpf)
@@ -349,9 +351,13 @@ impl Monitor {
         self.call_stats
             .insert(cgroup_id, CallStats::default(), 0)
             .map_err(map_err("CALL_STATS"))?;
-        self.syscall_sets
-            .insert(cgroup_id, SyscallSet::default(), 0)
-            .map_err(map_err("SYSCALL_SETS"))?;
+        // Only a traced call has a set: the syscall tracepoints, attached while any traced call
+        // runs, pass by the others, whose receipts stay what they would be alone (attack39).
+        if config.flags & FLAG_TRACED != 0 {
+            self.syscall_sets
+                .insert(cgroup_id, SyscallSet::default(), 0)
+                .map_err(map_err("SYSCALL_SETS"))?;
+        }
         self.forks
             .insert(cgroup_id, 0, 0)
             .map_err(map_err("FORKS"))?;

@@ -156,3 +156,24 @@ fn a_tool_given_a_secret_is_never_in_shadow() {
         "{e}"
     );
 }
+
+#[test]
+fn a_tool_that_runs_as_root_or_as_its_workspaces_owner_is_never_in_shadow() {
+    for run_as in ["root", "owner"] {
+        let text = |settings: &str, tool: &str| {
+            format!(
+                "[settings]\n{settings}\n[workspaces]\nroots = [\"/srv/*\"]\n\
+                 [tools.sh]\ntier = \"low\"\nrun_as = \"{run_as}\"\n{tool}\n\
+                 command = [\"/bin/true\"]\n"
+            )
+        };
+        let p =
+            Policy::parse(Path::new("t.toml"), &text("enforce = \"shadow\"", "")).expect("loads");
+        assert!(p.shadow_tools().is_empty(), "{run_as}");
+        let e = Policy::parse(Path::new("t.toml"), &text("", "enforce = \"shadow\""))
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("tools.sh.enforce"), "{e}");
+        assert!(e.contains("cannot run in shadow"), "{e}");
+    }
+}

@@ -144,23 +144,46 @@ fn compile_tools(
     tools
 }
 
-/// A tool's mode: its own `enforce`, else the settings'. A tool given a secret is enforced
-/// whatever the settings say, and may not ask for shadow: the kernel's hold on where it
-/// connects is what keeps the secret's value on the secret's hosts.
+/// A tool's mode: its own `enforce`, else the settings'. Some tools are enforced whatever the
+/// settings say, and may not ask for shadow (see [`never_in_shadow`]).
 fn enforce(d: &mut Diag, t: &RawTool, tool: &Tool, settings: Enforce) -> Enforce {
+    let never = never_in_shadow(tool);
     let Some(own) = &t.enforce else {
-        return if tool.secret_env.is_empty() {
+        return if never.is_none() {
             settings
         } else {
             Enforce::Enforce
         };
     };
-    if own.v == Enforce::Shadow && !tool.secret_env.is_empty() {
-        let why = "a tool given a secret cannot run in shadow: the kernel's hold on where it \
-                   connects is what keeps the secret on its hosts";
+    if let (Enforce::Shadow, Some(why)) = (own.v, never) {
         d.err(&own.at, &format!("tools.{}.enforce", t.name.v), why);
     }
     own.v
+}
+
+/// Why `tool` cannot run in shadow, if it cannot: a secret's value stays on the secret's hosts
+/// only by the kernel's hold on where the call connects; root can leave its cgroup (and with
+/// it the kernel's watch, its limits and its timeout) and write guard's own files; the owner of
+/// a workspace can write the developer's other repositories, whose hooks and config only the
+/// mount view keeps (attack39).
+fn never_in_shadow(tool: &Tool) -> Option<&'static str> {
+    if !tool.secret_env.is_empty() {
+        return Some(
+            "a tool given a secret cannot run in shadow: the kernel's hold on where it \
+             connects is what keeps the secret on its hosts",
+        );
+    }
+    match tool.confinement.run_as.as_deref() {
+        Some("root") => Some(
+            "a tool that runs as root cannot run in shadow: without landlock and the mount \
+             view it could leave its cgroup, and the kernel's watch of it",
+        ),
+        Some(crate::plan::RUN_AS_OWNER) => Some(
+            "a tool that runs as its workspace's owner cannot run in shadow: without the mount \
+             view it could write the hooks and config of the owner's other repositories",
+        ),
+        _ => None,
+    }
 }
 
 /// A tool's judges: its own list, else the defaults of `[settings] judges`, none with

@@ -2,28 +2,26 @@
 //! against what was approved, and handed back when the call ends. A divergence is published on
 //! the bus and, for a call that must not go on, kills its cgroup.
 
-use std::{
-    collections::HashMap,
-    net::{Ipv4Addr, Ipv6Addr},
-    path::PathBuf,
-    sync::Mutex,
-};
+use std::{collections::HashMap, path::PathBuf, sync::Mutex};
 
 use guard_common::event::{
     ACTION_ALLOWED, ACTION_DENIED, ACTION_KILLED, ACTION_SHADOWED, Event as KernelEvent, KIND_BIND,
     KIND_CONNECT, KIND_EXEC, KIND_LOCK, KIND_OPEN, KIND_PACKET, KIND_REFUSED, KIND_SECCOMP,
-    KIND_SOCKET, LOCK_FLOCK, LOCK_OFD,
+    KIND_SOCKET,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    bus::{Action, Bus, Divergence, Effect, Proto, RefusedSeen, StoppedBy, What},
+    bus::{Action, Bus, Divergence, Effect, RefusedSeen, What},
     dns::{Asked, Questions, Responder},
     opens::{FilesSeen, c_str},
 };
 
+mod seen;
 mod verified;
 
+pub use seen::{ConnectSeen, SocketSeen, syscall_names};
+use seen::{addr_of, lock_of, proto_of};
 pub use verified::Verified;
 
 /// Paths kept per receipt list; the count goes on.
@@ -37,7 +35,11 @@ pub struct Receipt {
     pub connects: Vec<ConnectSeen>,
     /// Sockets the kernel refused to create (families or types outside the call's needs).
     pub sockets: Vec<SocketSeen>,
+    /// Divergences refused (or seen once nothing was left to stop).
     pub denied: u64,
+    /// Divergences a call in shadow was let through (each says what enforcing `would` do).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub let_through: u64,
     /// The syscalls the call made, by name (a number when guard has no name for it), in
     /// ascending order of number; from the `sys_enter` program's per-call set.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -86,7 +88,8 @@ pub struct Receipt {
     pub dns_unjudged: u64,
     /// Packets for the call's sockets from no approved destination, dropped in the kernel
     /// (`cgroup_skb` ingress). Anyone may send them, so they are no divergence of the call;
-    /// what they carried never reached it.
+    /// what they carried never reached it, but in shadow, where they are counted and let
+    /// through (the answers of its unapproved connects, and any peer of a port it listens on).
     #[serde(skip_serializing_if = "is_zero")]
     pub inbound_dropped: u64,
     /// Packets from the call's sockets with IP options, an IPv6 extension header or a
@@ -102,7 +105,7 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "is_zero")]
     pub events_lost: u64,
     pub verdict: Verdict,
-    /// Each divergence as it was published (the first 64; `denied` counts them all): what it
+    /// Each divergence as it was published (the first 64; `denied` and `let_through` count them all): what it
     /// reached for, the layer that stopped it, and what guard did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub divergences: Vec<Divergence>,
@@ -127,51 +130,6 @@ pub enum Verdict {
     Conformed,
     /// The call did, or tried, something outside its effects, or its receipt is incomplete.
     Diverged,
-}
-
-/// One connect attempt of a call.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ConnectSeen {
-    pub addr: String,
-    pub port: u16,
-    pub proto: Proto,
-    pub allowed: bool,
-}
-
-/// One socket the kernel refused a call.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct SocketSeen {
-    /// "unix", "inet", "inet6", "netlink", "packet", or the number.
-    pub family: String,
-    /// "stream", "dgram", "raw", "seqpacket", or the number.
-    #[serde(rename = "type")]
-    pub ty: String,
-    pub protocol: u32,
-}
-
-impl SocketSeen {
-    fn of(event: &KernelEvent) -> Self {
-        let family = match i32::from(event.family) {
-            libc::AF_UNIX => "unix".to_owned(),
-            libc::AF_INET => "inet".to_owned(),
-            libc::AF_INET6 => "inet6".to_owned(),
-            libc::AF_NETLINK => "netlink".to_owned(),
-            libc::AF_PACKET => "packet".to_owned(),
-            n => n.to_string(),
-        };
-        let ty = match event.sock_type as i32 {
-            libc::SOCK_STREAM => "stream".to_owned(),
-            libc::SOCK_DGRAM => "dgram".to_owned(),
-            libc::SOCK_RAW => "raw".to_owned(),
-            libc::SOCK_SEQPACKET => "seqpacket".to_owned(),
-            n => n.to_string(),
-        };
-        Self {
-            family,
-            ty,
-            protocol: event.sock_protocol,
-        }
-    }
 }
 
 /// The call a receipt is for: who it is and how a divergence is answered.
@@ -217,11 +175,13 @@ impl Draft {
     }
 
     fn divergence(&mut self, effect: Effect, pid: Option<i32>, action: Action, bus: &Bus) {
-        self.receipt.denied += 1;
         self.receipt.verdict = Verdict::Diverged;
         let mut divergence = Divergence::new(effect, action, pid);
         if self.call.shadow && divergence.effect.let_through_in_shadow() {
             divergence = divergence.shadowed();
+            self.receipt.let_through += 1;
+        } else {
+            self.receipt.denied += 1;
         }
         let action = divergence.action;
         if let Some(masks) = &self.call.masks {
@@ -317,53 +277,10 @@ impl Draft {
     }
 }
 
-/// A lock event's effect: the file's name, the kind of lock and its mode.
-fn lock_of(event: &KernelEvent) -> Effect {
-    let lock = match event.sock_type {
-        LOCK_OFD => "ofd",
-        LOCK_FLOCK => "flock",
-        _ => "posix",
-    };
-    let mode = if event.open_flags == 1 {
-        "write"
-    } else {
-        "read"
-    };
-    Effect::Lock {
-        name: c_str(&event.path),
-        lock: lock.to_owned(),
-        mode: mode.to_owned(),
-    }
-}
-
-/// The transport of a connect or bind event.
-fn proto_of(event: &KernelEvent) -> Proto {
-    if event.proto == guard_common::net::PROTO_UDP {
-        Proto::Udp
-    } else {
-        Proto::Tcp
-    }
-}
-
 /// Pushes `item` unless the list is full: a receipt lists the first ones, the counts go on.
 fn keep<T>(list: &mut Vec<T>, item: T) {
     if list.len() < RECEIPT_PATHS {
         list.push(item);
-    }
-}
-
-impl RefusedSeen {
-    fn of(event: &KernelEvent) -> Self {
-        let errno = -event.ret;
-        Self {
-            syscall: syscall_names(&[event.sock_type]).pop().unwrap_or_default(),
-            errno: crate::opens::errno_name(errno),
-            stopped_by: if errno == libc::EACCES {
-                StoppedBy::Landlock
-            } else {
-                StoppedBy::Seccomp
-            },
-        }
     }
 }
 
@@ -573,24 +490,6 @@ impl Receipts {
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
     *n == T::default()
-}
-
-/// The names of syscall numbers, for a receipt.
-pub fn syscall_names(numbers: &[u32]) -> Vec<String> {
-    numbers
-        .iter()
-        .map(|&nr| {
-            crate::sysname::name(i64::from(nr)).map_or_else(|| nr.to_string(), str::to_owned)
-        })
-        .collect()
-}
-
-fn addr_of(event: &KernelEvent) -> String {
-    if event.family == libc::AF_INET6 as u16 {
-        Ipv6Addr::from(event.addr).to_string()
-    } else {
-        Ipv4Addr::new(event.addr[0], event.addr[1], event.addr[2], event.addr[3]).to_string()
-    }
 }
 
 #[cfg(test)]

@@ -30,10 +30,10 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         status.uptime_s,
         socket.display()
     );
-    let enforced = if status.enforced {
-        "enforced"
-    } else {
-        "UNENFORCED"
+    let enforced = match (status.enforced, status.policy.shadow.len()) {
+        (false, _) => "UNENFORCED".to_owned(),
+        (true, 0) => "enforced".to_owned(),
+        (true, n) => format!("enforced, but {n} of its tools in SHADOW"),
     };
     println!(
         "policy {} ({} tools)  {enforced}\n  version {}",

@@ -257,14 +257,20 @@ fn receipt(r: &Receipt, out: &mut Lines) {
     if !v.dns.is_empty() {
         out.push(("", format!("dns: {}", v.dns)));
     }
-    if r.denied > 0 {
-        let more = r.denied.saturating_sub(r.divergences.len() as u64);
+    let all = r.denied + r.let_through;
+    if all > 0 {
+        let more = all.saturating_sub(r.divergences.len() as u64);
         let more = if more > 0 {
             format!(" ({more} more not listed)")
         } else {
             String::new()
         };
-        out.push(("divergences", format!("{}{more}", r.denied)));
+        let shadow = if r.let_through > 0 {
+            format!(", {} let through in shadow", r.let_through)
+        } else {
+            String::new()
+        };
+        out.push(("divergences", format!("{all}{more}{shadow}")));
         out.extend(r.divergences.iter().map(|d| ("", d.describe())));
     }
 }

@@ -44,6 +44,11 @@ pub(super) fn merged(base: &Policy, ws: &Path, file: &ProjectFile) -> Result<Pol
     let restated: Vec<String> = project.tools.iter().map(|t| t.name.v.clone()).collect();
     let (docs, examples) = combine(docs, project, at);
     let mut policy = validate::build(&mut d, docs);
+    // A workspace with its own policy runs every tool enforced: in shadow its refusals would be
+    // let through (attack39), and what it narrowed would not hold in the kernel.
+    for tool in &mut policy.tools {
+        tool.enforce = crate::plan::Enforce::Enforce;
+    }
     policy.version = version(&src);
     policy.origin = Origin {
         files: Arc::clone(&base.origin.files),

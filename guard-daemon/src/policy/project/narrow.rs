@@ -125,13 +125,12 @@ pub(super) fn tool(d: &mut Diag, ws: &Path, p: &RawTool, b: &RawTool, default_ju
         at: name.at.clone(),
     };
     registry(&mut c, p, b);
-    let shadow = |e: &Option<S<crate::plan::Enforce>>| {
-        e.as_ref()
-            .is_some_and(|e| e.v == crate::plan::Enforce::Shadow)
-    };
-    if shadow(enforce) && !shadow(&b.enforce) {
-        let at = enforce.as_ref().map(|e| &e.at);
-        c.widens(at, "enforce", "the base policy's tool is enforced");
+    if let Some(e) = enforce
+        .as_ref()
+        .filter(|e| e.v == crate::plan::Enforce::Shadow)
+    {
+        let why = "a workspace with its own policy runs its tools enforced";
+        c.widens(Some(&e.at), "enforce", why);
     }
     arguments(&mut c, args, &b.args);
     effects_of(&mut c, effects, &b.effects);
