@@ -545,7 +545,7 @@ pub fn status(daemon: &Daemon) -> Status {
         running: daemon.calls.running(),
         queued: daemon.calls.queued(),
         dropped_events: daemon.dropped_events(),
-        // The server's own, which `handle` fills in.
-        connections: Default::default(),
+        export: daemon.export.get().map(crate::export::Export::status),
+        connections: Default::default(), // the server's own, which `handle` fills in
     }
 }

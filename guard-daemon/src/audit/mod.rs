@@ -139,10 +139,6 @@ impl AuditLog {
     /// the writer thread.
     pub fn open(options: Options) -> Result<Self, AuditError> {
         let start = recover::open(&options.path)?;
-        if start.recovery.truncated_bytes > 0 {
-            let bytes = start.recovery.truncated_bytes;
-            tracing::warn!(bytes, "audit log: truncated a torn tail left by a crash");
-        }
         // A rotation's next file that a crash left unused; and the reserve file beside the
         // log, where older guardds kept the room that is now in the log's own file.
         for leftover in [files::next(&options.path), legacy_reserve(&options.path)] {
