@@ -16,6 +16,7 @@
 
 mod client;
 mod daemon;
+mod export;
 mod report;
 mod session;
 
@@ -178,6 +179,8 @@ fn main() -> Result<()> {
         phase("3/7 launch from a client");
         client::launch_from_a_client(&o.bin_dir, scale, &mut report)?;
         client::latency_under_a_flood(&o.bin_dir, scale, &mut report)?;
+        phase("3/7 launch with OTLP export");
+        export::launch_with_export(&o.bin_dir, scale, &mut report)?;
     }
     if runs("flight") {
         phase("6/7 calls in flight");
