@@ -203,6 +203,7 @@ fn every_audit_row_and_event_reaches_a_real_collector_with_its_place_in_the_chai
             assert_eq!(a["guard.decision"], row["decision"]["decision"], "{r}");
         }
     }
+    chain_checks(&python, &exported);
     let decision_of = |tool: &str| {
         rows.iter()
             .find(|r| r["kind"] == "decision" && r["tool"] == tool)
@@ -269,6 +270,58 @@ fn every_audit_row_and_event_reaches_a_real_collector_with_its_place_in_the_chai
         "{export}"
     );
     assert_eq!(export["dropped"], 0, "{export}");
+}
+
+/// Runs docs/fleet.md's check of a chain from its records on `records` (by seq): it says they
+/// hold, and that one changed body breaks them.
+fn chain_checks(python: &std::path::Path, records: &HashMap<u64, Value>) {
+    let check = support::doc_block("docs/fleet.md", "otlp-chain");
+    let run = |input: String| {
+        let mut child = Command::new(python)
+            .args(["-c", &check])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).expect("write");
+        drop(stdin);
+        child.wait_with_output().expect("wait")
+    };
+    let lines = |tamper: Option<u64>| -> String {
+        records
+            .iter()
+            .map(|(seq, r)| {
+                let a = &r["attributes"];
+                let mut body = r["body"].as_str().expect("body").to_owned();
+                if tamper == Some(*seq) {
+                    body = body.replacen("\"kind\":\"", "\"kind\":\"x", 1);
+                }
+                let row = json!({"body": body, "seq": seq, "hash": a["guard.row_hash"],
+                                 "prev": a["guard.row_prev"]});
+                format!("{row}\n")
+            })
+            .collect()
+    };
+    let out = run(lines(None));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        said.trim(),
+        format!("ok: {} rows", records.len()),
+        "{out:?}"
+    );
+    let first = records.keys().min().copied();
+    let out = run(lines(first));
+    assert!(
+        !out.status.success(),
+        "a changed body went unnoticed: {out:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not hash"),
+        "{out:?}"
+    );
 }
 
 /// `GET /metrics` of a guardd, as text.
