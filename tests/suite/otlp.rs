@@ -412,3 +412,59 @@ fn a_collector_that_is_down_costs_the_calls_nothing_and_its_drops_are_counted() 
         "{shown}"
     );
 }
+
+#[test]
+fn an_endpoint_guardd_cannot_send_to_stops_the_start_naming_the_option() {
+    let dir = support::TempDir::new("guard-otlp-config");
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[tools.t]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n",
+    )
+    .expect("policy");
+    let config = dir.join("guardd.toml");
+    let check = |flags: &[&str]| {
+        let mut c = Command::new(support::bin("guardd"));
+        c.arg("--policy").arg(&policy).arg("--config").arg(&config);
+        c.args(flags).arg("--check-config");
+        let out = output(c);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.code(),
+            said + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // From the file, named with its line and key; a flag overrides the file's.
+    std::fs::write(&config, "otlp_endpoint = \"https://collector:4318\"\n").expect("config");
+    let (code, said) = check(&[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("otlp_endpoint") && said.contains("https is not supported"),
+        "{said}"
+    );
+    std::fs::write(&config, "otlp_endpoint = \"http://file:4318/v1/logs\"\n").expect("config");
+    let (code, said) = check(&[]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("otlp_endpoint = \"http://file:4318/v1/logs\""),
+        "{said}"
+    );
+    let (code, said) = check(&["--otlp-endpoint", "http://127.0.0.1:4318"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("otlp_endpoint = \"http://127.0.0.1:4318/v1/logs\""),
+        "{said}"
+    );
+    // From the flag, named by clap.
+    std::fs::write(&config, "").expect("config");
+    let (code, said) = check(&["--otlp-endpoint", "http://collector:99999"]);
+    assert_ne!(code, Some(0), "{said}");
+    assert!(
+        said.contains("--otlp-endpoint") && said.contains("port"),
+        "{said}"
+    );
+    // Off when not given.
+    let (code, said) = check(&[]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(!said.contains("otlp_endpoint"), "{said}");
+}
