@@ -34,6 +34,11 @@ use crate::{audit::Appended, bus::Event, daemon::Daemon, protocol::status::Expor
 /// Rows and events that may wait for the sender before new ones are dropped. A batch of rows
 /// the audit log made durable together is one entry.
 const QUEUE: usize = 8192;
+/// Bytes that may wait (about): while a collector is down, the queue holds at most this much of
+/// guardd's memory, however large the rows.
+const QUEUE_BYTES: u64 = 64 << 20;
+/// What an event is counted as in [`QUEUE_BYTES`] (its JSON is a few hundred bytes).
+const EVENT_BYTES: u64 = 512;
 
 /// What waits to be sent.
 enum Item {
@@ -56,6 +61,15 @@ impl Item {
             Item::Event { .. } => 1,
         }
     }
+
+    /// About how much memory it holds while it waits.
+    fn bytes(&self) -> u64 {
+        match self {
+            // Each row's place in the chain: a seq and a hash.
+            Item::Rows { lines, rows, .. } => (lines.len() + rows.len() * 96) as u64,
+            Item::Event { .. } => EVENT_BYTES,
+        }
+    }
 }
 
 /// The export's counts since guardd started.
@@ -68,6 +82,8 @@ struct Counters {
     dropped: AtomicU64,
     /// Attempts to send a batch that failed (each retry after one counts).
     failed: AtomicU64,
+    /// Bytes in the queue now (see [`Item::bytes`]).
+    queued: AtomicU64,
 }
 
 /// The export in force: where it sends, and its counts.
@@ -107,7 +123,18 @@ fn now_ns() -> u64 {
 
 /// Hands `item` to the sender, or counts it dropped: never waits.
 fn offer(tx: &mpsc::Sender<Item>, counters: &Counters, item: Item) {
-    if let Err(TrySendError::Full(item) | TrySendError::Closed(item)) = tx.try_send(item) {
+    let bytes = item.bytes();
+    let before = counters.queued.fetch_add(bytes, Ordering::Relaxed);
+    let refused = if before + bytes > QUEUE_BYTES {
+        Some(item)
+    } else {
+        match tx.try_send(item) {
+            Ok(()) => None,
+            Err(TrySendError::Full(item) | TrySendError::Closed(item)) => Some(item),
+        }
+    };
+    if let Some(item) = refused {
+        counters.queued.fetch_sub(bytes, Ordering::Relaxed);
         counters
             .dropped
             .fetch_add(item.records(), Ordering::Relaxed);
@@ -160,4 +187,56 @@ pub fn start(daemon: &Daemon, endpoint: Endpoint) {
     }
     let resource = record::resource(&record::host_name());
     tokio::spawn(send::run(rx, endpoint, resource, counters));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::What;
+
+    fn rows(n: usize, bytes: usize) -> Item {
+        let row = Appended {
+            seq: 0,
+            hash: String::new(),
+        };
+        Item::Rows {
+            lines: vec![b'x'; bytes],
+            rows: vec![row; n],
+            at: 0,
+        }
+    }
+
+    #[test]
+    fn what_finds_no_room_is_dropped_and_counted_at_once() {
+        let counters = Counters::default();
+        let dropped = || counters.dropped.load(Ordering::Relaxed);
+        let (tx, mut rx) = mpsc::channel(2);
+        let event = Event::of(None, None, What::Kill { reason: "r".into() });
+        offer(&tx, &counters, rows(3, 10));
+        offer(
+            &tx,
+            &counters,
+            Item::Event {
+                event: Arc::new(event),
+                at: 0,
+            },
+        );
+        // No third entry: its two rows are dropped, counted.
+        offer(&tx, &counters, rows(2, 10));
+        assert_eq!(dropped(), 2);
+        let queued = counters.queued.load(Ordering::Relaxed);
+        assert_eq!(queued, 10 + 3 * 96 + EVENT_BYTES);
+        while let Ok(item) = rx.try_recv() {
+            counters.queued.fetch_sub(item.bytes(), Ordering::Relaxed);
+        }
+        // Room for entries, but not for so many bytes.
+        offer(&tx, &counters, rows(4, QUEUE_BYTES as usize));
+        assert_eq!(dropped(), 6);
+        assert_eq!(counters.queued.load(Ordering::Relaxed), 0);
+        offer(&tx, &counters, rows(1, 10));
+        assert_eq!(
+            (dropped(), rx.try_recv().map(|i| i.records()).ok()),
+            (6, Some(1))
+        );
+    }
 }

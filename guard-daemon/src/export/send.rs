@@ -56,13 +56,17 @@ pub(super) async fn run(
     counters: Arc<Counters>,
 ) {
     let mut log = Failures::default();
+    let take = |batch: &mut Batch, item: Item| {
+        counters.queued.fetch_sub(item.bytes(), Ordering::Relaxed);
+        batch.add(item);
+    };
     while let Some(first) = rx.recv().await {
         let mut batch = Batch::default();
-        batch.add(first);
+        take(&mut batch, first);
         let until = tokio::time::Instant::now() + LINGER;
         while batch.len() < MAX_RECORDS && batch.bytes() < MAX_BYTES {
             match tokio::time::timeout_at(until, rx.recv()).await {
-                Ok(Some(item)) => batch.add(item),
+                Ok(Some(item)) => take(&mut batch, item),
                 Ok(None) | Err(_) => break,
             }
         }
