@@ -370,9 +370,12 @@ mod tests {
             log.append_blocking(row(0)).expect("append"),
             log.append_blocking(row(1)).expect("append"),
         ];
+        // The tap runs after the rows' answers: closing the log waits for the writer's end.
+        let path = log.path().to_owned();
+        drop(log);
         let (lines, rows) = seen.lock().expect("lock").clone();
         assert_eq!(rows, appended);
-        assert_eq!(lines, std::fs::read(log.path()).expect("read"));
+        assert_eq!(lines, std::fs::read(path).expect("read"));
     }
 
     #[test]
