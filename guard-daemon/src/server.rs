@@ -546,6 +546,7 @@ pub fn status(daemon: &Daemon) -> Status {
         queued: daemon.calls.queued(),
         dropped_events: daemon.dropped_events(),
         export: daemon.export.get().map(crate::export::Export::status),
-        connections: Default::default(), // the server's own, which `handle` fills in
+        // The server's own, which `handle` fills in.
+        connections: Default::default(),
     }
 }
