@@ -276,6 +276,7 @@ mod tests {
                 reason: "ok".into(),
                 uid: 0,
                 agent: None,
+                would_block: None,
             },
         );
         batch.add(Item::Event {
