@@ -199,6 +199,8 @@ pub struct Daemon {
     pub monitor: Option<Mutex<Monitor>>,
     pub audit: AuditLog,
     pub bus: Bus,
+    /// The OTLP export of the log's rows and the bus's events, once started (`export::start`).
+    pub export: OnceLock<crate::export::Export>,
     /// The receipts of the running calls, written from kernel events.
     pub receipts: Receipts,
     /// Calls waiting for an admin's approval.
@@ -305,6 +307,7 @@ impl Daemon {
             monitor,
             audit,
             bus: Bus::default(),
+            export: OnceLock::new(),
             receipts: Receipts::default(),
             approvals,
             sessions,

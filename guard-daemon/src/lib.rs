@@ -29,6 +29,7 @@ pub mod daemon;
 pub mod decision;
 pub mod detect;
 pub mod dns;
+pub mod export;
 pub mod fair;
 pub mod hash;
 pub mod hold;

@@ -3,7 +3,8 @@
 //! now, in the exposition format of the Prometheus org's `prometheus-client`, served over plain
 //! HTTP at `/metrics`. Counts come from the event bus, so the metrics cost the calls nothing but
 //! the events they already publish; a burst the bus drops for this reader is counted
-//! (`guard_metrics_events_missed`), never waited for.
+//! (`guard_metrics_events_missed`), never waited for. With the OTLP export on (`crate::export`),
+//! its records sent and dropped are counted too.
 
 use std::{
     collections::HashMap,
@@ -64,6 +65,8 @@ pub struct Metrics {
     missed: Counter,
     audit_bytes: Gauge,
     policy: Family<PolicyLabels, Gauge>,
+    /// The OTLP export's records sent and dropped; registered only when it is on.
+    export: [Counter; 2],
     allowed: Mutex<Allowed>,
 }
 
@@ -107,12 +110,27 @@ impl Default for Metrics {
             missed,
             audit_bytes,
             policy,
+            export: Default::default(),
             allowed: Mutex::new(HashMap::new()),
         }
     }
 }
 
 impl Metrics {
+    /// With the OTLP export's counts: a host without them does not export.
+    fn with_export(mut self) -> Self {
+        let help = [
+            "Records the OTLP collector accepted",
+            "Records the OTLP export dropped (queue full, retries run out, refused)",
+        ];
+        let [sent, dropped] = &self.export;
+        let (sent, dropped) = (sent.clone(), dropped.clone());
+        self.registry.register("guard_export_sent", help[0], sent);
+        self.registry
+            .register("guard_export_dropped", help[1], dropped);
+        self
+    }
+
     /// Counts what one event says.
     pub fn observe(&self, event: &Event) {
         let tool = || event.tool.clone().unwrap_or_default();
@@ -173,6 +191,11 @@ impl Metrics {
         if lost > counted {
             self.events_lost.inc_by(lost - counted);
         }
+        if let Some(export) = daemon.export.get() {
+            for (counter, now) in self.export.iter().zip([export.sent(), export.dropped()]) {
+                counter.inc_by(now.saturating_sub(counter.get()));
+            }
+        }
         let bytes = std::fs::metadata(&daemon.options.audit).map_or(0, |m| m.len());
         self.audit_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
@@ -198,7 +221,11 @@ impl Metrics {
 
 /// Serves `/metrics` on `listener` until guardd ends, and counts the bus's events meanwhile.
 pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener) {
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Metrics::default();
+    let metrics = Arc::new(match daemon.export.get() {
+        Some(_) => metrics.with_export(),
+        None => metrics,
+    });
     let mut rx = daemon.bus.subscribe();
     {
         let metrics = Arc::clone(&metrics);

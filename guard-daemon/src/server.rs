@@ -545,6 +545,7 @@ pub fn status(daemon: &Daemon) -> Status {
         running: daemon.calls.running(),
         queued: daemon.calls.queued(),
         dropped_events: daemon.dropped_events(),
+        export: daemon.export.get().map(crate::export::Export::status),
         // The server's own, which `handle` fills in.
         connections: Default::default(),
     }

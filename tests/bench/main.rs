@@ -16,6 +16,7 @@
 
 mod client;
 mod daemon;
+mod export;
 mod report;
 mod session;
 
@@ -97,12 +98,13 @@ const QUICK: Scale = Scale {
 
 const USAGE: &str = "usage: guard-bench [--quick] [--only PHASE] [--bin-dir DIR] [--out FILE]
   --quick     a smaller, faster run
-  --only      one phase: decide, check, launch, flight or session (its goals alone are counted)
+  --only      one phase: decide, check, launch, export, flight or session (its goals alone are
+              counted; launch includes export)
   --bin-dir   where guardd, guard-exec and guard-testtool are [default: this binary's directory]
   --out       the JSON report [default: target/bench/report.json]";
 
 /// The phases `--only` can pick, in the order a whole run takes them.
-const PHASES: &[&str] = &["decide", "check", "launch", "flight", "session"];
+const PHASES: &[&str] = &["decide", "check", "launch", "export", "flight", "session"];
 
 struct Opts {
     quick: bool,
@@ -178,6 +180,10 @@ fn main() -> Result<()> {
         phase("3/7 launch from a client");
         client::launch_from_a_client(&o.bin_dir, scale, &mut report)?;
         client::latency_under_a_flood(&o.bin_dir, scale, &mut report)?;
+    }
+    if runs("launch") || runs("export") {
+        phase("3/7 launch with OTLP export");
+        export::launch_with_export(&o.bin_dir, scale, &mut report)?;
     }
     if runs("flight") {
         phase("6/7 calls in flight");

@@ -18,6 +18,7 @@ mod judges;
 mod mcp;
 mod mcp_calls;
 mod metrics;
+mod otlp;
 mod policy;
 mod project;
 mod python;

@@ -47,7 +47,7 @@ pub struct BenchOptions {
     /// A smaller run (about a minute), without the divan benches.
     #[arg(long)]
     pub quick: bool,
-    /// One phase of guard-bench: decide, check, launch, flight or session.
+    /// One phase of guard-bench: decide, check, launch, export, flight or session.
     #[arg(long)]
     pub only: Option<String>,
 }

@@ -1,6 +1,7 @@
 //! The Python virtual environment the tests drive guard with: the official MCP SDK (`mcp` from
 //! PyPI, the MCP client guard-mcp is tested with), the Prometheus org's client (whose parser
-//! reads guardd's metrics) and guard's own Python client
+//! reads guardd's metrics), OpenTelemetry's protobuf types of OTLP (which decode what guardd's
+//! OTLP export sends, in the tests' collector) and guard's own Python client
 //! (`clients/python`, installed with pip as a user would). It lives in `target/venv`, so
 //! `cargo clean` removes it and setup makes it again.
 
@@ -17,16 +18,22 @@ pub const MCP_SDK: &str = "2.3.0";
 /// the tests, as a Prometheus server would.
 pub const PROMETHEUS_CLIENT: &str = "0.21.1";
 
+/// OpenTelemetry's Python package of the OTLP protobuf types, pinned: the tests' collector
+/// decodes guardd's OTLP/HTTP requests with it, as an OpenTelemetry Collector would.
+pub const OTLP_PROTO: &str = "1.45.2";
+
 /// Where the environment lives.
 pub fn dir() -> PathBuf {
     root().join("target/venv")
 }
 
-/// True when the environment has the pinned SDK and the client.
+/// True when the environment has the pinned packages and the client.
 fn ready() -> bool {
     let check = format!(
         "import importlib.metadata as m, guard_client; assert m.version('mcp') == '{MCP_SDK}'; \
-         assert m.version('prometheus_client') == '{PROMETHEUS_CLIENT}'"
+         assert m.version('prometheus_client') == '{PROMETHEUS_CLIENT}'; \
+         assert m.version('opentelemetry-proto') == '{OTLP_PROTO}'; \
+         from opentelemetry.proto.collector.logs.v1 import logs_service_pb2"
     );
     Command::new(dir().join("bin/python"))
         .args(["-c", &check])
@@ -75,6 +82,7 @@ pub fn ensure() -> Result<Option<String>, String> {
         "--disable-pip-version-check",
         &format!("mcp=={MCP_SDK}"),
         &format!("prometheus_client=={PROMETHEUS_CLIENT}"),
+        &format!("opentelemetry-proto=={OTLP_PROTO}"),
     ]))?;
     run(Command::new(&pip)
         .args(["install", "--quiet", "--disable-pip-version-check"])
@@ -86,7 +94,8 @@ pub fn ensure() -> Result<Option<String>, String> {
         ));
     }
     Ok(Some(format!(
-        "made {} with mcp {MCP_SDK}, prometheus_client {PROMETHEUS_CLIENT} and the Python client",
+        "made {} with mcp {MCP_SDK}, prometheus_client {PROMETHEUS_CLIENT}, opentelemetry-proto \
+         {OTLP_PROTO} and the Python client",
         dir.display()
     )))
 }

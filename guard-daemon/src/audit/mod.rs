@@ -23,7 +23,7 @@ mod writer;
 
 use std::{
     path::{Path, PathBuf},
-    sync::{Arc, atomic::Ordering},
+    sync::{Arc, OnceLock, atomic::Ordering},
     thread::JoinHandle,
 };
 
@@ -110,6 +110,11 @@ pub struct Stats {
     pub syncs: u64,
 }
 
+/// Is told of rows once they are durable: the lines of a batch as written (each ending in `\n`)
+/// and each row's place in the chain, in order. It runs on the writer's thread, after the rows'
+/// callers have their answers, so it must not block: a tap hands the rows on, or drops them.
+pub type Tap = Box<dyn Fn(&[u8], &[Appended]) + Send + Sync>;
+
 /// Where guardds before the reserve moved into the log kept it.
 fn legacy_reserve(log: &Path) -> PathBuf {
     let mut name = log.as_os_str().to_owned();
@@ -126,6 +131,7 @@ pub struct AuditLog {
     counters: Arc<writer::Counters>,
     recovery: Recovery,
     path: PathBuf,
+    tap: Arc<OnceLock<Tap>>,
 }
 
 impl AuditLog {
@@ -150,6 +156,7 @@ impl AuditLog {
             });
         }
         let counters = Arc::new(writer::Counters::default());
+        let tap = Arc::new(OnceLock::new());
         let writer = writer::Writer {
             base: options.path.clone(),
             file: Some(start.file),
@@ -165,6 +172,7 @@ impl AuditLog {
             counters: counters.clone(),
             reserve: reserve.clone(),
             reserve_bytes: options.reserve_bytes,
+            tap: Arc::clone(&tap),
         };
         let (tx, rx) = mpsc::channel(QUEUE);
         let thread = std::thread::Builder::new()
@@ -184,7 +192,14 @@ impl AuditLog {
             counters,
             recovery: start.recovery,
             path: options.path,
+            tap,
         })
+    }
+
+    /// Sets the tap told of every row made durable from now on (the OTLP export); `false`
+    /// when one is set already, which stays.
+    pub fn tap(&self, tap: Tap) -> bool {
+        self.tap.set(tap).is_ok()
     }
 
     /// Whether new calls may be admitted: the room for running calls' rows is whole, or could
@@ -337,6 +352,30 @@ mod tests {
         assert_eq!(stats.rows, 1024);
         assert!(stats.syncs < stats.rows, "no group commit: {stats:?}");
         assert_eq!(verify(log.path()).expect("verify").rows, 1024);
+    }
+
+    #[test]
+    fn a_tap_is_told_of_each_durable_row_as_written() {
+        let dir = TestDir::new("tap");
+        let log = AuditLog::open(Options::new(dir.path().join("audit.jsonl"))).expect("open");
+        let seen = Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
+        let told = Arc::clone(&seen);
+        assert!(log.tap(Box::new(move |lines, rows| {
+            let mut told = told.lock().expect("lock");
+            told.0.extend_from_slice(lines);
+            told.1.extend_from_slice(rows);
+        })));
+        assert!(!log.tap(Box::new(|_, _| {})), "a second tap is refused");
+        let appended = vec![
+            log.append_blocking(row(0)).expect("append"),
+            log.append_blocking(row(1)).expect("append"),
+        ];
+        // The tap runs after the rows' answers: closing the log waits for the writer's end.
+        let path = log.path().to_owned();
+        drop(log);
+        let (lines, rows) = seen.lock().expect("lock").clone();
+        assert_eq!(rows, appended);
+        assert_eq!(lines, std::fs::read(path).expect("read"));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::{
     os::unix::fs::FileExt as _,
     path::PathBuf,
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -27,7 +27,7 @@ use std::{
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Appended, AuditError, chain, files, reserve::Reserve, ts};
+use super::{Appended, AuditError, Tap, chain, files, reserve::Reserve, ts};
 
 /// The slice the writer asks the scheduler for: it runs for tens of microseconds, then sleeps in
 /// `fdatasync`.
@@ -125,6 +125,8 @@ pub(super) struct Writer {
     pub reserve: Arc<Reserve>,
     /// The room each active file keeps.
     pub reserve_bytes: u64,
+    /// Told of each batch once it is durable (`AuditLog::tap`).
+    pub tap: Arc<OnceLock<Tap>>,
 }
 
 impl Writer {
@@ -151,9 +153,16 @@ impl Writer {
                         self.failing = false;
                         tracing::info!(path = %self.base.display(), "audit log: writable again");
                     }
+                    let tapped: Option<Vec<Appended>> = self
+                        .tap
+                        .get()
+                        .map(|_| acks.iter().map(|(_, a)| a.clone()).collect());
                     for (ack, appended) in acks.drain(..) {
                         // A caller that went away still had its row written; nothing to tell.
                         let _ = ack.send(Ok(appended));
+                    }
+                    if let (Some(tap), Some(rows)) = (self.tap.get(), tapped) {
+                        tap(&buf, &rows);
                     }
                     if self.len >= self.rotate_bytes {
                         self.rotate();
@@ -342,6 +351,16 @@ impl Writer {
         if let Err(reason) = self.write(&sealed.line) {
             tracing::warn!(%reason, "audit log: the pruned row could not be written; pruning nothing");
             return;
+        }
+        if let Some(tap) = self.tap.get() {
+            let seq = self.next_seq;
+            tap(
+                &sealed.line,
+                &[Appended {
+                    seq,
+                    hash: sealed.hash.clone(),
+                }],
+            );
         }
         self.next_seq += 1;
         self.last_hash = sealed.hash;

@@ -26,6 +26,22 @@ pub struct Status {
     /// The connections open, per the fair admission's counts.
     #[serde(default)]
     pub connections: Counts,
+    /// The OTLP export's counts; none when it is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportStatus>,
+}
+
+/// The OTLP export (`guardd --otlp-endpoint`) since guardd started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportStatus {
+    /// Where it sends (its `/v1/logs`).
+    pub endpoint: String,
+    /// Records the collector accepted.
+    pub sent: u64,
+    /// Records dropped: a full queue, retries run out, or the collector's refusal.
+    pub dropped: u64,
+    /// Tries to send a batch that failed.
+    pub failed: u64,
 }
 
 /// The policy in force.

@@ -57,6 +57,13 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         "limits {}  dropped kernel events {}",
         status.limits, status.dropped_events
     );
+    if let Some(e) = &status.export {
+        let counts = format!(
+            "{} sent, {} dropped, {} failed tries",
+            e.sent, e.dropped, e.failed
+        );
+        println!("export {}  {counts}", e.endpoint);
+    }
     println!("layers:");
     for layer in &status.layers {
         let state = layer.state.as_str();

@@ -39,6 +39,7 @@ pub struct FileConfig {
     pub allow_writes_on_audit_fs: Option<bool>,
     pub worker_threads: Option<u64>,
     pub metrics_listen: Option<std::net::SocketAddr>,
+    pub otlp_endpoint: Option<guard::export::Endpoint>,
 }
 
 /// Reads `path`; `None` when it is the default path and does not exist.

@@ -120,6 +120,10 @@ struct Args {
     /// calls by tool, decision and agent, divergences, launch latency, what guardd holds.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Export every audit row and event as OTLP log records over OTLP/HTTP (off by default):
+    /// a collector's http://HOST:PORT (its /v1/logs is posted to) or the full URL of its logs.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<guard::export::Endpoint>,
 }
 
 impl Args {
@@ -197,7 +201,7 @@ fn settings() -> anyhow::Result<Args> {
         reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
         keepalive, drain_seconds, allow_unenforced, trace_syscalls, event_ring_bytes,
         approval_timeout, allow_writes_on_audit_fs, worker_threads => Some,
-        metrics_listen => Some
+        metrics_listen => Some, otlp_endpoint => Some
     );
     args.connections()
         .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
@@ -245,6 +249,9 @@ fn check_config(args: &Args) -> ExitCode {
     );
     if let Some(addr) = args.metrics_listen {
         println!("metrics_listen = \"{addr}\"");
+    }
+    if let Some(url) = &args.otlp_endpoint {
+        println!("otlp_endpoint = \"{url}\"");
     }
     println!(
         "drain_seconds = {}\napproval_timeout = {}",
@@ -445,6 +452,11 @@ async fn serve(args: Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Before any row, so that every row is exported.
+    if let Some(endpoint) = args.otlp_endpoint {
+        tracing::info!(%endpoint, "exporting audit rows and events over OTLP/HTTP");
+        guard::export::start(&daemon, endpoint);
+    }
     // Before any call: the calls a guardd that died here left open get their end recorded.
     daemon.close_left_open().await;
     for layer in &daemon.layers {
