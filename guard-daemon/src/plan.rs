@@ -58,6 +58,21 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// A literal `host:port` (`[v6]:port` too), the host lowercased as urls are compared.
+    pub fn literal(s: &str) -> Option<Self> {
+        let (h, p) = s.rsplit_once(':')?;
+        let h = h.trim_start_matches('[').trim_end_matches(']');
+        match p.parse::<u16>() {
+            Ok(port) if !h.is_empty() && port != 0 => Some(Endpoint {
+                host: h.to_ascii_lowercase(),
+                port,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The response to an effect the call did not declare.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

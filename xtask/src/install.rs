@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use sha2::{Digest as _, Sha256};
 
-use crate::{run, setup};
+use crate::{repo, run, setup};
 
 /// The binaries, with the man section of each: the pages `guard::cli::PAGES` lets a page refer
 /// to (a test installs them and checks every reference).
@@ -177,11 +177,11 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
         bail!("--prefix must be absolute: {}", opts.prefix.display());
     }
     let built = if opts.prebuilt_debug {
-        run::target_dir(false)
+        repo::target_dir(false)
     } else {
         setup::run(&setup::Options::default())?;
         run::build(&run::BuildOptions { release: true })?;
-        run::target_dir(true)
+        repo::target_dir(true)
     };
     let prefix = &opts.prefix;
     let manifest_at = manifest_path(prefix);
@@ -216,7 +216,7 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
     {
         println!("install: kept the existing policy in /etc/guard");
     } else {
-        let policy = fs::read(run::root().join("policies/default.toml"))?;
+        let policy = fs::read(repo::root().join("policies/default.toml"))?;
         w.file(Path::new(POLICY_PATH), &policy, 0o640)?;
     }
     if let Some(dir) = manifest_at.parent() {

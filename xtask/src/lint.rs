@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::run::{cargo, check, root};
+use crate::repo::{cargo, check, root};
 
 /// The longest a product source file may be: past it, a file holds more than one idea.
 const MAX_LINES: usize = 600;

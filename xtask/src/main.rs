@@ -3,6 +3,7 @@
 mod fuzz;
 mod install;
 mod lint;
+mod repo;
 mod run;
 mod setup;
 mod toolchain;
@@ -51,6 +52,6 @@ fn main() -> Result<()> {
         Command::Bench(opts) => run::bench(&opts),
         Command::Install(opts) => install::install(&opts),
         Command::Uninstall(opts) => install::uninstall(&opts),
-        Command::Fuzz(opts) => fuzz::fuzz(&run::root(), &opts),
+        Command::Fuzz(opts) => fuzz::fuzz(&repo::root(), &opts),
     }
 }

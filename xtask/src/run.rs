@@ -7,9 +7,12 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
-use crate::setup;
+use crate::{
+    repo::{cargo, check, root, target_dir},
+    setup,
+};
 
 #[derive(clap::Args)]
 pub struct BuildOptions {
@@ -50,35 +53,6 @@ pub struct BenchOptions {
     /// One phase of guard-bench: decide, check, launch, export, flight or session.
     #[arg(long)]
     pub only: Option<String>,
-}
-
-/// The workspace root.
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_owned()
-}
-
-pub(crate) fn cargo() -> Command {
-    let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.current_dir(root());
-    cmd
-}
-
-pub(crate) fn check(cmd: &mut Command) -> Result<()> {
-    let shown = format!("{cmd:?}");
-    let status = cmd.status().with_context(|| format!("running {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed: {status}");
-    }
-    Ok(())
-}
-
-pub fn target_dir(release: bool) -> PathBuf {
-    root()
-        .join("target")
-        .join(if release { "release" } else { "debug" })
 }
 
 pub fn build(opts: &BuildOptions) -> Result<()> {

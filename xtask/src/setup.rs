@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    run,
+    repo,
     toolchain::{self, EBPF_TOOLCHAIN},
     venv,
 };
@@ -71,7 +71,7 @@ fn musl_target(_: &Ctx) -> Result<Outcome> {
     let installed = || {
         Command::new("rustup")
             .args(["target", "list", "--installed"])
-            .current_dir(run::root())
+            .current_dir(repo::root())
             .output()
             .is_ok_and(|o| {
                 o.status.success()
@@ -86,7 +86,7 @@ fn musl_target(_: &Ctx) -> Result<Outcome> {
     let ok = status(
         Command::new("rustup")
             .args(["target", "add", &target])
-            .current_dir(run::root()),
+            .current_dir(repo::root()),
     )?;
     Ok(if ok && installed() {
         Outcome::Fixed(format!(

@@ -9,7 +9,7 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::Result;
 
-use crate::run::root;
+use crate::repo::root;
 
 /// The MCP SDK's version, pinned: the tests assert on what it sends and reads.
 pub const MCP_SDK: &str = "2.3.0";

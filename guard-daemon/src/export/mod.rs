@@ -29,7 +29,11 @@ use tokio::sync::{
 
 pub use endpoint::{Endpoint, EndpointError};
 
-use crate::{audit::Appended, bus::Event, daemon::Daemon, protocol::status::ExportStatus};
+use crate::{
+    audit::{Appended, AuditLog},
+    bus::{Bus, Event},
+    protocol::status::ExportStatus,
+};
 
 /// Rows and events that may wait for the sender before new ones are dropped. A batch of rows
 /// the audit log made durable together is one entry.
@@ -141,29 +145,25 @@ fn offer(tx: &mpsc::Sender<Item>, counters: &Counters, item: Item) {
     }
 }
 
-/// Starts exporting `daemon`'s audit rows and events to `endpoint`: taps the audit log, follows
-/// the bus and spawns the sender. Call it before the first row to export (guardd does, before
-/// the rows of calls a guardd that died left open); a second call changes nothing.
-pub fn start(daemon: &Daemon, endpoint: Endpoint) {
+/// Starts exporting `audit`'s rows and `bus`'s events to `endpoint`: taps the audit log,
+/// follows the bus and spawns the sender; the handle's counts say how it goes. Call it once,
+/// before the first row to export (guardd does, before the rows of calls a guardd that died
+/// left open).
+pub fn start(audit: &AuditLog, bus: &Bus, endpoint: Endpoint) -> Export {
     let counters = Arc::new(Counters::default());
     let export = Export {
         endpoint: endpoint.clone(),
         counters: Arc::clone(&counters),
     };
-    if daemon.export.set(export).is_err() {
-        return;
-    }
     let (tx, rx) = mpsc::channel(QUEUE);
     {
         let (tx, counters) = (tx.clone(), Arc::clone(&counters));
-        daemon
-            .audit
-            .tap(Box::new(move |lines: &[u8], rows: &[Appended]| {
-                let (lines, rows, at) = (lines.to_vec(), rows.to_vec(), now_ns());
-                offer(&tx, &counters, Item::Rows { lines, rows, at });
-            }));
+        audit.tap(Box::new(move |lines: &[u8], rows: &[Appended]| {
+            let (lines, rows, at) = (lines.to_vec(), rows.to_vec(), now_ns());
+            offer(&tx, &counters, Item::Rows { lines, rows, at });
+        }));
     }
-    let mut events = daemon.bus.subscribe();
+    let mut events = bus.subscribe();
     {
         let counters = Arc::clone(&counters);
         tokio::spawn(async move {
@@ -187,6 +187,7 @@ pub fn start(daemon: &Daemon, endpoint: Endpoint) {
     }
     let resource = record::resource(&record::host_name());
     tokio::spawn(send::run(rx, endpoint, resource, counters));
+    export
 }
 
 #[cfg(test)]

@@ -1,9 +1,6 @@
 //! Argument checking at decision time: type, shape, and for paths the resolved location.
 
-use std::{
-    borrow::Cow,
-    path::{Component, Path, PathBuf},
-};
+use std::path::{Component, Path, PathBuf};
 
 use regex::Regex;
 use serde_json::Value as Json;
@@ -34,31 +31,7 @@ pub(crate) struct ArgSpec {
     pub max: Option<i64>,
 }
 
-/// A checked argument value, ready to template.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum ArgValue {
-    Str(String),
-    Path(PathBuf),
-    Url {
-        raw: String,
-        host: String,
-        port: u16,
-    },
-    Int(i64),
-    Bool(bool),
-}
-
-impl ArgValue {
-    /// The value as text, as rules match it and templates insert it.
-    pub fn text(&self) -> Cow<'_, str> {
-        match self {
-            ArgValue::Str(s) | ArgValue::Url { raw: s, .. } => Cow::Borrowed(s),
-            ArgValue::Path(p) => p.to_string_lossy(),
-            ArgValue::Int(n) => Cow::Owned(n.to_string()),
-            ArgValue::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
-        }
-    }
-}
+pub(crate) use super::template::ArgValue;
 
 /// Why an argument was refused. Worded without the value: it may be a secret.
 #[derive(Debug, PartialEq, Eq)]

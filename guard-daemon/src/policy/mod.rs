@@ -188,6 +188,24 @@ pub(crate) enum ToolStdin {
     Arg(usize),
 }
 
+/// Where a policy came from: the base policy's texts (what a project policy is merged with)
+/// and the project policy merged in, if any.
+#[derive(Debug, Default)]
+pub(crate) struct Origin {
+    pub files: std::sync::Arc<[(PathBuf, String)]>,
+    pub project: Option<std::sync::Arc<project::ProjectInfo>>,
+}
+
+impl Origin {
+    /// A base policy's origin: the texts it was loaded from.
+    pub(super) fn base(src: &source::Sources) -> Self {
+        Self {
+            files: src.files.clone().into(),
+            project: None,
+        }
+    }
+}
+
 /// A loaded, checked policy.
 #[derive(Debug)]
 pub struct Policy {
@@ -207,7 +225,7 @@ pub struct Policy {
     /// under.
     version: String,
     /// The base policy's texts, and the workspace's own policy merged in, if any.
-    origin: project::Origin,
+    origin: Origin,
 }
 
 /// The outcome of [`Policy::decide`].
@@ -284,7 +302,7 @@ impl Policy {
         }
         let mut policy = validate::build(&mut d, docs);
         policy.version = version(src);
-        policy.origin = project::Origin::base(src);
+        policy.origin = Origin::base(src);
         policy.examined(d, examples)
     }
 

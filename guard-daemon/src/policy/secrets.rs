@@ -195,7 +195,7 @@ fn hosts(d: &mut Diag, key: &str, raw: &[S<String>]) -> Vec<Endpoint> {
     let key = format!("{key}.hosts");
     raw.iter()
         .filter_map(|h| {
-            let e = super::validate::endpoint(&h.v);
+            let e = crate::plan::Endpoint::literal(&h.v);
             if e.is_none() {
                 d.err(&h.at, &key, "expected \"host:port\"");
             }

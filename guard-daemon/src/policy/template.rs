@@ -5,11 +5,11 @@
 //! (`{workspace}/target`): guardd, not the caller, chose both (see `Policy::workspace_of`).
 
 use std::{
+    borrow::Cow,
     ffi::OsString,
     path::{Component, Path, PathBuf},
 };
 
-use super::args::ArgValue;
 use crate::plan::Endpoint;
 
 /// A literal, one argument (by index into the tool's arguments), or a path of the call's
@@ -163,6 +163,32 @@ pub(crate) fn text(e: &Elem<String>, v: &Values) -> Option<String> {
             .ctx
             .path(*c, rest)
             .map(|p| p.to_string_lossy().into_owned()),
+    }
+}
+
+/// A checked argument value, ready to template.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ArgValue {
+    Str(String),
+    Path(PathBuf),
+    Url {
+        raw: String,
+        host: String,
+        port: u16,
+    },
+    Int(i64),
+    Bool(bool),
+}
+
+impl ArgValue {
+    /// The value as text, as rules match it and templates insert it.
+    pub fn text(&self) -> Cow<'_, str> {
+        match self {
+            ArgValue::Str(s) | ArgValue::Url { raw: s, .. } => Cow::Borrowed(s),
+            ArgValue::Path(p) => p.to_string_lossy(),
+            ArgValue::Int(n) => Cow::Owned(n.to_string()),
+            ArgValue::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        }
     }
 }
 

@@ -6,8 +6,6 @@ mod helpers;
 mod shebang;
 mod tool;
 
-pub(crate) use tool::endpoint;
-
 use std::collections::HashMap;
 
 use regex::Regex;
@@ -108,7 +106,7 @@ pub(crate) fn build(d: &mut Diag, mut docs: Vec<RawDoc>) -> Policy {
         masks: super::secrets::mask::Masks::new(&secrets).map(std::sync::Arc::new),
         secrets,
         version: String::new(),
-        origin: super::project::Origin::default(),
+        origin: super::Origin::default(),
     }
 }
 

@@ -455,7 +455,8 @@ async fn serve(args: Args) -> ExitCode {
     // Before any row, so that every row is exported.
     if let Some(endpoint) = args.otlp_endpoint {
         tracing::info!(%endpoint, "exporting audit rows and events over OTLP/HTTP");
-        guard::export::start(&daemon, endpoint);
+        let export = guard::export::start(&daemon.audit, &daemon.bus, endpoint);
+        let _ = daemon.export.set(export);
     }
     // Before any call: the calls a guardd that died here left open get their end recorded.
     daemon.close_left_open().await;

@@ -7,7 +7,8 @@
 use std::{path::Path, sync::Arc};
 
 use super::{
-    Origin, ProjectInfo,
+    super::Origin,
+    ProjectInfo,
     file::ProjectFile,
     narrow,
     parse::{self as project_parse, ProjectDoc},

@@ -26,7 +26,7 @@ pub use self::{
     file::{MAX_BYTES, RELATIVE},
 };
 use super::{
-    Policy, PolicyErrors, Verdict,
+    Origin, Policy, PolicyErrors, Verdict,
     redact::redact,
     source::{Diag, Sources},
 };
@@ -39,24 +39,6 @@ use crate::{
 /// The `check_name` of a call a project policy blocks (a tool it removed, or every call of a
 /// workspace whose project policy is refused).
 pub const CHECK: &str = "project_policy";
-
-/// Where a policy came from: the base policy's texts (what a project policy is merged with)
-/// and the project policy merged in, if any.
-#[derive(Debug, Default)]
-pub(crate) struct Origin {
-    pub files: Arc<[(PathBuf, String)]>,
-    pub project: Option<Arc<ProjectInfo>>,
-}
-
-impl Origin {
-    /// A base policy's origin: the texts it was loaded from.
-    pub(super) fn base(src: &Sources) -> Self {
-        Self {
-            files: src.files.clone().into(),
-            project: None,
-        }
-    }
-}
 
 /// The project policy a policy was merged with.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -231,7 +231,7 @@ impl Templates<'_> {
                     format!("argument '{}' is not a url", self.args[i].name),
                 ),
                 Some(Slot::Ctx(..)) => d.err(&s.at, &key, "a path is no destination"),
-                Some(Slot::Lit) => match endpoint(&s.v) {
+                Some(Slot::Lit) => match Endpoint::literal(&s.v) {
                     Some(e) => match crate::addr::parse_network(&e.host) {
                         Some(Err(why)) => d.err(&s.at, &key, why),
                         Some(Ok((net, len))) if crate::addr::holds_metadata(net, len) => d.err(
@@ -295,19 +295,6 @@ impl Templates<'_> {
 
 /// A tool's environment: each variable's template.
 type Env = Vec<(String, Elem<String>)>;
-
-/// A literal `host:port` (`[v6]:port` too), the host lowercased as urls are compared.
-pub(crate) fn endpoint(s: &str) -> Option<Endpoint> {
-    let (h, p) = s.rsplit_once(':')?;
-    let h = h.trim_start_matches('[').trim_end_matches(']');
-    match p.parse::<u16>() {
-        Ok(port) if !h.is_empty() && port != 0 => Some(Endpoint {
-            host: h.to_ascii_lowercase(),
-            port,
-        }),
-        _ => None,
-    }
-}
 
 /// `stdin`: an argument named as the tool's input must be one of its `string` arguments (its
 /// value is what the tool reads; a path, a url or a number is no text to feed it).
