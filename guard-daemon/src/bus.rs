@@ -127,7 +127,7 @@ impl Event {
     /// An event of `call_id` (of `tool`), now.
     pub fn of(call_id: Option<&str>, tool: Option<&str>, what: What) -> Self {
         Self {
-            ts: crate::audit::ts::now(),
+            ts: crate::ts::now(),
             call_id: call_id.map(str::to_owned),
             tool: tool.map(str::to_owned),
             enforce: None,

@@ -52,4 +52,5 @@ pub mod selftest;
 pub mod server;
 pub mod stages;
 pub mod sysname;
+pub mod ts;
 pub mod violations;

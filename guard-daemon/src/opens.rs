@@ -18,7 +18,7 @@ use std::{
 use guard_common::event::{ACTION_KILLED, ACTION_OUTSIDE, Event as KernelEvent};
 use serde::{Deserialize, Serialize};
 
-use crate::{bus::Effect, policy::normalize};
+use crate::{bus::Effect, sandbox::resolve::normalize};
 
 /// Distinct opens kept per receipt; the count goes on.
 const LISTED: usize = 64;

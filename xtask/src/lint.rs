@@ -1,6 +1,7 @@
 //! `cargo xtask lint`: what CI holds every change to besides the tests: rustfmt's layout,
 //! clippy with every warning an error (the workspace's lints are in `Cargo.toml`, the function
-//! length in `clippy.toml`), and no product source file over [`MAX_LINES`] lines.
+//! length in `clippy.toml`), no product source file over [`MAX_LINES`] lines, and no circle of
+//! imports between modules ([`crate::imports`]).
 
 use std::{
     fs,
@@ -14,11 +15,24 @@ use crate::repo::{cargo, check, root};
 /// The longest a product source file may be: past it, a file holds more than one idea.
 const MAX_LINES: usize = 600;
 /// The product's sources (tests, benchmarks and fuzz targets are not held to the length).
-const PRODUCT: [&str; 4] = [
+const PRODUCT: [&str; 5] = [
     "guard-common/src",
     "guard-ebpf/src",
     "guard-daemon/src",
+    "guard-mcp/src",
     "xtask/src",
+];
+
+/// The crates' root files, each read for circles of imports.
+const CRATE_ROOTS: [&str; 8] = [
+    "guard-common/src/lib.rs",
+    "guard-ebpf/src/main.rs",
+    "guard-daemon/src/lib.rs",
+    "guard-daemon/src/bin/guardd/main.rs",
+    "guard-daemon/src/bin/guard-exec.rs",
+    "guard-daemon/src/bin/guardctl/main.rs",
+    "guard-mcp/src/main.rs",
+    "xtask/src/main.rs",
 ];
 
 /// Runs every check, and fails naming the first that failed.
@@ -33,6 +47,18 @@ pub fn lint() -> Result<()> {
         bail!(
             "product files over {MAX_LINES} lines (split them by concept):\n{}",
             long.join("\n")
+        );
+    }
+    let mut circles = Vec::new();
+    for root_file in CRATE_ROOTS {
+        for circle in crate::imports::circles(&root().join(root_file))? {
+            circles.push(format!("{root_file}: {}", circle.join(" <-> ")));
+        }
+    }
+    if !circles.is_empty() {
+        bail!(
+            "modules that import each other round (imports go one way, down the stages):\n{}",
+            circles.join("\n")
         );
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! `cargo xtask`: what cargo alone cannot do for guard: prepare the host, run the daemon,
 //! run the privileged tests, the lints and the benchmarks, install.
 mod fuzz;
+mod imports;
 mod install;
 mod lint;
 mod repo;

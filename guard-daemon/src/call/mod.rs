@@ -3,6 +3,7 @@
 //! to its end, and record what it did.
 
 mod admit;
+mod output;
 mod secrecy;
 
 use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};

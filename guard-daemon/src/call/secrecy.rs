@@ -4,10 +4,10 @@
 use std::{os::fd::OwnedFd, sync::Arc};
 
 use crate::{
+    call::output::{self, Masked},
     plan::LaunchPlan,
     policy::{Policy, secrets::mask::Masks},
     receipt::Receipt,
-    sandbox::{self, output::Masked},
 };
 
 /// The masks of one call: none for a call given no secret.
@@ -40,8 +40,8 @@ impl Secrecy {
         &self,
         plan: &LaunchPlan,
         stdio: [OwnedFd; 3],
-    ) -> Result<([OwnedFd; 3], Option<Masked>), sandbox::SandboxError> {
-        sandbox::output::attach(self.masks(), &plan.confinement.stdin, stdio)
+    ) -> Result<([OwnedFd; 3], Option<Masked>), crate::sandbox::SandboxError> {
+        output::attach(self.masks(), &plan.confinement.stdin, stdio)
     }
 
     /// `receipt` masked (what the call did may hold a value: a path, a name it asked), with

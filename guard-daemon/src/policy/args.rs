@@ -1,6 +1,6 @@
 //! Argument checking at decision time: type, shape, and for paths the resolved location.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use regex::Regex;
 use serde_json::Value as Json;
@@ -238,20 +238,7 @@ pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
-/// Lexical normalisation: drops `.`, applies `..` (never above `/`).
-pub(crate) fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(x) => out.push(x),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
+pub(crate) use crate::sandbox::resolve::normalize;
 
 /// Resolves symlinks in the longest existing prefix of an absolute, normalised path and
 /// appends the rest, which does not exist (yet): a write target may be created.

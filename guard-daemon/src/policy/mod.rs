@@ -7,7 +7,6 @@
 //! Deciding (`decide`) then runs a fixed pipeline, first decisive stage wins: registry,
 //! ceiling, arguments, rules (strictest match), escalation, allow.
 
-// Crate-visible for `args::normalize`, which `opens` is to share rather than keep a copy of.
 pub mod agents;
 pub(crate) mod args;
 mod decide;
@@ -34,7 +33,6 @@ use std::{
 
 use serde_json::Value as Json;
 
-pub(crate) use self::args::normalize;
 use self::{
     args::ArgSpec,
     rules::Rule,

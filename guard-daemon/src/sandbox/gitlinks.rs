@@ -106,7 +106,7 @@ impl Index {
             .parent()
             .unwrap_or(std::path::Path::new(""));
         let joined = base.join(std::ffi::OsStr::from_bytes(target));
-        let folded = crate::policy::args::normalize(&std::path::Path::new("/").join(joined));
+        let folded = super::resolve::normalize(&std::path::Path::new("/").join(joined));
         folded.starts_with("/.git/modules/") && !target.starts_with(b"/")
     }
 }

@@ -90,7 +90,8 @@ fn sys(op: &'static str) -> impl FnOnce(nix::Error) -> SandboxError {
     move |source| SandboxError::Sys { op, source }
 }
 
-pub(super) fn io_sys(op: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+/// A failed system call of `op`, from an `io::Error`, as the launch reports it.
+pub fn io_sys(op: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| sys(op)(nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 

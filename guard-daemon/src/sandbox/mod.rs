@@ -13,7 +13,6 @@ pub mod input;
 pub mod landlock;
 pub mod launch;
 pub mod limits;
-pub mod output;
 pub mod protected;
 pub mod resolve;
 pub mod seccomp;
@@ -21,7 +20,7 @@ pub mod tmp;
 mod wait;
 pub mod writes;
 
-pub use launch::{Applied, LaunchOptions, Launched, Ready, SandboxError, prepare, spawn};
+pub use launch::{Applied, LaunchOptions, Launched, Ready, SandboxError, io_sys, prepare, spawn};
 pub use limits::{LimitsMode, detect as detect_limits};
 pub use wait::{ExitStatus, Outcome, run_to_end, wait};
 

@@ -242,7 +242,7 @@ fn inside(w: &Writable, rel: &str) -> Option<String> {
         return None;
     }
     let root = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
-    let path = crate::policy::args::normalize(&root.join(rel));
+    let path = super::resolve::normalize(&root.join(rel));
     let name = path.strip_prefix(root).ok()?.to_str()?.to_owned();
     (!name.is_empty() && invalid(&name).is_none()).then_some(name)
 }

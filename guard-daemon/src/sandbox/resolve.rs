@@ -233,5 +233,20 @@ fn trusted(link: &Path, owner: u32, dir: &FileStat) -> Result<(), ResolveError> 
     }
 }
 
+/// Lexical normalisation: drops `.`, applies `..` (never above `/`).
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(x) => out.push(x),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

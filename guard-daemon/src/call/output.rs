@@ -27,10 +27,10 @@ use nix::{
 };
 use tokio::sync::oneshot;
 
-use super::launch::SandboxError;
 use crate::{
     plan::Stdin,
     policy::secrets::mask::{Masker, Masks},
+    sandbox::{SandboxError, io_sys},
 };
 
 /// How long the call's end waits for its output to reach its caller.
@@ -59,9 +59,9 @@ pub fn attach(
     };
     let [caller_in, stdout, stderr] = stdio;
     let stdin = match stdin {
-        Stdin::Passed => OwnedFd::from(
-            std::fs::File::open("/dev/null").map_err(super::launch::io_sys("/dev/null"))?,
-        ),
+        Stdin::Passed => {
+            OwnedFd::from(std::fs::File::open("/dev/null").map_err(io_sys("/dev/null"))?)
+        }
         _ => caller_in,
     };
     let pipe = || {
@@ -81,7 +81,7 @@ pub fn attach(
             .spawn(move || {
                 let _ = tx.send(copy(&read, &caller, &masks, &ended));
             })
-            .map_err(super::launch::io_sys("output thread"))?;
+            .map_err(io_sys("output thread"))?;
         copies.push(rx);
     }
     Ok(([stdin, out_w, err_w], Some(Masked { copies, ended })))
