@@ -741,9 +741,11 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
     if let Some((g50, g99)) = stats[0] {
         if let Some((b50, b99)) = stats[1] {
             report.rows.push(
+                // Informational: guard-exec's own start is a shell user's convenience; the goal
+                // of a launch against fork+exec is the persistent client's (`launch from a
+                // client`), and guard-exec's is to be below bwrap.
                 Row::new("launch /bin/true p50 vs fork+exec", "ms", g50)
                     .baseline("fork+exec", b50)
-                    .goal(Goal::RatioAtMost(2.0))
                     .note("guard-exec end to end: connect, decide, audit (fsync), cgroup, confine, exec, wait, audit"),
             );
             report.rows.push(

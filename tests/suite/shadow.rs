@@ -16,6 +16,14 @@ fn shadow_policy(s: &super::escape::Setup) -> String {
     policy.replacen("[tools.tt]\n", "[tools.tt]\nenforce = \"shadow\"\n", 1)
 }
 
+/// A port on 127.0.0.1 that takes every connection.
+fn listening() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || listener.incoming().for_each(drop));
+    port
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -25,9 +33,7 @@ fn a_tool_in_shadow_runs_what_enforcing_refuses_and_says_so_everywhere() {
     if !support::privileged("a_tool_in_shadow_runs_what_enforcing_refuses_and_says_so_everywhere") {
         return;
     }
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || listener.incoming().for_each(drop));
+    let port = listening();
     let s = super::escape::Setup::new();
     let out_dir = s.subdir("out", 0o777);
     let written = out_dir.join("note");
@@ -140,9 +146,7 @@ fn what_calls_did_in_shadow_suggests_a_policy_under_which_they_conform() {
     if !support::privileged("what_calls_did_in_shadow_suggests_a_policy_under_which_they_conform") {
         return;
     }
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || listener.incoming().for_each(drop));
+    let port = listening();
     let s = super::escape::Setup::new();
     let out_dir = s.subdir("out", 0o777);
     let note = out_dir.join("note");
