@@ -126,6 +126,89 @@ fn prog_err(name: &'static str) -> impl FnOnce(ProgramError) -> MonitorError {
     move |source| MonitorError::Program { name, source }
 }
 
+/// The kernel programs of `PROGRAMS`, their globals set for this kernel (struct layouts,
+/// tracepoint record offsets) and the event ring `ring_bytes` long, not loaded yet.
+fn loaded(ring_bytes: u32) -> Result<Ebpf, MonitorError> {
+    if PROGRAMS.is_empty() {
+        return Err(MonitorError::NotBuilt);
+    }
+    ensure_tracefs()?;
+    let layout = exec_layout()?;
+    let family_offset = field_offset(SOCKET_FORMAT, "family")?;
+    let clone_flags_offset = field_offset(NEWTASK_FORMAT, "clone_flags")?;
+    let sig_offset = field_offset(SIGNAL_FORMAT, "sig")?;
+    let code_offset = field_offset(SIGNAL_FORMAT, "code")?;
+    Ok(EbpfLoader::new()
+        .override_global("LAYOUT", &layout, true)
+        .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
+        .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
+        .override_global("SIGNAL_SIG_OFFSET", &sig_offset, true)
+        .override_global("SIGNAL_CODE_OFFSET", &code_offset, true)
+        .map_max_entries("EVENTS", ring_bytes)
+        .load(PROGRAMS)?)
+}
+
+/// Loads the cgroup programs and attaches them to `root`, the guard's cgroup, then the
+/// tracepoints (exec, new task, signal, locks); the names of those attached.
+fn attach(ebpf: &mut Ebpf, root: &Path) -> Result<Vec<&'static str>, MonitorError> {
+    let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
+        path: root.to_owned(),
+        source,
+    })?;
+    let mut programs = Vec::new();
+    // Finds program `name` as a `$kind`, loads it into the kernel and attaches it with
+    // `$attach` (aya has no common trait for `load`, hence a macro).
+    macro_rules! load_and_attach {
+        ($kind:ty, $name:expr, |$p:ident| $attach:expr) => {{
+            let name = $name;
+            let $p: &mut $kind = program(ebpf, name)?;
+            $p.load().map_err(prog_err(name))?;
+            $attach.map_err(prog_err(name))?;
+            programs.push(name);
+        }};
+    }
+    // A bpf_link (the kernel has them since 5.7) co-exists with other programs on the same
+    // cgroup and takes no multi-attach flags: the link API refuses any with EINVAL.
+    let mode = CgroupAttachMode::default;
+    for &name in CGROUP_PROGRAMS {
+        load_and_attach!(CgroupSockAddr, name, |p| p.attach(cgroup.as_fd(), mode()));
+    }
+    for &name in CGROUP_SOCK_PROGRAMS {
+        load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
+    }
+    for &(name, direction) in SKB_PROGRAMS {
+        load_and_attach!(CgroupSkb, name, |p| p.attach(
+            cgroup.as_fd(),
+            direction,
+            mode()
+        ));
+    }
+    for &(name, category, event) in TRACEPOINTS {
+        load_and_attach!(TracePoint, name, |p| p.attach(category, event));
+    }
+    if !BTF_TRACEPOINTS.is_empty() {
+        let btf = aya::Btf::from_sys_fs().map_err(|e| MonitorError::Btf(e.to_string()))?;
+        for &name in BTF_TRACEPOINTS {
+            let p: &mut BtfTracePoint = program(ebpf, name)?;
+            p.load(name, &btf).map_err(prog_err(name))?;
+            p.attach().map_err(prog_err(name))?;
+            programs.push(name);
+        }
+    }
+    Ok(programs)
+}
+
+/// Map `name` of the loaded object, taken out of it as a `T`.
+fn map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, MonitorError>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let taken = ebpf
+        .take_map(name)
+        .ok_or(MonitorError::MissingMap { name })?;
+    T::try_from(taken).map_err(map_err(name))
+}
+
 /// Program `name` of the object, as a `P`.
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, MonitorError>
 where
@@ -173,104 +256,28 @@ impl Monitor {
     /// Loads the programs and attaches the cgroup programs to `root`, the guard's cgroup. The
     /// syscall tracepoints (per-call syscall sets, opens, the socket-family kill) are loaded
     /// only with `trace_syscalls`, and attached by `watch` while calls run.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "each program is loaded and attached in the order the kernel needs, read top-down"
-    )]
     pub fn load(root: &Path, trace_syscalls: bool, ring_bytes: u32) -> Result<Self, MonitorError> {
-        if PROGRAMS.is_empty() {
-            return Err(MonitorError::NotBuilt);
-        }
-        ensure_tracefs()?;
-        let layout = exec_layout()?;
-        let family_offset = field_offset(SOCKET_FORMAT, "family")?;
-        let clone_flags_offset = field_offset(NEWTASK_FORMAT, "clone_flags")?;
-        let sig_offset = field_offset(SIGNAL_FORMAT, "sig")?;
-        let code_offset = field_offset(SIGNAL_FORMAT, "code")?;
-        let mut ebpf = EbpfLoader::new()
-            .override_global("LAYOUT", &layout, true)
-            .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
-            .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
-            .override_global("SIGNAL_SIG_OFFSET", &sig_offset, true)
-            .override_global("SIGNAL_CODE_OFFSET", &code_offset, true)
-            .map_max_entries("EVENTS", ring_bytes)
-            .load(PROGRAMS)?;
-
-        let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
-            path: root.to_owned(),
-            source,
-        })?;
-        let mut programs = Vec::new();
-        // Finds program `name` as a `$kind`, loads it into the kernel and attaches it with
-        // `$attach` (aya has no common trait for `load`, hence a macro).
-        macro_rules! load_and_attach {
-            ($kind:ty, $name:expr, |$p:ident| $attach:expr) => {{
-                let name = $name;
-                let $p: &mut $kind = program(&mut ebpf, name)?;
-                $p.load().map_err(prog_err(name))?;
-                $attach.map_err(prog_err(name))?;
-                programs.push(name);
-            }};
-        }
-        // A bpf_link (the kernel has them since 5.7) co-exists with other programs on the same
-        // cgroup and takes no multi-attach flags: the link API refuses any with EINVAL.
-        let mode = CgroupAttachMode::default;
-        for &name in CGROUP_PROGRAMS {
-            load_and_attach!(CgroupSockAddr, name, |p| p.attach(cgroup.as_fd(), mode()));
-        }
-        for &name in CGROUP_SOCK_PROGRAMS {
-            load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
-        }
-        for &(name, direction) in SKB_PROGRAMS {
-            load_and_attach!(CgroupSkb, name, |p| p.attach(
-                cgroup.as_fd(),
-                direction,
-                mode()
-            ));
-        }
-        for &(name, category, event) in TRACEPOINTS {
-            load_and_attach!(TracePoint, name, |p| p.attach(category, event));
-        }
-        if !BTF_TRACEPOINTS.is_empty() {
-            let btf = aya::Btf::from_sys_fs().map_err(|e| MonitorError::Btf(e.to_string()))?;
-            for &name in BTF_TRACEPOINTS {
-                let p: &mut BtfTracePoint = program(&mut ebpf, name)?;
-                p.load(name, &btf).map_err(prog_err(name))?;
-                p.attach().map_err(prog_err(name))?;
-                programs.push(name);
-            }
-        }
+        let mut ebpf = loaded(ring_bytes)?;
+        let programs = attach(&mut ebpf, root)?;
         if trace_syscalls {
             syscalls::load(&mut ebpf)?;
         }
-
         let dests = dests::DestMaps::take(&mut ebpf)?;
-        let mut take =
-            |name: &'static str| ebpf.take_map(name).ok_or(MonitorError::MissingMap { name });
-        let calls = HashMap::try_from(take("CALLS")?).map_err(map_err("CALLS"))?;
-        let exec_allow = HashMap::try_from(take("EXEC_ALLOW")?).map_err(map_err("EXEC_ALLOW"))?;
-        let write_allow =
-            HashMap::try_from(take("WRITE_ALLOW")?).map_err(map_err("WRITE_ALLOW"))?;
-        let call_stats = HashMap::try_from(take("CALL_STATS")?).map_err(map_err("CALL_STATS"))?;
-        let syscall_sets =
-            HashMap::try_from(take("SYSCALL_SETS")?).map_err(map_err("SYSCALL_SETS"))?;
-        let forks = HashMap::try_from(take("FORKS")?).map_err(map_err("FORKS"))?;
-        let counters = PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
-        let events = Some(RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?);
+        let events = Some(map(&mut ebpf, "EVENTS")?);
         Ok(Self {
-            ebpf,
             tracing: SyscallTracing::new(trace_syscalls),
-            calls,
+            calls: map(&mut ebpf, "CALLS")?,
             dests,
-            exec_allow,
-            write_allow,
-            call_stats,
-            syscall_sets,
-            forks,
+            exec_allow: map(&mut ebpf, "EXEC_ALLOW")?,
+            write_allow: map(&mut ebpf, "WRITE_ALLOW")?,
+            call_stats: map(&mut ebpf, "CALL_STATS")?,
+            syscall_sets: map(&mut ebpf, "SYSCALL_SETS")?,
+            forks: map(&mut ebpf, "FORKS")?,
             installed: StdHashMap::new(),
-            counters,
+            counters: map(&mut ebpf, "COUNTERS")?,
             events,
             programs,
+            ebpf,
         })
     }
 
