@@ -14,6 +14,7 @@ mod project;
 mod pump;
 mod reload;
 mod start;
+pub mod systemd;
 
 pub use crate::protocol::status::{Layer, LayerState};
 pub use options::Options;

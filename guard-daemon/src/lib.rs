@@ -8,7 +8,7 @@
 //! kernel's allow-lists ([`monitor`], reading kernel structs at offsets from [`btf`]), the
 //! confined launch ([`sandbox`]) of its [`plan`], and the [`receipt`] of what it did
 //! ([`opens`]), published on the [`bus`]. [`daemon`] holds the shared state and the start-up,
-//! proven by [`selftest`], guarded by [`lock`] and announced by [`notify`]. [`stages`] times a
+//! proven by [`selftest`], guarded by [`lock`] and announced by `daemon::systemd`. [`stages`] times a
 //! call's way through all of it; [`client`] and [`cli`] serve the binaries.
 pub mod access;
 pub mod addr;
@@ -40,7 +40,6 @@ pub mod lock;
 pub mod metrics;
 pub mod monitor;
 pub mod notifier;
-pub mod notify;
 pub mod opens;
 pub mod plan;
 pub mod policy;

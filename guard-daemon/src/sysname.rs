@@ -1,7 +1,7 @@
 //! Syscall names and numbers of the architecture guard runs on.
 //!
 //! A bottom-level module: the seccomp table ([`crate::sandbox::seccomp`]) turns a policy's names
-//! into numbers, and receipts ([`crate::events`]) turn the numbers the kernel programs saw back
+//! into numbers, and receipts ([`crate::receipt`]) turn the numbers the kernel programs saw back
 //! into names. The table is the `syscalls` crate's, generated from the kernel's own, so every
 //! architecture it builds for has one and nobody keeps one by hand.
 

@@ -293,7 +293,7 @@ async fn reload_on_sighup(daemon: Arc<daemon::Daemon>, mut hup: signal::unix::Si
 
 /// Tells systemd (`Type=notify`) where guardd stands; a failure is logged, never fatal.
 fn sd_notify(state: &str) {
-    if let Err(e) = guard::notify::notify(state) {
+    if let Err(e) = guard::daemon::systemd::notify(state) {
         tracing::warn!("sd_notify {state:?}: {e}");
     }
 }
