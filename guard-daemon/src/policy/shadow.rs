@@ -4,9 +4,11 @@
 //!
 //! Not everything bends. A tool the policy does not name has no effects to run against and
 //! stays blocked; an argument holding a secret's value stays quarantined (the agent must never
-//! hold it, in shadow or not); a workspace's own policy refuses as it always does; and a call
-//! whose arguments do not even fit its command (a missing one, a wrong type, a relative path
-//! with no base, a cloud metadata address) cannot be run, so it stays blocked and says why.
+//! hold it, in shadow or not); in a workspace with its own policy every tool is enforced (the
+//! merge sets it: `project::merge`), and tools given a secret or running as root or as the
+//! workspace's owner never are in shadow (`validate`); and a call whose arguments do not even
+//! fit its command (a missing one, a wrong type, a relative path with no base, a cloud metadata
+//! address) cannot be run, so it stays blocked and says why.
 
 use super::{
     Policy, Tool, Verdict, args,
