@@ -1,0 +1,130 @@
+//! The detectors on what they must find and what they must not.
+
+use super::*;
+
+fn finds(d: Detector, s: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    d.find(s, &mut v);
+    v.iter().map(|h| s[h.range.clone()].to_string()).collect()
+}
+
+#[test]
+fn credit_card_needs_luhn() {
+    assert_eq!(
+        finds(Detector::CreditCard, "card 4111 1111 1111 1111."),
+        ["4111 1111 1111 1111"]
+    );
+    assert_eq!(
+        finds(Detector::CreditCard, "4539578763621486"),
+        ["4539578763621486"]
+    );
+    // Near misses: one digit off fails Luhn; placeholders; a longer digit run.
+    assert!(finds(Detector::CreditCard, "4111111111111112").is_empty());
+    assert!(finds(Detector::CreditCard, "0000000000000000").is_empty());
+    assert!(finds(Detector::CreditCard, "order 12345678901234567890123").is_empty());
+}
+
+#[test]
+fn iban_needs_mod97() {
+    assert_eq!(
+        finds(Detector::Iban, "pay GB82 WEST 1234 5698 7654 32 now"),
+        ["GB82 WEST 1234 5698 7654 32"]
+    );
+    assert_eq!(
+        finds(Detector::Iban, "CH9300762011623852957"),
+        ["CH9300762011623852957"]
+    );
+    assert!(finds(Detector::Iban, "GB83WEST12345698765432").is_empty());
+    assert!(finds(Detector::Iban, "XX00ABCDEFGHIJKLMNOP").is_empty());
+}
+
+#[test]
+fn aws_keys() {
+    assert_eq!(
+        finds(Detector::AwsAccessKey, "key=AKIAIOSFODNN7EXAMPLE"),
+        ["AKIAIOSFODNN7EXAMPLE"]
+    );
+    assert_eq!(
+        finds(Detector::AwsAccessKey, "ASIAY34FZKBOKMUTVV7A"),
+        ["ASIAY34FZKBOKMUTVV7A"]
+    );
+    // 8 and 1 are not base32; too short; embedded in a longer word.
+    assert!(finds(Detector::AwsAccessKey, "AKIAIOSFODNN8EXAMPL1").is_empty());
+    assert!(finds(Detector::AwsAccessKey, "AKIAIOSFODNN7EXAMP").is_empty());
+    assert!(finds(Detector::AwsAccessKey, "XAKIAIOSFODNN7EXAMPLE").is_empty());
+}
+
+#[test]
+fn github_tokens() {
+    let t = format!("ghp_{}", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8");
+    assert_eq!(finds(Detector::GithubToken, &format!("token {t} end")), [t]);
+    let pat = format!("github_pat_{}_{}", "A".repeat(22), "b".repeat(59));
+    assert_eq!(finds(Detector::GithubToken, &pat), [pat.as_str()]);
+    assert!(finds(Detector::GithubToken, "ghp_tooshort123").is_empty());
+    assert!(finds(Detector::GithubToken, &format!("ghx_{}", "a".repeat(36))).is_empty());
+}
+
+#[test]
+fn private_keys() {
+    let k = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----";
+    assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k]);
+    assert_eq!(
+        finds(Detector::PrivateKey, "-----BEGIN PRIVATE KEY-----\nabc").len(),
+        1
+    );
+    assert!(finds(Detector::PrivateKey, "-----BEGIN PUBLIC KEY-----\nabc").is_empty());
+}
+
+#[test]
+fn jwts_need_a_json_header() {
+    let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+    assert_eq!(finds(Detector::Jwt, &format!("Bearer {jwt}")), [jwt]);
+    // eyJ-prefixed but the header is not JSON with alg.
+    assert!(finds(Detector::Jwt, "eyJub3RqC29u.abc.def").is_empty());
+    assert!(finds(Detector::Jwt, "eyJmb28iOjF9.eyJ.x").is_empty());
+}
+
+#[test]
+fn emails_phones_ips() {
+    assert_eq!(
+        finds(Detector::Email, "to alice@mail.com, bob"),
+        ["alice@mail.com"]
+    );
+    assert!(finds(Detector::Email, "user@localhost").is_empty());
+    assert_eq!(
+        finds(Detector::Phone, "call +41 44 123 45 67 today"),
+        ["+41 44 123 45 67"]
+    );
+    assert!(finds(Detector::Phone, "room 12 34").is_empty());
+    assert_eq!(finds(Detector::Ipv4, "host 10.0.0.1."), ["10.0.0.1"]);
+    assert!(finds(Detector::Ipv4, "version 1.2.3.400").is_empty());
+    assert!(finds(Detector::Ipv4, "1.2.3.4.5").is_empty());
+    assert_eq!(
+        finds(Detector::Ipv6, "addr 2001:db8::1 up"),
+        ["2001:db8::1"]
+    );
+    assert!(finds(Detector::Ipv6, "at 12:30:45").is_empty());
+}
+
+#[test]
+fn secrets_by_entropy() {
+    assert_eq!(
+        finds(
+            Detector::Secret,
+            "key: wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"
+        ),
+        ["wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLEKEY"]
+    );
+    assert!(finds(Detector::Secret, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaa").is_empty());
+    assert!(finds(Detector::Secret, "this_is_a_long_variable_name").is_empty());
+    assert!(finds(Detector::Secret, "short9Xy").is_empty());
+}
+
+#[test]
+fn names_round_trip() {
+    for d in Detector::ALL {
+        assert_eq!(Detector::from_name(d.name()), Some(d));
+    }
+    assert!(DetectorSet::SECRET_CLASS.contains(Detector::Jwt));
+    assert!(!DetectorSet::SECRET_CLASS.contains(Detector::Email));
+}
