@@ -181,25 +181,5 @@ fn what_calls_did_in_shadow_suggests_a_policy_under_which_they_conform() {
     let policy = shadow_policy(&s)
         .replacen("enforce = \"shadow\"\n", "", 1)
         .replace("[tools.tt.effects]\non_divergence = \"deny\"\n", "");
-    std::fs::write(guardd.dir.join("policy.toml"), policy + &suggested).expect("policy");
-    guardd.restart();
-    for c in calls {
-        let out = super::escape::call(&guardd, c);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{c:?} enforced: {out:?}\n{suggested}"
-        );
-    }
-    let rows = guardd.audit_rows();
-    let verdicts: Vec<&str> = rows
-        .iter()
-        .filter(|r| r["kind"] == "finished")
-        .rev()
-        .take(3)
-        .filter_map(|r| r["effects_observed"]["verdict"].as_str())
-        .collect();
-    assert_eq!(verdicts, ["conformed"; 3], "{suggested}");
-    let new = super::escape::call(&guardd, &["read", "/etc/passwd"]);
-    assert_ne!(new.status.code(), Some(0), "a new read enforced: {new:?}");
+    super::suggest::in_force_the_same_calls_conform(&mut guardd, &(policy + &suggested), &calls);
 }

@@ -84,14 +84,24 @@ fn a_suggested_policy_lets_the_same_calls_conform_and_nothing_new() {
     // In force as printed (with the tool's own keys kept): the same calls conform, a new
     // one does not.
     let narrow = s.policy("", "").replace("[tools.tt.effects]\n", "") + &text;
-    std::fs::write(guardd.dir.join("policy.toml"), &narrow).expect("policy");
+    in_force_the_same_calls_conform(&mut guardd, &narrow, &calls);
+}
+
+/// Puts `policy` (a suggestion, printed into a policy) in force, and asserts that `calls`
+/// conform under it and a read no call made is refused.
+pub(super) fn in_force_the_same_calls_conform(
+    guardd: &mut Guardd,
+    policy: &str,
+    calls: &[&[&str]],
+) {
+    std::fs::write(guardd.dir.join("policy.toml"), policy).expect("policy");
     guardd.restart();
     for c in calls {
-        let out = super::escape::call(&guardd, c);
+        let out = super::escape::call(guardd, c);
         assert_eq!(
             out.status.code(),
             Some(0),
-            "{c:?} under the suggestion: {out:?}\n{narrow}"
+            "{c:?} under the suggestion: {out:?}\n{policy}"
         );
     }
     let rows = guardd.audit_rows();
@@ -99,11 +109,11 @@ fn a_suggested_policy_lets_the_same_calls_conform_and_nothing_new() {
         .iter()
         .filter(|r| r["kind"] == "finished")
         .rev()
-        .take(3)
+        .take(calls.len())
         .filter_map(|r| r["effects_observed"]["verdict"].as_str())
         .collect();
-    assert_eq!(verdicts, ["conformed"; 3], "{narrow}");
-    let new = super::escape::call(&guardd, &["read", "/etc/passwd"]);
+    assert_eq!(verdicts, vec!["conformed"; calls.len()], "{policy}");
+    let new = super::escape::call(guardd, &["read", "/etc/passwd"]);
     assert_ne!(
         new.status.code(),
         Some(0),
