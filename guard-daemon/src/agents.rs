@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    access::Peer,
+    peer::Peer,
     policy::{Policy, Verdict, agents::Agent},
     protocol::reply::AgentCounts,
 };

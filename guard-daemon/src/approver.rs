@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
-    access::Peer,
     approval::sessions::Terminated,
     audit::Row,
     confined,
@@ -19,6 +18,7 @@ use crate::{
     hold::{Answer, record_answer},
     intent::Intent,
     judge::{self, ProposedCall, Subject},
+    peer::Peer,
     plan::LaunchPlan,
     policy::{
         Policy,

@@ -5,6 +5,10 @@ use std::{
     collections::VecDeque,
     io::{self, IoSlice},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -26,6 +30,39 @@ const CONTROL_BYTES: usize = std::mem::size_of::<libc::cmsghdr>() + MAX_FDS * 4;
 /// no request of the protocol, and a peer that sends them loses its connection: a full
 /// descriptor table stops guardd for everyone.
 const MAX_HELD_FDS: usize = 3;
+
+/// Most bytes of unfinished requests one uid's connections hold at once: sixteen whole frames.
+/// Past it, the connection that reads more is closed: a uid's connections each holding a frame
+/// short of its end would otherwise keep a mebibyte apiece.
+pub const BUFFERED_PER_UID: usize = 16 * MAX_FRAME;
+
+/// What one uid's connections may hold of unfinished requests, shared by them.
+#[derive(Clone, Debug, Default)]
+pub struct Budget(Option<Arc<AtomicUsize>>);
+
+impl Budget {
+    /// A budget shared by the connections that hold `held`.
+    pub fn shared(held: Arc<AtomicUsize>) -> Self {
+        Self(Some(held))
+    }
+
+    /// Counts `n` more bytes held; `false` (nothing counted) when that is past the uid's share.
+    pub fn take(&self, n: usize) -> bool {
+        let Some(held) = &self.0 else { return true };
+        if held.fetch_add(n, Ordering::Relaxed) + n > BUFFERED_PER_UID {
+            held.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Counts `n` bytes no longer held.
+    pub fn give(&self, n: usize) {
+        if let Some(held) = &self.0 {
+            held.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +110,7 @@ pub struct Conn {
     /// How long one frame's write may wait for the client to read.
     write_deadline: Duration,
     /// What the bytes held in `buf` count against: the peer uid's share.
-    budget: crate::fair::Budget,
+    budget: Budget,
 }
 
 impl Conn {
@@ -87,12 +124,12 @@ impl Conn {
             fds: VecDeque::new(),
             eof: false,
             write_deadline,
-            budget: crate::fair::Budget::default(),
+            budget: Budget::default(),
         }
     }
 
     /// Counts the bytes of unfinished requests this connection holds against `budget`.
-    pub fn with_budget(mut self, budget: crate::fair::Budget) -> Self {
+    pub fn with_budget(mut self, budget: Budget) -> Self {
         self.budget = budget;
         self
     }
@@ -233,7 +270,7 @@ impl Conn {
                 format!(
                     "this uid's connections hold {} bytes of unfinished requests: connection \
                      closed",
-                    crate::fair::BUFFERED_PER_UID
+                    BUFFERED_PER_UID
                 ),
             ));
         }

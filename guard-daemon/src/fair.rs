@@ -18,13 +18,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{
-        Arc, Mutex, MutexGuard,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex, MutexGuard, atomic::AtomicUsize},
 };
 
-use crate::protocol::reply::Counts;
+use crate::{conn::Budget, protocol::reply::Counts};
 
 /// How many connections guardd admits, and to whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,36 +98,8 @@ pub enum Refused {
 struct Uid {
     open: usize,
     followers: usize,
-    /// Bytes of unfinished requests its connections hold ([`Budget`]).
+    /// Bytes of unfinished requests its connections hold ([`Budget`](crate::conn::Budget)).
     buffered: Arc<AtomicUsize>,
-}
-
-/// Most bytes of unfinished requests one uid's connections hold at once: sixteen whole frames.
-/// Past it, the connection that reads more is closed: a uid's connections each holding a frame
-/// short of its end would otherwise keep a mebibyte apiece.
-pub const BUFFERED_PER_UID: usize = 16 * crate::protocol::MAX_FRAME;
-
-/// What one uid's connections may hold of unfinished requests, shared by them.
-#[derive(Clone, Debug, Default)]
-pub struct Budget(Option<Arc<AtomicUsize>>);
-
-impl Budget {
-    /// Counts `n` more bytes held; `false` (nothing counted) when that is past the uid's share.
-    pub fn take(&self, n: usize) -> bool {
-        let Some(held) = &self.0 else { return true };
-        if held.fetch_add(n, Ordering::Relaxed) + n > BUFFERED_PER_UID {
-            held.fetch_sub(n, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }
-
-    /// Counts `n` bytes no longer held.
-    pub fn give(&self, n: usize) {
-        if let Some(held) = &self.0 {
-            held.fetch_sub(n, Ordering::Relaxed);
-        }
-    }
 }
 
 #[derive(Default)]
@@ -263,7 +232,7 @@ impl Slot {
 
     /// The share of unfinished requests the connection counts against, its uid's.
     pub fn budget(&self) -> Budget {
-        Budget(Some(Arc::clone(&self.buffered)))
+        Budget::shared(Arc::clone(&self.buffered))
     }
 }
 
@@ -282,6 +251,7 @@ impl Drop for Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conn::BUFFERED_PER_UID;
 
     fn limits(shared: usize, per_uid: usize, reserved: usize, followers: usize) -> Limits {
         Limits {

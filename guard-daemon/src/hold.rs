@@ -9,7 +9,6 @@ use std::{io, sync::Arc, time::Duration};
 use serde_json::{Map, Value};
 
 use crate::{
-    access::Peer,
     approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm},
     audit::Row,
     bus::What,
@@ -17,6 +16,7 @@ use crate::{
     daemon::Daemon,
     decision::Decision,
     intent::Intent,
+    peer::Peer,
     plan::LaunchPlan,
     protocol::{
         ExecReply,

@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod notifier;
 pub mod opens;
+pub mod peer;
 pub mod plan;
 pub mod policy;
 pub mod protocol;

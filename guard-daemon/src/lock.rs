@@ -11,9 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// How long a lock held by another process is waited for before giving up: a guardd killed a
-/// moment ago may leave children between fork and exec that still hold its descriptors.
-pub const HOLD_WAIT: Duration = Duration::from_secs(2);
+use crate::audit::HOLD_WAIT;
 
 /// `try_flock`, again until [`HOLD_WAIT`] has passed.
 fn flock_waiting(file: &File) -> io::Result<bool> {

@@ -9,7 +9,6 @@
 use std::{io, sync::Arc};
 
 use crate::{
-    access::Peer,
     approver::{self, Approved, Escalated},
     audit::{Durable, Row},
     bus::What,
@@ -19,6 +18,7 @@ use crate::{
     hold::ToHold,
     intent::Intent,
     judge::{self, ProposedCall, Subject},
+    peer::Peer,
     plan::{Enforce, LaunchPlan, Stdin},
     policy::{Policy, Verdict},
     protocol::{CallOptions, CallerStdin, ExecReply, reply::CallDecision},

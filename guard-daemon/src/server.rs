@@ -25,14 +25,15 @@ use nix::sys::socket::MsgFlags;
 use tokio::{io::unix::AsyncFd, net::UnixStream, time::timeout};
 
 use crate::{
-    access::{Peer, Role},
+    access::Role,
     audit::Row,
     call,
     conn::{Conn, Deadlines, FrameError},
     daemon::Daemon,
-    fair::{Connections, Slot},
+    fair::{self, Connections, Slot},
     hold,
     intent::Intent,
+    peer::Peer,
     protocol::{
         self, CallOptions, ErrorReply, ExecRequest, ProtocolError, Reply, Request,
         reply::{
@@ -47,14 +48,25 @@ use crate::{
 /// waiters), so a caller behind a flood waits for this many accepts, not for the whole flood.
 const BACKLOG: libc::c_int = 64;
 
+/// What the socket holds its connections to: who gets one ([`fair`]), and how long each may
+/// keep guardd waiting.
+#[derive(Clone, Copy, Debug)]
+pub struct Terms {
+    pub limits: fair::Limits,
+    pub deadlines: Deadlines,
+}
+
 /// guardd's listening socket, accepted from without registering a connection with the runtime
 /// until it is admitted: a refusal costs an accept, two getsockopts, a send and a close.
-pub struct Listener(AsyncFd<std::os::unix::net::UnixListener>);
+pub struct Listener {
+    fd: AsyncFd<std::os::unix::net::UnixListener>,
+    terms: Terms,
+}
 
 impl Listener {
     async fn accept(&self) -> io::Result<std::os::unix::net::UnixStream> {
         loop {
-            let mut ready = self.0.readable().await?;
+            let mut ready = self.fd.readable().await?;
             if let Ok(accepted) = ready.try_io(|l| l.get_ref().accept()) {
                 return accepted.map(|(stream, _)| stream);
             }
@@ -63,7 +75,7 @@ impl Listener {
 }
 
 /// Binds the socket: removes a stale file, sets mode 0660 and the group.
-pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<Listener> {
+pub fn bind(path: &Path, gid: Option<u32>, terms: Terms) -> io::Result<Listener> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
@@ -92,7 +104,10 @@ pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<Listener> {
     // SAFETY: the listener owns its descriptor, and the AsyncFd owns the listener: neither is
     // closed or replaced while registered.
     let registered = unsafe { AsyncFd::register(listener) }.map_err(io::Error::from)?;
-    Ok(Listener(registered))
+    Ok(Listener {
+        fd: registered,
+        terms,
+    })
 }
 
 /// Serves until `shutdown` resolves, then drains.
@@ -101,7 +116,8 @@ pub async fn run(
     listener: Listener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let connections = Connections::new(daemon.options.connections);
+    let Terms { limits, deadlines } = listener.terms;
+    let connections = Connections::new(limits);
     let mut refusals = Refusals::new();
     tokio::pin!(shutdown);
     loop {
@@ -135,7 +151,7 @@ pub async fn run(
         let daemon = Arc::clone(&daemon);
         let connections = Arc::clone(&connections);
         tokio::spawn(async move {
-            if let Err(e) = handle(&daemon, &connections, stream, slot).await {
+            if let Err(e) = handle(&daemon, &connections, deadlines, stream, slot).await {
                 tracing::debug!("connection ended: {e}");
             }
         });
@@ -267,6 +283,7 @@ async fn to_the_back() {
 async fn handle(
     daemon: &Arc<Daemon>,
     connections: &Arc<Connections>,
+    deadlines: Deadlines,
     stream: UnixStream,
     slot: Slot,
 ) -> io::Result<()> {
@@ -277,7 +294,6 @@ async fn handle(
             return Ok(());
         }
     };
-    let deadlines: Deadlines = daemon.options.deadlines;
     let mut conn = Conn::new(stream, deadlines.write).with_budget(slot.budget());
     if peer.inside(&daemon.cgroup_path) {
         return refuse_confined(daemon, &peer, conn).await;
@@ -322,13 +338,13 @@ async fn handle(
             Request::Subscribe(req) => {
                 conn.take_fds();
                 if let Some(follower) = follow::place(connections, &slot, &mut conn).await? {
-                    return follow::subscribe(daemon, conn, req, follower).await;
+                    return follow::subscribe(daemon, conn, req, follower, deadlines).await;
                 }
             }
             Request::Tools(req) if req.follow => {
                 conn.take_fds();
                 if let Some(follower) = follow::place(connections, &slot, &mut conn).await? {
-                    return follow::tools(daemon, &peer, conn, follower).await;
+                    return follow::tools(daemon, &peer, conn, follower, deadlines).await;
                 }
             }
             Request::Status(_) => {

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::access::Peer;
+use crate::peer::Peer;
 
 /// How long a block counts as recent.
 const RECENT: Duration = Duration::from_secs(600);

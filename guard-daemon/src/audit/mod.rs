@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use chain::{Reason, ZERO_HASH};
 pub use read::{Rows, read_recent, read_rows};
-pub use recover::Recovery;
+pub use recover::{HOLD_WAIT, Recovery};
 pub use row::{Finished, Interrupted, Launch, Record, Row};
 pub use verify::{VerifyError, VerifySummary, verify};
 

@@ -111,11 +111,15 @@ pub(super) fn open(base: &Path) -> Result<Start, AuditError> {
     })
 }
 
+/// How long a lock held by another process is waited for before giving up, the audit log's and
+/// every other piece of guardd's state: a guardd killed a moment ago may leave children between
+/// fork and exec that still hold its descriptors.
+pub const HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Takes `<base>.lock` exclusively, or fails if another process still holds it after
-/// [`crate::lock::HOLD_WAIT`] (a guardd killed a moment ago may have children that have not
-/// reached exec yet, and hold its descriptors until they do).
+/// [`HOLD_WAIT`].
 fn lock(base: &Path) -> Result<Flock<File>, AuditError> {
-    let deadline = std::time::Instant::now() + crate::lock::HOLD_WAIT;
+    let deadline = std::time::Instant::now() + HOLD_WAIT;
     loop {
         match try_lock(base) {
             Err(AuditError::Locked(_)) if std::time::Instant::now() < deadline => {

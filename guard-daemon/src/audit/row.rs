@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
-    access::Peer,
     bus::What,
     decision::{Decision, DecisionRow},
+    peer::Peer,
     receipt::Receipt,
     sandbox::{Applied, Outcome},
     stages::Stages,

@@ -4,11 +4,11 @@
 use std::{io, os::fd::OwnedFd};
 
 use crate::{
-    access::Peer,
     agents::Admitted,
     bus::{Event, What},
     conn::Conn,
     daemon::Daemon,
+    peer::Peer,
     protocol::{ErrorReply, ExecReply},
 };
 

@@ -9,7 +9,6 @@ mod secrecy;
 use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
 
 use crate::{
-    access::Peer,
     audit::{Finished, Row},
     bus::What,
     calls::{Admission, Running},
@@ -21,6 +20,7 @@ use crate::{
     hold,
     intent::Intent,
     monitor::Watch,
+    peer::Peer,
     plan::{LaunchPlan, OnDivergence},
     protocol::CallOptions,
     protocol::{

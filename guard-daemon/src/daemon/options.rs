@@ -19,10 +19,6 @@ pub struct Options {
     pub max_calls_per_uid: usize,
     /// Calls waiting for a slot before new ones are refused as busy.
     pub max_queue: usize,
-    /// Connections admitted, per uid and in all (`fair`).
-    pub connections: crate::fair::Limits,
-    /// How long a connection may keep guardd waiting, reading or writing.
-    pub deadlines: crate::conn::Deadlines,
     /// How long shutdown waits for running calls before killing them.
     pub drain: Duration,
     /// Run without the kernel layers (logged, and recorded in every audit row).

@@ -14,11 +14,11 @@ use tokio::{
 
 use super::listing::tools as tool_list;
 use crate::{
-    access::Peer,
     bus::{Event, What},
     conn::{Conn, Deadlines},
     daemon::Daemon,
     fair::{Connections, Follower, Slot},
+    peer::Peer,
     protocol::{self, ProtocolError, Reply, SubscribeRequest, reply::Keepalive},
 };
 
@@ -62,10 +62,10 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(daemon: &Daemon) -> Self {
+    fn new(daemon: &Daemon, deadlines: Deadlines) -> Self {
         Self {
             rx: daemon.bus.subscribe(),
-            deadlines: daemon.options.deadlines,
+            deadlines,
             quiet_since: Instant::now(),
         }
     }
@@ -109,8 +109,9 @@ pub(super) async fn tools(
     peer: &Peer,
     mut conn: Conn,
     _place: Follower,
+    deadlines: Deadlines,
 ) -> io::Result<()> {
-    let mut stream = Stream::new(daemon);
+    let mut stream = Stream::new(daemon, deadlines);
     stream.send(&mut conn, tool_list(daemon, peer)).await?;
     loop {
         match stream.next(&mut conn).await {
@@ -135,8 +136,9 @@ pub(super) async fn subscribe(
     mut conn: Conn,
     req: SubscribeRequest,
     _place: Follower,
+    deadlines: Deadlines,
 ) -> io::Result<()> {
-    let mut stream = Stream::new(daemon);
+    let mut stream = Stream::new(daemon, deadlines);
     stream
         .send(&mut conn, Reply::Subscribed(Default::default()))
         .await?;

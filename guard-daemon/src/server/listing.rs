@@ -2,8 +2,8 @@
 //! and its agents.
 
 use crate::{
-    access::Peer,
     daemon::Daemon,
+    peer::Peer,
     protocol::{
         Reply,
         reply::{AgentList, AgentStatus, ToolList},

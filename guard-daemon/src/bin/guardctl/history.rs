@@ -4,10 +4,10 @@
 use std::{path::Path, process::ExitCode, time::Duration};
 
 use guard::{
-    access::Peer,
     audit::{Finished, Record, Row},
     bus::{Event, What},
     decision::{Decision, DecisionRow},
+    peer::Peer,
     receipt::Verdict,
 };
 use serde::Serialize;

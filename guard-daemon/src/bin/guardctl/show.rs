@@ -5,9 +5,9 @@
 use std::{path::Path, process::ExitCode};
 
 use guard::{
-    access::Peer,
     audit::{Finished, Row},
     decision::DecisionRow,
+    peer::Peer,
     receipt::{Receipt, Verdict},
     sandbox::Applied,
 };

@@ -4,7 +4,7 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, parser::ValueSource};
-use guard::{conn, fair};
+use guard::{conn, fair, server};
 
 use super::{config, default_policy};
 
@@ -129,7 +129,7 @@ pub(crate) struct Args {
 impl Args {
     /// Who gets a connection, and the deadlines each one has; settings that contradict each
     /// other (or a file's value out of its flag's range) are an error naming the key.
-    pub(crate) fn connections(&self) -> Result<(fair::Limits, conn::Deadlines), String> {
+    pub(crate) fn connections(&self) -> Result<server::Terms, String> {
         let limits = fair::Limits {
             shared: self.max_connections,
             per_uid: self.max_connections_per_uid,
@@ -149,7 +149,7 @@ impl Args {
             write: seconds("write_timeout", self.write_timeout, 3600)?,
             keepalive: seconds("keepalive", self.keepalive, 3600)?,
         };
-        Ok((limits, deadlines))
+        Ok(server::Terms { limits, deadlines })
     }
 
     /// The runtime's worker threads: the setting, else one fewer than the CPUs.

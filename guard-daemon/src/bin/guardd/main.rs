@@ -134,14 +134,14 @@ async fn serve(args: Args) -> ExitCode {
             "--allow-unenforced: calls may run without kernel enforcement; every audit row will say so"
         );
     }
-    let (connections, deadlines) = match args.connections() {
-        Ok(c) => c,
+    let terms = match args.connections() {
+        Ok(terms) => terms,
         Err(e) => {
             eprintln!("guardd: {e}");
             return ExitCode::from(1);
         }
     };
-    raise_fd_limit(&connections);
+    raise_fd_limit(&terms.limits);
     let options = daemon::Options {
         policy: args.policy.unwrap_or_else(default_policy),
         socket: args.socket,
@@ -154,8 +154,6 @@ async fn serve(args: Args) -> ExitCode {
             n => n,
         },
         max_queue: args.max_queue,
-        connections,
-        deadlines,
         drain: Duration::from_secs(args.drain_seconds),
         approval_timeout: Duration::from_secs(args.approval_timeout),
         allow_unenforced: args.allow_unenforced,
@@ -196,7 +194,7 @@ async fn serve(args: Args) -> ExitCode {
     // guardd as soon as it can connect, and that signal must not kill guardd unrecorded.
     let shutdown = shutdown_signal();
     let hup = signal::unix::signal(SignalKind::hangup());
-    let listener = match server::bind(daemon.socket(), gid) {
+    let listener = match server::bind(daemon.socket(), gid, terms) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("guardd: socket {}: {e}", daemon.socket().display());
