@@ -4,7 +4,7 @@
 
 use std::{path::Path, sync::OnceLock};
 
-use guard::{intent::Intent, policy::Policy};
+use guard::{call::intent::Intent, policy::Policy};
 use libfuzzer_sys::fuzz_target;
 
 const POLICY: &str = include_str!("../../policies/default.toml");

@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
             let names: Vec<String> = policy.tools().map(str::to_owned).collect();
             for name in names {
                 let _ = policy.tool_info(&name);
-                let intent = guard::intent::Intent::new(name, serde_json::Map::new());
+                let intent = guard::call::intent::Intent::new(name, serde_json::Map::new());
                 let _ = policy.decide(&intent);
             }
         }

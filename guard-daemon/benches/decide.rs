@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use guard::{intent::Intent, policy::Policy};
+use guard::{call::intent::Intent, policy::Policy};
 
 #[path = "support/policy100.rs"]
 mod policy100;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::{decision::Decision, plan::Enforce};
+use crate::{call::decision::Decision, call::plan::Enforce};
 
 mod divergence;
 
@@ -127,7 +127,7 @@ impl Event {
     /// An event of `call_id` (of `tool`), now.
     pub fn of(call_id: Option<&str>, tool: Option<&str>, what: What) -> Self {
         Self {
-            ts: crate::ts::now(),
+            ts: crate::call::ts::now(),
             call_id: call_id.map(str::to_owned),
             tool: tool.map(str::to_owned),
             enforce: None,

@@ -1,56 +1,40 @@
 //! guard: decide, confine and watch the tool calls of AI agents.
 //!
-//! The way of a call, top-down: [`server`] accepts it on the socket ([`conn`], [`protocol`]),
-//! [`access`] checks who sent it, [`fair`] counts its connection against its uid's share,
-//! [`calls`] admits it, [`policy`] decides the [`intent`] ([`decision`], [`detect`]), [`audit`]
-//! records the decision, [`approval`] holds a call for a human when the policy says so, and
-//! [`call`] carries an allowed call through: a [`cgroup`], a resolver of its own ([`dns`]), the
-//! kernel's allow-lists ([`monitor`], reading kernel structs at offsets from [`btf`]), the
-//! confined launch ([`sandbox`]) of its [`plan`], and the [`receipt`] of what it did
-//! ([`opens`]), published on the [`bus`]. [`daemon`] holds the shared state and the start-up,
-//! proven by [`selftest`], guarded by [`lock`] and announced by `daemon::systemd`. [`stages`] times a
-//! call's way through all of it; [`client`] and [`cli`] serve the binaries.
-pub mod access;
-pub mod addr;
-pub mod agents;
+//! The folders follow a call, top-down, and each imports only the ones below it:
+//!
+//! - [`socket`]: guardd's socket accepts a connection, admits it fairly, reads its requests
+//!   and answers them; an `exec` is admitted, reviewed, and launched from here.
+//! - [`launch`]: an approved call is bound to the kernel, started confined, followed to its end
+//!   and its receipt recorded.
+//! - [`review`]: the policy's decision, recorded before anything happens, then the judges and
+//!   approvers, or a hold for a human.
+//! - [`daemon`]: the state every stage reads, guardd's start-up and its locks.
+//! - [`callers`]: who may do what, which agent a caller is, and what it was refused.
+//! - [`export`]: audit rows and events sent to a fleet's collector (OTLP).
+//! - [`protocol`]: the frames on the socket and the connection that carries them.
+//! - [`approval`]: held calls and approved sessions, kept durably.
+//! - [`audit`]: the append-only, hash-chained log of every decision and effect.
+//! - [`receipt`]: what a call did, held against what it was allowed.
+//! - [`monitor`]: the kernel programs that watch and deny, and a call's own resolver.
+//! - [`policy`]: the rules a call is decided by, with the argument checks and DLP detectors.
+//! - [`sandbox`]: the confined launch (namespaces, landlock, seccomp, cgroup, limits).
+//! - [`bus`]: what guard does and sees, fanned out as events.
+//! - [`call`]: what every stage knows of a call (its peer, intent, decision, plan).
+//!
+//! [`client`] is the other side of the socket, for the binaries.
 pub mod approval;
-pub mod approver;
 pub mod audit;
-pub mod btf;
 pub mod bus;
 pub mod call;
-pub mod calls;
-pub mod cgroup;
-pub mod cli;
+pub mod callers;
 pub mod client;
-pub mod confined;
-pub mod conn;
 pub mod daemon;
-pub mod decision;
-pub mod detect;
-pub mod dns;
 pub mod export;
-pub mod fair;
-pub mod hash;
-pub mod hold;
-pub mod hook;
-pub mod intent;
-pub mod judge;
-pub mod lock;
-pub mod metrics;
+pub mod launch;
 pub mod monitor;
-pub mod notifier;
-pub mod opens;
-pub mod peer;
-pub mod plan;
 pub mod policy;
 pub mod protocol;
 pub mod receipt;
 pub mod review;
 pub mod sandbox;
-pub mod selftest;
-pub mod server;
-pub mod stages;
-pub mod sysname;
-pub mod ts;
-pub mod violations;
+pub mod socket;

@@ -13,7 +13,7 @@ use std::{
 };
 
 use guard::{
-    decision::Decision,
+    call::decision::Decision,
     protocol::{
         self, CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, Request, ResumeRequest,
         reply::{CallDecision, Exit, Hold, Started as StartedReply},
@@ -300,7 +300,7 @@ fn send(
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let fds = [stdin.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-    if let Err(e) = guard::conn::send_with_fds(&stream, &protocol::frame(request), &fds) {
+    if let Err(e) = guard::protocol::conn::send_with_fds(&stream, &protocol::frame(request), &fds) {
         // Refused at the door: guardd said why before it closed the connection.
         return Err(refusal(&stream).unwrap_or_else(|| unreachable(e)));
     }

@@ -197,7 +197,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .init();
-    guard::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
+    guard::client::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
     let cli = Cli::parse();
     let socket = Arc::new(client::socket_path(cli.socket));
     let server = Guard {

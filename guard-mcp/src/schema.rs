@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use guard::{
-    decision::RiskTier,
-    plan::OnDivergence,
+    call::decision::RiskTier,
+    call::plan::OnDivergence,
     policy::{ArgDoc, ArgType, StdinSpec, ToolSpec},
 };
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};

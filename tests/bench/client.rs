@@ -33,7 +33,7 @@ fn exec_true(socket: &Path, null: &[std::fs::File; 3]) -> Result<f64> {
     let stream = UnixStream::connect(socket).context("connect")?;
     let fds: Vec<i32> = null.iter().map(|f| f.as_raw_fd()).collect();
     let frame = b"{\"v\":1,\"type\":\"exec\",\"tool\":\"true\",\"args\":{}}\n";
-    guard::conn::send_with_fds(&stream, frame, &fds).context("send")?;
+    guard::protocol::conn::send_with_fds(&stream, frame, &fds).context("send")?;
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     loop {

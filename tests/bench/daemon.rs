@@ -124,12 +124,12 @@ impl Guardd {
     }
 
     /// The stage timings of `tool`'s finished rows, each in the order guardd recorded them.
-    pub fn stage_timings(&self, tool: &str) -> Result<Vec<guard::stages::Stages>> {
+    pub fn stage_timings(&self, tool: &str) -> Result<Vec<guard::call::stages::Stages>> {
         #[derive(serde::Deserialize)]
         struct Finished {
             kind: String,
             tool: Option<String>,
-            timings_us: Option<guard::stages::Stages>,
+            timings_us: Option<guard::call::stages::Stages>,
         }
         let text = std::fs::read_to_string(&self.audit)?;
         let mut out = Vec::new();

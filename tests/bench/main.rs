@@ -39,7 +39,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use daemon::{Guardd, RssSampler, TempDir, rss_kib};
 use guard::{
-    intent::Intent,
+    call::intent::Intent,
     policy::Policy,
     protocol::{CheckRequest, ExecRequest, Request},
 };
@@ -968,7 +968,7 @@ fn in_flight(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> {
             move || -> Result<(f64, f64), String> {
                 let stream = UnixStream::connect(&socket).map_err(|e| format!("connect: {e}"))?;
                 barrier.wait();
-                guard::conn::send_with_fds(&stream, &frame, &[fd, fd, fd])
+                guard::protocol::conn::send_with_fds(&stream, &frame, &[fd, fd, fd])
                     .map_err(|e| format!("send: {e}"))?;
                 let mut reader = BufReader::new(stream);
                 let mut next = || -> Result<serde_json::Value, String> {

@@ -153,7 +153,7 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
     let exec = runnable(&tools.dir, "guard-exec");
     // A cgroup of the test's, with a child the scoped caller runs in.
     let name = support::unique("guard-agents");
-    let mount = guard::cgroup::unified_mount().expect("cgroup v2");
+    let mount = guard::sandbox::cgroup::unified_mount().expect("cgroup v2");
     let scope = mount.join(&name).join("claude-1");
     fs::create_dir_all(&scope).expect("the caller's cgroup");
     let judge = super::judges::testjudge(&tools);

@@ -387,7 +387,8 @@ fn a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so() {
     let stream = UnixStream::connect(&guardd.socket).expect("connect");
     let frame = serde_json::json!({"v": 1, "type": "exec", "tool": "bash",
         "args": {"script": "sleep 60"}});
-    guard::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds).expect("send");
+    guard::protocol::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds)
+        .expect("send");
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut line = String::new();
     reader.read_line(&mut line).expect("decision");
@@ -642,11 +643,12 @@ fn a_second_guardd_on_the_same_state_refuses_to_start_and_the_first_serves_on() 
     let ws = TempDir::new("ws");
     let first = Guardd::start(&policy(&ws, ""));
     let policy_file = first.dir.join("policy.toml");
-    let first_cgroup = std::path::Path::new(guard::cgroup::UNIFIED_HYBRID).join(&first.cgroup);
+    let first_cgroup =
+        std::path::Path::new(guard::sandbox::cgroup::UNIFIED_HYBRID).join(&first.cgroup);
     let first_cgroup = if first_cgroup.exists() {
         first_cgroup
     } else {
-        std::path::Path::new(guard::cgroup::UNIFIED_PURE).join(&first.cgroup)
+        std::path::Path::new(guard::sandbox::cgroup::UNIFIED_PURE).join(&first.cgroup)
     };
     assert!(first_cgroup.is_dir(), "{} missing", first_cgroup.display());
     let shared: [(&str, &str, &std::path::Path); 3] = [

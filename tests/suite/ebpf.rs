@@ -14,8 +14,8 @@ use std::{
 };
 
 use guard::{
-    cgroup::{self, Cgroup},
     monitor::{Destination, EventStream, Monitor, Watch},
+    sandbox::cgroup::{self, Cgroup},
 };
 use guard_common::{
     call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_NET},

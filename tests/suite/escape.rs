@@ -144,7 +144,7 @@ fn assert_verdict(guardd: &Guardd, verdict: &str) {
 
 /// The call cgroups that still exist under the guard's cgroup.
 fn call_cgroups(guardd: &Guardd) -> usize {
-    let root = guard::cgroup::unified_mount()
+    let root = guard::sandbox::cgroup::unified_mount()
         .expect("cgroup v2")
         .join(&guardd.cgroup);
     fs::read_dir(root)
@@ -1120,7 +1120,7 @@ fn escape_moving_into_another_cgroup_is_refused() {
     let s = Setup::new();
     let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
     assert_ok(&call(&guardd, &["ids"]));
-    let root = guard::cgroup::unified_mount().expect("cgroup v2");
+    let root = guard::sandbox::cgroup::unified_mount().expect("cgroup v2");
     // Leaving the call's cgroup would leave the eBPF programs' watch and the pids limit.
     // landlock grants nothing under /sys, and the files are root's (DAC) as well.
     for procs in [

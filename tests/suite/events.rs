@@ -35,7 +35,7 @@ fn try_exec_frame(socket: &std::path::Path, tool: &str, args: Value) -> Option<V
         "{}\n",
         json!({"v": 1, "type": "exec", "tool": tool, "args": args})
     );
-    guard::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).ok()?;
+    guard::protocol::conn::send_with_fds(&stream, frame.as_bytes(), &[fd, fd, fd]).ok()?;
     let mut line = String::new();
     if BufReader::new(&stream).read_line(&mut line).ok()? == 0 {
         return None;
@@ -401,8 +401,8 @@ fn kill_9_during_a_burst_loses_no_acknowledged_decision() {
         ],
     );
     for root in [
-        guard::cgroup::UNIFIED_HYBRID,
-        guard::cgroup::UNIFIED_PURE,
+        guard::sandbox::cgroup::UNIFIED_HYBRID,
+        guard::sandbox::cgroup::UNIFIED_PURE,
         "/sys/fs/cgroup/pids",
         "/sys/fs/cgroup/memory",
     ] {

@@ -16,8 +16,8 @@ use std::{
 };
 
 use guard::{
-    cgroup::{self, Cgroup},
-    plan::{Confinement, Effects, Endpoint, LaunchPlan},
+    call::plan::{Confinement, Effects, Endpoint, LaunchPlan},
+    sandbox::cgroup::{self, Cgroup},
     sandbox::{self, LaunchOptions, Outcome, SandboxError},
 };
 

@@ -16,7 +16,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::{repo, run, setup};
 
-/// The binaries, with the man section of each: the pages `guard::cli::PAGES` lets a page refer
+/// The binaries, with the man section of each: the pages `guard::client::cli::PAGES` lets a page refer
 /// to (a test installs them and checks every reference).
 const BINARIES: &[(&str, u8)] = &[
     ("guardd", 8),

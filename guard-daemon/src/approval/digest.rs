@@ -5,7 +5,7 @@
 
 use std::{io, path::PathBuf};
 
-use crate::{audit::chain::canonical, hash::sha256_hex, plan::LaunchPlan};
+use crate::{audit::chain::canonical, call::hash::sha256_hex, call::plan::LaunchPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -103,7 +103,7 @@ impl CallForm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Confinement, Effects};
+    use crate::call::plan::{Confinement, Effects};
 
     fn form() -> CallForm {
         let plan = LaunchPlan {

@@ -7,7 +7,7 @@
 //! to the digest of its canonical form ([`digest`]). A caller may wait with it (its connection
 //! is the call's waiter), leave and come back for it (`resume`), or, without `no_wait`,
 //! withdraw it by leaving. Every answer is an audit row before anyone acts on it (see
-//! `crate::hold`).
+//! `crate::review::hold`).
 
 pub mod digest;
 pub mod sessions;
@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use self::{digest::CallForm, store::Store};
-use crate::decision::Decision;
+use crate::call::decision::Decision;
 
 /// What a waiting caller learns.
 #[derive(Clone, Debug, PartialEq, Eq)]

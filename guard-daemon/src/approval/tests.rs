@@ -3,7 +3,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::*;
-use crate::plan::{Confinement, Effects, LaunchPlan};
+use crate::call::plan::{Confinement, Effects, LaunchPlan};
 
 fn record(id: &str) -> Record {
     let plan = LaunchPlan {

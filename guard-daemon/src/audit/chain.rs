@@ -13,7 +13,7 @@ use std::fmt::{self, Write as _};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
-use crate::hash::{hex, sha256_hex};
+use crate::call::hash::{hex, sha256_hex};
 
 /// `prev` of the very first row of a log.
 pub const ZERO_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -17,7 +17,7 @@ pub mod reserve;
 pub mod row;
 #[cfg(test)]
 pub(crate) mod testdir;
-pub use crate::ts;
+pub use crate::call::ts;
 pub mod verify;
 mod writer;
 

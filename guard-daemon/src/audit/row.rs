@@ -9,11 +9,11 @@ use serde_json::{Map, Value};
 
 use crate::{
     bus::What,
-    decision::{Decision, DecisionRow},
-    peer::Peer,
+    call::decision::{Decision, DecisionRow},
+    call::peer::Peer,
+    call::stages::Stages,
     receipt::Receipt,
     sandbox::{Applied, Outcome},
-    stages::Stages,
 };
 
 /// One audit row, tagged by `kind`.
@@ -144,7 +144,7 @@ pub struct Finished {
     /// `shadow` for a call in shadow (`enforce = "shadow"`): what it did outside its effects
     /// was let through, and its receipt's divergences say what enforcing would have done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enforce: Option<crate::plan::Enforce>,
+    pub enforce: Option<crate::call::plan::Enforce>,
     /// Its start, as its `launch` event told it; none when it did not start (and in rows
     /// written before guardd recorded it).
     #[serde(default, skip_serializing_if = "Option::is_none")]

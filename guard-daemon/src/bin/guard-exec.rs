@@ -11,8 +11,8 @@ use std::{
 
 use clap::Parser;
 use guard::{
+    call::decision::Decision,
     client::{self, Client},
-    decision::Decision,
     policy::StdinSpec,
     protocol::{
         CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, MAX_FRAME, Reply, Request,
@@ -91,7 +91,7 @@ struct Cli {
     /// The tool to run, as named in the policy.
     #[arg(
         required_unless_present = "resume",
-        add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names)
+        add = clap_complete::engine::ArgValueCompleter::new(guard::client::cli::tool_names)
     )]
     tool: Option<String>,
     /// NAME=VALUE or NAME:=JSON.
@@ -99,7 +99,7 @@ struct Cli {
 }
 
 /// The man page's word on the hook mode, which its own parser handles before this one.
-const MAN: guard::cli::Page = guard::cli::Page {
+const MAN: guard::client::cli::Page = guard::client::cli::Page {
     sections: &[(
         "HOOKS",
         "guard-exec hook claude-code [--socket SOCKET] [--shell-tool NAME] [--mcp-server NAME] \
@@ -171,7 +171,7 @@ fn main() -> ExitCode {
     if argv.peek().is_some_and(|a| a == "hook") {
         return hook::main(argv.skip(1));
     }
-    guard::cli::generate_with(<Cli as clap::CommandFactory>::command, &MAN);
+    guard::client::cli::generate_with(<Cli as clap::CommandFactory>::command, &MAN);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 use super::Daemon;
 use crate::{
     audit::{Finished, Interrupted, Row, read_recent},
-    cgroup::Swept,
-    stages::Stages,
+    call::stages::Stages,
+    sandbox::cgroup::Swept,
 };
 
 /// The newest files of the log read at the start: the active one and the one rotated last.
@@ -153,7 +153,7 @@ fn interrupted(call: Open, processes: Option<usize>, decision_not_read: bool) ->
         duration_ms: 0.0,
         timings_us: Stages::default(),
         enforced: call.enforced,
-        enforce: call.shadow.then_some(crate::plan::Enforce::Shadow),
+        enforce: call.shadow.then_some(crate::call::plan::Enforce::Shadow),
         launch: None,
         killed: processes.map(|n| format!("at the next guardd's start ({n} processes left)")),
         interrupted: Some(Interrupted {

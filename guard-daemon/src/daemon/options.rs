@@ -11,7 +11,7 @@ pub struct Options {
     /// Group owning the socket (mode 0660); its members may submit calls by default.
     pub socket_group: Option<String>,
     /// The guard's cgroup under the cgroup v2 mount; `None`: beneath guardd's own when systemd
-    /// delegated it, else `guard` at the root ([`cgroup::place`]).
+    /// delegated it, else `guard` at the root ([`crate::sandbox::cgroup::place`]).
     pub cgroup: Option<String>,
     /// Calls running at once; more wait in the queue.
     pub max_calls: usize,

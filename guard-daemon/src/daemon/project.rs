@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Daemon;
-use crate::{intent::Intent, policy::Policy};
+use crate::{call::intent::Intent, policy::Policy};
 
 impl Daemon {
     /// The policy `intent` is decided under: the one in force, merged with the project policy

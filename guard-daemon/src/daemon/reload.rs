@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::{Daemon, check_audit_fs, socket_gid, socket_group};
 use crate::{
-    access::Access,
     audit::Row,
     bus::{Event, What},
+    callers::access::Access,
     policy::Policy,
 };
 

@@ -10,18 +10,19 @@ use std::{
 
 use super::{Daemon, Layer, LayerState, Options, interrupted};
 use crate::{
-    access::Access,
     approval::{Approvals, sessions::Sessions, store::Store},
     audit::{self, AuditLog},
     bus::Bus,
-    calls::Calls,
-    cgroup::{self, Cgroup, Swept},
-    lock::{self, LockError, StateLock},
+    call::calls::Calls,
+    callers::access::Access,
+    callers::violations::Violations,
+    daemon::lock::{self, LockError, StateLock},
+    daemon::selftest,
     monitor::Monitor,
     policy::Policy,
     receipt::Receipts,
-    sandbox, selftest,
-    violations::Violations,
+    sandbox,
+    sandbox::cgroup::{self, Cgroup, Swept},
 };
 
 /// The gid of `--socket-group`; an unknown name is an error, never a silent "no group".

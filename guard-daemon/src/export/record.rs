@@ -224,7 +224,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{audit::chain, decision::Decision};
+    use crate::{audit::chain, call::decision::Decision};
 
     fn attrs(record: &LogRecord) -> Vec<(String, String)> {
         record

@@ -10,8 +10,8 @@ use guard_common::{
 
 use super::{Destination, Watch};
 use crate::{
-    dns::Responder,
-    plan::{Endpoint, Enforce, LaunchPlan, OnDivergence},
+    call::plan::{Endpoint, Enforce, LaunchPlan, OnDivergence},
+    monitor::dns::Responder,
 };
 
 /// Why a call's watch could not be made: it does not start.
@@ -81,13 +81,13 @@ async fn resolve(
         endpoints
             .iter()
             .filter(|e| e.port == port)
-            .filter_map(|e| match crate::addr::parse_network(&e.host) {
+            .filter_map(|e| match crate::policy::addr::parse_network(&e.host) {
                 Some(net) => net.ok(),
                 None => e
                     .host
                     .parse()
                     .ok()
-                    .map(|ip: IpAddr| (ip, crate::addr::full(ip))),
+                    .map(|ip: IpAddr| (ip, crate::policy::addr::full(ip))),
             })
             .collect()
     };
@@ -98,7 +98,7 @@ async fn resolve(
             proto: PROTO_TCP,
             prefix,
         };
-        if let Some(net) = crate::addr::parse_network(&ep.host) {
+        if let Some(net) = crate::policy::addr::parse_network(&ep.host) {
             let (addr, len) = net.map_err(|reason| WatchError::Resolve {
                 host: ep.host.clone(),
                 reason,
@@ -138,7 +138,7 @@ async fn answers(ep: &Endpoint, literal: &[(IpAddr, u8)]) -> Result<Vec<IpAddr>,
     let addrs: Vec<IpAddr> = found
         .iter()
         .copied()
-        .filter(|&ip| crate::addr::answer_allowed(&ep.host, ip, literal))
+        .filter(|&ip| crate::policy::addr::answer_allowed(&ep.host, ip, literal))
         .collect();
     if addrs.is_empty() {
         return Err(failed(format!(

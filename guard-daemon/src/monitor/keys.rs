@@ -132,7 +132,8 @@ pub(super) fn file_keys<'a>(
 
 /// The offsets the exec program reads kernel structs at, from the running kernel's BTF.
 pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
-    let btf = crate::btf::KernelBtf::load().map_err(|e| MonitorError::Btf(e.to_string()))?;
+    let btf =
+        crate::monitor::btf::KernelBtf::load().map_err(|e| MonitorError::Btf(e.to_string()))?;
     let at = |s: &str, m: &str| {
         btf.offset(s, m)
             .map_err(|e| MonitorError::Btf(e.to_string()))
@@ -197,4 +198,34 @@ fn net4(data: Net4, prefix: u8) -> aya::maps::lpm_trie::Key<Net4> {
 /// An IPv6 network key.
 fn net6(data: Net6, prefix: u8) -> aya::maps::lpm_trie::Key<Net6> {
     aya::maps::lpm_trie::Key::new(guard_common::net::NET_FIXED_BITS + u32::from(prefix), data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destination_keys_hold_addresses_in_network_order() {
+        let d = Destination {
+            addr: "127.0.0.1".parse().unwrap(),
+            port: 8080,
+            proto: 6,
+            prefix: None,
+        };
+        let DestKey::V4(k) = d.key(7) else {
+            panic!("v4 key expected")
+        };
+        assert_eq!(k.addr.to_ne_bytes(), [127, 0, 0, 1]);
+        assert_eq!((k.cgroup_id, k.port, k.proto), (7, 8080, 6));
+        let d = Destination {
+            addr: "::1".parse().unwrap(),
+            port: 1,
+            proto: 17,
+            prefix: None,
+        };
+        let DestKey::V6(k) = d.key(7) else {
+            panic!("v6 key expected")
+        };
+        assert_eq!(k.addr[3].to_ne_bytes(), [0, 0, 0, 1]);
+    }
 }

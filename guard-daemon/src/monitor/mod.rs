@@ -10,17 +10,13 @@ use std::{
     collections::HashMap as StdHashMap,
     fs, io,
     net::IpAddr,
-    os::fd::AsFd as _,
     path::{Path, PathBuf},
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{
-        BtfTracePoint, CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock,
-        CgroupSockAddr, ProgramError, TracePoint,
-    },
+    programs::ProgramError,
 };
 use guard_common::{
     call::{CallConfig, CallStats, FLAG_TRACED},
@@ -30,10 +26,12 @@ use guard_common::{
 };
 use tokio::io::unix::AsyncFd;
 
-/// The kernel programs, as built by `build.rs`.
+pub mod btf;
 mod call;
 mod dests;
+pub mod dns;
 mod keys;
+mod load;
 mod stream;
 mod syscalls;
 mod tracefs;
@@ -41,40 +39,10 @@ mod tracefs;
 pub use call::{WatchError, watch_of};
 use keys::*;
 pub use keys::{Destination, Watch};
+use load::{attach, loaded, map, map_err, prog_err, program};
 pub use stream::EventStream;
 use syscalls::{RAW_TRACEPOINTS, SYSCALL_TRACEPOINTS, SyscallTracing};
 pub use tracefs::ensure_tracefs;
-use tracefs::*;
-
-static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
-
-const TRACEFS: &str = "/sys/kernel/tracing";
-const SOCKET_FORMAT: &str = "/sys/kernel/tracing/events/syscalls/sys_enter_socket/format";
-const NEWTASK_FORMAT: &str = "/sys/kernel/tracing/events/task/task_newtask/format";
-const SIGNAL_FORMAT: &str = "/sys/kernel/tracing/events/signal/signal_generate/format";
-
-/// The cgroup sock_addr programs (each names its hook).
-const CGROUP_PROGRAMS: &[&str] = &[
-    "connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4", "bind4", "bind6",
-];
-/// The cgroup sock programs (each names its hook).
-const CGROUP_SOCK_PROGRAMS: &[&str] = &["sock_create"];
-/// The cgroup skb programs: what reaches a call's sockets comes from its approved destinations,
-/// and what leaves them goes there, as the connect and send programs judged.
-const SKB_PROGRAMS: &[(&str, CgroupSkbAttachType)] = &[
-    ("ingress", CgroupSkbAttachType::Ingress),
-    ("egress", CgroupSkbAttachType::Egress),
-];
-/// The tracepoint programs: (program, category, name).
-const TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("task_newtask", "task", "task_newtask"),
-    ("signal_generate", "signal", "signal_generate"),
-];
-
-/// The BTF tracepoint programs (each named for its tracepoint): they read kernel structs. The
-/// lock ones run for every record lock on the host (one cgroup lookup for a task the guard does
-/// not watch), not for other syscalls.
-const BTF_TRACEPOINTS: &[&str] = &["sched_process_exec", "posix_lock_inode", "flock_lock_inode"];
 
 /// Why the kernel layer could not be set up or updated; each names the program or map.
 #[derive(Debug, thiserror::Error)]
@@ -116,108 +84,6 @@ pub enum MonitorError {
         path: PathBuf,
         source: crate::sandbox::resolve::ResolveError,
     },
-}
-
-fn map_err(name: &'static str) -> impl FnOnce(MapError) -> MonitorError {
-    move |source| MonitorError::Map { name, source }
-}
-
-fn prog_err(name: &'static str) -> impl FnOnce(ProgramError) -> MonitorError {
-    move |source| MonitorError::Program { name, source }
-}
-
-/// The kernel programs of `PROGRAMS`, their globals set for this kernel (struct layouts,
-/// tracepoint record offsets) and the event ring `ring_bytes` long, not loaded yet.
-fn loaded(ring_bytes: u32) -> Result<Ebpf, MonitorError> {
-    if PROGRAMS.is_empty() {
-        return Err(MonitorError::NotBuilt);
-    }
-    ensure_tracefs()?;
-    let layout = exec_layout()?;
-    let family_offset = field_offset(SOCKET_FORMAT, "family")?;
-    let clone_flags_offset = field_offset(NEWTASK_FORMAT, "clone_flags")?;
-    let sig_offset = field_offset(SIGNAL_FORMAT, "sig")?;
-    let code_offset = field_offset(SIGNAL_FORMAT, "code")?;
-    Ok(EbpfLoader::new()
-        .override_global("LAYOUT", &layout, true)
-        .override_global("SOCKET_FAMILY_OFFSET", &family_offset, true)
-        .override_global("CLONE_FLAGS_OFFSET", &clone_flags_offset, true)
-        .override_global("SIGNAL_SIG_OFFSET", &sig_offset, true)
-        .override_global("SIGNAL_CODE_OFFSET", &code_offset, true)
-        .map_max_entries("EVENTS", ring_bytes)
-        .load(PROGRAMS)?)
-}
-
-/// Loads the cgroup programs and attaches them to `root`, the guard's cgroup, then the
-/// tracepoints (exec, new task, signal, locks); the names of those attached.
-fn attach(ebpf: &mut Ebpf, root: &Path) -> Result<Vec<&'static str>, MonitorError> {
-    let cgroup = fs::File::open(root).map_err(|source| MonitorError::Cgroup {
-        path: root.to_owned(),
-        source,
-    })?;
-    let mut programs = Vec::new();
-    // Finds program `name` as a `$kind`, loads it into the kernel and attaches it with
-    // `$attach` (aya has no common trait for `load`, hence a macro).
-    macro_rules! load_and_attach {
-        ($kind:ty, $name:expr, |$p:ident| $attach:expr) => {{
-            let name = $name;
-            let $p: &mut $kind = program(ebpf, name)?;
-            $p.load().map_err(prog_err(name))?;
-            $attach.map_err(prog_err(name))?;
-            programs.push(name);
-        }};
-    }
-    // A bpf_link (the kernel has them since 5.7) co-exists with other programs on the same
-    // cgroup and takes no multi-attach flags: the link API refuses any with EINVAL.
-    let mode = CgroupAttachMode::default;
-    for &name in CGROUP_PROGRAMS {
-        load_and_attach!(CgroupSockAddr, name, |p| p.attach(cgroup.as_fd(), mode()));
-    }
-    for &name in CGROUP_SOCK_PROGRAMS {
-        load_and_attach!(CgroupSock, name, |p| p.attach(cgroup.as_fd(), mode()));
-    }
-    for &(name, direction) in SKB_PROGRAMS {
-        load_and_attach!(CgroupSkb, name, |p| p.attach(
-            cgroup.as_fd(),
-            direction,
-            mode()
-        ));
-    }
-    for &(name, category, event) in TRACEPOINTS {
-        load_and_attach!(TracePoint, name, |p| p.attach(category, event));
-    }
-    if !BTF_TRACEPOINTS.is_empty() {
-        let btf = aya::Btf::from_sys_fs().map_err(|e| MonitorError::Btf(e.to_string()))?;
-        for &name in BTF_TRACEPOINTS {
-            let p: &mut BtfTracePoint = program(ebpf, name)?;
-            p.load(name, &btf).map_err(prog_err(name))?;
-            p.attach().map_err(prog_err(name))?;
-            programs.push(name);
-        }
-    }
-    Ok(programs)
-}
-
-/// Map `name` of the loaded object, taken out of it as a `T`.
-fn map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, MonitorError>
-where
-    T: TryFrom<aya::maps::Map, Error = MapError>,
-{
-    let taken = ebpf
-        .take_map(name)
-        .ok_or(MonitorError::MissingMap { name })?;
-    T::try_from(taken).map_err(map_err(name))
-}
-
-/// Program `name` of the object, as a `P`.
-fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, MonitorError>
-where
-    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
-{
-    ebpf.program_mut(name)
-        .ok_or(MonitorError::MissingProgram { name })?
-        .try_into()
-        .map_err(prog_err(name))
 }
 
 /// The loaded, attached kernel programs and their maps.
@@ -459,49 +325,5 @@ impl Monitor {
             fd.map(|fd| EventStream { fd })
                 .map_err(|e| MonitorError::Events(e.into())),
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const FORMAT: &str = "name: sched_process_exec\nID: 316\nformat:\n\
-        \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-        \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
-        \tfield:__data_loc char[] filename;\toffset:8;\tsize:4;\tsigned:0;\n\
-        \tfield:pid_t pid;\toffset:12;\tsize:4;\tsigned:1;\n";
-
-    #[test]
-    fn finds_field_offsets_in_a_tracefs_format() {
-        assert_eq!(parse_field_offset(FORMAT, "filename"), Some(8));
-        assert_eq!(parse_field_offset(FORMAT, "pid"), Some(12));
-        assert_eq!(parse_field_offset(FORMAT, "common_pid"), Some(4));
-        assert_eq!(parse_field_offset(FORMAT, "nope"), None);
-    }
-
-    #[test]
-    fn destination_keys_hold_addresses_in_network_order() {
-        let d = Destination {
-            addr: "127.0.0.1".parse().unwrap(),
-            port: 8080,
-            proto: 6,
-            prefix: None,
-        };
-        let DestKey::V4(k) = d.key(7) else {
-            panic!("v4 key expected")
-        };
-        assert_eq!(k.addr.to_ne_bytes(), [127, 0, 0, 1]);
-        assert_eq!((k.cgroup_id, k.port, k.proto), (7, 8080, 6));
-        let d = Destination {
-            addr: "::1".parse().unwrap(),
-            port: 1,
-            proto: 17,
-            prefix: None,
-        };
-        let DestKey::V6(k) = d.key(7) else {
-            panic!("v6 key expected")
-        };
-        assert_eq!(k.addr[3].to_ne_bytes(), [0, 0, 0, 1]);
     }
 }

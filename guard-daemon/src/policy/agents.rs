@@ -11,7 +11,7 @@ use super::{
     rules::glob_match,
     source::{Diag, S},
 };
-use crate::decision::RiskTier;
+use crate::call::decision::RiskTier;
 
 /// One agent of the policy.
 #[derive(Clone, Debug, PartialEq)]

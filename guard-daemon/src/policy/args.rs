@@ -209,7 +209,8 @@ impl ArgSpec {
         }
         // The host's own credentials: only a policy that names the address may send a call.
         let bare = u.host.trim_start_matches('[').trim_end_matches(']');
-        if bare.parse().is_ok_and(crate::addr::is_metadata) && !self.hosts.contains(&u.host) {
+        if bare.parse().is_ok_and(crate::policy::addr::is_metadata) && !self.hosts.contains(&u.host)
+        {
             return Err(fail(
                 n,
                 format!(

@@ -14,10 +14,10 @@ use super::{
     workspace::Place,
 };
 use crate::{
-    decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
-    detect::DetectorSet,
-    intent::Intent,
-    plan::{Effects, LaunchPlan, Stdin},
+    call::decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
+    call::intent::Intent,
+    call::plan::{Effects, LaunchPlan, Stdin},
+    policy::detect::DetectorSet,
 };
 
 /// A call's arguments, checked, aligned with its tool's.

@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{Confinement, Effects, Endpoint, LaunchPlan, OnDivergence};
+use crate::call::plan::{Confinement, Effects, Endpoint, LaunchPlan, OnDivergence};
 
 /// A program guard runs confined, with its own literal effects.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,7 +48,7 @@ impl Helper {
                 protected: None,
             },
             // guard's own programs are held to what they may do, whatever the tools' mode.
-            enforce: crate::plan::Enforce::Enforce,
+            enforce: crate::call::plan::Enforce::Enforce,
             confinement: Confinement {
                 timeout: self.timeout,
                 ..Confinement::default()

@@ -7,9 +7,11 @@
 //! Deciding (`decide`) then runs a fixed pipeline, first decisive stage wins: registry,
 //! ceiling, arguments, rules (strictest match), escalation, allow.
 
+pub mod addr;
 pub mod agents;
 pub(crate) mod args;
 mod decide;
+pub mod detect;
 pub mod helpers;
 mod listing;
 mod overlap;
@@ -46,10 +48,10 @@ pub use self::{
     source::{PolicyError, PolicyErrors},
 };
 use crate::{
-    decision::{DecisionRow, RiskTier},
-    detect::{Detector, DetectorSet},
-    intent::Intent,
-    plan::{Confinement, Endpoint, LaunchPlan, OnDivergence},
+    call::decision::{DecisionRow, RiskTier},
+    call::intent::Intent,
+    call::plan::{Confinement, Endpoint, LaunchPlan, OnDivergence},
+    policy::detect::{Detector, DetectorSet},
 };
 
 /// Global settings of a policy (`[settings]`).
@@ -79,7 +81,7 @@ pub struct Settings {
     pub run_as: Option<String>,
     /// `enforce`: every tool's mode unless it names its own (a tool given a secret is always
     /// enforced).
-    pub enforce: crate::plan::Enforce,
+    pub enforce: crate::call::plan::Enforce,
     /// `[workspaces] roots`: where projects live, absolute, each component a name or a glob.
     pub workspaces: Vec<PathBuf>,
     /// `[workspaces] protected`: the names no call changes beneath a directory it may write;
@@ -107,7 +109,7 @@ impl Default for Settings {
             admin_groups: Vec::new(),
             socket_group: None,
             run_as: None,
-            enforce: crate::plan::Enforce::Enforce,
+            enforce: crate::call::plan::Enforce::Enforce,
             workspaces: Vec::new(),
             protected: None,
             allow_self_approval: false,
@@ -152,7 +154,7 @@ pub(crate) struct Tool {
     pub tmp: bool,
     pub on_divergence: OnDivergence,
     /// Enforced, or run in shadow: its own `enforce`, else `[settings] enforce`.
-    pub enforce: crate::plan::Enforce,
+    pub enforce: crate::call::plan::Enforce,
     pub cwd: Option<Elem<PathBuf>>,
     pub env: Vec<(String, Elem<String>)>,
     /// `[workspaces] protected`, when the policy gives it.
@@ -413,7 +415,7 @@ impl Policy {
 
     /// The tools that run in shadow (`enforce = "shadow"`), by name.
     pub fn shadow_tools(&self) -> Vec<&str> {
-        let shadow = |t: &&Tool| t.enforce == crate::plan::Enforce::Shadow;
+        let shadow = |t: &&Tool| t.enforce == crate::call::plan::Enforce::Shadow;
         let mut names: Vec<&str> = self.tools.iter().filter(shadow).map(|t| &*t.name).collect();
         names.sort_unstable();
         names
@@ -469,7 +471,7 @@ fn version(src: &Sources) -> String {
         h.update((text.len() as u64).to_le_bytes());
         h.update(text.as_bytes());
     }
-    format!("sha256:{}", crate::hash::hex(&h.finalize()))
+    format!("sha256:{}", crate::call::hash::hex(&h.finalize()))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::{
     source::{Diag, Loc, S},
     table::{FromToml, Table},
 };
-use crate::detect::Detector;
+use crate::policy::detect::Detector;
 
 /// The TOML document of `text` (file `file` of `d`'s sources); `None`, the syntax error
 /// reported, when it is none: TOML cannot be read past one reliably.

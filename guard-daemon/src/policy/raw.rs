@@ -5,9 +5,9 @@ use serde_json::Value as Json;
 
 use super::source::{Loc, S};
 use crate::{
-    decision::{Decision, RiskTier},
-    detect::Detector,
-    plan::OnDivergence,
+    call::decision::{Decision, RiskTier},
+    call::plan::OnDivergence,
+    policy::detect::Detector,
 };
 
 /// A user or group by numeric id or by name.
@@ -71,7 +71,7 @@ pub(crate) struct RawSettings {
     pub admin_groups: Vec<Principal>,
     pub socket_group: Option<String>,
     pub run_as: Option<String>,
-    pub enforce: Option<S<crate::plan::Enforce>>,
+    pub enforce: Option<S<crate::call::plan::Enforce>>,
     /// The judges of every tool that names none of its own.
     pub judges: Vec<S<String>>,
 }
@@ -188,7 +188,7 @@ pub(crate) struct RawTool {
     /// `tmp`: each call gets a temporary directory of its own.
     pub tmp: bool,
     /// `enforce`: the tool's own mode, over `[settings] enforce`.
-    pub enforce: Option<S<crate::plan::Enforce>>,
+    pub enforce: Option<S<crate::call::plan::Enforce>>,
 }
 
 /// One `[[rules]]` as written; `index` is its place in the file, for key paths in errors.

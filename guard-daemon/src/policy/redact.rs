@@ -2,7 +2,7 @@
 
 use serde_json::Value as Json;
 
-use crate::detect::{DetectorSet, Hit};
+use crate::policy::detect::{DetectorSet, Hit};
 
 /// Every string inside a JSON value, keys excluded.
 pub(super) fn strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {

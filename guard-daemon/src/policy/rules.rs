@@ -3,8 +3,8 @@
 use regex::Regex;
 
 use crate::{
-    decision::Decision,
-    detect::{Detector, DetectorSet},
+    call::decision::Decision,
+    policy::detect::{Detector, DetectorSet},
 };
 
 /// One compiled `[[rules]]` entry.

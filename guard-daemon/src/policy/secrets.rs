@@ -19,7 +19,7 @@ use super::{
     source::{Diag, S},
     template::Elem,
 };
-use crate::plan::{Endpoint, RUN_AS_OWNER};
+use crate::call::plan::{Endpoint, RUN_AS_OWNER};
 
 pub mod mask;
 
@@ -31,8 +31,8 @@ pub const MIN_LEN: usize = 8;
 const MAX_LEN: u64 = 64 * 1024;
 
 /// The placeholder's opening: `{secret:NAME}`.
-use crate::plan::SECRET_OPEN as OPEN;
-pub use crate::plan::secret_names as names;
+use crate::call::plan::SECRET_OPEN as OPEN;
+pub use crate::call::plan::secret_names as names;
 
 /// One secret of the policy, its value read.
 #[derive(Debug)]
@@ -90,9 +90,9 @@ pub fn render(text: &str, secrets: &[Secret]) -> Option<Vec<u8>> {
 /// `plan` as it is launched: its secrets' values in its environment. `None` for a plan that
 /// names none; `Err` names a secret the policy in force no longer has.
 pub fn rendered(
-    plan: &crate::plan::LaunchPlan,
+    plan: &crate::call::plan::LaunchPlan,
     secrets: &[Secret],
-) -> Result<Option<crate::plan::LaunchPlan>, String> {
+) -> Result<Option<crate::call::plan::LaunchPlan>, String> {
     if plan.confinement.secret_env.is_empty() {
         return Ok(None);
     }
@@ -195,7 +195,7 @@ fn hosts(d: &mut Diag, key: &str, raw: &[S<String>]) -> Vec<Endpoint> {
     let key = format!("{key}.hosts");
     raw.iter()
         .filter_map(|h| {
-            let e = crate::plan::Endpoint::literal(&h.v);
+            let e = crate::call::plan::Endpoint::literal(&h.v);
             if e.is_none() {
                 d.err(&h.at, &key, "expected \"host:port\"");
             }

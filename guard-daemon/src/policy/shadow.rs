@@ -16,7 +16,7 @@ use super::{
     template::Values,
     workspace::Place,
 };
-use crate::{decision::Decision, intent::Intent, plan::Enforce};
+use crate::{call::decision::Decision, call::intent::Intent, call::plan::Enforce};
 
 /// Says loudly, at start and at each reload, which tools run in shadow: their calls do what
 /// they like within what seccomp, their user and their cgroup allow.
@@ -76,7 +76,7 @@ fn relaxed_plan(
     policy: &Policy,
     tool: &Tool,
     intent: &Intent,
-) -> Result<Option<crate::plan::LaunchPlan>, String> {
+) -> Result<Option<crate::call::plan::LaunchPlan>, String> {
     let place = Place::of(policy, tool, intent)?;
     let ctx = place.as_ref().map(Place::context).unwrap_or_default();
     let specs: Vec<_> = tool.args.iter().map(args::ArgSpec::relaxed).collect();

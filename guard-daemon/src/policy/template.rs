@@ -10,7 +10,7 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use crate::plan::Endpoint;
+use crate::call::plan::Endpoint;
 
 /// A literal, one argument (by index into the tool's arguments), or a path of the call's
 /// context with a relative rest (empty for the context path itself).

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::decision::{Decision, Stage};
+use crate::call::decision::{Decision, Stage};
 
 fn policy(text: &str) -> Policy {
     match Policy::parse(Path::new("test.toml"), text) {

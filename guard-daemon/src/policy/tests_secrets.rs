@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::{Value as Json, json};
 
 use super::*;
-use crate::{audit::testdir::TestDir, decision::Decision};
+use crate::{audit::testdir::TestDir, call::decision::Decision};
 
 fn decide(p: &Policy, tool: &str, args: Json) -> Verdict {
     let Json::Object(args) = args else {

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::{Policy, StdinSpec};
-use crate::{intent::Intent, plan::Stdin};
+use crate::{call::intent::Intent, call::plan::Stdin};
 
 fn load(text: &str) -> Result<Policy, Vec<String>> {
     Policy::parse(Path::new("test.toml"), text)
@@ -92,7 +92,7 @@ fn a_plan_without_stdin_serialises_as_before() {
         ))
         .plan
         .expect("a plan");
-    let back: crate::plan::LaunchPlan =
+    let back: crate::call::plan::LaunchPlan =
         serde_json::from_str(&serde_json::to_string(&written).expect("JSON")).expect("reads");
     assert_eq!(back, written);
 }

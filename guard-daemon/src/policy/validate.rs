@@ -20,7 +20,7 @@ use super::{
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
 };
-use crate::{decision::RiskTier, detect::DetectorSet, plan::Enforce};
+use crate::{call::decision::RiskTier, call::plan::Enforce, policy::detect::DetectorSet};
 
 /// `s` compiled to match a whole value, not a part of it; `None` after reporting why it is no
 /// regex, with the last line of the regex crate's message (the line that says what is wrong).
@@ -127,7 +127,7 @@ fn compile_tools(
         if compiled.confinement.run_as.is_none() {
             compiled.confinement.run_as.clone_from(&settings.run_as);
         }
-        if compiled.confinement.run_as.as_deref() == Some(crate::plan::RUN_AS_OWNER) {
+        if compiled.confinement.run_as.as_deref() == Some(crate::call::plan::RUN_AS_OWNER) {
             compiled.in_workspace = true;
         }
         if compiled.in_workspace && settings.workspaces.is_empty() {
@@ -176,7 +176,7 @@ fn never_in_shadow(tool: &Tool) -> Option<&'static str> {
             "a tool that runs as root cannot run in shadow: without landlock and the mount \
              view it could leave its cgroup, and the kernel's watch of it",
         ),
-        Some(crate::plan::RUN_AS_OWNER) => Some(
+        Some(crate::call::plan::RUN_AS_OWNER) => Some(
             "a tool that runs as its workspace's owner cannot run in shadow: without the mount \
              view it could write the hooks and config of the owner's other repositories",
         ),

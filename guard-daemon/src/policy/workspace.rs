@@ -18,7 +18,7 @@ use std::{
 };
 
 use super::{Policy, Tool, rules::glob_match, template::Context};
-use crate::{intent::Intent, plan::RUN_AS_OWNER};
+use crate::{call::intent::Intent, call::plan::RUN_AS_OWNER};
 
 /// A call's workspace and working directory, both real paths, and the user it runs as there
 /// when its tool runs as the workspace's owner.
@@ -238,7 +238,7 @@ read = ["{{file}}"]
         let shell = serde_json::json!({"command": "ls"});
         // Root's workspace: no call runs as root for owning it.
         let v = call("shell", shell.clone(), &ws.join("src"), 0);
-        assert_eq!(v.row.decision, crate::decision::Decision::Block);
+        assert_eq!(v.row.decision, crate::call::decision::Decision::Block);
         assert!(v.row.reason.contains("belongs to root"), "{}", v.row.reason);
         // nobody's workspace: nobody's calls run as nobody, in the caller's directory.
         std::os::unix::fs::chown(&ws, Some(65534), None).expect("chown");
@@ -254,7 +254,7 @@ read = ["{{file}}"]
         assert_eq!(plan.confinement.run_as, owner.map(|u| u.name));
         // Someone else's calls do not run as nobody; root's may.
         let v = call("shell", shell.clone(), &ws, 1234);
-        assert_eq!(v.row.decision, crate::decision::Decision::Block);
+        assert_eq!(v.row.decision, crate::call::decision::Decision::Block);
         assert!(call("shell", shell.clone(), &ws, 0).plan.is_some());
         // Outside every workspace, or no directory at all: blocked.
         let v = call("shell", shell.clone(), &root, 65534);

@@ -3,6 +3,7 @@
 //! and then the request's own struct, so that an error names the field at fault. See
 //! `docs/protocol.md`. The replies are in [`reply`].
 
+pub mod conn;
 pub mod reply;
 pub mod status;
 

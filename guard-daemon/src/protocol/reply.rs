@@ -10,8 +10,8 @@ use super::{ProtocolError, VERSION};
 use crate::{
     approval::{Held, sessions::Terminated},
     bus::Event,
-    decision::{Decision, DecisionRow},
-    plan::LaunchPlan,
+    call::decision::{Decision, DecisionRow},
+    call::plan::LaunchPlan,
     policy::ToolSpec,
     receipt::Receipt,
 };

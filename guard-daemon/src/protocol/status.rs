@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::calls::Running;
+use crate::call::calls::Running;
 
 /// The answer to `status`: what guardd is and does now.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,7 +79,7 @@ pub struct AgentStatus {
     pub cgroups: Vec<String>,
     pub tools: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tier: Option<crate::decision::RiskTier>,
+    pub max_tier: Option<crate::call::decision::RiskTier>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     bus::{Action, Bus, Divergence, Effect, RefusedSeen, What},
-    dns::{Asked, Questions, Responder},
-    opens::{FilesSeen, c_str},
+    monitor::dns::{Asked, Questions, Responder},
+    receipt::opens::{FilesSeen, c_str},
 };
 
+pub mod opens;
 mod seen;
 mod verified;
 
@@ -189,9 +190,9 @@ impl Draft {
         }
         keep(&mut self.receipt.divergences, divergence.clone());
         let enforce = if self.call.shadow {
-            crate::plan::Enforce::Shadow
+            crate::call::plan::Enforce::Shadow
         } else {
-            crate::plan::Enforce::Enforce
+            crate::call::plan::Enforce::Enforce
         };
         let (id, tool) = (&self.call.call_id, &self.call.tool);
         bus.call_in(id, tool, enforce, What::Divergence(divergence));

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     bus::{Effect, Proto, RefusedSeen, StoppedBy},
-    opens::c_str,
+    receipt::opens::c_str,
 };
 
 /// One connect attempt of a call.
@@ -88,7 +88,7 @@ impl RefusedSeen {
         let errno = -event.ret;
         Self {
             syscall: syscall_names(&[event.sock_type]).pop().unwrap_or_default(),
-            errno: crate::opens::errno_name(errno),
+            errno: crate::receipt::opens::errno_name(errno),
             stopped_by: if errno == libc::EACCES {
                 StoppedBy::Landlock
             } else {
@@ -103,7 +103,8 @@ pub fn syscall_names(numbers: &[u32]) -> Vec<String> {
     numbers
         .iter()
         .map(|&nr| {
-            crate::sysname::name(i64::from(nr)).map_or_else(|| nr.to_string(), str::to_owned)
+            crate::sandbox::sysname::name(i64::from(nr))
+                .map_or_else(|| nr.to_string(), str::to_owned)
         })
         .collect()
 }

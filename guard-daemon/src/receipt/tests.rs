@@ -58,7 +58,7 @@ fn a_denied_effect_makes_the_receipt_diverge_and_is_published() {
 
 #[test]
 fn dns_questions_left_unlisted_unread_or_unjudged_make_the_receipt_say_so() {
-    use crate::dns::{Asked, Questions};
+    use crate::monitor::dns::{Asked, Questions};
     let answered = Asked {
         name: "api.example.com".into(),
         qtype: "A".into(),

@@ -5,7 +5,7 @@ use std::{borrow::Cow, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dns::Questions;
+use crate::monitor::dns::Questions;
 
 /// How a receipt's claims were checked: by which layer, or that nothing saw them.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

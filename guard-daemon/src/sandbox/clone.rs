@@ -237,9 +237,9 @@ mod tests {
             eprintln!("skipping: needs root");
             return;
         }
-        let root = crate::cgroup::unified_mount().expect("a cgroup v2 hierarchy");
+        let root = crate::sandbox::cgroup::unified_mount().expect("a cgroup v2 hierarchy");
         let name = format!("guard-unit-clone-{}", std::process::id());
-        let cgroup = crate::cgroup::Cgroup::create(&root, &name).expect("cgroup");
+        let cgroup = crate::sandbox::cgroup::Cgroup::create(&root, &name).expect("cgroup");
         let dir = cgroup.dir_fd().expect("cgroup dir");
         let want = std::ffi::CString::new(format!("0::/{name}\n")).expect("no NUL");
         let stack = Stack::new().expect("stack");

@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use tokio::{io::AsyncWriteExt as _, net::unix::pipe, task::JoinHandle};
 
 use super::launch::{SandboxError, io_sys};
-use crate::plan::Stdin;
+use crate::call::plan::Stdin;
 
 /// The task writing a call's input; dropped (at the call's end), it stops and closes the pipe.
 #[derive(Debug)]

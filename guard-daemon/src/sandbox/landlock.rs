@@ -5,26 +5,19 @@
 //! and run. It only looks at the file system to tell files from directories and to skip what does
 //! not exist ([`rules_with`] takes that probe as a parameter, so unit tests use a fake one).
 //!
-//! Enforcement is split in two because the daemon is multithreaded: [`prepare`] runs before fork
+//! Enforcement (`ruleset`) is split in two because the daemon is multithreaded: [`prepare`] runs before fork
 //! and does everything that allocates (opening each path, creating the kernel ruleset);
 //! [`Prepared::restrict_self`] runs in the forked child and makes raw syscalls only.
 
 use std::{
     collections::BTreeMap,
-    ffi::CStr,
-    os::fd::{AsRawFd as _, OwnedFd},
     path::{Path, PathBuf},
 };
 
-use ::landlock::{
-    ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, NetPort,
-    PathBeneath, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _, Scope,
-};
-use nix::errno::Errno;
-use serde::Serialize;
+use ::landlock::{ABI, Access as _, AccessFs, BitFlags};
 
 use super::resolve;
-use crate::plan::LaunchPlan;
+use crate::call::plan::LaunchPlan;
 
 /// The oldest landlock ABI the guard accepts without an explicit opt-out: ABI 4 (Linux 6.7) is
 /// the first to restrict TCP connect, without which `effects.connect` is not enforced in-kernel.
@@ -212,29 +205,6 @@ pub const LOADERS: &[&str] = &[
     "/lib/ld-musl-aarch64.so.1",
 ];
 
-/// What the child grants itself in `/proc/self`: entry by entry, read, its own status, memory
-/// map, limits, command line, environment, cgroup and descriptors (`fd`, `fdinfo`: listed).
-/// Not the directory as a whole: beneath it lie `mountinfo`, `mounts` and `mountstats` (the
-/// host's mount table) and `net/` and `task/<tid>/net` (every socket, route and neighbour of the
-/// host's network namespace, which calls share), none of which any read effect names. With
-/// Truncate, as read rules have it ([`end_walks_at_read_rules`]).
-const PROC_SELF: &[(&CStr, bool)] = &[
-    (c"status", false),
-    (c"stat", false),
-    (c"statm", false),
-    (c"maps", false),
-    (c"smaps", false),
-    (c"limits", false),
-    (c"cmdline", false),
-    (c"comm", false),
-    (c"environ", false),
-    (c"auxv", false),
-    (c"cgroup", false),
-    (c"io", false),
-    (c"fd", true),
-    (c"fdinfo", true),
-];
-
 /// The access rights that only make sense on a directory.
 fn dir_only() -> BitFlags<AccessFs> {
     AccessFs::from_all(ABI::V5)
@@ -378,200 +348,10 @@ impl LandlockRules {
     }
 }
 
-/// The running kernel's landlock ABI version, or a negative errno (-ENOSYS, -EOPNOTSUPP) when
-/// landlock is not available.
-pub fn kernel_abi() -> i32 {
-    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a null attr and size 0 only returns a number.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32, // LANDLOCK_CREATE_RULESET_VERSION
-        )
-    };
-    if v < 0 {
-        -std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::ENOSYS)
-    } else {
-        v as i32
-    }
-}
-
-/// How landlock is applied to a call, for the audit row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LandlockStatus {
-    /// File system, TCP connect/bind and scopes (abstract unix sockets, signals): ABI ≥ 6.
-    Full,
-    /// File system and TCP only: ABI 4 or 5, no scopes.
-    NoScopes,
-    /// Not applied: the kernel is too old and the caller opted out.
-    Disabled,
-    /// Not applied: the call runs in shadow (`enforce = "shadow"`).
-    Shadow,
-}
-
-/// A ruleset ready to enforce, created before fork.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The ruleset; `None` when landlock is disabled.
-    fd: Option<OwnedFd>,
-    pub abi: i32,
-    pub status: LandlockStatus,
-    /// What the call may change, as the rules found it: writable in its mount view.
-    pub writable: Vec<Writable>,
-}
-
-/// `struct landlock_path_beneath_attr` (packed in the uapi).
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
-
-const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
-
-/// Creates the kernel ruleset for `rules`. Refuses an ABI below [`MIN_ABI`] unless
-/// `allow_without` (then returns a disabled `Prepared`).
-pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, LandlockError> {
-    let abi = kernel_abi();
-    if abi < MIN_ABI {
-        if allow_without {
-            let mut writable = Vec::new();
-            for rule in rules.fs.iter().filter(|r| r.access.intersects(changes())) {
-                writable.push(Writable::of(&open_rule(rule)?, rule)?);
-            }
-            return Ok(Prepared {
-                fd: None,
-                abi,
-                status: LandlockStatus::Disabled,
-                writable,
-            });
-        }
-        return Err(LandlockError::TooOld { abi });
-    }
-    // Handled rights are pinned to the ABI versions this code was tested with (the crate's
-    // advice), not to whatever the kernel offers: a newer right handled here but not granted
-    // would break tools in ways no test has seen. Best effort only drops what ABI 4/5 lack.
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(ABI::V5))?;
-    if !rules.kernel_judges {
-        ruleset = ruleset.handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?;
-    }
-    let mut created = ruleset
-        .scope(Scope::from_all(ABI::V6))?
-        .create()?
-        // The child sets no_new_privs itself, before restricting.
-        .no_new_privs(false);
-    let mut writable = Vec::new();
-    for rule in &rules.fs {
-        let fd = open_rule(rule)?;
-        if rule.access.intersects(changes()) {
-            writable.push(Writable::of(&fd, rule)?);
-        }
-        created = created.add_rule(PathBeneath::new(fd, rule.access))?;
-    }
-    for &port in &rules.connect_ports {
-        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
-    }
-    let fd: Option<OwnedFd> = created.into();
-    let status = if abi >= 6 {
-        LandlockStatus::Full
-    } else {
-        LandlockStatus::NoScopes
-    };
-    Ok(Prepared {
-        fd,
-        abi,
-        status,
-        writable,
-    })
-}
-
-impl Prepared {
-    /// In the forked child, after no_new_privs: grants read on entries of the child's own
-    /// `/proc/self` ([`PROC_SELF`]) and enforces the ruleset on the calling thread. Async-signal-safe: raw syscalls only.
-    ///
-    /// Why `/proc/self` is added here: landlock rules attach to inodes, and `/proc/self` is a
-    /// symlink resolved at open time; opened in the parent it would name the *parent's*
-    /// `/proc/<pid>`. Opened in the child it names the child's, which stays the same across
-    /// execve. `proc_self` is the NUL-terminated path, built before fork.
-    ///
-    /// Returns the errno of the failing step.
-    /// The same rules, not applied: for a call in shadow, whose writes are observed instead.
-    /// What it may change is still known, for the write-opens listener and its protected names.
-    pub fn off_for_shadow(self) -> Prepared {
-        Prepared {
-            fd: None,
-            status: LandlockStatus::Shadow,
-            ..self
-        }
-    }
-
-    pub fn restrict_self(&self, proc_self: &CStr) -> Result<(), i32> {
-        let Some(fd) = &self.fd else { return Ok(()) };
-        // SAFETY: proc_self is NUL-terminated; open returns a new fd or -1.
-        let dir = unsafe {
-            libc::open(
-                proc_self.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if dir < 0 {
-            return Err(Errno::last_raw());
-        }
-        let added = PROC_SELF
-            .iter()
-            .try_for_each(|&(name, tree)| add_proc_rule(fd, dir, name, tree));
-        // SAFETY: dir is the fd opened above, owned here.
-        unsafe { libc::close(dir) };
-        added?;
-        // SAFETY: fd is a landlock ruleset fd; flags 0.
-        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
-            return Err(Errno::last_raw());
-        }
-        Ok(())
-    }
-}
-
-/// Grants read on `name` in the directory `dir` (a tree when `tree`), to the ruleset `ruleset`.
-/// An entry this kernel lacks is skipped. Raw syscalls only: it runs in the child.
-fn add_proc_rule(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, tree: bool) -> Result<(), i32> {
-    // SAFETY: name is NUL-terminated; openat returns a new fd or -1.
-    let entry = unsafe { libc::openat(dir, name.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if entry < 0 {
-        return match Errno::last_raw() {
-            libc::ENOENT => Ok(()),
-            errno => Err(errno),
-        };
-    }
-    let access = if tree { READ_TREE } else { READ_FILE } | AccessFs::Truncate;
-    let attr = PathBeneathAttr {
-        allowed_access: access.bits(),
-        parent_fd: entry,
-    };
-    // SAFETY: attr is a valid landlock_path_beneath_attr that outlives the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            LANDLOCK_RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
-        )
-    };
-    let errno = if rc < 0 { Errno::last_raw() } else { 0 };
-    // SAFETY: entry is the fd opened above, owned here.
-    unsafe { libc::close(entry) };
-    if errno != 0 { Err(errno) } else { Ok(()) }
-}
-
 mod open;
+mod ruleset;
 #[cfg(test)]
 mod tests;
 
 pub use open::Writable;
-use open::open_rule;
+pub use ruleset::{LandlockStatus, Prepared, kernel_abi, prepare};

@@ -8,12 +8,11 @@
 //! pipe means `execve` succeeded.
 
 use std::{
-    ffi::CString,
     os::{
         fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
         unix::ffi::OsStrExt as _,
     },
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::Instant,
 };
 
@@ -29,21 +28,14 @@ use super::{
     writes::WriteRules,
 };
 use crate::{
-    cgroup::{Cgroup, CgroupError},
-    plan::LaunchPlan,
-    stages::Stages,
+    call::plan::LaunchPlan,
+    call::stages::Stages,
+    sandbox::cgroup::{Cgroup, CgroupError},
 };
 
 /// The guard's dedicated unprivileged user, created by `cargo xtask setup` with
 /// `useradd --system --no-create-home --shell /usr/sbin/nologin guard-tool`.
 pub const DEFAULT_USER: &str = "guard-tool";
-
-/// The clean environment every tool starts with, before `confinement.env`.
-const BASE_ENV: &[(&str, &str)] = &[
-    ("PATH", "/usr/bin:/bin"),
-    ("LANG", "C.UTF-8"),
-    ("HOME", "/nonexistent"),
-];
 
 /// Errors of a launch. `Child` names the step that failed in the child.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +135,7 @@ pub struct Applied {
     pub gid: u32,
 }
 
-/// A running confined call. Hand it to [`run_to_end`]; dropping it removes the call's v1 limit
+/// A running confined call. Hand it to [`run_to_end`](super::wait::run_to_end); dropping it removes the call's v1 limit
 /// cgroups, killing what is still in them.
 #[derive(Debug)]
 pub struct Launched {
@@ -168,28 +160,6 @@ impl Launched {
     }
 }
 
-fn cstring(bytes: &[u8], what: &'static str) -> Result<CString, SandboxError> {
-    CString::new(bytes).map_err(|_| SandboxError::Nul { what })
-}
-
-/// The clean environment of `plan`: [`BASE_ENV`], overridden or extended by `confinement.env`.
-fn environment(plan: &LaunchPlan) -> Result<Vec<CString>, SandboxError> {
-    let mut vars: Vec<(String, String)> = BASE_ENV
-        .iter()
-        .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    for (k, v) in &plan.confinement.env {
-        if k.is_empty() || k.contains('=') {
-            return Err(SandboxError::EnvName(k.clone()));
-        }
-        vars.retain(|(name, _)| name != k);
-        vars.push((k.clone(), v.clone()));
-    }
-    vars.iter()
-        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment"))
-        .collect()
-}
-
 /// Resolves the user a call runs as. Never root unless the plan says `run_as = "root"`.
 fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, SandboxError> {
     let name = plan
@@ -206,70 +176,6 @@ fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, Sandbox
         return Err(SandboxError::ImplicitRoot(name.to_owned()));
     }
     Ok(user)
-}
-
-/// The program, argv, environment and working directory as C strings, with the NULL-terminated
-/// pointer arrays `execve` takes. The pointers point into the `CString`s' own heap buffers, which
-/// stay where they are when this struct moves.
-struct Command {
-    program: CString,
-    cwd: CString,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-    /// The strings `argv` and `envp` point into.
-    _strings: [Vec<CString>; 2],
-}
-
-// SAFETY: the raw pointers point into the heap buffers of the `CString`s this struct owns, which
-// move with it to another thread and are freed only when it is dropped; nothing else holds them.
-unsafe impl Send for Command {}
-
-impl Command {
-    /// Checks argv[0] is an absolute path and that no string holds a NUL.
-    fn new(plan: &LaunchPlan) -> Result<Self, SandboxError> {
-        let program_path = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
-        if !Path::new(program_path).is_absolute() {
-            return Err(SandboxError::RelativeProgram(program_path.into()));
-        }
-        let program = cstring(program_path.as_bytes(), "argv")?;
-        let argv_c: Vec<CString> = plan
-            .argv
-            .iter()
-            .map(|a| cstring(a.as_bytes(), "argv"))
-            .collect::<Result<_, _>>()?;
-        let env_c = environment(plan)?;
-        let cwd_path = plan.confinement.cwd.as_deref().unwrap_or(Path::new("/"));
-        let cwd = cstring(cwd_path.as_os_str().as_bytes(), "cwd")?;
-        Ok(Self {
-            program,
-            cwd,
-            argv: null_terminated(&argv_c),
-            envp: null_terminated(&env_c),
-            _strings: [argv_c, env_c],
-        })
-    }
-}
-
-/// The pointers of `strings` followed by a NULL, as argv and envp are passed.
-fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
-    strings
-        .iter()
-        .map(|s| s.as_ptr())
-        .chain([std::ptr::null()])
-        .collect()
-}
-
-/// The compiled programs in the form seccomp(2) takes; they point into `programs`.
-fn sock_fprogs(programs: &[BpfProgram]) -> Vec<libc::sock_fprog> {
-    programs
-        .iter()
-        .map(|p| libc::sock_fprog {
-            // A table's program is a few hundred instructions at most (BPF_MAXINSNS is 4096).
-            len: p.len() as u16,
-            // `Insn` is #[repr(C)] with the kernel's layout, as libc's sock_filter is.
-            filter: p.as_ptr() as *mut libc::sock_filter,
-        })
-        .collect()
 }
 
 /// Launches `plan` confined, in `cgroup`, with `stdio` as its fds 0, 1 and 2. Returns once the
@@ -333,7 +239,7 @@ pub fn prepare(
         rules
     };
     let mut prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
-    let shadow = plan.enforce == crate::plan::Enforce::Shadow;
+    let shadow = plan.enforce == crate::call::plan::Enforce::Shadow;
     if shadow {
         prepared = prepared.off_for_shadow();
     }
@@ -406,7 +312,7 @@ impl Ready {
         std::mem::take(&mut self.absent)
     }
 
-    /// Binds the launch to the program whose content has SHA-256 `sha256` (hex): opens argv[0],
+    /// Binds the launch to the program whose content has SHA-256 `sha256` (hex): opens `argv[0]`,
     /// hashes what it read through that descriptor, and has the child exec that same open file
     /// (`execveat`), so that nothing put at the path after this check runs instead. A script
     /// (`#!`) is run by its interpreter, which opens it by path again: it is checked, not bound.
@@ -421,7 +327,7 @@ impl Ready {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| changed(e.to_string()))?;
-        let now = crate::hash::sha256_hex(&bytes);
+        let now = crate::call::hash::sha256_hex(&bytes);
         if now != sha256 {
             return Err(changed(format!("its content is {now}, not {sha256}")));
         }
@@ -558,5 +464,8 @@ fn pidfd_open(pid: Pid) -> Option<OwnedFd> {
     (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw as RawFd) })
 }
 
+mod command;
 #[cfg(test)]
 mod tests;
+
+use command::{Command, sock_fprogs};

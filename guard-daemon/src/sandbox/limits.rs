@@ -18,7 +18,7 @@ use std::{
 
 use serde::Serialize;
 
-use crate::{cgroup::Cgroup, plan::Confinement};
+use crate::{call::plan::Confinement, sandbox::cgroup::Cgroup};
 
 /// Where the cgroup v1 hierarchies are mounted on a hybrid host.
 pub const V1_ROOT: &str = "/sys/fs/cgroup";
@@ -35,7 +35,7 @@ pub enum LimitsError {
         source: io::Error,
     },
     #[error(transparent)]
-    Cgroup(#[from] crate::cgroup::CgroupError),
+    Cgroup(#[from] crate::sandbox::cgroup::CgroupError),
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LimitsError + 'a {

@@ -3,9 +3,10 @@
 //! The security tables are data built by pure functions: [`landlock::rules`] (which paths and
 //! ports) and [`seccomp::table`] (which syscalls). [`limits`] picks how memory and task limits are
 //! enforced on this host. [`launch::spawn`] builds everything before fork, `clone` makes the
-//! child, and the child's side (`child`) applies it in a fixed order before `execve`; [`launch::run_to_end`] waits for the
+//! child, and the child's side (`child`) applies it in a fixed order before `execve`; [`wait::run_to_end`] waits for the
 //! call and kills its whole cgroup when the timeout runs out.
 
+pub mod cgroup;
 mod child;
 mod clone;
 mod gitlinks;
@@ -16,6 +17,7 @@ pub mod limits;
 pub mod protected;
 pub mod resolve;
 pub mod seccomp;
+pub mod sysname;
 pub mod tmp;
 mod wait;
 pub mod writes;

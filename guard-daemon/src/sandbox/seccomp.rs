@@ -10,7 +10,7 @@
 //! The parts: `rules` builds the table from a plan (the deny list, clone and the strict
 //! allow-set), `socket` the rules on socket(2) and socketpair(2), and `bpf` compiles it.
 //!
-//! [`LaunchPlan`]: crate::plan::LaunchPlan
+//! [`LaunchPlan`]: crate::call::plan::LaunchPlan
 
 mod bpf;
 #[cfg(test)]

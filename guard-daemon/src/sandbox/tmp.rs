@@ -26,7 +26,7 @@ use nix::{
     unistd::{UnlinkatFlags, unlinkat},
 };
 
-use crate::plan::LaunchPlan;
+use crate::call::plan::LaunchPlan;
 
 /// Where the calls' directories go: root's, on `/run` (a tmpfs on a systemd host, so not the
 /// audit log's file system), searchable but not listable by others.

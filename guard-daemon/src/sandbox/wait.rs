@@ -16,7 +16,7 @@ use super::{
     launch::{Launched, SandboxError, io_sys},
     writes::{self, Attempt},
 };
-use crate::cgroup::Cgroup;
+use crate::sandbox::cgroup::Cgroup;
 
 /// How a call's main process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -101,7 +101,7 @@ pub struct Outcome {
     pub exit_code: i32,
     pub signal: Option<i32>,
     pub timed_out: bool,
-    #[serde(with = "crate::plan::secs")]
+    #[serde(with = "crate::call::plan::secs")]
     pub duration: Duration,
 }
 

@@ -1,5 +1,5 @@
 //! `guard-exec hook AGENT`: guard as an agent's tool hook. Only Claude Code's `PreToolUse` so
-//! far (see `guard::hook`): the hook JSON on stdin, the answer on stdout, exit 0 whatever the
+//! far (see `guard::client::hook`): the hook JSON on stdin, the answer on stdout, exit 0 whatever the
 //! answer (a denial is an answer, and Claude Code reads it only from a successful hook).
 //! Claude Code lets the call through when its hook times out or exits with anything but 0 or 2,
 //! so the hook never does: it answers a denial when guardd has not answered within
@@ -14,8 +14,8 @@ use std::{
 
 use clap::{Parser, Subcommand};
 use guard::{
+    client::hook::{self, Answer, Options, PreToolUse},
     client::{self, Client},
-    hook::{self, Answer, Options, PreToolUse},
     protocol::{CheckRequest, Reply, Request, ToolsRequest, reply::Checked},
 };
 use serde_json::{Map, Value};

@@ -6,8 +6,8 @@ use std::{path::Path, process::ExitCode, time::Duration};
 use guard::{
     audit::{Finished, Record, Row},
     bus::{Event, What},
-    decision::{Decision, DecisionRow},
-    peer::Peer,
+    call::decision::{Decision, DecisionRow},
+    call::peer::Peer,
     receipt::Verdict,
 };
 use serde::Serialize;
@@ -31,7 +31,7 @@ fn records(audit: &Path) -> Result<Vec<Record>, ExitCode> {
 
 /// The events a row stands for, as a subscriber would have seen them.
 /// A decision row's event.
-fn decided(row: guard::decision::DecisionRow, uid: u32) -> What {
+fn decided(row: guard::call::decision::DecisionRow, uid: u32) -> What {
     What::Decision {
         agent: row.metadata.agent,
         decision: row.decision,

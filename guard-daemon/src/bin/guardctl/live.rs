@@ -211,7 +211,9 @@ fn human(event: &Event, color: bool) -> String {
     let kind = event.kind();
     let paint = match &event.what {
         What::Divergence(_) | What::Kill { .. } => "31",
-        What::Decision { decision, .. } if *decision != guard::decision::Decision::Allow => "33",
+        What::Decision { decision, .. } if *decision != guard::call::decision::Decision::Allow => {
+            "33"
+        }
         What::Decision { .. } | What::Launch { .. } => "32",
         _ => "0",
     };

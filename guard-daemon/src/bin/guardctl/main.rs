@@ -36,7 +36,7 @@ enum Command {
         #[arg(long)]
         policy: Option<PathBuf>,
         /// The tool's name.
-        #[arg(add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names))]
+        #[arg(add = clap_complete::engine::ArgValueCompleter::new(guard::client::cli::tool_names))]
         tool: String,
         /// The call's arguments as a JSON object.
         #[arg(long)]
@@ -72,7 +72,7 @@ enum Command {
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(guard::bus::KINDS))]
         kind: Option<String>,
         /// Only tools matching this glob.
-        #[arg(long, add = clap_complete::engine::ArgValueCompleter::new(guard::cli::tool_names))]
+        #[arg(long, add = clap_complete::engine::ArgValueCompleter::new(guard::client::cli::tool_names))]
         tool: Option<String>,
         /// Only decisions (and holds) of this kind.
         #[arg(long, value_parser = ["allow", "escalate", "quarantine", "block"])]
@@ -287,8 +287,8 @@ fn check(
 ) -> ExitCode {
     let p = p.unwrap_or_else(policy::default_policy_path);
     match policy::check_call(&p, tool, args, cwd, json) {
-        Ok(guard::decision::Decision::Allow) => ExitCode::SUCCESS,
-        Ok(guard::decision::Decision::Block) => ExitCode::from(126),
+        Ok(guard::call::decision::Decision::Allow) => ExitCode::SUCCESS,
+        Ok(guard::call::decision::Decision::Block) => ExitCode::from(126),
         Ok(_) => ExitCode::from(75),
         Err(e) => {
             eprintln!("guardctl: {e:#}");
@@ -299,14 +299,14 @@ fn check(
 
 fn main() -> ExitCode {
     quiet_on_a_closed_pipe();
-    let page = guard::cli::Page {
+    let page = guard::client::cli::Page {
         sections: &[],
         environment: &[(
             "NO_COLOR",
             "when set, events are not coloured, even on a terminal",
         )],
     };
-    guard::cli::generate_with(<Cli as clap::CommandFactory>::command, &page);
+    guard::client::cli::generate_with(<Cli as clap::CommandFactory>::command, &page);
     let cli = Cli::parse();
     match cli.command {
         Command::Policy { command } => policy_command(command, cli.socket),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use guard::{intent::Intent, policy::Policy};
+use guard::{call::intent::Intent, policy::Policy};
 
 /// `/etc/guard/policy.toml` if it exists, else the directory `/etc/guard/policies/`.
 pub fn default_policy_path() -> PathBuf {
@@ -82,7 +82,7 @@ pub fn check_call(
     args: Option<&str>,
     cwd: Option<PathBuf>,
     json: bool,
-) -> anyhow::Result<guard::decision::Decision> {
+) -> anyhow::Result<guard::call::decision::Decision> {
     let policy = Policy::load(policy)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("invalid policy")?;

@@ -6,8 +6,8 @@ use std::{path::Path, process::ExitCode};
 
 use guard::{
     audit::{Finished, Row},
-    decision::DecisionRow,
-    peer::Peer,
+    call::decision::DecisionRow,
+    call::peer::Peer,
     receipt::{Receipt, Verdict},
     sandbox::Applied,
 };
@@ -119,7 +119,7 @@ fn human(call: &CallRows) -> Lines {
     }
     match call.finished.as_deref() {
         Some(f) => finished(f, &mut out),
-        None if d.decision == guard::decision::Decision::Allow => {
+        None if d.decision == guard::call::decision::Decision::Allow => {
             out.push(("exit", "not recorded (running, or guardd stopped)".into()));
         }
         None => {}

@@ -4,7 +4,10 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, parser::ValueSource};
-use guard::{conn, fair, server};
+use guard::{
+    protocol::conn,
+    socket::{self, fair},
+};
 
 use super::{config, default_policy};
 
@@ -129,7 +132,7 @@ pub(crate) struct Args {
 impl Args {
     /// Who gets a connection, and the deadlines each one has; settings that contradict each
     /// other (or a file's value out of its flag's range) are an error naming the key.
-    pub(crate) fn connections(&self) -> Result<server::Terms, String> {
+    pub(crate) fn connections(&self) -> Result<socket::Terms, String> {
         let limits = fair::Limits {
             shared: self.max_connections,
             per_uid: self.max_connections_per_uid,
@@ -149,7 +152,7 @@ impl Args {
             write: seconds("write_timeout", self.write_timeout, 3600)?,
             keepalive: seconds("keepalive", self.keepalive, 3600)?,
         };
-        Ok(server::Terms { limits, deadlines })
+        Ok(socket::Terms { limits, deadlines })
     }
 
     /// The runtime's worker threads: the setting, else one fewer than the CPUs.
@@ -272,7 +275,7 @@ pub(crate) fn check_config(args: &Args) -> ExitCode {
                 return ExitCode::from(1);
             }
             // The users and groups [settings] names, as a start resolves them.
-            if let Err(e) = guard::access::Access::new(p.settings(), None) {
+            if let Err(e) = guard::callers::access::Access::new(p.settings(), None) {
                 eprintln!("guardd: the policy is valid, but guardd would not start: {e}");
                 return ExitCode::from(1);
             }

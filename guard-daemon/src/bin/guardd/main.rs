@@ -5,7 +5,10 @@ mod config;
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use args::{Args, check_config, settings};
-use guard::{daemon, fair, server};
+use guard::{
+    daemon,
+    socket::{self, fair},
+};
 use tokio::signal::{self, unix::SignalKind};
 use tracing_subscriber::EnvFilter;
 
@@ -41,7 +44,7 @@ fn default_policy() -> PathBuf {
 }
 
 fn main() -> ExitCode {
-    let page = guard::cli::Page {
+    let page = guard::client::cli::Page {
         sections: &[],
         environment: &[
             (
@@ -57,12 +60,12 @@ fn main() -> ExitCode {
             ),
         ],
     };
-    guard::cli::generate_with(<Args as clap::CommandFactory>::command, &page);
+    guard::client::cli::generate_with(<Args as clap::CommandFactory>::command, &page);
     // The start-up self-test runs guardd itself as its canary, before anything else happens.
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some(guard::selftest::CANARY_FLAG) {
+    if argv.get(1).map(String::as_str) == Some(guard::daemon::selftest::CANARY_FLAG) {
         match argv.get(2).and_then(|a| a.parse().ok()) {
-            Some(addr) => guard::selftest::canary(addr),
+            Some(addr) => guard::daemon::selftest::canary(addr),
             None => return ExitCode::from(64),
         }
     }
@@ -194,7 +197,7 @@ async fn serve(args: Args) -> ExitCode {
     // guardd as soon as it can connect, and that signal must not kill guardd unrecorded.
     let shutdown = shutdown_signal();
     let hup = signal::unix::signal(SignalKind::hangup());
-    let listener = match server::bind(daemon.socket(), gid, terms) {
+    let listener = match socket::bind(daemon.socket(), gid, terms) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("guardd: socket {}: {e}", daemon.socket().display());
@@ -206,7 +209,7 @@ async fn serve(args: Args) -> ExitCode {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 tracing::info!(%addr, "serving metrics at /metrics");
-                tokio::spawn(guard::metrics::serve(Arc::clone(&daemon), listener));
+                tokio::spawn(guard::socket::metrics::serve(Arc::clone(&daemon), listener));
             }
             Err(e) => {
                 eprintln!("guardd: --metrics-listen {addr}: {e}");
@@ -215,7 +218,7 @@ async fn serve(args: Args) -> ExitCode {
         }
     }
     daemon.spawn_event_pump();
-    guard::hold::spawn_sweeper(&daemon);
+    guard::review::hold::spawn_sweeper(&daemon);
     match hup {
         Ok(hup) => {
             tokio::spawn(reload_on_sighup(Arc::clone(&daemon), hup));
@@ -230,7 +233,7 @@ async fn serve(args: Args) -> ExitCode {
         daemon.policy().tools().count(),
         daemon.socket().display()
     ));
-    server::run(daemon, listener, async {
+    socket::run(daemon, listener, async {
         shutdown.await;
         sd_notify("STOPPING=1\nSTATUS=draining running calls");
     })

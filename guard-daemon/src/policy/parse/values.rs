@@ -5,8 +5,8 @@ use serde_json::Value as Json;
 use toml::de::DeValue;
 
 use crate::{
-    decision::{Decision, RiskTier},
-    plan::{Enforce, OnDivergence},
+    call::decision::{Decision, RiskTier},
+    call::plan::{Enforce, OnDivergence},
     policy::{
         raw::{ArgType, Principal},
         table::{FromToml, ListItem, named},

@@ -15,7 +15,7 @@ use super::{
     file::{self, Stamp},
     merge,
 };
-use crate::{intent::Intent, policy::Policy};
+use crate::{call::intent::Intent, policy::Policy};
 
 /// How many workspaces are kept; past it the cache starts over (each is merged again on its
 /// next call), so callers naming ever new directories cannot grow guardd without bound.

@@ -194,5 +194,5 @@ fn beneath(dir: &OwnedFd, name: &str, flags: OFlag) -> Result<OwnedFd, Errno> {
 pub fn sha256(text: &str) -> String {
     use sha2::{Digest as _, Sha256};
     let digest = Sha256::digest(text.as_bytes());
-    format!("sha256:{}", crate::hash::hex(&digest))
+    format!("sha256:{}", crate::call::hash::hex(&digest))
 }

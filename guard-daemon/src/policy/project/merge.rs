@@ -14,7 +14,7 @@ use super::{
     parse::{self as project_parse, ProjectDoc},
 };
 use crate::{
-    decision::RiskTier,
+    call::decision::RiskTier,
     policy::{
         Policy, PolicyErrors, parse,
         raw::{RawApprover, RawDoc, RawExample, RawRule, RawSettings},
@@ -48,7 +48,7 @@ pub(super) fn merged(base: &Policy, ws: &Path, file: &ProjectFile) -> Result<Pol
     // A workspace with its own policy runs every tool enforced: in shadow its refusals would be
     // let through (attack39), and what it narrowed would not hold in the kernel.
     for tool in &mut policy.tools {
-        tool.enforce = crate::plan::Enforce::Enforce;
+        tool.enforce = crate::call::plan::Enforce::Enforce;
     }
     policy.version = version(&src);
     policy.origin = Origin {

@@ -31,9 +31,9 @@ use super::{
     source::{Diag, Sources},
 };
 use crate::{
-    decision::{Decision, DecisionRow, ProjectPolicy, RowMetadata, Stage},
-    detect::DetectorSet,
-    intent::Intent,
+    call::decision::{Decision, DecisionRow, ProjectPolicy, RowMetadata, Stage},
+    call::intent::Intent,
+    policy::detect::DetectorSet,
 };
 
 /// The `check_name` of a call a project policy blocks (a tool it removed, or every call of a

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use super::{parse::ProjectSettings, within::within_any};
 use crate::{
-    decision::RiskTier,
-    plan::OnDivergence,
+    call::decision::RiskTier,
+    call::plan::OnDivergence,
     policy::{
         Settings,
         raw::{RawArg, RawEffects, RawStdin, RawTool},
@@ -127,7 +127,7 @@ pub(super) fn tool(d: &mut Diag, ws: &Path, p: &RawTool, b: &RawTool, default_ju
     registry(&mut c, p, b);
     if let Some(e) = enforce
         .as_ref()
-        .filter(|e| e.v == crate::plan::Enforce::Shadow)
+        .filter(|e| e.v == crate::call::plan::Enforce::Shadow)
     {
         let why = "a workspace with its own policy runs its tools enforced";
         c.widens(Some(&e.at), "enforce", why);

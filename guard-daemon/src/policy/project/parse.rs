@@ -6,7 +6,7 @@
 use toml::de::{DeTable, DeValue};
 
 use crate::{
-    decision::RiskTier,
+    call::decision::RiskTier,
     policy::{
         parse,
         raw::{RawApprover, RawRule, RawTool},

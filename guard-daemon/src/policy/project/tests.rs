@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{CHECK, ProjectError, Projects};
-use crate::{decision::Decision, intent::Intent, policy::Policy};
+use crate::{call::decision::Decision, call::intent::Intent, policy::Policy};
 
 /// A directory of workspaces (`ROOT/*`), removed on drop.
 struct Root(PathBuf);
@@ -171,7 +171,7 @@ action = "block"
     assert_eq!(base.decide(&env).row.decision, Decision::Allow);
     assert_eq!(
         merged.settings().max_allowed_tier,
-        crate::decision::RiskTier::Medium
+        crate::call::decision::RiskTier::Medium
     );
 }
 

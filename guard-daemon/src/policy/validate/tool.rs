@@ -7,10 +7,10 @@ use std::{
 };
 
 use super::arg::arg;
-use crate::plan::RUN_AS_OWNER;
+use crate::call::plan::RUN_AS_OWNER;
 use crate::{
-    detect::DetectorSet,
-    plan::{Confinement, Endpoint},
+    call::plan::{Confinement, Endpoint},
+    policy::detect::DetectorSet,
     policy::{
         Tool, ToolStdin,
         args::{ArgSpec, normalize},
@@ -232,14 +232,15 @@ impl Templates<'_> {
                 ),
                 Some(Slot::Ctx(..)) => d.err(&s.at, &key, "a path is no destination"),
                 Some(Slot::Lit) => match Endpoint::literal(&s.v) {
-                    Some(e) => match crate::addr::parse_network(&e.host) {
+                    Some(e) => match crate::policy::addr::parse_network(&e.host) {
                         Some(Err(why)) => d.err(&s.at, &key, why),
-                        Some(Ok((net, len))) if crate::addr::holds_metadata(net, len) => d.err(
-                            &s.at,
-                            &key,
-                            "this network holds a cloud metadata endpoint (the host's own \
+                        Some(Ok((net, len))) if crate::policy::addr::holds_metadata(net, len) => d
+                            .err(
+                                &s.at,
+                                &key,
+                                "this network holds a cloud metadata endpoint (the host's own \
                              credentials): name that address itself to reach it",
-                        ),
+                            ),
                         // A network's address is written as it is matched: host bits zero.
                         _ => out.push(Elem::Lit(e)),
                     },

@@ -3,7 +3,7 @@
 use std::{ffi::OsString, time::Duration};
 
 use super::*;
-use crate::plan::{Confinement, Effects, Endpoint};
+use crate::call::plan::{Confinement, Effects, Endpoint};
 
 fn plan(argv0: &str, effects: Effects) -> LaunchPlan {
     LaunchPlan {

@@ -1,7 +1,7 @@
-//! The launch's preparation: the strings of its exec.
+//! The launch's preparation: the strings of its exec, and the user it runs as.
 
-use super::*;
-use crate::plan::{Confinement, Effects};
+use super::{command::environment, *};
+use crate::call::plan::{Confinement, Effects};
 
 fn plan() -> LaunchPlan {
     LaunchPlan {

@@ -5,7 +5,7 @@ use super::{
     Action, Cond, EPERM, Mode, Op, Rule, SeccompError, SeccompTable, int_eq,
     socket::{error_queue_rules, group_join_rules, socket_rules},
 };
-use crate::{plan::LaunchPlan, sandbox::landlock, sysname};
+use crate::{call::plan::LaunchPlan, sandbox::landlock, sandbox::sysname};
 
 /// Syscalls no confined tool needs, each a known way out of a sandbox or into the kernel's
 /// attack surface: async I/O that bypasses seccomp (io_uring), other processes' memory, kernel

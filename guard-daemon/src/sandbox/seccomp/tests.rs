@@ -10,8 +10,8 @@ use super::{
     *,
 };
 use crate::{
-    plan::{Confinement, Effects, Endpoint, LaunchPlan},
-    sysname,
+    call::plan::{Confinement, Effects, Endpoint, LaunchPlan},
+    sandbox::sysname,
 };
 
 fn plan() -> LaunchPlan {

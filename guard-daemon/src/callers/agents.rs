@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    peer::Peer,
+    call::peer::Peer,
     policy::{Policy, Verdict, agents::Agent},
     protocol::reply::AgentCounts,
 };
@@ -80,7 +80,7 @@ pub fn rule<'p>(
         }
         Err(why) => (None, why),
     };
-    verdict.row.decision = crate::decision::Decision::Block;
+    verdict.row.decision = crate::call::decision::Decision::Block;
     verdict.row.check_name = CHECK.into();
     verdict.row.reason = why.1;
     verdict.plan = None;

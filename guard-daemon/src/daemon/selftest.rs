@@ -16,8 +16,8 @@ use std::{
 use guard_common::call::{CallConfig, FLAG_ENFORCE_EXEC};
 
 use crate::{
-    cgroup::Cgroup,
     monitor::{Monitor, Watch},
+    sandbox::cgroup::Cgroup,
 };
 
 /// The hidden argument that turns guardd into the canary.

@@ -2,8 +2,8 @@
 //! and its agents.
 
 use crate::{
+    call::peer::Peer,
     daemon::Daemon,
-    peer::Peer,
     protocol::{
         Reply,
         reply::{AgentList, AgentStatus, ToolList},
@@ -16,7 +16,7 @@ pub(super) fn tools(daemon: &Daemon, peer: &Peer) -> Reply {
     let policy = daemon.policy();
     let mut tools = policy.listing();
     if !policy.agents().is_empty() {
-        match crate::agents::of(&policy, peer) {
+        match crate::callers::agents::of(&policy, peer) {
             Ok(Some(agent)) => {
                 tools.retain(|t| agent.refuses(&t.name, Some(t.tier), None).is_none())
             }

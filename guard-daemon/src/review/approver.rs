@@ -12,19 +12,19 @@ use serde_json::{Map, Value};
 use crate::{
     approval::sessions::Terminated,
     audit::Row,
-    confined,
+    call::decision::Decision,
+    call::intent::Intent,
+    call::peer::Peer,
+    call::plan::LaunchPlan,
     daemon::Daemon,
-    decision::Decision,
-    hold::{Answer, record_answer},
-    intent::Intent,
-    judge::{self, ProposedCall, Subject},
-    peer::Peer,
-    plan::LaunchPlan,
     policy::{
         Policy,
         helpers::{Approver, ApproverKind, Helper, Outcome},
     },
     protocol::CallOptions,
+    review::confined,
+    review::hold::{Answer, record_answer},
+    review::judge::{self, ProposedCall, Subject},
 };
 
 /// What a command approver is given on stdin.
@@ -216,7 +216,7 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
     // The caller's session under its uid, and its agent, which is who it is whatever
     // session it names: both blocked.
     let policy = daemon.policy();
-    let agent = crate::agents::of(&policy, e.peer)
+    let agent = crate::callers::agents::of(&policy, e.peer)
         .ok()
         .flatten()
         .map(|a| agent_session(&a.name));

@@ -12,12 +12,12 @@ use crate::{
     approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm},
     audit::Row,
     bus::What,
-    conn::Conn,
+    call::decision::Decision,
+    call::intent::Intent,
+    call::peer::Peer,
+    call::plan::LaunchPlan,
     daemon::Daemon,
-    decision::Decision,
-    intent::Intent,
-    peer::Peer,
-    plan::LaunchPlan,
+    protocol::conn::Conn,
     protocol::{
         ExecReply,
         reply::{CallDecision, Hold},
@@ -132,7 +132,7 @@ pub async fn hold(
         timeout_s,
     };
     daemon.bus.call(&call_id, &held.tool, what);
-    crate::notifier::spawn(daemon, &held);
+    crate::review::notifier::spawn(daemon, &held);
     if let Err(e) = told {
         if !h.no_wait {
             withdraw(

@@ -10,11 +10,11 @@ use std::{
 };
 
 use crate::{
-    cgroup::Cgroup,
+    call::plan::LaunchPlan,
     daemon::Daemon,
     monitor::watch_of,
-    plan::LaunchPlan,
     receipt::{Receipt, ReceiptFor},
+    sandbox::cgroup::Cgroup,
     sandbox::{self, Outcome},
 };
 
@@ -22,7 +22,7 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {
     #[error("cgroup: {0}")]
-    Cgroup(#[from] crate::cgroup::CgroupError),
+    Cgroup(#[from] crate::sandbox::cgroup::CgroupError),
     #[error("kernel: {0}")]
     Monitor(#[from] crate::monitor::MonitorError),
     #[error(transparent)]

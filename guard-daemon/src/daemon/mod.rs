@@ -1,6 +1,7 @@
 //! guardd's shared state: what every connection handler reads (the policy in force, the
 //! kernel's watch, the audit log, the bus, the running calls). Its options are in `options`,
-//! its start in `start`, the event pump in `pump`, a reload in `reload`.
+//! its start in `start`, proven by [`selftest`] and guarded by [`lock`], the event pump in
+//! `pump`, a reload in `reload`, the calls a guardd that died left open in `interrupted`.
 
 use std::{
     path::Path,
@@ -9,10 +10,12 @@ use std::{
 };
 
 mod interrupted;
+pub mod lock;
 mod options;
 mod project;
 mod pump;
 mod reload;
+pub mod selftest;
 mod start;
 pub mod systemd;
 
@@ -23,18 +26,18 @@ pub(crate) use start::{check_audit_fs, socket_gid, socket_group};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    access::Access,
     approval::{Approvals, sessions::Sessions},
     audit::AuditLog,
     bus::Bus,
-    calls::Calls,
-    cgroup::Cgroup,
-    lock::StateLock,
+    call::calls::Calls,
+    callers::access::Access,
+    callers::violations::Violations,
+    daemon::lock::StateLock,
     monitor::Monitor,
     policy::Policy,
     receipt::Receipts,
     sandbox,
-    violations::Violations,
+    sandbox::cgroup::Cgroup,
 };
 
 /// Everything the connection handlers share.
@@ -72,7 +75,7 @@ pub struct Daemon {
     /// Admission: slots, the queue, the running calls and their ids.
     pub calls: Calls,
     /// The policy's agents at work: their counts and rates.
-    pub agents: Arc<crate::agents::Agents>,
+    pub agents: Arc<crate::callers::agents::Agents>,
     pub started: Instant,
     /// Asks the event pump to read everything the kernel has written so far (see `flush_events`).
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,

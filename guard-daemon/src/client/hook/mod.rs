@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 pub use files::Access;
 
-use crate::{decision::Decision, policy::glob_match, protocol::reply::Checked};
+use crate::{call::decision::Decision, policy::glob_match, protocol::reply::Checked};
 
 /// What Claude Code sends (the fields guard reads; the others are ignored, so that a newer
 /// Claude Code with more fields still gets an answer).
@@ -217,8 +217,8 @@ pub fn quote(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::{
-        decision::{DecisionRow, RowMetadata},
-        plan::{Confinement, Effects, LaunchPlan},
+        call::decision::{DecisionRow, RowMetadata},
+        call::plan::{Confinement, Effects, LaunchPlan},
     };
 
     /// guardd as the tests want it: a decision for every check, and for an allowed one a plan

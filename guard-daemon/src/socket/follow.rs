@@ -1,6 +1,6 @@
 //! The streams a client follows: `tools` with `follow`, and `subscribe`. A follower has no idle
 //! timeout (it may have nothing to say for days), so each uid follows a bounded number of
-//! streams ([`crate::fair`]), and each stream gets a keepalive whenever it has been quiet for
+//! streams ([`crate::socket::fair`]), and each stream gets a keepalive whenever it has been quiet for
 //! the keepalive interval: a follower that has not read what it was sent by then, and reads
 //! nothing within the write deadline, is dropped. A streaming subscription ends quietly when its
 //! client goes.
@@ -15,11 +15,11 @@ use tokio::{
 use super::listing::tools as tool_list;
 use crate::{
     bus::{Event, What},
-    conn::{Conn, Deadlines},
+    call::peer::Peer,
     daemon::Daemon,
-    fair::{Connections, Follower, Slot},
-    peer::Peer,
+    protocol::conn::{Conn, Deadlines},
     protocol::{self, ProtocolError, Reply, SubscribeRequest, reply::Keepalive},
+    socket::fair::{Connections, Follower, Slot},
 };
 
 /// A place among the uid's followers for the connection of `slot`; `None` when its uid follows

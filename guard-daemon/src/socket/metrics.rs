@@ -25,8 +25,8 @@ use tokio::{
 
 use crate::{
     bus::{Event, What},
+    call::decision::Decision,
     daemon::Daemon,
-    decision::Decision,
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

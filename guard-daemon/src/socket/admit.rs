@@ -4,11 +4,11 @@
 use std::{io, os::fd::OwnedFd};
 
 use crate::{
-    agents::Admitted,
     bus::{Event, What},
-    conn::Conn,
+    call::peer::Peer,
+    callers::agents::Admitted,
     daemon::Daemon,
-    peer::Peer,
+    protocol::conn::Conn,
     protocol::{ErrorReply, ExecReply},
 };
 
@@ -67,7 +67,7 @@ pub(super) async fn agent(
     conn: &mut Conn,
 ) -> std::io::Result<Option<Option<Admitted>>> {
     let policy = daemon.policy();
-    let refused = match (crate::agents::of(&policy, peer), tool) {
+    let refused = match (crate::callers::agents::of(&policy, peer), tool) {
         (Ok(None), _) => return Ok(Some(None)),
         (Err(_), Some(_)) => return Ok(Some(None)),
         (Err(why), None) => ErrorReply::new(why),

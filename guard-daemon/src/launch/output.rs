@@ -28,7 +28,7 @@ use nix::{
 use tokio::sync::oneshot;
 
 use crate::{
-    plan::Stdin,
+    call::plan::Stdin,
     policy::secrets::mask::{Masker, Masks},
     sandbox::{SandboxError, io_sys},
 };

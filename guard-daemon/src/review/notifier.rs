@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::{approval::Held, audit::Row, confined, daemon::Daemon};
+use crate::{approval::Held, audit::Row, daemon::Daemon, review::confined};
 
 /// Runs the policy's notifier for `held`, if it has one, in the background.
 pub fn spawn(daemon: &Arc<Daemon>, held: &Held) {

@@ -21,7 +21,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, atomic::AtomicUsize},
 };
 
-use crate::{conn::Budget, protocol::reply::Counts};
+use crate::{protocol::conn::Budget, protocol::reply::Counts};
 
 /// How many connections guardd admits, and to whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub enum Refused {
 struct Uid {
     open: usize,
     followers: usize,
-    /// Bytes of unfinished requests its connections hold ([`Budget`](crate::conn::Budget)).
+    /// Bytes of unfinished requests its connections hold ([`Budget`](crate::protocol::conn::Budget)).
     buffered: Arc<AtomicUsize>,
 }
 
@@ -251,7 +251,7 @@ impl Drop for Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conn::BUFFERED_PER_UID;
+    use crate::protocol::conn::BUFFERED_PER_UID;
 
     fn limits(shared: usize, per_uid: usize, reserved: usize, followers: usize) -> Limits {
         Limits {

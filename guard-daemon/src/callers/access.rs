@@ -6,7 +6,7 @@
 use nix::unistd::{Group, User};
 
 use crate::{
-    peer::Peer,
+    call::peer::Peer,
     policy::{Principal, Settings},
 };
 

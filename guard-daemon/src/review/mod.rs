@@ -4,33 +4,39 @@
 //!
 //! A call the policy allows outright, with no judge to run first, leaves here with its decision
 //! row still on its way to disk (a [`Recording`]): the launch is prepared meanwhile, and the call
-//! starts, and its caller hears "allow", only once the row is written (`call::Call::launch`).
+//! starts, and its caller hears "allow", only once the row is written (`launch::Call::launch`).
+
+pub mod approver;
+pub mod confined;
+pub mod hold;
+pub mod judge;
+pub mod notifier;
 
 use std::{io, sync::Arc};
 
 use crate::{
-    approver::{self, Approved, Escalated},
     audit::{Durable, Row},
     bus::What,
-    conn::Conn,
+    call::decision::Decision,
+    call::intent::Intent,
+    call::peer::Peer,
+    call::plan::{Enforce, LaunchPlan, Stdin},
+    call::stages::Stages,
     daemon::Daemon,
-    decision::Decision,
-    hold::ToHold,
-    intent::Intent,
-    judge::{self, ProposedCall, Subject},
-    peer::Peer,
-    plan::{Enforce, LaunchPlan, Stdin},
     policy::{Policy, Verdict},
+    protocol::conn::Conn,
     protocol::{CallOptions, CallerStdin, ExecReply, reply::CallDecision},
-    stages::Stages,
+    review::hold::ToHold,
 };
+use approver::{Approved, Escalated};
+use judge::{ProposedCall, Subject};
 
 /// The `check_name` of a call refused because its tool reads the caller's stdin and the
 /// caller has none to give.
 const STDIN_CHECK: &str = "stdin";
 
 /// The `check_name` of a call its caller's agent may not make (`[agents]`).
-const AGENT_CHECK: &str = crate::agents::CHECK;
+const AGENT_CHECK: &str = crate::callers::agents::CHECK;
 
 /// The `check_name` of a call its workspace's own policy blocks: that file is the workspace
 /// owner's, and its errors are theirs to fix, so the caller hears them.
@@ -269,7 +275,8 @@ impl Review<'_> {
     /// blocked whatever the policy says.
     fn agent_rules(&self, policy: &Policy, verdict: &mut Verdict) {
         let label = self.ctx.label.as_deref();
-        let Some(agent) = crate::agents::rule(policy, self.peer, &self.intent.tool, label, verdict)
+        let Some(agent) =
+            crate::callers::agents::rule(policy, self.peer, &self.intent.tool, label, verdict)
         else {
             return;
         };

@@ -1,5 +1,9 @@
 //! The client side of the socket, shared by guard-exec and guardctl: typed requests out, typed
-//! replies in (see [`crate::protocol::reply`]).
+//! replies in (see [`crate::protocol::reply`]); what their command lines share ([`cli`]); and
+//! Claude Code's hook ([`hook`]), which guard-exec answers.
+
+pub mod cli;
+pub mod hook;
 
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
@@ -155,7 +159,7 @@ fn timeval(d: Duration) -> nix::sys::time::TimeVal {
     )
 }
 
-pub use crate::conn::unread;
+pub use crate::protocol::conn::unread;
 
 /// Waits until guardd has read everything sent on `stream`, or has something to say on it;
 /// `TimedOut` when neither happened within `within`. How a caller tells a guardd that has its
@@ -302,7 +306,7 @@ impl Client {
         if fds.is_empty() {
             self.stream.write_all(frame)
         } else {
-            crate::conn::send_with_fds(&self.stream, frame, fds)
+            crate::protocol::conn::send_with_fds(&self.stream, frame, fds)
         }
     }
 

@@ -124,7 +124,7 @@ pub struct RowMetadata {
     pub project_policy: Option<ProjectPolicy>,
     /// `shadow` for a call of a tool in shadow (`enforce = "shadow"`); absent when enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enforce: Option<crate::plan::Enforce>,
+    pub enforce: Option<crate::call::plan::Enforce>,
     /// In shadow, what enforcing would have decided (`block`, `escalate`, `quarantine`): the
     /// call was allowed to run, and `check_name` and `reason` are that decision's.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::peer::Peer;
+use crate::call::peer::Peer;
 
 /// How long a block counts as recent.
 const RECENT: Duration = Duration::from_secs(600);

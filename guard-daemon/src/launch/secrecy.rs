@@ -4,8 +4,8 @@
 use std::{os::fd::OwnedFd, sync::Arc};
 
 use crate::{
-    call::output::{self, Masked},
-    plan::LaunchPlan,
+    call::plan::LaunchPlan,
+    launch::output::{self, Masked},
     policy::{Policy, secrets::mask::Masks},
     receipt::Receipt,
 };

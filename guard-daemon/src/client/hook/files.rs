@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 use super::{Answer, Guardd, Options, Permission, PreToolUse};
 use crate::{
-    decision::Decision,
-    plan::LaunchPlan,
+    call::decision::Decision,
+    call::plan::LaunchPlan,
     policy::{args::normalize, glob_match},
 };
 

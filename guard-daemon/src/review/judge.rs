@@ -13,10 +13,10 @@ use serde_json::{Map, Value};
 use crate::{
     audit::{Row, row::Judged},
     bus::What,
-    confined,
+    call::plan::LaunchPlan,
     daemon::Daemon,
-    plan::LaunchPlan,
     policy::helpers::Judge,
+    review::confined,
 };
 
 /// What aegis's runtime tells its judge this check is.

@@ -1,0 +1,7 @@
+//! Who calls, over time: what a peer may do over the socket ([`access`]), which of the policy's
+//! agents it is and what that agent has done ([`agents`]), and the tools it was refused lately
+//! ([`violations`], for the judges).
+
+pub mod access;
+pub mod agents;
+pub mod violations;

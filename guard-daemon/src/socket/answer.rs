@@ -1,0 +1,213 @@
+//! The requests that get one reply and leave the connection open for the next, and who may
+//! make each.
+
+use std::io;
+
+use crate::{
+    audit::Row,
+    call::{intent::Intent, peer::Peer},
+    callers::access::Role,
+    daemon::Daemon,
+    protocol::{
+        self, ErrorReply, ProtocolError, Reply, Request,
+        conn::Conn,
+        reply::{
+            AuditStatus, Checked, Cleared, PendingCalls, PolicyStatus, Reloaded, Resolved,
+            SessionList, Status,
+        },
+    },
+    review::hold,
+};
+
+use super::listing;
+
+/// Whether the peer may make this request: exec, check and status need a client, the rest an
+/// admin.
+pub(super) fn permitted(
+    daemon: &Daemon,
+    peer: &Peer,
+    request: &Request,
+) -> Result<(), ProtocolError> {
+    let role = match request {
+        Request::Subscribe(_)
+        | Request::Pending(_)
+        | Request::Approve(_)
+        | Request::Deny(_)
+        | Request::Reload(_)
+        | Request::Sessions(_)
+        | Request::Agents(_)
+        | Request::ClearSession(_) => Role::Admin,
+        Request::Exec(_)
+        | Request::ExecWith(_)
+        | Request::Resume(_)
+        | Request::Check(_)
+        | Request::Status(_)
+        | Request::Tools(_) => Role::Client,
+    };
+    let access = daemon.access.read().unwrap_or_else(|p| p.into_inner());
+    if access.permits(peer, role) {
+        return Ok(());
+    }
+    let who = if role == Role::Admin {
+        "an admin"
+    } else {
+        "a client"
+    };
+    Err(ProtocolError {
+        message: format!(
+            "not permitted: uid {} is not {who} of this guardd",
+            peer.uid
+        ),
+        field: None,
+    })
+}
+
+/// Answers a request that gets one reply and leaves the connection open for the next.
+pub(super) async fn answer(
+    daemon: &Daemon,
+    peer: &Peer,
+    request: Request,
+    conn: &mut Conn,
+) -> io::Result<()> {
+    let reply = match request {
+        Request::Check(req) => {
+            let intent = Intent {
+                tool: req.tool,
+                args: req.args,
+                cwd: req.cwd,
+                caller: Some(peer.uid),
+            };
+            let policy = daemon.policy_for(&intent);
+            let mut verdict = policy.decide(&intent);
+            // What the caller's agent says, as an exec of the same call would hear it.
+            crate::callers::agents::rule(&policy, peer, &intent.tool, None, &mut verdict);
+            // The caller hears what an exec's caller would: a reason only under
+            // disclose_reasons (it would tell what guardd, as root, found at a path).
+            let mut decision = verdict.row.clone();
+            decision.reason = policy.caller_message(&verdict);
+            Reply::Decision(Box::new(Checked {
+                decision,
+                plan: verdict.plan,
+            }))
+        }
+        Request::Status(_) => Reply::Status(Box::new(status(daemon))),
+        Request::Tools(_) => listing::tools(daemon, peer),
+        Request::Pending(_) => Reply::Pending(PendingCalls {
+            calls: daemon.approvals.list(),
+        }),
+        Request::Approve(req) => {
+            let digest = req.digest.as_deref();
+            return resolve(daemon, conn, &req.call_id, peer.uid, None, digest).await;
+        }
+        Request::Deny(req) => {
+            let deny = Some(req.reason);
+            return resolve(daemon, conn, &req.call_id, peer.uid, deny, None).await;
+        }
+        Request::Sessions(_) => Reply::Sessions(SessionList {
+            sessions: daemon.sessions.list(),
+        }),
+        Request::Agents(_) => listing::agents(daemon),
+        Request::ClearSession(req) => clear_session(daemon, peer, req.session).await,
+        Request::Reload(_) => match daemon.reload(Some(peer.uid)).await {
+            Ok(tools) => Reply::Reloaded(Reloaded {
+                policy: daemon.options.policy.clone(),
+                tools,
+            }),
+            Err(message) => Reply::Error(ErrorReply::new(message)),
+        },
+        // Each keeps the connection: see `handle`.
+        Request::Exec(_) | Request::ExecWith(_) | Request::Resume(_) | Request::Subscribe(_) => {
+            Reply::Error(ErrorReply::new(
+                "exec, resume and subscribe take the connection",
+            ))
+        }
+    };
+    conn.reply(&reply).await
+}
+
+/// An admin's answer to a held call (`deny` none: approve), recorded, then handed to the call.
+async fn resolve(
+    daemon: &Daemon,
+    conn: &mut Conn,
+    call_id: &str,
+    by: u32,
+    deny: Option<Option<String>>,
+    digest: Option<&str>,
+) -> io::Result<()> {
+    let approved = deny.is_none();
+    match hold::answer(daemon, call_id, by, deny, digest).await {
+        Ok(held) => {
+            let resolved = Resolved {
+                call_id: call_id.to_owned(),
+                approved,
+                digest: held.digest,
+            };
+            conn.reply(&Reply::Resolved(resolved)).await
+        }
+        Err(message) => {
+            let e = ProtocolError {
+                message,
+                field: Some("call_id".into()),
+            };
+            conn.write(&protocol::error_frame(&e)).await
+        }
+    }
+}
+
+/// Lets a terminated session submit calls again, after its row.
+async fn clear_session(daemon: &Daemon, peer: &Peer, session: String) -> Reply {
+    if daemon.sessions.get(&session).is_none() {
+        return Reply::Error(ErrorReply {
+            error: format!("session '{session}' is not terminated"),
+            field: Some("session".into()),
+            retry_after_ms: None,
+        });
+    }
+    let row = Row::Session {
+        session: session.clone(),
+        terminated: false,
+        call_id: None,
+        by: Some(peer.uid),
+    };
+    if let Err(e) = daemon.audit.record(&row).await {
+        return Reply::Error(ErrorReply::new(format!(
+            "not cleared: the audit log is unavailable: {e}"
+        )));
+    }
+    match daemon.sessions.clear(&session) {
+        Ok(_) => Reply::Cleared(Cleared { session }),
+        Err(e) => Reply::Error(ErrorReply::new(format!("not cleared: {e}"))),
+    }
+}
+
+/// The daemon's state for `guardctl status`.
+pub fn status(daemon: &Daemon) -> Status {
+    let policy = daemon.policy();
+    Status {
+        pid: std::process::id(),
+        uptime_s: daemon.started.elapsed().as_secs(),
+        enforced: daemon.enforced(),
+        policy: PolicyStatus {
+            path: daemon.options.policy.clone(),
+            tools: policy.tools().count(),
+            version: policy.version().to_owned(),
+            shadow: policy
+                .shadow_tools()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        },
+        audit: AuditStatus {
+            path: daemon.options.audit.clone(),
+            admitting: daemon.audit.admits(),
+        },
+        layers: daemon.layers.clone(),
+        limits: daemon.launch.limits.to_string(),
+        running: daemon.calls.running(),
+        queued: daemon.calls.queued(),
+        dropped_events: daemon.dropped_events(),
+        export: daemon.export.get().map(crate::export::Export::status),
+        // The server's own, which `handle` fills in.
+        connections: Default::default(),
+    }
+}
