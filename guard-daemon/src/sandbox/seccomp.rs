@@ -7,14 +7,16 @@
 //! compile`] turns it into BPF programs ([`compiled`] keeps them per distinct table); `launch`
 //! gets them before the clone and the child installs them as its very last step before `execve`.
 //!
-//! The parts: `rules` builds the table from a plan (the deny list, clone and the strict
-//! allow-set), `socket` the rules on socket(2) and socketpair(2), and `bpf` compiles it.
+//! The parts: `lists` holds what the table names, as data; `rules` builds the table from a
+//! plan (the deny list, clone and the strict allow-set), `socket` the rules on socket(2) and
+//! socketpair(2), and `bpf` compiles it.
 //!
 //! [`LaunchPlan`]: crate::call::plan::LaunchPlan
 
 mod bpf;
 #[cfg(test)]
 mod kernel_tests;
+mod lists;
 mod rules;
 mod socket;
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{
-    rules::{
+    lists::{
         DENY, INODE_FLAG_IOCTLS, LOCK_PROBES, METADATA_BY_DESCRIPTOR, METADATA_BY_NAME,
         MODE_SETTERS, TERMINAL_IOCTLS,
     },
