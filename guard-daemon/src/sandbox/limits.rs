@@ -204,7 +204,7 @@ impl CallLimits {
         Ok(())
     }
 
-    /// `tasks` files the child writes "0" to, to join the v1 cgroups (see `child::join_cgroups`).
+    /// `tasks` files the child writes "0" to, to join the v1 cgroups (see `child::join_cgroup`).
     pub fn procs_fds(&self) -> &[OwnedFd] {
         &self.procs
     }

@@ -1,0 +1,203 @@
+//! The child's steps against a recording double: their order, and a launch that stops at the
+//! first step that fails.
+
+use std::ptr;
+
+use super::*;
+use crate::sandbox::landlock::{self, LandlockRules};
+
+#[test]
+fn stages_match_the_enum() {
+    assert_eq!(STAGES.len(), Stage::Exec as usize + 1);
+    assert_eq!(STAGES[Stage::Landlock as usize], "landlock");
+    assert_eq!(STAGES[Stage::Seccomp as usize], "seccomp");
+    assert_eq!(STAGES[Stage::Cgroup as usize], "cgroup");
+}
+
+/// Records each step it is asked for, and fails the one named, as the kernel would refuse it.
+#[derive(Default)]
+struct Recorder {
+    done: Vec<Stage>,
+    fail_at: Option<Stage>,
+}
+
+impl Recorder {
+    fn step(&mut self, stage: Stage) -> Result<(), Failed> {
+        self.done.push(stage);
+        match self.fail_at {
+            Some(s) if s == stage => Err(Failed {
+                stage,
+                errno: libc::EPERM,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Steps for Recorder {
+    fn join_cgroup(&mut self, _: RawFd) -> Result<(), Failed> {
+        self.step(Stage::Cgroup)
+    }
+    fn join_limit_cgroups(&mut self, procs: &[RawFd]) -> Result<(), Failed> {
+        procs
+            .iter()
+            .try_for_each(|_| self.step(Stage::LimitsCgroup))
+    }
+    fn mounts(&mut self, _: &ChildCtx) -> Result<(), Failed> {
+        self.step(Stage::Mounts)
+    }
+    fn new_session(&mut self) -> Result<(), Failed> {
+        self.step(Stage::Setsid)
+    }
+    fn stdio(&mut self, _: [RawFd; 3]) -> Result<(), Failed> {
+        self.step(Stage::Stdio)
+    }
+    fn close_fds_at_exec(&mut self) -> Result<(), Failed> {
+        self.step(Stage::CloseFds)
+    }
+    fn reset_signals(&mut self) -> Result<(), Failed> {
+        self.step(Stage::Signals)
+    }
+    fn set_rlimits(&mut self, _: &Rlimits) -> Result<(), Failed> {
+        self.step(Stage::Rlimit)
+    }
+    fn setgroups(&mut self) -> Result<(), Failed> {
+        self.step(Stage::Setgroups)
+    }
+    fn setgid(&mut self, _: libc::gid_t) -> Result<(), Failed> {
+        self.step(Stage::Setgid)
+    }
+    fn setuid(&mut self, _: libc::uid_t) -> Result<(), Failed> {
+        self.step(Stage::Setuid)
+    }
+    fn no_new_privs(&mut self) -> Result<(), Failed> {
+        self.step(Stage::NoNewPrivs)
+    }
+    fn die_with_parent(&mut self, _: RawFd) -> Result<(), Failed> {
+        self.step(Stage::Pdeathsig)
+    }
+    fn chdir(&mut self, _: &CStr) -> Result<(), Failed> {
+        self.step(Stage::Cwd)
+    }
+    fn landlock(&mut self, _: &landlock::Prepared, _: &CStr) -> Result<(), Failed> {
+        self.step(Stage::Landlock)
+    }
+    fn watch_writes(&mut self, _: &libc::sock_fprog, _: RawFd) -> Result<(), Failed> {
+        self.step(Stage::Listener)
+    }
+    fn install_seccomp(&mut self, _: &[libc::sock_fprog]) -> Result<(), Failed> {
+        self.step(Stage::Seccomp)
+    }
+}
+
+/// Confines a child described by `ctx`'s defaults (one limit cgroup, a write watch when
+/// `watched`) with `steps`.
+fn confine_with(steps: &mut Recorder, in_cgroup: bool, watched: bool) -> Result<(), Failed> {
+    // Disabled where the kernel has no landlock; never applied here either way.
+    let prepared = landlock::prepare(&LandlockRules::default(), true).expect("prepared");
+    let null: [*const libc::c_char; 1] = [ptr::null()];
+    let filter = libc::sock_fprog {
+        len: 0,
+        filter: ptr::null_mut(),
+    };
+    let ctx = ChildCtx {
+        parent: -1,
+        report: -1,
+        cgroup_dir: -1,
+        cgroup_procs: -1,
+        limit_procs: vec![-1],
+        stdio: [0, 1, 2],
+        rlimits: Rlimits::default(),
+        uid: 65534,
+        gid: 65534,
+        cwd: c"/",
+        program: c"/bin/true",
+        program_fd: None,
+        argv: &null,
+        envp: &null,
+        landlock: &prepared,
+        proc_self: c"/proc/self",
+        filters: &[],
+        watch: watched.then_some((&filter, -1)),
+        writable: &[],
+        protected: &[],
+        view: true,
+    };
+    confine(steps, &ctx, in_cgroup)
+}
+
+/// Every step but the exec, in [`STAGES`]' order.
+fn all_steps() -> Vec<Stage> {
+    let all = [
+        Stage::Cgroup,
+        Stage::LimitsCgroup,
+        Stage::Mounts,
+        Stage::Setsid,
+        Stage::Stdio,
+        Stage::CloseFds,
+        Stage::Signals,
+        Stage::Rlimit,
+        Stage::Setgroups,
+        Stage::Setgid,
+        Stage::Setuid,
+        Stage::NoNewPrivs,
+        Stage::Pdeathsig,
+        Stage::Cwd,
+        Stage::Landlock,
+        Stage::Listener,
+        Stage::Seccomp,
+    ];
+    for (i, s) in all.iter().enumerate() {
+        assert_eq!(*s as usize, i, "{} out of STAGES' order", STAGES[i]);
+    }
+    all.to_vec()
+}
+
+#[test]
+fn the_steps_run_in_the_order_each_relies_on() {
+    let mut steps = Recorder::default();
+    confine_with(&mut steps, false, true).expect("confined");
+    assert_eq!(steps.done, all_steps());
+    // What the order is for, said outright: identity dropped before the parent-death signal
+    // (setuid clears it), and the filters after landlock, last before the exec.
+    let at = |s: Stage| steps.done.iter().position(|&d| d == s).expect("ran");
+    assert!(at(Stage::Setuid) < at(Stage::Pdeathsig));
+    assert!(at(Stage::Setuid) < at(Stage::NoNewPrivs));
+    assert!(at(Stage::Landlock) < at(Stage::Seccomp));
+    assert_eq!(steps.done.last(), Some(&Stage::Seccomp));
+}
+
+#[test]
+fn a_step_that_fails_is_the_last_one_taken() {
+    for stage in all_steps() {
+        let mut steps = Recorder {
+            fail_at: Some(stage),
+            ..Recorder::default()
+        };
+        let failed = confine_with(&mut steps, false, true).expect_err("a failed step went on");
+        assert_eq!(failed.stage, stage);
+        assert_eq!(failed.errno, libc::EPERM);
+        let expected: Vec<Stage> = all_steps()
+            .into_iter()
+            .take_while(|&s| s != stage)
+            .collect();
+        assert_eq!(
+            steps.done[..steps.done.len() - 1],
+            expected[..],
+            "{}",
+            STAGES[stage as usize]
+        );
+        assert_eq!(steps.done.last(), Some(&stage));
+    }
+}
+
+#[test]
+fn a_child_cloned_into_its_cgroup_does_not_join_it_again_and_an_unwatched_one_has_no_listener() {
+    let mut steps = Recorder::default();
+    confine_with(&mut steps, true, false).expect("confined");
+    let expected: Vec<Stage> = all_steps()
+        .into_iter()
+        .filter(|&s| s != Stage::Cgroup && s != Stage::Listener)
+        .collect();
+    assert_eq!(steps.done, expected);
+}
