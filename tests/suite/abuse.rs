@@ -46,7 +46,6 @@ exec = ["/bin/sh"]
 
 /// One request and its reply on a fresh connection; the read is bounded so a hang fails the
 /// test instead of stalling it.
-/// Sends one frame to guardd and reads its one-line reply.
 pub(super) fn ask(guardd: &Guardd, frame: &[u8]) -> Value {
     let mut s = UnixStream::connect(&guardd.socket).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(60)))

@@ -6,6 +6,7 @@
 use std::process::Stdio;
 
 use super::{
+    abuse::ask,
     approval::{CALLER, approval_rows, ctl, held, spawn, start},
     support::{self, Guardd, ToolDir, output},
 };
@@ -93,6 +94,17 @@ fn a_held_call_survives_a_restart_and_its_waiting_caller_gets_its_output() {
     // The admin sees the digest the approval binds to; a wrong one is refused.
     let wrong = ctl(&guardd, &["approve", &id, "--digest", "sha256:00"]);
     assert!(!wrong.status.success(), "{wrong:?}");
+    // The refusal names what was wrong in the request: its digest, or a call that is not held.
+    let frame = |call: &str| {
+        let request = serde_json::json!(
+            {"v": 1, "type": "approve", "call_id": call, "digest": "sha256:00"}
+        );
+        format!("{request}\n").into_bytes()
+    };
+    let refused = ask(&guardd, &frame(&id));
+    assert_eq!(refused["field"], "digest", "{refused}");
+    let refused = ask(&guardd, &frame("no-such-call"));
+    assert_eq!(refused["field"], "call_id", "{refused}");
     let ok = ctl(&guardd, &["approve", &id]);
     assert!(ok.status.success(), "{ok:?}");
     assert!(text(&ok.stdout).contains(&digest), "{ok:?}");

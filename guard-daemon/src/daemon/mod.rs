@@ -21,6 +21,7 @@ pub mod systemd;
 
 pub use crate::protocol::status::{Layer, LayerState};
 pub use options::Options;
+pub use reload::ReloadError;
 pub use start::{StartError, audit_fs_conflict};
 pub(crate) use start::{check_audit_fs, socket_gid, socket_group};
 use tokio::sync::{mpsc, oneshot};

@@ -22,8 +22,8 @@ use crate::{
         helpers::{Approver, ApproverKind, Helper, Outcome},
     },
     protocol::CallOptions,
+    review::answer::{Answer, record_answer},
     review::confined,
-    review::hold::{Answer, record_answer},
     review::judge::{self, ProposedCall, Subject},
 };
 

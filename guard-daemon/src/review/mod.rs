@@ -6,6 +6,7 @@
 //! row still on its way to disk (a [`Recording`]): the launch is prepared meanwhile, and the call
 //! starts, and its caller hears "allow", only once the row is written (`launch::Call::launch`).
 
+pub mod answer;
 pub mod approver;
 pub mod confined;
 pub mod hold;

@@ -16,7 +16,7 @@ use crate::{
             SessionList, Status,
         },
     },
-    review::hold,
+    review,
 };
 
 use super::listing;
@@ -113,7 +113,7 @@ pub(super) async fn answer(
                 policy: daemon.options.policy.clone(),
                 tools,
             }),
-            Err(message) => Reply::Error(ErrorReply::new(message)),
+            Err(e) => Reply::Error(ErrorReply::new(e.to_string())),
         },
         // Each keeps the connection: see `handle`.
         Request::Exec(_) | Request::ExecWith(_) | Request::Resume(_) | Request::Subscribe(_) => {
@@ -135,7 +135,7 @@ async fn resolve(
     digest: Option<&str>,
 ) -> io::Result<()> {
     let approved = deny.is_none();
-    match hold::answer(daemon, call_id, by, deny, digest).await {
+    match review::answer::answer(daemon, call_id, by, deny, digest).await {
         Ok(held) => {
             let resolved = Resolved {
                 call_id: call_id.to_owned(),
@@ -144,10 +144,10 @@ async fn resolve(
             };
             conn.reply(&Reply::Resolved(resolved)).await
         }
-        Err(message) => {
+        Err(e) => {
             let e = ProtocolError {
-                message,
-                field: Some("call_id".into()),
+                message: e.to_string(),
+                field: e.field().map(Into::into),
             };
             conn.write(&protocol::error_frame(&e)).await
         }

@@ -218,7 +218,7 @@ async fn serve(args: Args) -> ExitCode {
         }
     }
     daemon.spawn_event_pump();
-    guard::review::hold::spawn_sweeper(&daemon);
+    guard::review::answer::spawn_sweeper(&daemon);
     match hup {
         Ok(hup) => {
             tokio::spawn(reload_on_sighup(Arc::clone(&daemon), hup));

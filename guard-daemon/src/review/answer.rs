@@ -1,0 +1,182 @@
+//! The answers to a held call: an admin's (`approve`, `deny`), the clock's, or its caller's
+//! leaving. Each is an audit row before anyone acts on it.
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::Value;
+
+use super::hold::barred;
+use crate::{
+    approval::{ApprovalError, Held},
+    audit::Row,
+    bus::What,
+    daemon::Daemon,
+};
+
+/// An answer, as its audit row records it.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub approved: bool,
+    pub by: Option<u32>,
+    pub reason: Option<String>,
+    pub digest: Option<String>,
+    pub approver: Option<String>,
+    pub outcome: Option<String>,
+    pub modified_args: Option<Value>,
+}
+
+impl Answer {
+    /// Nobody's refusal (the clock, a caller leaving, a changed program).
+    pub fn nobody(reason: &str, digest: Option<String>) -> Self {
+        Self {
+            reason: Some(reason.to_owned()),
+            digest,
+            ..Self::default()
+        }
+    }
+}
+
+/// Writes an approval row, durably, and publishes it; false when it could not be written, and
+/// then nothing may act on the answer.
+pub async fn record_answer(daemon: &Daemon, call_id: &str, tool: &str, a: Answer) -> bool {
+    let what = What::Approval {
+        approved: a.approved,
+        by: a.by,
+        reason: a.reason.clone(),
+        approver: a.approver.clone().map(|who| match &a.outcome {
+            Some(o) => format!("{who} ({o})"),
+            None => who,
+        }),
+    };
+    daemon.bus.call(call_id, tool, what);
+    let row = Row::Approval {
+        call_id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        approved: a.approved,
+        by: a.by,
+        reason: a.reason,
+        digest: a.digest,
+        approver: a.approver,
+        outcome: a.outcome,
+        modified_args: a.modified_args,
+    };
+    match daemon.audit.record(&row).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(call = %call_id, "audit log unavailable for the approval row: {e}");
+            false
+        }
+    }
+}
+
+/// Why an admin's answer to a held call was not taken; the call stays as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// The store of held calls refused it: no such call, another digest, the admin's own call.
+    #[error(transparent)]
+    Refused(#[from] ApprovalError),
+    /// The policy in force since the hold would not let the call run as it was held.
+    #[error("call {call_id} is not approved: {why}: deny it, and have its caller submit it again")]
+    Barred { call_id: String, why: String },
+    #[error("not answered: the audit log is unavailable")]
+    Unrecorded,
+}
+
+impl AnswerError {
+    /// The field of the admin's request the error is about, if it is about one.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::Refused(ApprovalError::Digest { .. }) => Some("digest"),
+            Self::Refused(ApprovalError::Full(_) | ApprovalError::Store(_)) | Self::Unrecorded => {
+                None
+            }
+            Self::Refused(_) | Self::Barred { .. } => Some("call_id"),
+        }
+    }
+}
+
+/// An admin's answer (`deny` none: approve) to held call `call_id`, bound to `digest` when
+/// given. Recorded before the call learns it.
+pub async fn answer(
+    daemon: &Daemon,
+    call_id: &str,
+    by: u32,
+    deny: Option<Option<String>>,
+    digest: Option<&str>,
+) -> Result<Held, AnswerError> {
+    let _one = daemon.approvals.answering.lock().await;
+    let allow_self = daemon.policy().settings().allow_self_approval;
+    let approve_by = deny.is_none().then_some(by);
+    let held = (daemon.approvals).check(call_id, approve_by, digest, allow_self)?;
+    if approve_by.is_some()
+        && let Some(why) = (daemon.approvals.form(call_id)).and_then(|f| barred(daemon, &held, &f))
+    {
+        let call_id = call_id.to_owned();
+        return Err(AnswerError::Barred { call_id, why });
+    }
+    let reason = deny.map(|r| r.unwrap_or_else(|| "denied by an admin".into()));
+    let a = Answer {
+        approved: reason.is_none(),
+        by: Some(by),
+        reason: reason.clone(),
+        digest: Some(held.digest.clone()),
+        ..Answer::default()
+    };
+    if !record_answer(daemon, call_id, &held.tool, a).await {
+        return Err(AnswerError::Unrecorded);
+    }
+    match reason {
+        None => daemon.approvals.approve(call_id, by)?,
+        Some(r) => daemon.approvals.end(call_id, &r).map(|_| ())?,
+    }
+    Ok(held)
+}
+
+/// Ends a held call unrun for `reason` (nobody's answer), after its row.
+pub async fn withdraw(daemon: &Daemon, call_id: &str, reason: &str) {
+    end_unrun(daemon, call_id, reason, false).await;
+}
+
+/// Ends a held call unrun for `reason`, after its row; with `expired`, only if its wait has
+/// run out (an answer may have come in since it was seen expired).
+async fn end_unrun(daemon: &Daemon, call_id: &str, reason: &str, expired: bool) {
+    let _one = daemon.approvals.answering.lock().await;
+    let Some(held) = daemon.approvals.get(call_id) else {
+        return;
+    };
+    let now = crate::approval::now_ms();
+    if expired
+        && !daemon
+            .approvals
+            .expired(now)
+            .iter()
+            .any(|h| h.call_id == call_id)
+    {
+        return;
+    }
+    let digest = Some(held.digest.clone());
+    if record_answer(daemon, call_id, &held.tool, Answer::nobody(reason, digest)).await {
+        let _ = daemon.approvals.end(call_id, reason);
+    }
+}
+
+/// Ends the held calls whose wait ran out, every quarter of a second, for as long as guardd
+/// runs: one never answered is denied, one approved but never collected is dropped.
+pub fn spawn_sweeper(daemon: &Arc<Daemon>) {
+    let daemon = Arc::clone(daemon);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tick.tick().await;
+            let timeout_s = daemon.approvals.timeout.as_secs();
+            for held in daemon.approvals.expired(crate::approval::now_ms()) {
+                let reason = if held.approved_by.is_some() {
+                    format!("approved, but its caller did not come back within {timeout_s} s")
+                } else {
+                    format!("no admin answered within {timeout_s} s")
+                };
+                end_unrun(&daemon, &held.call_id, &reason, true).await;
+            }
+        }
+    });
+}
