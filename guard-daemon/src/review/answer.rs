@@ -5,11 +5,11 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::Value;
 
-use super::hold::barred;
 use crate::{
-    approval::{ApprovalError, Held},
+    approval::{ApprovalError, Held, digest::CallForm},
     audit::Row,
     bus::What,
+    call::{decision::Decision, intent::Intent},
     daemon::Daemon,
 };
 
@@ -179,4 +179,40 @@ pub fn spawn_sweeper(daemon: &Arc<Daemon>) {
             }
         }
     });
+}
+
+/// Why a held call may not run now, if it may not: its session was terminated since it was
+/// held (no call of a terminated session runs until an admin clears it), or the policy
+/// changed since it was held, and under the one in force now its arguments are blocked or get
+/// another plan. An approval is of the call as the policy it was held under decided it; a
+/// policy put in force since must not be bypassed by a plan it no longer grants.
+pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
+    if let Some(t) = held
+        .session
+        .as_deref()
+        .and_then(|s| daemon.sessions.blocks(held.uid, s))
+    {
+        return Some(format!(
+            "its session '{}' was terminated by {} (call {}); an admin clears it with \
+             guardctl sessions --clear",
+            t.session, t.by, t.call_id
+        ));
+    }
+    let mut intent = Intent::new(&form.tool, form.args.clone());
+    intent.cwd.clone_from(&form.cwd);
+    intent.caller = Some(held.uid);
+    let policy = daemon.policy_for(&intent);
+    if policy.version() == form.policy {
+        return None;
+    }
+    let verdict = policy.decide(&intent);
+    match verdict.plan {
+        Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
+        _ => Some(format!(
+            "the policy changed since the call was held ({} then, {} now), and no longer \
+             grants it as held",
+            form.policy,
+            policy.version()
+        )),
+    }
 }

@@ -8,13 +8,12 @@ use std::{io, sync::Arc};
 
 use serde_json::{Map, Value};
 
-use super::answer::{Answer, record_answer, withdraw};
+use super::answer::{Answer, barred, record_answer, withdraw};
 use crate::{
     approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm},
     audit::Row,
     bus::What,
     call::decision::Decision,
-    call::intent::Intent,
     call::peer::Peer,
     call::plan::LaunchPlan,
     daemon::Daemon,
@@ -296,42 +295,6 @@ pub async fn collect(
     }
     let sha256 = record.form.program.sha256.clone();
     Ok(Some((record.form.launch_plan(), sha256)))
-}
-
-/// Why a held call may not run now, if it may not: its session was terminated since it was
-/// held (no call of a terminated session runs until an admin clears it), or the policy
-/// changed since it was held, and under the one in force now its arguments are blocked or get
-/// another plan. An approval is of the call as the policy it was held under decided it; a
-/// policy put in force since must not be bypassed by a plan it no longer grants.
-pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
-    if let Some(t) = held
-        .session
-        .as_deref()
-        .and_then(|s| daemon.sessions.blocks(held.uid, s))
-    {
-        return Some(format!(
-            "its session '{}' was terminated by {} (call {}); an admin clears it with \
-             guardctl sessions --clear",
-            t.session, t.by, t.call_id
-        ));
-    }
-    let mut intent = Intent::new(&form.tool, form.args.clone());
-    intent.cwd.clone_from(&form.cwd);
-    intent.caller = Some(held.uid);
-    let policy = daemon.policy_for(&intent);
-    if policy.version() == form.policy {
-        return None;
-    }
-    let verdict = policy.decide(&intent);
-    match verdict.plan {
-        Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
-        _ => Some(format!(
-            "the policy changed since the call was held ({} then, {} now), and no longer \
-             grants it as held",
-            form.policy,
-            policy.version()
-        )),
-    }
 }
 
 /// Writes the `held` row, for the history (`guardctl events --kind held`). The hold is durable in

@@ -202,7 +202,7 @@ impl Review<'_> {
     /// its judges or approvers ran: what they passed is a call that policy decided, and the
     /// one in force now may block it, give it another plan, or name other judges. Then a
     /// decision row of the same call records the refusal and its caller is told to submit it
-    /// again (a held call is asked again when it is approved: `hold::barred`).
+    /// again (a held call is asked again when it is approved: `answer::barred`).
     async fn unless_reloaded(
         &self,
         policy: &Policy,
