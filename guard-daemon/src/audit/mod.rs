@@ -151,7 +151,9 @@ impl AuditLog {
             return Err(AuditError::Io {
                 path: options.path.clone(),
                 source: std::io::Error::other(
-                    "its file system cannot allocate room ahead of a file (fallocate                      FALLOC_FL_KEEP_SIZE), where guard keeps the room for running calls' rows:                      put the log on ext4, xfs, btrfs or tmpfs",
+                    "its file system cannot allocate room ahead of a file (fallocate \
+                     FALLOC_FL_KEEP_SIZE), where guard keeps the room for running calls' rows: \
+                     put the log on ext4, xfs, btrfs or tmpfs",
                 ),
             });
         }
