@@ -63,12 +63,10 @@ impl Reserve {
         self.top_up();
     }
 
-    /// The rows now end at `len`: tops the room up once half of it is used.
+    /// The rows now end at `len` (a batch was written): tops the room up, whole again.
     pub fn wrote(&self, len: u64) {
         self.len.store(len, Ordering::SeqCst);
-        if self.room() < self.target / 2 || self.short.load(Ordering::SeqCst) {
-            self.top_up();
-        }
+        self.top_up();
     }
 
     /// The file was cut back to `len` (a failed batch): what was allocated past it may be gone
@@ -119,11 +117,15 @@ impl Reserve {
         end.saturating_sub(self.len.load(Ordering::SeqCst))
     }
 
-    /// Whether a new call may be admitted: the reserve can be made whole now. Asked of the
-    /// file system at each admission: once another writer has taken its free blocks, the
-    /// room left (however large) is the running calls', and new calls wait.
+    /// Whether a new call may be admitted: the reserve is whole. The writer makes it whole
+    /// again after every batch, so it is short only when the file system refused that, and
+    /// then it is asked again here: once another writer has taken its free blocks, the room
+    /// left (however large) is the running calls', and new calls wait. No row was written
+    /// since a top-up that succeeded but the batch in flight, so the room is whole then; the
+    /// allocation stays off the admission's path (and out of the journal a row's fdatasync
+    /// commits).
     pub fn admits(&self) -> bool {
-        self.top_up()
+        !self.short.load(Ordering::SeqCst) || self.top_up()
     }
 
     /// Gives back what `file` has allocated past `len` (a file rotated out): its room is the

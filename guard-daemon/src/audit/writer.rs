@@ -145,7 +145,6 @@ impl Writer {
             }
             match self.write(&buf) {
                 Ok(()) => {
-                    self.reserve.wrote(self.len);
                     self.counters
                         .rows
                         .fetch_add(acks.len() as u64, Ordering::Relaxed);
@@ -164,6 +163,8 @@ impl Writer {
                     if let (Some(tap), Some(rows)) = (self.tap.get(), tapped) {
                         tap(&buf, &rows);
                     }
+                    // After the acks: no row waits for the allocation.
+                    self.reserve.wrote(self.len);
                     if self.len >= self.rotate_bytes {
                         self.rotate();
                     }
