@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::{call::decision::Decision, call::plan::Enforce};
+use crate::call::{decision::Decision, plan::Enforce};
 
 mod divergence;
 

@@ -86,7 +86,10 @@ fn invalid(message: String, tool: &str, argument: Option<&str>) -> ErrorData {
 
 #[cfg(test)]
 mod tests {
-    use guard::{call::decision::RiskTier, call::plan::OnDivergence, policy::ArgDoc};
+    use guard::{
+        call::{decision::RiskTier, plan::OnDivergence},
+        policy::ArgDoc,
+    };
     use rmcp::model::ErrorCode;
 
     use super::*;

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use guard::{
-    call::decision::RiskTier,
-    call::plan::OnDivergence,
+    call::{decision::RiskTier, plan::OnDivergence},
     policy::{ArgDoc, ArgType, StdinSpec, ToolSpec},
 };
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};

@@ -17,8 +17,10 @@ use std::{
 
 use guard::{
     call::plan::{Confinement, Effects, Endpoint, LaunchPlan},
-    sandbox::cgroup::{self, Cgroup},
-    sandbox::{self, LaunchOptions, Outcome, SandboxError},
+    sandbox::{
+        self, LaunchOptions, Outcome, SandboxError,
+        cgroup::{self, Cgroup},
+    },
 };
 
 use super::support::{self, ToolDir, dead};

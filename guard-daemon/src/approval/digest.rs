@@ -5,7 +5,10 @@
 
 use std::{io, path::PathBuf};
 
-use crate::{audit::chain::canonical, call::hash::sha256_hex, call::plan::LaunchPlan};
+use crate::{
+    audit::chain::canonical,
+    call::{hash::sha256_hex, plan::LaunchPlan},
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 

@@ -9,9 +9,11 @@ use serde_json::{Map, Value};
 
 use crate::{
     bus::What,
-    call::decision::{Decision, DecisionRow},
-    call::peer::Peer,
-    call::stages::Stages,
+    call::{
+        decision::{Decision, DecisionRow},
+        peer::Peer,
+        stages::Stages,
+    },
     receipt::Receipt,
     sandbox::{Applied, Outcome},
 };

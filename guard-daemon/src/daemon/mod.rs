@@ -31,14 +31,12 @@ use crate::{
     audit::AuditLog,
     bus::Bus,
     call::calls::Calls,
-    callers::access::Access,
-    callers::violations::Violations,
+    callers::{access::Access, violations::Violations},
     daemon::lock::StateLock,
     monitor::Monitor,
     policy::Policy,
     receipt::Receipts,
-    sandbox,
-    sandbox::cgroup::Cgroup,
+    sandbox::{self, cgroup::Cgroup},
 };
 
 /// Everything the connection handlers share.

@@ -14,15 +14,18 @@ use crate::{
     audit::{self, AuditLog},
     bus::Bus,
     call::calls::Calls,
-    callers::access::Access,
-    callers::violations::Violations,
-    daemon::lock::{self, LockError, StateLock},
-    daemon::selftest,
+    callers::{access::Access, violations::Violations},
+    daemon::{
+        lock::{self, LockError, StateLock},
+        selftest,
+    },
     monitor::Monitor,
     policy::Policy,
     receipt::Receipts,
-    sandbox,
-    sandbox::cgroup::{self, Cgroup, Swept},
+    sandbox::{
+        self,
+        cgroup::{self, Cgroup, Swept},
+    },
 };
 
 /// The gid of `--socket-group`; an unknown name is an error, never a silent "no group".

@@ -10,23 +10,23 @@ use std::{io, os::fd::OwnedFd, sync::Arc, time::Instant};
 use crate::{
     audit::{Finished, Row},
     bus::What,
-    call::calls::{Admission, Running},
-    call::decision::Decision,
-    call::peer::Peer,
-    call::plan::{LaunchPlan, OnDivergence},
-    call::stages::Stages,
+    call::{
+        calls::{Admission, Running},
+        decision::Decision,
+        peer::Peer,
+        plan::{LaunchPlan, OnDivergence},
+        stages::Stages,
+    },
     daemon::Daemon,
-    monitor::Watch,
-    monitor::dns::Responder,
-    protocol::conn::Conn,
+    monitor::{Watch, dns::Responder},
     protocol::{
         self, ExecReply,
+        conn::Conn,
         reply::{CallDecision, Exit, Started},
     },
     receipt::{Receipt, ReceiptFor, Verdict},
     review::{self, Recording},
-    sandbox,
-    sandbox::cgroup::Cgroup,
+    sandbox::{self, cgroup::Cgroup},
 };
 
 /// Why an allowed call could not be carried through.

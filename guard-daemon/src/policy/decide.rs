@@ -14,9 +14,11 @@ use super::{
     workspace::Place,
 };
 use crate::{
-    call::decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
-    call::intent::Intent,
-    call::plan::{Effects, LaunchPlan, Stdin},
+    call::{
+        decision::{Decision, DecisionRow, RiskTier, RowMetadata, Stage},
+        intent::Intent,
+        plan::{Effects, LaunchPlan, Stdin},
+    },
     policy::detect::DetectorSet,
 };
 

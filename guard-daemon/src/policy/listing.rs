@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ArgType, Policy, Tool, ToolStdin, args::ArgSpec, template::Elem};
-use crate::{call::decision::RiskTier, call::plan::OnDivergence};
+use crate::call::{decision::RiskTier, plan::OnDivergence};
 
 /// One tool a client may call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -48,9 +48,11 @@ pub use self::{
     source::{PolicyError, PolicyErrors},
 };
 use crate::{
-    call::decision::{DecisionRow, RiskTier},
-    call::intent::Intent,
-    call::plan::{Confinement, Endpoint, LaunchPlan, OnDivergence},
+    call::{
+        decision::{DecisionRow, RiskTier},
+        intent::Intent,
+        plan::{Confinement, Endpoint, LaunchPlan, OnDivergence},
+    },
     policy::detect::{Detector, DetectorSet},
 };
 

@@ -5,8 +5,10 @@ use serde_json::Value as Json;
 
 use super::source::{Loc, S};
 use crate::{
-    call::decision::{Decision, RiskTier},
-    call::plan::OnDivergence,
+    call::{
+        decision::{Decision, RiskTier},
+        plan::OnDivergence,
+    },
     policy::detect::Detector,
 };
 

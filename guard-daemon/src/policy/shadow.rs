@@ -16,7 +16,7 @@ use super::{
     template::Values,
     workspace::Place,
 };
-use crate::{call::decision::Decision, call::intent::Intent, call::plan::Enforce};
+use crate::call::{decision::Decision, intent::Intent, plan::Enforce};
 
 /// Says loudly, at start and at each reload, which tools run in shadow: their calls do what
 /// they like within what seccomp, their user and their cgroup allow.

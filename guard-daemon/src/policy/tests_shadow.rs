@@ -6,7 +6,10 @@ use std::path::Path;
 use serde_json::{Value as Json, json};
 
 use super::*;
-use crate::{audit::testdir::TestDir, call::decision::Decision, call::plan::Enforce};
+use crate::{
+    audit::testdir::TestDir,
+    call::{decision::Decision, plan::Enforce},
+};
 
 fn decide(p: &Policy, tool: &str, args: Json) -> Verdict {
     let Json::Object(args) = args else {

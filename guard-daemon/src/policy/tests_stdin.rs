@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::{Policy, StdinSpec};
-use crate::{call::intent::Intent, call::plan::Stdin};
+use crate::call::{intent::Intent, plan::Stdin};
 
 fn load(text: &str) -> Result<Policy, Vec<String>> {
     Policy::parse(Path::new("test.toml"), text)

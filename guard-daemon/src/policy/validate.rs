@@ -20,7 +20,10 @@ use super::{
     rules::{Rule, glob_match, is_glob},
     source::{Diag, Loc, S},
 };
-use crate::{call::decision::RiskTier, call::plan::Enforce, policy::detect::DetectorSet};
+use crate::{
+    call::{decision::RiskTier, plan::Enforce},
+    policy::detect::DetectorSet,
+};
 
 /// `s` compiled to match a whole value, not a part of it; `None` after reporting why it is no
 /// regex, with the last line of the regex crate's message (the line that says what is wrong).

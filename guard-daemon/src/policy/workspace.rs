@@ -18,7 +18,7 @@ use std::{
 };
 
 use super::{Policy, Tool, rules::glob_match, template::Context};
-use crate::{call::intent::Intent, call::plan::RUN_AS_OWNER};
+use crate::call::{intent::Intent, plan::RUN_AS_OWNER};
 
 /// A call's workspace and working directory, both real paths, and the user it runs as there
 /// when its tool runs as the workspace's owner.

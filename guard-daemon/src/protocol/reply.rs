@@ -10,8 +10,10 @@ use super::{ProtocolError, VERSION};
 use crate::{
     approval::{Held, sessions::Terminated},
     bus::Event,
-    call::decision::{Decision, DecisionRow},
-    call::plan::LaunchPlan,
+    call::{
+        decision::{Decision, DecisionRow},
+        plan::LaunchPlan,
+    },
     policy::ToolSpec,
     receipt::Receipt,
 };

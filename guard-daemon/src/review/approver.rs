@@ -12,19 +12,18 @@ use serde_json::{Map, Value};
 use crate::{
     approval::sessions::Terminated,
     audit::Row,
-    call::decision::Decision,
-    call::intent::Intent,
-    call::peer::Peer,
-    call::plan::LaunchPlan,
+    call::{decision::Decision, intent::Intent, peer::Peer, plan::LaunchPlan},
     daemon::Daemon,
     policy::{
         Policy,
         helpers::{Approver, ApproverKind, Helper, Outcome},
     },
     protocol::CallOptions,
-    review::answer::{Answer, record_answer},
-    review::confined,
-    review::judge::{self, ProposedCall, Subject},
+    review::{
+        answer::{Answer, record_answer},
+        confined,
+        judge::{self, ProposedCall, Subject},
+    },
 };
 
 /// What a command approver is given on stdin.

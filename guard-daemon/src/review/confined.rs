@@ -14,8 +14,7 @@ use crate::{
     daemon::Daemon,
     monitor::watch_of,
     receipt::{Receipt, ReceiptFor},
-    sandbox::cgroup::Cgroup,
-    sandbox::{self, Outcome},
+    sandbox::{self, Outcome, cgroup::Cgroup},
 };
 
 /// Why a helper could not be run: it gave no answer.

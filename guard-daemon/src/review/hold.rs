@@ -13,13 +13,11 @@ use crate::{
     approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm},
     audit::Row,
     bus::What,
-    call::decision::Decision,
-    call::peer::Peer,
-    call::plan::LaunchPlan,
+    call::{decision::Decision, peer::Peer, plan::LaunchPlan},
     daemon::Daemon,
-    protocol::conn::Conn,
     protocol::{
         ExecReply,
+        conn::Conn,
         reply::{CallDecision, Hold},
     },
 };

@@ -18,15 +18,16 @@ use std::{io, sync::Arc};
 use crate::{
     audit::{Durable, Row},
     bus::What,
-    call::decision::Decision,
-    call::intent::Intent,
-    call::peer::Peer,
-    call::plan::{Enforce, LaunchPlan, Stdin},
-    call::stages::Stages,
+    call::{
+        decision::Decision,
+        intent::Intent,
+        peer::Peer,
+        plan::{Enforce, LaunchPlan, Stdin},
+        stages::Stages,
+    },
     daemon::Daemon,
     policy::{Policy, Verdict},
-    protocol::conn::Conn,
-    protocol::{CallOptions, CallerStdin, ExecReply, reply::CallDecision},
+    protocol::{CallOptions, CallerStdin, ExecReply, conn::Conn, reply::CallDecision},
     review::hold::ToHold,
 };
 use approver::{Approved, Escalated};

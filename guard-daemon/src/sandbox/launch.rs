@@ -28,8 +28,7 @@ use super::{
     writes::WriteRules,
 };
 use crate::{
-    call::plan::LaunchPlan,
-    call::stages::Stages,
+    call::{plan::LaunchPlan, stages::Stages},
     sandbox::cgroup::{Cgroup, CgroupError},
 };
 

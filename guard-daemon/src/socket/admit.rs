@@ -8,8 +8,7 @@ use crate::{
     call::peer::Peer,
     callers::agents::Admitted,
     daemon::Daemon,
-    protocol::conn::Conn,
-    protocol::{ErrorReply, ExecReply},
+    protocol::{ErrorReply, ExecReply, conn::Conn},
 };
 
 /// The caller's stdin, stdout and stderr sent with the frame; `None` when they are not three

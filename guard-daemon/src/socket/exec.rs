@@ -32,7 +32,7 @@ pub(super) async fn request(
 }
 
 /// Handles an `exec` request; the connection is the call's for its whole life.
-pub async fn exec(
+pub(super) async fn exec(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     intent: Intent,
@@ -107,7 +107,7 @@ pub async fn exec(
 
 /// Handles a `resume` request: the caller of a held call comes back for it, and it runs as it
 /// was held once approved.
-pub async fn resume(
+pub(super) async fn resume(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     call_id: &str,

@@ -21,7 +21,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, atomic::AtomicUsize},
 };
 
-use crate::{protocol::conn::Budget, protocol::reply::Counts};
+use crate::protocol::{conn::Budget, reply::Counts};
 
 /// How many connections guardd admits, and to whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

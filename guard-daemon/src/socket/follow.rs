@@ -17,8 +17,11 @@ use crate::{
     bus::{Event, What},
     call::peer::Peer,
     daemon::Daemon,
-    protocol::conn::{Conn, Deadlines},
-    protocol::{self, ProtocolError, Reply, SubscribeRequest, reply::Keepalive},
+    protocol::{
+        self, ProtocolError, Reply, SubscribeRequest,
+        conn::{Conn, Deadlines},
+        reply::Keepalive,
+    },
     socket::fair::{Connections, Follower, Slot},
 };
 

@@ -34,8 +34,10 @@ use crate::{
     call::peer::Peer,
     callers::access::Role,
     daemon::Daemon,
-    protocol::conn::{Conn, Deadlines, FrameError},
-    protocol::{self, CallOptions, ProtocolError, Reply, Request},
+    protocol::{
+        self, CallOptions, ProtocolError, Reply, Request,
+        conn::{Conn, Deadlines, FrameError},
+    },
 };
 use fair::{Connections, Slot};
 

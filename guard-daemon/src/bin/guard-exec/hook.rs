@@ -14,8 +14,10 @@ use std::{
 
 use clap::{Parser, Subcommand};
 use guard::{
-    client::hook::{self, Answer, Options, PreToolUse},
-    client::{self, Client},
+    client::{
+        self, Client,
+        hook::{self, Answer, Options, PreToolUse},
+    },
     protocol::{CheckRequest, Reply, Request, ToolsRequest, reply::Checked},
 };
 use serde_json::{Map, Value};

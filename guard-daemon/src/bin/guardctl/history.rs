@@ -6,8 +6,10 @@ use std::{path::Path, process::ExitCode, time::Duration};
 use guard::{
     audit::{Finished, Record, Row},
     bus::{Event, What},
-    call::decision::{Decision, DecisionRow},
-    call::peer::Peer,
+    call::{
+        decision::{Decision, DecisionRow},
+        peer::Peer,
+    },
     receipt::Verdict,
 };
 use serde::Serialize;

@@ -6,8 +6,7 @@ use std::{path::Path, process::ExitCode};
 
 use guard::{
     audit::{Finished, Row},
-    call::decision::DecisionRow,
-    call::peer::Peer,
+    call::{decision::DecisionRow, peer::Peer},
     receipt::{Receipt, Verdict},
     sandbox::Applied,
 };

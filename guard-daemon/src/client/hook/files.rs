@@ -18,8 +18,7 @@ use serde_json::{Map, Value};
 
 use super::{Answer, Guardd, Options, Permission, PreToolUse};
 use crate::{
-    call::decision::Decision,
-    call::plan::LaunchPlan,
+    call::{decision::Decision, plan::LaunchPlan},
     policy::{args::normalize, glob_match},
 };
 

@@ -216,9 +216,9 @@ pub fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        call::decision::{DecisionRow, RowMetadata},
-        call::plan::{Confinement, Effects, LaunchPlan},
+    use crate::call::{
+        decision::{DecisionRow, RowMetadata},
+        plan::{Confinement, Effects, LaunchPlan},
     };
 
     /// guardd as the tests want it: a decision for every check, and for an allowed one a plan

@@ -5,8 +5,10 @@ use serde_json::Value as Json;
 use toml::de::DeValue;
 
 use crate::{
-    call::decision::{Decision, RiskTier},
-    call::plan::{Enforce, OnDivergence},
+    call::{
+        decision::{Decision, RiskTier},
+        plan::{Enforce, OnDivergence},
+    },
     policy::{
         raw::{ArgType, Principal},
         table::{FromToml, ListItem, named},

@@ -31,8 +31,10 @@ use super::{
     source::{Diag, Sources},
 };
 use crate::{
-    call::decision::{Decision, DecisionRow, ProjectPolicy, RowMetadata, Stage},
-    call::intent::Intent,
+    call::{
+        decision::{Decision, DecisionRow, ProjectPolicy, RowMetadata, Stage},
+        intent::Intent,
+    },
     policy::detect::DetectorSet,
 };
 

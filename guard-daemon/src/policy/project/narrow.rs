@@ -9,8 +9,7 @@ use std::path::Path;
 
 use super::{parse::ProjectSettings, within::within_any};
 use crate::{
-    call::decision::RiskTier,
-    call::plan::OnDivergence,
+    call::{decision::RiskTier, plan::OnDivergence},
     policy::{
         Settings,
         raw::{RawArg, RawEffects, RawStdin, RawTool},

@@ -8,7 +8,10 @@ use std::{
 };
 
 use super::{CHECK, ProjectError, Projects};
-use crate::{call::decision::Decision, call::intent::Intent, policy::Policy};
+use crate::{
+    call::{decision::Decision, intent::Intent},
+    policy::Policy,
+};
 
 /// A directory of workspaces (`ROOT/*`), removed on drop.
 struct Root(PathBuf);

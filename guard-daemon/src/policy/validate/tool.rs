@@ -10,10 +10,10 @@ use super::arg::arg;
 use crate::call::plan::RUN_AS_OWNER;
 use crate::{
     call::plan::{Confinement, Endpoint},
-    policy::detect::DetectorSet,
     policy::{
         Tool, ToolStdin,
         args::{ArgSpec, normalize},
+        detect::DetectorSet,
         overlap::Reach,
         parse::valid_account_name,
         raw::{ArgType, RawStdin, RawTool},

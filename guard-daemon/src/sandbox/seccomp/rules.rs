@@ -6,7 +6,10 @@ use super::{
     Action, Cond, EPERM, Mode, Op, Rule, SeccompError, SeccompTable, int_eq,
     socket::{error_queue_rules, group_join_rules, socket_rules},
 };
-use crate::{call::plan::LaunchPlan, sandbox::landlock, sandbox::sysname};
+use crate::{
+    call::plan::LaunchPlan,
+    sandbox::{landlock, sysname},
+};
 
 fn always(name: &'static str, nr: i64, action: Action) -> Rule {
     Rule {
