@@ -53,11 +53,32 @@ pub enum CallError {
 /// What an approved call's start waits for, and what its caller is told then.
 pub struct Start {
     /// The admin who approved a held call.
-    pub approved_by: Option<u32>,
+    approved_by: Option<u32>,
     /// The decision row, when it is still being written (see `review`).
-    pub recording: Option<Recording>,
+    recording: Option<Recording>,
     /// The SHA-256 of the program an approval bound the call to: the launch runs that file.
-    pub program: Option<String>,
+    program: Option<String>,
+}
+
+impl Start {
+    /// A call the review let run, its decision row still `recording` or already written.
+    pub fn decided(recording: Option<Recording>) -> Self {
+        Self {
+            approved_by: None,
+            recording,
+            program: None,
+        }
+    }
+
+    /// A held call admin `by` approved, bound to the program of SHA-256 `program` it was held
+    /// with.
+    pub fn approved(by: u32, program: String) -> Self {
+        Self {
+            approved_by: Some(by),
+            recording: None,
+            program: Some(program),
+        }
+    }
 }
 
 /// Runs an approved call and records its end.

@@ -65,14 +65,7 @@ pub(super) async fn exec(
     };
     let next = review.run(&mut conn, &mut stages).await?;
     let (plan, admission, start) = match next {
-        review::Next::Run { plan, recording } => {
-            let start = Start {
-                approved_by: None,
-                recording,
-                program: None,
-            };
-            (*plan, admission, start)
-        }
+        review::Next::Run { plan, recording } => (*plan, admission, Start::decided(recording)),
         review::Next::Done => return Ok(()),
         review::Next::Hold(h) => {
             // A call waiting for a human takes no slot: running calls are what slots bound.
@@ -86,12 +79,7 @@ pub(super) async fn exec(
             else {
                 return Ok(());
             };
-            let start = Start {
-                approved_by: Some(by),
-                recording: None,
-                program: Some(program),
-            };
-            (plan, admission, start)
+            (plan, admission, Start::approved(by, program))
         }
     };
     carry_out(
@@ -132,11 +120,7 @@ pub(super) async fn resume(
     else {
         return Ok(());
     };
-    let start = Start {
-        approved_by: Some(by),
-        recording: None,
-        program: Some(program),
-    };
+    let start = Start::approved(by, program);
     carry_out(
         daemon,
         peer,
