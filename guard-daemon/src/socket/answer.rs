@@ -181,7 +181,7 @@ async fn clear_session(daemon: &Daemon, peer: &Peer, session: String) -> Reply {
 }
 
 /// The daemon's state for `guardctl status`.
-pub fn status(daemon: &Daemon) -> Status {
+pub(super) fn status(daemon: &Daemon) -> Status {
     let policy = daemon.policy();
     Status {
         pid: std::process::id(),

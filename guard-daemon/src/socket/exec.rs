@@ -13,33 +13,21 @@ use crate::{
 
 use super::admit;
 
-/// Runs an `exec` on its connection.
-pub(super) async fn request(
-    daemon: &Arc<Daemon>,
-    peer: &Peer,
-    req: ExecRequest,
-    options: CallOptions,
-    conn: Conn,
-) -> io::Result<()> {
-    let mut options = options;
-    let intent = Intent {
-        tool: req.tool,
-        args: req.args,
-        cwd: options.cwd.take(),
-        caller: Some(peer.uid),
-    };
-    exec(daemon, peer, intent, options, conn).await
-}
-
 /// Handles an `exec` request; the connection is the call's for its whole life.
 pub(super) async fn exec(
     daemon: &Arc<Daemon>,
     peer: &Peer,
-    intent: Intent,
-    ctx: CallOptions,
+    req: ExecRequest,
+    mut ctx: CallOptions,
     mut conn: Conn,
 ) -> io::Result<()> {
     let mut stages = Stages::start();
+    let intent = Intent {
+        tool: req.tool,
+        args: req.args,
+        cwd: ctx.cwd.take(),
+        caller: Some(peer.uid),
+    };
     let Some(stdio) = admit::stdio(&mut conn).await? else {
         return Ok(());
     };

@@ -41,7 +41,6 @@ use crate::{
 };
 use fair::{Connections, Slot};
 
-pub use answer::status;
 pub use listener::{Listener, Terms, bind};
 
 /// Serves until `shutdown` resolves, then drains.
@@ -263,10 +262,10 @@ async fn handle(
         match request {
             // An exec owns its connection until the call ends.
             Request::Exec(req) => {
-                return exec::request(daemon, &peer, req, CallOptions::default(), conn).await;
+                return exec::exec(daemon, &peer, req, CallOptions::default(), conn).await;
             }
             Request::ExecWith(w) => {
-                return exec::request(daemon, &peer, w.call, w.options, conn).await;
+                return exec::exec(daemon, &peer, w.call, w.options, conn).await;
             }
             Request::Resume(req) => {
                 return exec::resume(daemon, &peer, &req.call_id, conn).await;
