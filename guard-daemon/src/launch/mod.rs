@@ -26,7 +26,7 @@ use crate::{
     },
     receipt::{Receipt, ReceiptFor, Verdict},
     review::{self, Recording},
-    sandbox::{self, cgroup::Cgroup},
+    sandbox::{self, SandboxError, cgroup::Cgroup},
 };
 
 /// Why an allowed call could not be carried through.
@@ -197,6 +197,9 @@ async fn finish(
 
 type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
 
+/// A call's [`sandbox::Files`], being made on a blocking thread.
+type Preparing = tokio::task::JoinHandle<Result<sandbox::Files, sandbox::SandboxError>>;
+
 /// An approved call on its way through the kernel: what it needs at every step.
 struct Call<'a, 'd> {
     daemon: &'a Daemon,
@@ -245,12 +248,21 @@ impl Call<'_, '_> {
     /// the call are removed whatever happens.
     async fn run(&mut self, stdio: [OwnedFd; 3]) -> Result<Ran, (CallError, Option<Receipt>)> {
         let daemon = self.daemon;
+        let user =
+            sandbox::resolve_user(self.plan, &daemon.launch).map_err(|e| (e.into(), None))?;
+        // Before the kernel takes the call's write identities and landlock its rules: the
+        // directory must exist.
+        let tmp = sandbox::tmp::CallTmp::create(self.plan, &user)
+            .map_err(|e| (CallError::Tmp(e), None))?;
+        self.stages.lap("tmp");
+        // The launch's file-system part, the longest, on a thread of its own meanwhile.
+        let files = {
+            let (plan, opts) = (self.plan.clone(), daemon.launch.clone());
+            tokio::task::spawn_blocking(move || sandbox::Files::of(&plan, user, &opts))
+        };
         let cgroup = Cgroup::create(daemon.root.path(), &format!("call-{}", self.id))
             .map_err(|e| (e.into(), None))?;
         let id = cgroup.id();
-        // Before the kernel takes the call's write identities: the directory must exist.
-        let tmp = sandbox::tmp::CallTmp::create(self.plan, &daemon.launch.default_user)
-            .map_err(|e| (CallError::Tmp(e), None))?;
         self.stages.lap("cgroup");
         let (watch, responder) = self.watch().await.map_err(|e| (e, None))?;
         let shadow = self.plan.enforce == crate::call::plan::Enforce::Shadow;
@@ -273,7 +285,7 @@ impl Call<'_, '_> {
         let (stdio, masked) = secrecy
             .attach(self.plan, stdio)
             .map_err(|e| (e.into(), None))?;
-        let result = self.launch(&cgroup, &watch, stdio, &policy).await;
+        let result = self.launch(&cgroup, &watch, files, stdio, &policy).await;
         let masked = match masked {
             Some(m) => m.finish().await,
             None => Vec::new(),
@@ -312,6 +324,7 @@ impl Call<'_, '_> {
         &mut self,
         cgroup: &Cgroup,
         watch: &Watch,
+        files: Preparing,
         stdio: [OwnedFd; 3],
         policy: &crate::policy::Policy,
     ) -> Result<(sandbox::Outcome, sandbox::Applied), CallError> {
@@ -322,9 +335,18 @@ impl Call<'_, '_> {
         self.stages.lap("watch");
         let rendered =
             crate::policy::secrets::rendered(plan, policy.secrets()).map_err(CallError::Secret)?;
-        let mut ready =
-            sandbox::prepare(rendered.as_ref().unwrap_or(plan), cgroup, &daemon.launch)?;
-        self.stages.absorb(ready.stages());
+        let bound = sandbox::Bound::of(rendered.as_ref().unwrap_or(plan), cgroup, &daemon.launch)?;
+        self.stages.absorb(bound.stages());
+        let files = files.await.map_err(|e| {
+            tracing::error!(call = %self.id, "preparing the call's files: {e}");
+            CallError::Sandbox(SandboxError::Sys {
+                op: "preparing the call's files",
+                source: nix::Error::EIO,
+            })
+        })??;
+        // What the worker waited for the files part, beyond the rest it made meanwhile.
+        self.stages.lap("landlock");
+        let mut ready = sandbox::Ready::of(files, bound, &daemon.launch);
         if let Some(sha256) = self.start.as_ref().and_then(|s| s.program.as_deref()) {
             ready = ready.pin(sha256)?;
             self.stages.lap("pin");

@@ -16,7 +16,7 @@ use std::{
     time::Instant,
 };
 
-use nix::unistd::{Pid, User};
+use nix::unistd::Pid;
 use serde::Serialize;
 
 use super::{
@@ -159,24 +159,6 @@ impl Launched {
     }
 }
 
-/// Resolves the user a call runs as. Never root unless the plan says `run_as = "root"`.
-fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, SandboxError> {
-    let name = plan
-        .confinement
-        .run_as
-        .as_deref()
-        .unwrap_or(&opts.default_user);
-    let user = User::from_name(name)
-        .map_err(sys("user lookup"))?
-        .ok_or_else(|| SandboxError::UnknownUser(name.to_owned()))?;
-    if (user.uid.is_root() || user.gid.as_raw() == 0)
-        && plan.confinement.run_as.as_deref() != Some("root")
-    {
-        return Err(SandboxError::ImplicitRoot(name.to_owned()));
-    }
-    Ok(user)
-}
-
 /// Launches `plan` confined, in `cgroup`, with `stdio` as its fds 0, 1 and 2. Returns once the
 /// child has exec'd the tool (or with the step that failed): [`prepare`], then [`Ready::start`].
 ///
@@ -192,10 +174,23 @@ pub fn spawn(
     prepare(plan, cgroup, opts)?.start(stdio)
 }
 
+/// Prepares the launch of `plan` in `cgroup`: its user ([`resolve_user`]), its [`Files`] and
+/// the rest ([`Bound`]). Nothing runs until [`Ready::start`].
+pub fn prepare(
+    plan: &LaunchPlan,
+    cgroup: &Cgroup,
+    opts: &LaunchOptions,
+) -> Result<Ready, SandboxError> {
+    let user = resolve_user(plan, opts)?;
+    let files = Files::of(plan, user, opts)?;
+    Ok(Ready::of(files, Bound::of(plan, cgroup, opts)?, opts))
+}
+
 /// A launch prepared up to the clone: everything that allocates, opens or compiles is done, so
 /// that the rest of a call's start (its decision row's fdatasync) can overlap with it.
 pub struct Ready {
-    command: Command,
+    /// The exec's strings, the filters, the limits and the cgroup.
+    bound: Bound,
     /// The program opened and checked by [`Ready::pin`]: the child execs this file, not
     /// whatever its path names by then.
     program: Option<OwnedFd>,
@@ -209,99 +204,110 @@ pub struct Ready {
     protected: Vec<super::protected::Kept>,
     /// The protected names absent when it was prepared, to be looked at again at its end.
     absent: super::protected::Absent,
+    /// The rules the write-opens filter's opens are judged by.
+    writes: WriteRules,
+    applied: Applied,
+}
+
+/// The half of a launch that does not wait for its [`Files`]: the strings of the exec, the
+/// seccomp filters, the limits and the call's cgroup, made while the files are.
+pub struct Bound {
+    command: Command,
     programs: std::sync::Arc<Vec<BpfProgram>>,
-    /// The write-opens filter (`seccomp::write_opens`) and the rules its opens are judged by.
-    watch: (std::sync::Arc<Vec<BpfProgram>>, WriteRules),
+    write_opens: std::sync::Arc<Vec<BpfProgram>>,
+    seccomp: seccomp::Mode,
+    denied_count: usize,
     limits: CallLimits,
     cgroup_procs: OwnedFd,
     cgroup_dir: OwnedFd,
-    applied: Applied,
     stages: Stages,
 }
 
-/// Prepares the launch of `plan` in `cgroup`: the strings of the exec, the user, the landlock
-/// ruleset, the seccomp filters and the limits. Nothing runs until [`Ready::start`].
-pub fn prepare(
-    plan: &LaunchPlan,
-    cgroup: &Cgroup,
-    opts: &LaunchOptions,
-) -> Result<Ready, SandboxError> {
-    let mut stages = Stages::start();
-    let command = Command::new(plan)?;
-    let user = resolve_user(plan, opts)?;
-    stages.lap("prepare");
-
-    let rules = landlock::rules(plan);
-    let rules = if opts.kernel_watches {
-        rules.judged_by_kernel()
-    } else {
-        rules
-    };
-    let mut prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
-    let shadow = plan.enforce == crate::call::plan::Enforce::Shadow;
-    if shadow {
-        prepared = prepared.off_for_shadow();
+impl Bound {
+    /// Makes the exec's strings, the filters and the limits of `plan` in `cgroup`.
+    pub fn of(
+        plan: &LaunchPlan,
+        cgroup: &Cgroup,
+        opts: &LaunchOptions,
+    ) -> Result<Self, SandboxError> {
+        let mut stages = Stages::start();
+        let command = Command::new(plan)?;
+        stages.lap("prepare");
+        let table = seccomp::table(plan, opts.kernel_watches)?;
+        let programs = seccomp::compiled(&table)?;
+        let write_opens = seccomp::compiled(&seccomp::write_opens(plan))?;
+        stages.lap("seccomp");
+        let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
+        let cgroup_procs = cgroup.procs_fd()?;
+        let cgroup_dir = cgroup.dir_fd()?;
+        stages.lap("limits");
+        Ok(Self {
+            command,
+            programs,
+            write_opens,
+            seccomp: table.mode,
+            denied_count: table.denied_count(),
+            limits,
+            cgroup_procs,
+            cgroup_dir,
+            stages,
+        })
     }
-    if prepared.writable.len() > super::child::MAX_WRITABLE {
-        return Err(SandboxError::TooManyWritable(prepared.writable.len()));
+
+    /// Where its time went: prepare, seccomp, limits.
+    pub fn stages(&self) -> &Stages {
+        &self.stages
     }
-    let names = plan.effects.protected.as_deref();
-    let (protected, absent) = super::protected::within(&prepared.writable, names)?;
-    stages.lap("landlock");
+}
 
-    let table = seccomp::table(plan, opts.kernel_watches)?;
-    let programs = seccomp::compiled(&table)?;
-    let watch = (
-        seccomp::compiled(&seccomp::write_opens(plan))?,
-        WriteRules::of(
-            &prepared.writable,
-            &protected,
-            (user.uid.as_raw(), user.gid.as_raw()),
-        ),
-    );
-    stages.lap("seccomp");
-
-    let mut limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
-    // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a workspace's
-    // owner) gets its pids limit on top of what that user runs now, not in place of it.
-    if let Some(n) = limits.rlimits.nproc
-        && user.name != opts.default_user
-    {
-        limits.rlimits.nproc = Some(n.saturating_add(processes_of(user.uid.as_raw())));
+impl Ready {
+    /// The launch of the call whose halves are `files` and `bound`.
+    pub fn of(files: Files, bound: Bound, opts: &LaunchOptions) -> Self {
+        let Files {
+            user,
+            skipped,
+            widened,
+            landlock,
+            shadow,
+            protected,
+            absent,
+        } = files;
+        let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
+        let mut bound = bound;
+        // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a
+        // workspace's owner) gets its pids limit on top of what that user runs now, not in
+        // place of it.
+        if let Some(n) = bound.limits.rlimits.nproc
+            && user.name != opts.default_user
+        {
+            bound.limits.rlimits.nproc = Some(n.saturating_add(processes_of(uid)));
+        }
+        let writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
+        let applied = Applied {
+            landlock_abi: landlock.abi,
+            landlock_status: landlock.status,
+            landlock_skipped: skipped,
+            landlock_widened: widened,
+            seccomp: bound.seccomp,
+            denied_count: bound.denied_count,
+            limits_mode: opts.limits,
+            user: user.name,
+            uid,
+            gid,
+        };
+        Self {
+            bound,
+            program: None,
+            uid,
+            gid,
+            landlock,
+            shadow,
+            protected,
+            absent,
+            writes,
+            applied,
+        }
     }
-    let cgroup_procs = cgroup.procs_fd()?;
-    let cgroup_dir = cgroup.dir_fd()?;
-    stages.lap("limits");
-
-    let applied = Applied {
-        landlock_abi: prepared.abi,
-        landlock_status: prepared.status,
-        landlock_skipped: rules.skipped,
-        landlock_widened: rules.widened,
-        seccomp: table.mode,
-        denied_count: table.denied_count(),
-        limits_mode: opts.limits,
-        user: user.name,
-        uid: user.uid.as_raw(),
-        gid: user.gid.as_raw(),
-    };
-    Ok(Ready {
-        command,
-        program: None,
-        uid: user.uid.as_raw(),
-        gid: user.gid.as_raw(),
-        landlock: prepared,
-        shadow,
-        protected,
-        absent,
-        programs,
-        watch,
-        limits,
-        cgroup_procs,
-        cgroup_dir,
-        applied,
-        stages,
-    })
 }
 
 impl Ready {
@@ -317,7 +323,9 @@ impl Ready {
     /// (`#!`) is run by its interpreter, which opens it by path again: it is checked, not bound.
     pub fn pin(mut self, sha256: &str) -> Result<Self, SandboxError> {
         use std::io::Read as _;
-        let path = PathBuf::from(std::ffi::OsStr::from_bytes(self.command.program.as_bytes()));
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(
+            self.bound.command.program.as_bytes(),
+        ));
         let changed = |why: String| SandboxError::ProgramChanged {
             path: path.clone(),
             why,
@@ -336,11 +344,6 @@ impl Ready {
         Ok(self)
     }
 
-    /// Where the preparation's time went: prepare, landlock, seccomp, limits.
-    pub fn stages(&self) -> &Stages {
-        &self.stages
-    }
-
     /// Clones the child, which confines itself and execs the tool with `stdio` as its fds 0, 1
     /// and 2; returns once it has exec'd (or with the step that failed). See [`spawn`] on the
     /// calling thread.
@@ -348,10 +351,10 @@ impl Ready {
         let mut stages = Stages::start();
         let (report_r, report_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
-        let filters = sock_fprogs(&self.programs);
-        let watch = sock_fprogs(&self.watch.0);
+        let filters = sock_fprogs(&self.bound.programs);
+        let watch = sock_fprogs(&self.bound.write_opens);
         let (listener_r, listener_w) = super::writes::channel().map_err(sys("socketpair"))?;
-        let command = &self.command;
+        let command = &self.bound.command;
         // The child checks through it that the daemon is alive (closed in the child at exec).
         let daemon = pidfd_open(Pid::this()).ok_or_else(|| SandboxError::Sys {
             op: "pidfd_open of the daemon",
@@ -360,16 +363,17 @@ impl Ready {
         let ctx = ChildCtx {
             parent: daemon.as_raw_fd(),
             report: report_w.as_raw_fd(),
-            cgroup_dir: self.cgroup_dir.as_raw_fd(),
-            cgroup_procs: self.cgroup_procs.as_raw_fd(),
+            cgroup_dir: self.bound.cgroup_dir.as_raw_fd(),
+            cgroup_procs: self.bound.cgroup_procs.as_raw_fd(),
             limit_procs: self
+                .bound
                 .limits
                 .procs_fds()
                 .iter()
                 .map(|f| f.as_raw_fd())
                 .collect(),
             stdio: stdio.each_ref().map(|f| f.as_raw_fd()),
-            rlimits: self.limits.rlimits,
+            rlimits: self.bound.limits.rlimits,
             uid: self.uid,
             gid: self.gid,
             cwd: &command.cwd,
@@ -404,7 +408,7 @@ impl Ready {
                 abandon(pid);
                 sys("receiving the call's seccomp listener")(e)
             })?;
-            Some((listener, self.watch.1))
+            Some((listener, self.writes))
         };
 
         Ok(Launched {
@@ -413,7 +417,7 @@ impl Ready {
             applied: self.applied,
             started,
             stages,
-            limits: self.limits,
+            limits: self.bound.limits,
             writes,
         })
     }
@@ -464,7 +468,9 @@ fn pidfd_open(pid: Pid) -> Option<OwnedFd> {
 }
 
 mod command;
+mod files;
 #[cfg(test)]
 mod tests;
 
 use command::{Command, sock_fprogs};
+pub use files::{Files, resolve_user};

@@ -22,7 +22,10 @@ pub mod tmp;
 mod wait;
 pub mod writes;
 
-pub use launch::{Applied, LaunchOptions, Launched, Ready, SandboxError, io_sys, prepare, spawn};
+pub use launch::{
+    Applied, Bound, Files, LaunchOptions, Launched, Ready, SandboxError, io_sys, prepare,
+    resolve_user, spawn,
+};
 pub use limits::{LimitsMode, detect as detect_limits};
 pub use wait::{ExitStatus, Outcome, run_to_end, wait};
 

@@ -179,10 +179,9 @@ const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct CallTmp(Option<(PathBuf, Flock<OwnedFd>)>);
 
 impl CallTmp {
-    /// Makes `plan`'s directory, if it has one, for the user it runs as (`default_user` unless
-    /// the plan names one), mode 0700. A directory already there is an error: its name was
+    /// Makes `plan`'s directory, if it has one, for `user`, whom it runs as, mode 0700. A directory already there is an error: its name was
     /// the plan's alone.
-    pub fn create(plan: &LaunchPlan, default_user: &str) -> io::Result<Self> {
+    pub fn create(plan: &LaunchPlan, user: &nix::unistd::User) -> io::Result<Self> {
         let Some(dir) = &plan.confinement.tmp else {
             return Ok(Self(None));
         };
@@ -192,10 +191,6 @@ impl CallTmp {
                 dir.display()
             )));
         }
-        let name = plan.confinement.run_as.as_deref().unwrap_or(default_user);
-        let user = nix::unistd::User::from_name(name)
-            .map_err(io::Error::from)?
-            .ok_or_else(|| io::Error::other(format!("no user {name}")))?;
         fs::DirBuilder::new().mode(0o700).create(dir)?;
         let held = Flock::lock(open_dir(dir)?, FlockArg::LockSharedNonblock)
             .map_err(|(_, e)| io::Error::from(e))?;
@@ -212,6 +207,13 @@ impl CallTmp {
     /// takes longer; then the removal goes on without the call (its slot and its reply wait no
     /// longer), and the next start sweeps what a stop interrupted.
     pub async fn remove(mut self) {
+        // Most calls leave it empty: then it goes at once, without a thread.
+        if let Some((dir, _)) = &self.0
+            && fs::remove_dir(dir).is_ok()
+        {
+            self.0 = None;
+            return;
+        }
         if let Some(removal) = self.removal() {
             let removing = tokio::task::spawn_blocking(move || {
                 super::name_blocking_thread();

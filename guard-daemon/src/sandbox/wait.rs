@@ -141,13 +141,17 @@ pub async fn run_to_end(
         }
     };
     let duration = launched.started.elapsed();
-    if !cgroup.pids()?.is_empty() {
+    // Empty, it stays so: only the call's own processes could start one in it.
+    let mut left = !cgroup.pids()?.is_empty();
+    if left {
         cgroup.kill()?;
-    }
-    // Give cgroup.kill time to finish (it is asynchronous) so the caller finds the cgroup empty.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cgroup.pids()?.is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Give cgroup.kill time to finish (it is asynchronous) so the caller finds the cgroup
+        // empty.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while left && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            left = !cgroup.pids()?.is_empty();
+        }
     }
     // The judge ends once no process is left to stop; what it judged last comes before that.
     let judged = tokio::time::Instant::now() + JUDGE_GONE;
@@ -156,12 +160,12 @@ pub async fn run_to_end(
         attempted(attempt);
         let _ = recorded.send(());
     }
-    if cgroup.pids()?.is_empty() {
-        drop(launched);
-    } else {
+    if left {
         // Removing the v1 limit directories waits for what is still in them: off the runtime,
         // which may have a single worker thread that every caller shares.
         tokio::task::spawn_blocking(move || drop(launched));
+    } else {
+        drop(launched);
     }
     Ok(Outcome {
         exit_code: status.exit_code(),
