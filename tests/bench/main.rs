@@ -816,7 +816,7 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
     );
     drop(candidates);
     guardd.stop()?;
-    stage_medians(&guardd, report)?;
+    stage_medians(&guardd, "true", "launch stage", report)?;
     drop(guardd);
 
     // 4: a process guard does not watch, guardd stopped and running, in alternating cycles
@@ -895,10 +895,16 @@ fn launch_and_loops(o: &Opts, scale: &Scale, report: &mut Report) -> Result<()> 
     Ok(())
 }
 
-/// Where a guarded launch's time goes: the median of each stage guardd timed (the `finished`
-/// rows' `timings_us`), so that a change shows which stage it moved.
-fn stage_medians(guardd: &Guardd, report: &mut Report) -> Result<()> {
-    let timings = guardd.stage_timings("true")?;
+/// Where the calls of `tool` spent their time: the median of each stage guardd timed (the
+/// `finished` rows' `timings_us`), as rows named `{prefix}: {stage}`, so that a change shows
+/// which stage it moved.
+pub(crate) fn stage_medians(
+    guardd: &Guardd,
+    tool: &str,
+    prefix: &str,
+    report: &mut Report,
+) -> Result<()> {
+    let timings = guardd.stage_timings(tool)?;
     let mut order: Vec<String> = Vec::new();
     let mut samples: std::collections::HashMap<String, Vec<f64>> = Default::default();
     for stages in &timings {
@@ -917,7 +923,7 @@ fn stage_medians(guardd: &Guardd, report: &mut Report) -> Result<()> {
         let note = format!("median of {} calls, as guardd timed it", s.len());
         report
             .rows
-            .push(Row::new(format!("launch stage: {name}"), "µs", median(&mut s)).note(note));
+            .push(Row::new(format!("{prefix}: {name}"), "µs", median(&mut s)).note(note));
     }
     Ok(())
 }

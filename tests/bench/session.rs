@@ -2,13 +2,15 @@
 //! repository (this one's own checkout, cloned into a workspace its developer owns), replayed
 //! through guard-mcp (the official MCP SDK keeping one session, as an agent does) and through
 //! guard-exec, as the default policy's `shell` tool, each against the same commands run directly
-//! by the same driver as the workspace's owner, round-robin. Every guarded call must conform: a
-//! false block or a divergence is counted in its own row, whose goal is none.
+//! as an agent running as the workspace's owner runs them (spawned by a process of the owner's,
+//! `tests/python/direct_runner.py`), round-robin. Every guarded call must conform: a false block
+//! or a divergence is counted in its own row, whose goal is none.
 
 use std::{
+    io::{BufRead as _, BufReader, Write as _},
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, ChildStdout, Command, Stdio},
     time::Instant,
 };
 
@@ -39,12 +41,12 @@ const TRACE: &[&str] = &[
     "cat Cargo.toml",
     "head -40 README.md",
     "sed -n '1,30p' guard-daemon/src/lib.rs",
-    "sed -n '100,140p' guard-daemon/src/server.rs",
+    "sed -n '100,140p' guard-daemon/src/socket/mod.rs",
     "tail -20 docs/policy.md",
-    "wc -l guard-daemon/src/*.rs | tail -1",
+    "wc -l guard-daemon/src/*/*.rs | tail -1",
     "grep -rn 'fn main' --include=*.rs . | head -10",
     "grep -rn 'TODO' --include=*.rs guard-daemon/src | head -5; true",
-    "grep -c 'pub fn' guard-daemon/src/client.rs",
+    "grep -c 'pub fn' guard-daemon/src/client/mod.rs",
     "grep -rln 'tokio::spawn' guard-daemon/src | head",
     "find . -name '*.toml' -not -path './.git/*' | sort | head -20",
     "find guard-daemon/src -type d | sort",
@@ -79,13 +81,13 @@ const TRACE: &[&str] = &[
 ];
 
 /// The environment the default policy gives a `shell` call, for the direct runs too.
-fn env(ws: &Path) -> Vec<(&'static str, String)> {
-    vec![
-        ("HOME", ws.display().to_string()),
-        ("PATH", "/usr/local/bin:/usr/bin:/bin".into()),
-        ("PAGER", "cat".into()),
-        ("LANG", "C.UTF-8".into()),
-    ]
+fn env(ws: &Path) -> Value {
+    json!({
+        "HOME": ws,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PAGER": "cat",
+        "LANG": "C.UTF-8",
+    })
 }
 
 /// A fresh clone of this repository at `ws`, the owner's, with its identity.
@@ -145,6 +147,54 @@ fn timed(mut cmd: Command) -> Result<(f64, bool)> {
     Ok((t.elapsed().as_secs_f64() * 1e3, out.status.success()))
 }
 
+/// Runs the direct twins as an agent running as the workspace's owner runs a command: through
+/// `tests/python/direct_runner.py`, started once as the owner, which spawns each one itself
+/// (vfork and exec). This driver, as root, would fork itself for each (to change identity), a
+/// spawn some milliseconds slower than an agent's that made the baseline look slower than it is.
+struct Runner {
+    child: Child,
+    reply: BufReader<ChildStdout>,
+}
+
+impl Runner {
+    fn start() -> Result<Self> {
+        let source = std::fs::read_to_string(repository()?.join("tests/python/direct_runner.py"))?;
+        let mut cmd = Command::new("/usr/bin/python3");
+        cmd.arg("-c")
+            .arg(source)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        as_owner(&mut cmd);
+        let mut child = cmd.spawn().context("the direct runner")?;
+        let reply = BufReader::new(child.stdout.take().context("its stdout")?);
+        Ok(Self { child, reply })
+    }
+
+    /// `command` run by bash in `ws`: its time in ms, measured by the runner, and whether it
+    /// exited 0.
+    fn run(&mut self, command: &str, ws: &Path) -> Result<(f64, bool)> {
+        let step = json!({"run": ["/bin/bash", "-c", command], "cwd": ws, "env": env(ws)});
+        let stdin = self.child.stdin.as_mut().context("the runner's stdin")?;
+        writeln!(stdin, "{step}")?;
+        stdin.flush()?;
+        let mut line = String::new();
+        if self.reply.read_line(&mut line)? == 0 {
+            bail!("the direct runner ended");
+        }
+        let done: Value = serde_json::from_str(&line)?;
+        let ms = done["ms"].as_f64().context("the runner's ms")?;
+        Ok((ms, done["code"] == 0))
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
 /// What one way of calling measured: each round's total, guarded and direct, and the calls
 /// that did not conform or did not end as their direct twin did.
 #[derive(Default)]
@@ -180,6 +230,7 @@ impl Rounds {
 /// Through guard-exec, as a shell user (or Claude Code's hook) calls the `shell` tool.
 fn via_guard_exec(bin_dir: &Path, guardd: &Guardd, ws: &Path, rounds: usize) -> Result<Rounds> {
     let mut r = Rounds::default();
+    let mut runner = Runner::start()?;
     for round in 0..rounds {
         let (mut guarded, mut direct) = (0.0, 0.0);
         for (i, command) in TRACE.iter().enumerate() {
@@ -192,18 +243,12 @@ fn via_guard_exec(bin_dir: &Path, guardd: &Guardd, ws: &Path, rounds: usize) -> 
                     "shell",
                 ])
                 .current_dir(ws);
-            let mut bare = Command::new("/bin/bash");
-            bare.args(["-c", command])
-                .current_dir(ws)
-                .env_clear()
-                .envs(env(ws));
-            as_owner(&mut bare);
             // Alternating which goes first, so neither always finds the caches warm.
             let ((g, g_ok), (d, d_ok)) = if (round + i) % 2 == 0 {
                 let g = timed(exec)?;
-                (g, timed(bare)?)
+                (g, runner.run(command, ws)?)
             } else {
-                let d = timed(bare)?;
+                let d = runner.run(command, ws)?;
                 (timed(exec)?, d)
             };
             if g_ok != d_ok {
@@ -237,7 +282,7 @@ fn not_conformed(path: &Path) -> Result<Vec<String>> {
 }
 
 /// Through guard-mcp, one MCP session of the official SDK (tests/python/mcp_session.py), which
-/// also runs the direct twin of each call itself.
+/// also has the direct twin of each call run (through its own runner as the owner).
 fn via_mcp(
     python: &Path,
     bin_dir: &Path,
@@ -245,16 +290,12 @@ fn via_mcp(
     ws: &Path,
     rounds: usize,
 ) -> Result<Rounds> {
-    let env: serde_json::Map<String, Value> = env(ws)
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), Value::String(v)))
-        .collect();
+    let env = env(ws);
     let mut plan = Vec::new();
     for round in 0..rounds {
         for (i, command) in TRACE.iter().enumerate() {
             let call = json!({"call": "shell", "arguments": {"command": command}});
-            let run =
-                json!({"run": ["/bin/bash", "-c", command], "cwd": ws, "env": env, "uid": OWNER});
+            let run = json!({"direct": ["/bin/bash", "-c", command], "cwd": ws, "env": env, "uid": OWNER});
             if (round + i) % 2 == 0 {
                 plan.extend([call, run]);
             } else {
@@ -335,8 +376,9 @@ pub fn agent_session(bin_dir: &Path, rounds: usize, report: &mut Report) -> Resu
         format!(
             "{} commands of a coding agent (git, ls, cat, sed, grep, find, python3, make, a file \
              written, failing commands) in a clone of this repository, through {how} as the \
-             default policy's shell tool, against the same commands run directly as the \
-             workspace's owner; the median of {rounds} rounds' totals, alternating",
+             default policy's shell tool, against the same commands spawned directly by a \
+             process of the workspace's owner, as its agent would; the median of {rounds} \
+             rounds' totals, alternating",
             TRACE.len()
         )
     };
@@ -359,6 +401,7 @@ pub fn agent_session(bin_dir: &Path, rounds: usize, report: &mut Report) -> Resu
             python.display()
         ));
     }
+    crate::stage_medians(&guardd, "shell", "session stage", report)?;
     guardd.stop()?;
     Ok(())
 }

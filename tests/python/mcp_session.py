@@ -19,6 +19,10 @@ Rust test (tests/suite/mcp.rs) to assert on:
                                             -> {"cancelled": true}
   {"run": [argv...], "cwd"?, "env"?, "uid"?} -> {"code", "stdout", "stderr"}: a command the test needs run mid-session
                                                (as uid, its gid the same, when given)
+  {"direct": [argv...], "cwd"?, "env"?, "uid"?}
+                                         -> {"code", "ms"}: a command run as an agent running
+                                               as uid runs it (tests/python/direct_runner.py,
+                                               one per uid, started as it)
 Calls and runs also say how long they took, in "ms" (the bench's agent session).
   {"await_list_changed": SECONDS}           -> {"list_changed": bool}
   {"roots": [URI, ...]}                     -> {"roots_changed": true}: the client's roots now,
@@ -29,6 +33,7 @@ answers roots/list with them (as an editor gives its open folders).
 """
 
 import json
+import pathlib
 import subprocess
 import sys
 import time
@@ -42,6 +47,25 @@ from mcp.client.stdio import stdio_client
 
 def out(obj):
     print(json.dumps(obj), flush=True)
+
+
+RUNNER = pathlib.Path(__file__).with_name("direct_runner.py").read_text()
+runners = {}
+
+
+def direct(step):
+    """A "direct" step, through the runner of its uid (started on first use)."""
+    uid = step.get("uid")
+    if uid not in runners:
+        # The system's interpreter: the one running this may be in a home uid cannot read.
+        runners[uid] = subprocess.Popen(
+            ["/usr/bin/python3", "-c", RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, cwd="/", user=uid, group=uid, extra_groups=[] if uid is not None else None)
+    runner = runners[uid]
+    command = {"run": step["direct"], "cwd": step.get("cwd"), "env": step.get("env")}
+    runner.stdin.write(json.dumps(command) + "\n")
+    runner.stdin.flush()
+    return json.loads(runner.stdout.readline())
 
 
 async def main(server, plan):
@@ -137,6 +161,8 @@ async def main(server, plan):
                     ms = (time.perf_counter() - started) * 1e3
                     out({"ms": ms, "code": done.returncode, "stdout": done.stdout,
                          "stderr": done.stderr})
+                elif "direct" in step:
+                    out(direct(step))
                 elif "roots" in step:
                     roots["uris"] = step["roots"]
                     await session.send_roots_list_changed()
