@@ -521,6 +521,38 @@ fn a_call_whose_end_the_log_cannot_record_is_no_success_for_its_caller() {
     drop(guardd);
 }
 
+#[test]
+fn a_call_whose_decision_the_log_cannot_record_never_runs_its_tool() {
+    if !support::privileged("a_call_whose_decision_the_log_cannot_record_never_runs_its_tool") {
+        return;
+    }
+    // The call's process is cloned and confines itself while its decision row is written, and
+    // waits at a gate the writer opens once the row is on disk: refused, the row shuts it.
+    let (fs_, _tool, guardd) = guardd_logging_on_ext4();
+    let audit = fs_.path().join("audit.jsonl");
+    let ran = super::escape::call(&guardd, &["ids"]);
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert!(
+        !ran.stdout.is_empty(),
+        "the control printed nothing: {ran:?}"
+    );
+    let before = guardd.audit_rows().len();
+    immutable(&audit, true);
+    let refused = super::escape::call(&guardd, &["ids"]);
+    immutable(&audit, false);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(refused.stdout.is_empty(), "the tool ran: {refused:?}");
+    assert_ne!(refused.status.code(), Some(0), "{refused:?}");
+    assert!(stderr.contains("could not be recorded"), "{stderr}");
+    assert_eq!(
+        guardd.audit_rows().len(),
+        before,
+        "a row of the refused call"
+    );
+    recorded_again(&guardd, &audit);
+    drop(guardd);
+}
+
 /// Once the log can be written again, a call runs and is recorded, on an intact chain (the
 /// first may be refused while guardd takes its reserve back: 75).
 fn recorded_again(guardd: &support::Guardd, audit: &Path) {

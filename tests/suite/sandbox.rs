@@ -16,9 +16,12 @@ use std::{
 };
 
 use guard::{
-    call::plan::{Confinement, Effects, Endpoint, LaunchPlan},
+    call::{
+        gate,
+        plan::{Confinement, Effects, Endpoint, LaunchPlan},
+    },
     sandbox::{
-        self, LaunchOptions, Outcome, SandboxError,
+        self, Gated, LaunchOptions, Outcome, SandboxError,
         cgroup::{self, Cgroup},
     },
 };
@@ -551,6 +554,59 @@ fn a_pinned_program_runs_as_checked_whatever_its_path_names_after() {
     let outcome = rt
         .block_on(sandbox::run_to_end(
             launched,
+            &cg,
+            p.confinement.timeout,
+            |_| {},
+        ))
+        .expect("run");
+    assert_eq!(outcome.exit_code, 3, "{outcome:?}");
+}
+
+#[test]
+fn a_child_execs_the_tool_only_past_an_open_gate_and_leaves_before_it_otherwise() {
+    if !support::privileged(
+        "a_child_execs_the_tool_only_past_an_open_gate_and_leaves_before_it_otherwise",
+    ) {
+        return;
+    }
+    ensure_user();
+    let scratch = ToolDir::new("guard-gate");
+    let p = plan(&scratch, &["exit", "3"], Effects::default());
+    let cg = call_cgroup();
+    let null = || -> OwnedFd { fs::File::open("/dev/null").expect("/dev/null").into() };
+    let start_at = |ready: sandbox::Ready, stdio, gate: &gate::Gate| {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        ready.start_at(stdio, gate).expect("start at the gate")
+    };
+    let closed = |gated| match gated {
+        Gated::Closed(ready, stdio) => (*ready, stdio),
+        Gated::Started(_) => panic!("the tool ran past a gate that did not open"),
+    };
+    let ready = sandbox::prepare(&p, &cg, &options()).expect("prepare");
+    // Shut (its decision row could not be written): the child leaves, and nothing of the call
+    // is left in its cgroup.
+    let (shut, opener) = gate::new();
+    drop(opener);
+    let (ready, stdio) = closed(start_at(ready, [null(), null(), null()], &shut));
+    assert!(cg.pids().expect("pids").is_empty());
+    // Not opened in time (the row is slow): the same, and the launch comes back whole.
+    let (late, _opener) = gate::new();
+    let (ready, stdio) = closed(start_at(ready, stdio, &late));
+    assert!(cg.pids().expect("pids").is_empty());
+    // Opened: the tool runs (its exit 3).
+    let (open, opener) = gate::new();
+    let opening = std::thread::spawn(move || opener.open());
+    let Gated::Started(launched) = start_at(ready, stdio, &open) else {
+        panic!("the child left at an open gate");
+    };
+    opening.join().expect("opened");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let outcome = rt
+        .block_on(sandbox::run_to_end(
+            *launched,
             &cg,
             p.confinement.timeout,
             |_| {},

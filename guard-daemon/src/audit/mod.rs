@@ -234,11 +234,13 @@ impl AuditLog {
     async fn queue(&self, row: Map<String, Value>) -> Result<Durable, AuditError> {
         check_reserved(&row)?;
         let (ack, done) = oneshot::channel();
+        let (gate, opener) = crate::call::gate::new();
         let tx = self.tx.as_ref().ok_or(AuditError::Closed)?;
-        tx.send(writer::Request { row, ack })
+        let opener = Some(opener);
+        tx.send(writer::Request { row, ack, opener })
             .await
             .map_err(|_| AuditError::Closed)?;
-        Ok(Durable(done))
+        Ok(Durable(done, gate))
     }
 
     /// [`append`](Self::append) for threads outside an async runtime. Panics if called from
@@ -247,7 +249,8 @@ impl AuditLog {
         check_reserved(&row)?;
         let (ack, done) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or(AuditError::Closed)?;
-        tx.blocking_send(writer::Request { row, ack })
+        let opener = None;
+        tx.blocking_send(writer::Request { row, ack, opener })
             .map_err(|_| AuditError::Closed)?;
         done.blocking_recv().map_err(|_| AuditError::Closed)?
     }
@@ -285,9 +288,17 @@ impl Drop for AuditLog {
 /// A row queued for the log, not yet known to be on disk.
 #[must_use = "a queued row is durable only once `written` returns Ok"]
 #[derive(Debug)]
-pub struct Durable(oneshot::Receiver<Result<Appended, AuditError>>);
+pub struct Durable(
+    oneshot::Receiver<Result<Appended, AuditError>>,
+    crate::call::gate::Gate,
+);
 
 impl Durable {
+    /// The gate the writer opens once the row is durable, and shuts when it could not be.
+    pub fn gate(&self) -> crate::call::gate::Gate {
+        self.1.clone()
+    }
+
     /// Returns once the row is written and fdatasync'ed (or could not be).
     pub async fn written(self) -> Result<Appended, AuditError> {
         self.0.await.map_err(|_| AuditError::Closed)?

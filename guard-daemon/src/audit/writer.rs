@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Appended, AuditError, Tap, chain, files, reserve::Reserve, ts};
+use crate::call::gate::Opener;
 
 /// The slice the writer asks the scheduler for: it runs for tens of microseconds, then sleeps in
 /// `fdatasync`.
@@ -92,7 +93,16 @@ const MAX_BATCH_BYTES: usize = 4 << 20;
 pub(super) struct Request {
     pub row: Map<String, Value>,
     pub ack: oneshot::Sender<Result<Appended, AuditError>>,
+    /// Opened with the ack once the row is durable (a call's start waits at its gate).
+    pub opener: Option<Opener>,
 }
+
+/// A sealed row's answers: its ack, what it was appended as, and its gate's opener.
+type Ack = (
+    oneshot::Sender<Result<Appended, AuditError>>,
+    Appended,
+    Option<Opener>,
+);
 
 /// Counters shared with the `AuditLog` handle.
 #[derive(Default)]
@@ -155,8 +165,11 @@ impl Writer {
                     let tapped: Option<Vec<Appended>> = self
                         .tap
                         .get()
-                        .map(|_| acks.iter().map(|(_, a)| a.clone()).collect());
-                    for (ack, appended) in acks.drain(..) {
+                        .map(|_| acks.iter().map(|(_, a, _)| a.clone()).collect());
+                    for (ack, appended, opener) in acks.drain(..) {
+                        if let Some(opener) = opener {
+                            opener.open();
+                        }
                         // A caller that went away still had its row written; nothing to tell.
                         let _ = ack.send(Ok(appended));
                     }
@@ -177,7 +190,8 @@ impl Writer {
                         self.failing = true;
                     }
                     (self.next_seq, self.last_hash) = (seq0, hash0);
-                    for (ack, _) in acks.drain(..) {
+                    // Each opener dropped unopened shuts its gate.
+                    for (ack, _, _) in acks.drain(..) {
                         let _ = ack.send(Err(AuditError::Unavailable(reason.clone())));
                     }
                 }
@@ -185,12 +199,7 @@ impl Writer {
         }
     }
 
-    fn seal(
-        &mut self,
-        req: Request,
-        buf: &mut Vec<u8>,
-        acks: &mut Vec<(oneshot::Sender<Result<Appended, AuditError>>, Appended)>,
-    ) {
+    fn seal(&mut self, req: Request, buf: &mut Vec<u8>, acks: &mut Vec<Ack>) {
         let seq = self.next_seq;
         let sealed = chain::seal(req.row, seq, ts::now(), &self.last_hash);
         buf.extend_from_slice(&sealed.line);
@@ -202,6 +211,7 @@ impl Writer {
                 seq,
                 hash: sealed.hash,
             },
+            req.opener,
         ));
     }
 

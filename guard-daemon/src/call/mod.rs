@@ -1,10 +1,12 @@
 //! What every stage knows of a call: who asked ([`peer`]), what for ([`intent`]), what the
 //! policy decided ([`decision`]) and what that lets it run ([`plan`]), its place among the calls
-//! at work ([`calls`]), and where its time went ([`stages`]); with the two ways guard writes
-//! things down everywhere, [`hash`]es and timestamps ([`ts`]). Nothing here imports a stage.
+//! at work ([`calls`]), where its time went ([`stages`]), and the [`gate`] its process waits at
+//! until its decision is on disk; with the two ways guard writes things down everywhere,
+//! [`hash`]es and timestamps ([`ts`]). Nothing here imports a stage.
 
 pub mod calls;
 pub mod decision;
+pub mod gate;
 pub mod hash;
 pub mod intent;
 pub mod peer;

@@ -218,7 +218,8 @@ struct Call<'a, 'd> {
 
 impl Call<'_, '_> {
     /// Waits for the decision row if it is still being written, then tells the caller the call
-    /// is allowed. Nothing of the call has run before this returns Ok; it acts once.
+    /// is allowed; it acts once. Nothing of the call runs before the row is on disk: it starts
+    /// after this returned Ok, or at the gate the row's writer opens (`start`).
     async fn confirm(&mut self) -> Result<(), CallError> {
         let Some(start) = self.start.take() else {
             return Ok(());
@@ -352,11 +353,9 @@ impl Call<'_, '_> {
             self.stages.lap("pin");
         }
         let absent = ready.absent();
-        self.confirm().await?;
         // Kept to the call's end, which stops the writer of an input the tool did not read.
         let (stdio, _input) = sandbox::input::attach(&plan.confinement.stdin, stdio)?;
-        let launched = ready.start(stdio)?;
-        self.stages.absorb(&launched.stages);
+        let launched = self.start(ready, stdio, cgroup).await?;
         self.started(&launched, cgroup).await;
         let applied = launched.applied.clone();
         let pid = launched.pid.as_raw() as u32;
@@ -396,6 +395,40 @@ impl Call<'_, '_> {
         }
         self.stages.lap("run");
         Ok((outcome, applied))
+    }
+
+    /// Starts the call: at its decision row's gate while the row is still being written (the
+    /// child confines itself meanwhile, and execs once the row is on disk), else once the row
+    /// is. Its caller hears that it is allowed ([`Call::confirm`]) only then: a caller gone by
+    /// then takes the call with it.
+    async fn start(
+        &mut self,
+        ready: sandbox::Ready,
+        stdio: [OwnedFd; 3],
+        cgroup: &Cgroup,
+    ) -> Result<sandbox::Launched, CallError> {
+        let gate = self.start.as_ref().and_then(|s| s.recording.as_ref());
+        let launched = match gate.map(Recording::gate) {
+            Some(gate) => match ready.start_at(stdio, &gate)? {
+                sandbox::Gated::Started(launched) => *launched,
+                // The row was refused, or is slow: whether it is written decides.
+                sandbox::Gated::Closed(ready, stdio) => {
+                    self.confirm().await?;
+                    ready.start(stdio)?
+                }
+            },
+            None => {
+                self.confirm().await?;
+                ready.start(stdio)?
+            }
+        };
+        self.stages.absorb(&launched.stages);
+        if let Err(e) = self.confirm().await {
+            tracing::info!(call = %self.id, "{e}: killing the call");
+            let _ = cgroup.kill();
+            self.killed = Some("caller disconnected".into());
+        }
+        Ok(launched)
     }
 
     /// Tells the caller the call started, and where its processes are. A caller that cannot

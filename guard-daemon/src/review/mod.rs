@@ -81,6 +81,11 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// The gate the writer opens once the row is on disk (`call::gate`).
+    pub fn gate(&self) -> crate::call::gate::Gate {
+        self.durable.gate()
+    }
+
     /// Waits for the row and publishes the decision; false when it could not be written, and
     /// then the call must not run.
     pub async fn written(self, daemon: &Daemon) -> bool {

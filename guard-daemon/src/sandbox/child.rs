@@ -43,6 +43,7 @@ pub(super) const STAGES: &[&str] = &[
     "landlock",
     "seccomp-listener",
     "seccomp",
+    "decision",
     "exec",
 ];
 
@@ -67,6 +68,7 @@ pub(super) enum Stage {
     Landlock,
     Listener,
     Seccomp,
+    Decision,
     Exec,
 }
 
@@ -105,6 +107,9 @@ pub(super) struct ChildCtx<'a> {
     /// Whether the mount view is read-only but for `writable`; without it (a call in shadow)
     /// only the protected paths are.
     pub view: bool,
+    /// The gate of the call's decision row, still being written when the child was cloned: the
+    /// child execs once it opens (`call::gate`).
+    pub decision: Option<&'a std::sync::atomic::AtomicU32>,
 }
 
 /// A failed step: what the child reports before it exits.
@@ -158,12 +163,19 @@ pub(super) trait Steps {
     fn landlock(&mut self, prepared: &landlock::Prepared, proc_self: &CStr) -> Result<(), Failed>;
     fn watch_writes(&mut self, filter: &libc::sock_fprog, to: RawFd) -> Result<(), Failed>;
     fn install_seccomp(&mut self, filters: &[libc::sock_fprog]) -> Result<(), Failed>;
+    /// Waits until the call's decision row is on disk ([`DECISION_WAIT`] at most).
+    fn await_decision(&mut self, gate: &std::sync::atomic::AtomicU32) -> Result<(), Failed>;
 }
+
+/// How long a child waits at its call's gate before it gives up (and guardd waits for the
+/// decision row on its own, then starts the call again): its launching thread waits with it.
+pub(super) const DECISION_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The steps before `execve`, in their fixed order: each one relies on those before it. Into
 /// the cgroups first, so every later fork is counted and killable; the identity dropped before
 /// no_new_privs and the parent-death signal (setuid clears it); the working directory entered
-/// as the tool's user; landlock, then the filters, last: nothing after them but `execve`.
+/// as the tool's user; landlock, then the filters; last the wait for the decision row, so that
+/// the whole confinement overlaps its `fdatasync`, and nothing of the tool runs before it.
 pub(super) fn confine(
     steps: &mut impl Steps,
     ctx: &ChildCtx,
@@ -190,7 +202,11 @@ pub(super) fn confine(
     if let Some((filter, to)) = ctx.watch {
         steps.watch_writes(filter, to)?;
     }
-    steps.install_seccomp(ctx.filters)
+    steps.install_seccomp(ctx.filters)?;
+    match ctx.decision {
+        Some(gate) => steps.await_decision(gate),
+        None => Ok(()),
+    }
 }
 
 /// Replaces the child with the tool (the pinned open file, when there is one); reports `exec`

@@ -13,6 +13,7 @@ use std::{
         unix::ffi::OsStrExt as _,
     },
     path::PathBuf,
+    sync::atomic::AtomicU32,
     time::Instant,
 };
 
@@ -20,15 +21,15 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use super::{
-    child::{ChildCtx, STAGES},
+    child::{ChildCtx, STAGES, Stage},
     clone,
     landlock::{self, LandlockError, LandlockStatus},
-    limits::{CallLimits, LimitsError, LimitsMode, processes_of},
-    seccomp::{self, BpfProgram, SeccompError},
+    limits::{CallLimits, LimitsError, LimitsMode},
+    seccomp::{self, SeccompError},
     writes::WriteRules,
 };
 use crate::{
-    call::{plan::LaunchPlan, stages::Stages},
+    call::{gate::Gate, plan::LaunchPlan, stages::Stages},
     sandbox::cgroup::{Cgroup, CgroupError},
 };
 
@@ -174,18 +175,6 @@ pub fn spawn(
     prepare(plan, cgroup, opts)?.start(stdio)
 }
 
-/// Prepares the launch of `plan` in `cgroup`: its user ([`resolve_user`]), its [`Files`] and
-/// the rest ([`Bound`]). Nothing runs until [`Ready::start`].
-pub fn prepare(
-    plan: &LaunchPlan,
-    cgroup: &Cgroup,
-    opts: &LaunchOptions,
-) -> Result<Ready, SandboxError> {
-    let user = resolve_user(plan, opts)?;
-    let files = Files::of(plan, user, opts)?;
-    Ok(Ready::of(files, Bound::of(plan, cgroup, opts)?, opts))
-}
-
 /// A launch prepared up to the clone: everything that allocates, opens or compiles is done, so
 /// that the rest of a call's start (its decision row's fdatasync) can overlap with it.
 pub struct Ready {
@@ -207,107 +196,6 @@ pub struct Ready {
     /// The rules the write-opens filter's opens are judged by.
     writes: WriteRules,
     applied: Applied,
-}
-
-/// The half of a launch that does not wait for its [`Files`]: the strings of the exec, the
-/// seccomp filters, the limits and the call's cgroup, made while the files are.
-pub struct Bound {
-    command: Command,
-    programs: std::sync::Arc<Vec<BpfProgram>>,
-    write_opens: std::sync::Arc<Vec<BpfProgram>>,
-    seccomp: seccomp::Mode,
-    denied_count: usize,
-    limits: CallLimits,
-    cgroup_procs: OwnedFd,
-    cgroup_dir: OwnedFd,
-    stages: Stages,
-}
-
-impl Bound {
-    /// Makes the exec's strings, the filters and the limits of `plan` in `cgroup`.
-    pub fn of(
-        plan: &LaunchPlan,
-        cgroup: &Cgroup,
-        opts: &LaunchOptions,
-    ) -> Result<Self, SandboxError> {
-        let mut stages = Stages::start();
-        let command = Command::new(plan)?;
-        stages.lap("prepare");
-        let table = seccomp::table(plan, opts.kernel_watches)?;
-        let programs = seccomp::compiled(&table)?;
-        let write_opens = seccomp::compiled(&seccomp::write_opens(plan))?;
-        stages.lap("seccomp");
-        let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
-        let cgroup_procs = cgroup.procs_fd()?;
-        let cgroup_dir = cgroup.dir_fd()?;
-        stages.lap("limits");
-        Ok(Self {
-            command,
-            programs,
-            write_opens,
-            seccomp: table.mode,
-            denied_count: table.denied_count(),
-            limits,
-            cgroup_procs,
-            cgroup_dir,
-            stages,
-        })
-    }
-
-    /// Where its time went: prepare, seccomp, limits.
-    pub fn stages(&self) -> &Stages {
-        &self.stages
-    }
-}
-
-impl Ready {
-    /// The launch of the call whose halves are `files` and `bound`.
-    pub fn of(files: Files, bound: Bound, opts: &LaunchOptions) -> Self {
-        let Files {
-            user,
-            skipped,
-            widened,
-            landlock,
-            shadow,
-            protected,
-            absent,
-        } = files;
-        let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
-        let mut bound = bound;
-        // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a
-        // workspace's owner) gets its pids limit on top of what that user runs now, not in
-        // place of it.
-        if let Some(n) = bound.limits.rlimits.nproc
-            && user.name != opts.default_user
-        {
-            bound.limits.rlimits.nproc = Some(n.saturating_add(processes_of(uid)));
-        }
-        let writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
-        let applied = Applied {
-            landlock_abi: landlock.abi,
-            landlock_status: landlock.status,
-            landlock_skipped: skipped,
-            landlock_widened: widened,
-            seccomp: bound.seccomp,
-            denied_count: bound.denied_count,
-            limits_mode: opts.limits,
-            user: user.name,
-            uid,
-            gid,
-        };
-        Self {
-            bound,
-            program: None,
-            uid,
-            gid,
-            landlock,
-            shadow,
-            protected,
-            absent,
-            writes,
-            applied,
-        }
-    }
 }
 
 impl Ready {
@@ -348,12 +236,41 @@ impl Ready {
     /// and 2; returns once it has exec'd (or with the step that failed). See [`spawn`] on the
     /// calling thread.
     pub fn start(self, stdio: [OwnedFd; 3]) -> Result<Launched, SandboxError> {
+        let cloned = self.clone_child(&stdio, None)?;
+        drop(stdio);
+        self.launched(cloned)
+    }
+
+    /// [`Ready::start`] while the call's decision row is still being written: the child
+    /// confines itself meanwhile and execs once `gate` opens. When the gate is shut, or does
+    /// not open within the child's wait, the child exits before the tool runs, and the launch
+    /// comes back ([`Gated::Closed`]) to be started once the row's fate is known.
+    pub fn start_at(self, stdio: [OwnedFd; 3], gate: &Gate) -> Result<Gated, SandboxError> {
+        match self.clone_child(&stdio, Some(gate.word())) {
+            Ok(cloned) => {
+                drop(stdio);
+                self.launched(cloned).map(|l| Gated::Started(Box::new(l)))
+            }
+            Err(SandboxError::Child { stage, .. }) if stage == STAGES[Stage::Decision as usize] => {
+                Ok(Gated::Closed(Box::new(self), stdio))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Clones the child and waits for its exec (or the step that failed, after which it is
+    /// reaped).
+    fn clone_child(
+        &self,
+        stdio: &[OwnedFd; 3],
+        decision: Option<&AtomicU32>,
+    ) -> Result<Cloned, SandboxError> {
         let mut stages = Stages::start();
         let (report_r, report_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
         let filters = sock_fprogs(&self.bound.programs);
         let watch = sock_fprogs(&self.bound.write_opens);
-        let (listener_r, listener_w) = super::writes::channel().map_err(sys("socketpair"))?;
+        let (listener, listener_w) = super::writes::channel().map_err(sys("socketpair"))?;
         let command = &self.bound.command;
         // The child checks through it that the daemon is alive (closed in the child at exec).
         let daemon = pidfd_open(Pid::this()).ok_or_else(|| SandboxError::Sys {
@@ -392,25 +309,41 @@ impl Ready {
             writable: &self.landlock.writable,
             protected: &self.protected,
             view: !self.shadow,
+            decision,
         };
 
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);
         // The clone returned after the child's execve or exit: its start is this moment.
         let started = Instant::now();
         stages.lap("clone_exec");
-        drop((report_w, stdio, daemon, listener_w));
+        drop((report_w, daemon, listener_w));
         await_exec(&report_r, pid)?;
+        Ok(Cloned {
+            pid,
+            started,
+            stages,
+            listener,
+        })
+    }
+
+    /// The launch of the child `cloned`, which has exec'd the tool.
+    fn launched(self, cloned: Cloned) -> Result<Launched, SandboxError> {
+        let Cloned {
+            pid,
+            started,
+            stages,
+            listener,
+        } = cloned;
         // Without its listener the tool's write-opens would fail, unjudged: it is killed.
         let writes = if self.shadow {
             None
         } else {
-            let listener = super::writes::receive(&listener_r).map_err(|e| {
+            let listener = super::writes::receive(&listener).map_err(|e| {
                 abandon(pid);
                 sys("receiving the call's seccomp listener")(e)
             })?;
             Some((listener, self.writes))
         };
-
         Ok(Launched {
             pid,
             pidfd: pidfd_open(pid),
@@ -421,6 +354,22 @@ impl Ready {
             writes,
         })
     }
+}
+
+/// A start at a gate ([`Ready::start_at`]).
+pub enum Gated {
+    /// The tool runs.
+    Started(Box<Launched>),
+    /// The child left at the gate, before the tool ran: the launch and its stdio, back.
+    Closed(Box<Ready>, [OwnedFd; 3]),
+}
+
+/// A child that has exec'd the tool, and the socket its write-opens listener comes through.
+struct Cloned {
+    pid: Pid,
+    started: Instant,
+    stages: Stages,
+    listener: OwnedFd,
 }
 
 /// Waits for the child's report: EOF means `execve` succeeded; 8 bytes are the (stage, errno)
@@ -468,9 +417,9 @@ fn pidfd_open(pid: Pid) -> Option<OwnedFd> {
 }
 
 mod command;
-mod files;
+mod prepare;
 #[cfg(test)]
 mod tests;
 
 use command::{Command, sock_fprogs};
-pub use files::{Files, resolve_user};
+pub use prepare::{Bound, Files, prepare, resolve_user};

@@ -23,7 +23,7 @@ mod wait;
 pub mod writes;
 
 pub use launch::{
-    Applied, Bound, Files, LaunchOptions, Launched, Ready, SandboxError, io_sys, prepare,
+    Applied, Bound, Files, Gated, LaunchOptions, Launched, Ready, SandboxError, io_sys, prepare,
     resolve_user, spawn,
 };
 pub use limits::{LimitsMode, detect as detect_limits};

@@ -72,6 +72,12 @@ impl Steps for Kernel {
     fn install_seccomp(&mut self, filters: &[libc::sock_fprog]) -> Result<(), Failed> {
         install_seccomp(filters)
     }
+    fn await_decision(&mut self, gate: &std::sync::atomic::AtomicU32) -> Result<(), Failed> {
+        crate::call::gate::wait(gate, super::DECISION_WAIT).map_err(|errno| Failed {
+            stage: Stage::Decision,
+            errno,
+        })
+    }
 }
 
 /// Into a cgroup through its `cgroup.procs` (the call's, where the clone could not put the

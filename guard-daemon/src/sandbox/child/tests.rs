@@ -88,11 +88,15 @@ impl Steps for Recorder {
     fn install_seccomp(&mut self, _: &[libc::sock_fprog]) -> Result<(), Failed> {
         self.step(Stage::Seccomp)
     }
+    fn await_decision(&mut self, _: &std::sync::atomic::AtomicU32) -> Result<(), Failed> {
+        self.step(Stage::Decision)
+    }
 }
 
 /// Confines a child described by `ctx`'s defaults (one limit cgroup, a write watch when
-/// `watched`) with `steps`.
+/// `watched`, a decision row still being written) with `steps`.
 fn confine_with(steps: &mut Recorder, in_cgroup: bool, watched: bool) -> Result<(), Failed> {
+    let gate = std::sync::atomic::AtomicU32::new(0);
     // Disabled where the kernel has no landlock; never applied here either way.
     let prepared = landlock::prepare(&LandlockRules::default(), true).expect("prepared");
     let null: [*const libc::c_char; 1] = [ptr::null()];
@@ -122,6 +126,7 @@ fn confine_with(steps: &mut Recorder, in_cgroup: bool, watched: bool) -> Result<
         writable: &[],
         protected: &[],
         view: true,
+        decision: Some(&gate),
     };
     confine(steps, &ctx, in_cgroup)
 }
@@ -146,6 +151,7 @@ fn all_steps() -> Vec<Stage> {
         Stage::Landlock,
         Stage::Listener,
         Stage::Seccomp,
+        Stage::Decision,
     ];
     for (i, s) in all.iter().enumerate() {
         assert_eq!(*s as usize, i, "{} out of STAGES' order", STAGES[i]);
@@ -159,12 +165,14 @@ fn the_steps_run_in_the_order_each_relies_on() {
     confine_with(&mut steps, false, true).expect("confined");
     assert_eq!(steps.done, all_steps());
     // What the order is for, said outright: identity dropped before the parent-death signal
-    // (setuid clears it), and the filters after landlock, last before the exec.
+    // (setuid clears it), the filters after landlock, and the wait for the decision row last
+    // before the exec, with the child dying with guardd by then.
     let at = |s: Stage| steps.done.iter().position(|&d| d == s).expect("ran");
     assert!(at(Stage::Setuid) < at(Stage::Pdeathsig));
     assert!(at(Stage::Setuid) < at(Stage::NoNewPrivs));
     assert!(at(Stage::Landlock) < at(Stage::Seccomp));
-    assert_eq!(steps.done.last(), Some(&Stage::Seccomp));
+    assert!(at(Stage::Pdeathsig) < at(Stage::Decision));
+    assert_eq!(steps.done.last(), Some(&Stage::Decision));
 }
 
 #[test]

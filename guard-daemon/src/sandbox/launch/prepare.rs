@@ -1,0 +1,209 @@
+//! A launch's preparation, in two halves made side by side: what it needs of the file system
+//! ([`Files`]: the user the call runs as, its landlock ruleset, the places it may change and
+//! the protected names beneath them; the longest part in a workspace), on a thread of its own,
+//! while guardd's worker makes the call's cgroup and kernel watch and the rest ([`Bound`]: the
+//! exec's strings, the filters, the limits); [`Ready::of`] joins them.
+
+use std::{os::fd::OwnedFd, path::PathBuf};
+
+use nix::unistd::User;
+
+use super::{Applied, Command, LaunchOptions, Ready, SandboxError};
+use crate::{
+    call::{
+        plan::{Enforce, LaunchPlan},
+        stages::Stages,
+    },
+    sandbox::{
+        cgroup::Cgroup,
+        child::MAX_WRITABLE,
+        landlock,
+        limits::{CallLimits, processes_of},
+        protected,
+        seccomp::{self, BpfProgram},
+        writes::WriteRules,
+    },
+};
+
+/// A launch's file-system half, made by [`Files::of`].
+pub struct Files {
+    pub(super) user: User,
+    /// Read and exec paths of the plan that did not exist, so got no rule.
+    pub(super) skipped: Vec<PathBuf>,
+    /// Write targets that did not exist, and the directories granted in their place.
+    pub(super) widened: Vec<(PathBuf, PathBuf)>,
+    pub(super) landlock: landlock::Prepared,
+    /// The call runs in shadow: no read-only mount view (its protected names stay read-only).
+    pub(super) shadow: bool,
+    /// The protected paths beneath its writable directories.
+    pub(super) protected: Vec<protected::Kept>,
+    /// The protected names absent now, to be looked at again at its end.
+    pub(super) absent: protected::Absent,
+}
+
+impl Files {
+    /// The landlock ruleset and the protected paths of `plan`, run as `user`
+    /// ([`resolve_user`]), as the file system is now.
+    pub fn of(plan: &LaunchPlan, user: User, opts: &LaunchOptions) -> Result<Self, SandboxError> {
+        let rules = landlock::rules(plan);
+        let rules = if opts.kernel_watches {
+            rules.judged_by_kernel()
+        } else {
+            rules
+        };
+        let mut prepared = landlock::prepare(&rules, opts.allow_without_landlock)?;
+        let shadow = plan.enforce == Enforce::Shadow;
+        if shadow {
+            prepared = prepared.off_for_shadow();
+        }
+        if prepared.writable.len() > MAX_WRITABLE {
+            return Err(SandboxError::TooManyWritable(prepared.writable.len()));
+        }
+        let names = plan.effects.protected.as_deref();
+        let tmp = plan.confinement.tmp.as_deref();
+        let (protected, absent) = protected::within(&prepared.writable, names, tmp)?;
+        Ok(Self {
+            user,
+            skipped: rules.skipped,
+            widened: rules.widened,
+            landlock: prepared,
+            shadow,
+            protected,
+            absent,
+        })
+    }
+}
+
+/// Resolves the user a call runs as. Never root unless the plan says `run_as = "root"`.
+pub fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, SandboxError> {
+    let name = plan
+        .confinement
+        .run_as
+        .as_deref()
+        .unwrap_or(&opts.default_user);
+    let user = User::from_name(name)
+        .map_err(|source| SandboxError::Sys {
+            op: "user lookup",
+            source,
+        })?
+        .ok_or_else(|| SandboxError::UnknownUser(name.to_owned()))?;
+    if (user.uid.is_root() || user.gid.as_raw() == 0)
+        && plan.confinement.run_as.as_deref() != Some("root")
+    {
+        return Err(SandboxError::ImplicitRoot(name.to_owned()));
+    }
+    Ok(user)
+}
+
+/// Prepares the launch of `plan` in `cgroup`: its user ([`resolve_user`]), its [`Files`] and
+/// the rest ([`Bound`]). Nothing runs until [`Ready::start`].
+pub fn prepare(
+    plan: &LaunchPlan,
+    cgroup: &Cgroup,
+    opts: &LaunchOptions,
+) -> Result<Ready, SandboxError> {
+    let user = resolve_user(plan, opts)?;
+    let files = Files::of(plan, user, opts)?;
+    Ok(Ready::of(files, Bound::of(plan, cgroup, opts)?, opts))
+}
+
+/// The half of a launch that does not wait for its [`Files`]: the strings of the exec, the
+/// seccomp filters, the limits and the call's cgroup, made while the files are.
+pub struct Bound {
+    pub(super) command: Command,
+    pub(super) programs: std::sync::Arc<Vec<BpfProgram>>,
+    pub(super) write_opens: std::sync::Arc<Vec<BpfProgram>>,
+    pub(super) seccomp: seccomp::Mode,
+    pub(super) denied_count: usize,
+    pub(super) limits: CallLimits,
+    pub(super) cgroup_procs: OwnedFd,
+    pub(super) cgroup_dir: OwnedFd,
+    pub(super) stages: Stages,
+}
+
+impl Bound {
+    /// Makes the exec's strings, the filters and the limits of `plan` in `cgroup`.
+    pub fn of(
+        plan: &LaunchPlan,
+        cgroup: &Cgroup,
+        opts: &LaunchOptions,
+    ) -> Result<Self, SandboxError> {
+        let mut stages = Stages::start();
+        let command = Command::new(plan)?;
+        stages.lap("prepare");
+        let table = seccomp::table(plan, opts.kernel_watches)?;
+        let programs = seccomp::compiled(&table)?;
+        let write_opens = seccomp::compiled(&seccomp::write_opens(plan))?;
+        stages.lap("seccomp");
+        let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
+        let cgroup_procs = cgroup.procs_fd()?;
+        let cgroup_dir = cgroup.dir_fd()?;
+        stages.lap("limits");
+        Ok(Self {
+            command,
+            programs,
+            write_opens,
+            seccomp: table.mode,
+            denied_count: table.denied_count(),
+            limits,
+            cgroup_procs,
+            cgroup_dir,
+            stages,
+        })
+    }
+
+    /// Where its time went: prepare, seccomp, limits.
+    pub fn stages(&self) -> &Stages {
+        &self.stages
+    }
+}
+
+impl Ready {
+    /// The launch of the call whose halves are `files` and `bound`.
+    pub fn of(files: Files, bound: Bound, opts: &LaunchOptions) -> Self {
+        let Files {
+            user,
+            skipped,
+            widened,
+            landlock,
+            shadow,
+            protected,
+            absent,
+        } = files;
+        let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
+        let mut bound = bound;
+        // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a
+        // workspace's owner) gets its pids limit on top of what that user runs now, not in
+        // place of it.
+        if let Some(n) = bound.limits.rlimits.nproc
+            && user.name != opts.default_user
+        {
+            bound.limits.rlimits.nproc = Some(n.saturating_add(processes_of(uid)));
+        }
+        let writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
+        let applied = Applied {
+            landlock_abi: landlock.abi,
+            landlock_status: landlock.status,
+            landlock_skipped: skipped,
+            landlock_widened: widened,
+            seccomp: bound.seccomp,
+            denied_count: bound.denied_count,
+            limits_mode: opts.limits,
+            user: user.name,
+            uid,
+            gid,
+        };
+        Self {
+            bound,
+            program: None,
+            uid,
+            gid,
+            landlock,
+            shadow,
+            protected,
+            absent,
+            writes,
+            applied,
+        }
+    }
+}
