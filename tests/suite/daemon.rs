@@ -411,6 +411,50 @@ fn a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so() {
 }
 
 #[test]
+fn a_caller_that_hangs_up_before_its_call_starts_cancels_it_and_the_tool_never_runs() {
+    if !support::privileged(
+        "a_caller_that_hangs_up_before_its_call_starts_cancels_it_and_the_tool_never_runs",
+    ) {
+        return;
+    }
+    let ws = TempDir::new("ws");
+    let guardd = Guardd::start(&policy(&ws, ""));
+    let null: Vec<std::fs::File> = (0..3)
+        .map(|_| std::fs::File::open("/dev/null").expect("/dev/null"))
+        .collect();
+    let fds: Vec<i32> = null.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    let marker = ws.0.join("ran");
+    let frame = serde_json::json!({"v": 1, "type": "exec", "tool": "bash",
+        "args": {"script": format!("echo > {}", marker.display())}});
+    let stream = UnixStream::connect(&guardd.socket).expect("connect");
+    guard::protocol::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds)
+        .expect("send");
+    // Gone before guardd has even read the request: the call is decided and recorded, and its
+    // process may be cloned while the decision row is written, but the tool must not start.
+    drop(stream);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let finished = loop {
+        let rows = guardd.audit_rows();
+        if let Some(row) = rows.into_iter().find(|r| r["kind"] == "finished") {
+            break row;
+        }
+        assert!(std::time::Instant::now() < deadline, "no finished row");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        !marker.exists(),
+        "the tool ran for a caller that was gone: {finished}"
+    );
+    assert!(
+        finished["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the caller went away before the call started")),
+        "{finished}"
+    );
+    assert!(finished["launch"].is_null(), "{finished}");
+}
+
+#[test]
 fn garbage_gets_an_error_and_the_daemon_keeps_serving_others() {
     if !support::privileged("garbage_gets_an_error_and_the_daemon_keeps_serving_others") {
         return;

@@ -68,49 +68,56 @@ impl Drop for Opener {
     }
 }
 
-/// In the child, before its `execve`: waits until the gate opens, or at most `within`. Raw
-/// syscalls only (it runs between clone and exec). `Err` is the errno to report: EPERM when the
-/// gate was shut (the row was not written), ETIMEDOUT when it did not open in time.
-pub fn wait(word: &AtomicU32, within: Duration) -> Result<(), i32> {
-    let deadline = now_ns().saturating_add(within.as_nanos() as u64);
-    loop {
-        match word.load(Ordering::Acquire) {
-            OPEN => return Ok(()),
-            SHUT => return Err(libc::EPERM),
-            _ => {}
-        }
-        let left = deadline.saturating_sub(now_ns());
-        if left == 0 {
-            return Err(libc::ETIMEDOUT);
-        }
-        let timeout = libc::timespec {
-            tv_sec: (left / 1_000_000_000) as libc::time_t,
-            tv_nsec: (left % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: FUTEX_WAIT on a word guardd keeps alive until this child has exec'd or
-        // exited, with a relative timeout on this stack. EAGAIN (the word changed), EINTR and
-        // ETIMEDOUT all lead back to the check above.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                WAITING,
-                &timeout as *const libc::timespec,
-            )
-        };
-    }
-}
-
-/// CLOCK_MONOTONIC in ns (the vDSO's: no system call, no lock).
-fn now_ns() -> u64 {
+/// The moment `within` from now on CLOCK_MONOTONIC, as [`wait`] takes it: taken before the
+/// child's clone, since the child's filters may not let it read the clock.
+pub fn deadline(within: Duration) -> libc::timespec {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: writes the timespec on this stack.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    let ns = ts.tv_nsec as u64 + within.subsec_nanos() as u64;
+    libc::timespec {
+        tv_sec: ts.tv_sec + within.as_secs() as libc::time_t + (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// In the child, before its `execve`: waits until the gate opens, or until `deadline`
+/// ([`deadline`]). One system call, futex, which every seccomp filter of guard's allows: no
+/// clock read, no allocation (it runs between clone and exec). `Err` is the errno to report:
+/// EPERM when the gate was shut (the row was not written), ETIMEDOUT when it did not open in
+/// time.
+pub fn wait(word: &AtomicU32, deadline: &libc::timespec) -> Result<(), i32> {
+    loop {
+        match word.load(Ordering::Acquire) {
+            OPEN => return Ok(()),
+            SHUT => return Err(libc::EPERM),
+            _ => {}
+        }
+        // SAFETY: FUTEX_WAIT_BITSET on a word guardd keeps alive until this child has exec'd or
+        // exited, until the absolute CLOCK_MONOTONIC `deadline`; FUTEX_WAKE wakes it (its
+        // bitset matches any). EAGAIN (the word changed) and EINTR lead back to the check.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
+                WAITING,
+                deadline as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                libc::FUTEX_BITSET_MATCH_ANY,
+            )
+        };
+        if rc < 0 && nix::errno::Errno::last_raw() == libc::ETIMEDOUT {
+            return match word.load(Ordering::Acquire) {
+                OPEN => Ok(()),
+                SHUT => Err(libc::EPERM),
+                _ => Err(libc::ETIMEDOUT),
+            };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -122,7 +129,7 @@ mod tests {
         let (gate, opener) = new();
         let waiter = {
             let gate = gate.clone();
-            std::thread::spawn(move || wait(gate.word(), Duration::from_secs(10)))
+            std::thread::spawn(move || wait(gate.word(), &deadline(Duration::from_secs(10))))
         };
         std::thread::sleep(Duration::from_millis(20));
         opener.open();
@@ -130,12 +137,13 @@ mod tests {
 
         let (gate, opener) = new();
         drop(opener);
-        assert_eq!(wait(gate.word(), Duration::from_secs(10)), Err(libc::EPERM));
+        let ten = deadline(Duration::from_secs(10));
+        assert_eq!(wait(gate.word(), &ten), Err(libc::EPERM));
 
         let (gate, _opener) = new();
         let started = std::time::Instant::now();
         assert_eq!(
-            wait(gate.word(), Duration::from_millis(30)),
+            wait(gate.word(), &deadline(Duration::from_millis(30))),
             Err(libc::ETIMEDOUT)
         );
         assert!(started.elapsed() >= Duration::from_millis(30));

@@ -408,6 +408,8 @@ impl Call<'_, '_> {
         cgroup: &Cgroup,
     ) -> Result<sandbox::Launched, CallError> {
         let gate = self.start.as_ref().and_then(|s| s.recording.as_ref());
+        // A caller gone already cancelled the call: `confirm` finds it so before anything runs.
+        let gate = gate.filter(|_| !self.conn.hung_up());
         let launched = match gate.map(Recording::gate) {
             Some(gate) => match ready.start_at(stdio, &gate)? {
                 sandbox::Gated::Started(launched) => *launched,
@@ -424,9 +426,14 @@ impl Call<'_, '_> {
         };
         self.stages.absorb(&launched.stages);
         if let Err(e) = self.confirm().await {
+            // Its caller hung up while the call's process confined itself: the call goes with
+            // it (and is followed to its end as any call killed, so that it is reaped).
             tracing::info!(call = %self.id, "{e}: killing the call");
             let _ = cgroup.kill();
-            self.killed = Some("caller disconnected".into());
+            self.killed = Some(match e {
+                CallError::Caller(_) => "caller disconnected".into(),
+                other => other.to_string(),
+            });
         }
         Ok(launched)
     }

@@ -185,6 +185,22 @@ impl Conn {
         Ok(())
     }
 
+    /// Whether the peer has hung up (or shut its side down) by now, without waiting: a call
+    /// whose caller is gone before its tool starts does not start.
+    pub fn hung_up(&self) -> bool {
+        if self.eof {
+            return true;
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on this stack, a zero timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    }
+
     /// Takes every descriptor received so far.
     pub fn take_fds(&mut self) -> Vec<OwnedFd> {
         self.fds.drain(..).collect()

@@ -107,9 +107,9 @@ pub(super) struct ChildCtx<'a> {
     /// Whether the mount view is read-only but for `writable`; without it (a call in shadow)
     /// only the protected paths are.
     pub view: bool,
-    /// The gate of the call's decision row, still being written when the child was cloned: the
-    /// child execs once it opens (`call::gate`).
-    pub decision: Option<&'a std::sync::atomic::AtomicU32>,
+    /// The gate of the call's decision row, still being written when the child was cloned, and
+    /// how long the child waits there: it execs once the gate opens (`call::gate`).
+    pub decision: Option<(&'a std::sync::atomic::AtomicU32, libc::timespec)>,
 }
 
 /// A failed step: what the child reports before it exits.
@@ -163,13 +163,18 @@ pub(super) trait Steps {
     fn landlock(&mut self, prepared: &landlock::Prepared, proc_self: &CStr) -> Result<(), Failed>;
     fn watch_writes(&mut self, filter: &libc::sock_fprog, to: RawFd) -> Result<(), Failed>;
     fn install_seccomp(&mut self, filters: &[libc::sock_fprog]) -> Result<(), Failed>;
-    /// Waits until the call's decision row is on disk ([`DECISION_WAIT`] at most).
-    fn await_decision(&mut self, gate: &std::sync::atomic::AtomicU32) -> Result<(), Failed>;
+    /// Waits until the call's decision row is on disk, or until `deadline`.
+    fn await_decision(
+        &mut self,
+        gate: &std::sync::atomic::AtomicU32,
+        deadline: &libc::timespec,
+    ) -> Result<(), Failed>;
 }
 
-/// How long a child waits at its call's gate before it gives up (and guardd waits for the
-/// decision row on its own, then starts the call again): its launching thread waits with it.
-pub(super) const DECISION_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long after its clone a child may wait at its call's gate before it gives up (and guardd
+/// waits for the decision row on its own, then starts the call again): its launching thread
+/// waits with it. Its confinement takes about half of it.
+pub(super) const DECISION_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The steps before `execve`, in their fixed order: each one relies on those before it. Into
 /// the cgroups first, so every later fork is counted and killable; the identity dropped before
@@ -203,8 +208,8 @@ pub(super) fn confine(
         steps.watch_writes(filter, to)?;
     }
     steps.install_seccomp(ctx.filters)?;
-    match ctx.decision {
-        Some(gate) => steps.await_decision(gate),
+    match &ctx.decision {
+        Some((gate, deadline)) => steps.await_decision(gate, deadline),
         None => Ok(()),
     }
 }

@@ -29,7 +29,11 @@ use super::{
     writes::WriteRules,
 };
 use crate::{
-    call::{gate::Gate, plan::LaunchPlan, stages::Stages},
+    call::{
+        gate::{self, Gate},
+        plan::LaunchPlan,
+        stages::Stages,
+    },
     sandbox::cgroup::{Cgroup, CgroupError},
 };
 
@@ -309,7 +313,7 @@ impl Ready {
             writable: &self.landlock.writable,
             protected: &self.protected,
             view: !self.shadow,
-            decision,
+            decision: decision.map(|gate| (gate, gate::deadline(super::child::DECISION_WAIT))),
         };
 
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);

@@ -72,8 +72,12 @@ impl Steps for Kernel {
     fn install_seccomp(&mut self, filters: &[libc::sock_fprog]) -> Result<(), Failed> {
         install_seccomp(filters)
     }
-    fn await_decision(&mut self, gate: &std::sync::atomic::AtomicU32) -> Result<(), Failed> {
-        crate::call::gate::wait(gate, super::DECISION_WAIT).map_err(|errno| Failed {
+    fn await_decision(
+        &mut self,
+        gate: &std::sync::atomic::AtomicU32,
+        deadline: &libc::timespec,
+    ) -> Result<(), Failed> {
+        crate::call::gate::wait(gate, deadline).map_err(|errno| Failed {
             stage: Stage::Decision,
             errno,
         })

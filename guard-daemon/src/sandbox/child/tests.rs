@@ -88,7 +88,11 @@ impl Steps for Recorder {
     fn install_seccomp(&mut self, _: &[libc::sock_fprog]) -> Result<(), Failed> {
         self.step(Stage::Seccomp)
     }
-    fn await_decision(&mut self, _: &std::sync::atomic::AtomicU32) -> Result<(), Failed> {
+    fn await_decision(
+        &mut self,
+        _: &std::sync::atomic::AtomicU32,
+        _: &libc::timespec,
+    ) -> Result<(), Failed> {
         self.step(Stage::Decision)
     }
 }
@@ -126,7 +130,13 @@ fn confine_with(steps: &mut Recorder, in_cgroup: bool, watched: bool) -> Result<
         writable: &[],
         protected: &[],
         view: true,
-        decision: Some(&gate),
+        decision: Some((
+            &gate,
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        )),
     };
     confine(steps, &ctx, in_cgroup)
 }
