@@ -372,6 +372,20 @@ fn a_timeout_kills_the_whole_tree_and_so_does_killing_guard_exec() {
     assert_eq!(call_cgroups(), 0, "killing guard-exec did not end the call");
 }
 
+/// An `exec` frame for `tool` with `args` sent over a new connection, with /dev/null as the
+/// call's stdio: the connection, to read the replies on.
+fn send_exec(guardd: &Guardd, tool: &str, args: serde_json::Value) -> UnixStream {
+    let null: Vec<std::fs::File> = (0..3)
+        .map(|_| std::fs::File::open("/dev/null").expect("/dev/null"))
+        .collect();
+    let fds: Vec<i32> = null.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    let stream = UnixStream::connect(&guardd.socket).expect("connect");
+    let frame = serde_json::json!({"v": 1, "type": "exec", "tool": tool, "args": args});
+    guard::protocol::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds)
+        .expect("send");
+    stream
+}
+
 #[test]
 fn a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so() {
     if !support::privileged("a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so")
@@ -380,15 +394,7 @@ fn a_caller_that_half_closes_its_connection_stops_its_call_and_hears_so() {
     }
     let ws = TempDir::new("ws");
     let guardd = Guardd::start(&policy(&ws, ""));
-    let null: Vec<std::fs::File> = (0..3)
-        .map(|_| std::fs::File::open("/dev/null").expect("/dev/null"))
-        .collect();
-    let fds: Vec<i32> = null.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-    let stream = UnixStream::connect(&guardd.socket).expect("connect");
-    let frame = serde_json::json!({"v": 1, "type": "exec", "tool": "bash",
-        "args": {"script": "sleep 60"}});
-    guard::protocol::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds)
-        .expect("send");
+    let stream = send_exec(&guardd, "bash", serde_json::json!({"script": "sleep 60"}));
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut line = String::new();
     reader.read_line(&mut line).expect("decision");
@@ -419,16 +425,9 @@ fn a_caller_that_hangs_up_before_its_call_starts_cancels_it_and_the_tool_never_r
     }
     let ws = TempDir::new("ws");
     let guardd = Guardd::start(&policy(&ws, ""));
-    let null: Vec<std::fs::File> = (0..3)
-        .map(|_| std::fs::File::open("/dev/null").expect("/dev/null"))
-        .collect();
-    let fds: Vec<i32> = null.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
     let marker = ws.0.join("ran");
-    let frame = serde_json::json!({"v": 1, "type": "exec", "tool": "bash",
-        "args": {"script": format!("echo > {}", marker.display())}});
-    let stream = UnixStream::connect(&guardd.socket).expect("connect");
-    guard::protocol::conn::send_with_fds(&stream, format!("{frame}\n").as_bytes(), &fds)
-        .expect("send");
+    let script = format!("echo > {}", marker.display());
+    let stream = send_exec(&guardd, "bash", serde_json::json!({ "script": script }));
     // Gone before guardd has even read the request: the call is decided and recorded, and its
     // process may be cloned while the decision row is written, but the tool must not start.
     drop(stream);

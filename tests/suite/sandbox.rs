@@ -113,21 +113,30 @@ fn run_in(plan: &LaunchPlan, cg: &Cgroup) -> Result<Ran, SandboxError> {
         sandbox::spawn(plan, cg, [stdin, out_w, err_w], &options())?
     };
     let (out, err) = (drain(out_r), drain(err_r));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let outcome = rt.block_on(sandbox::run_to_end(
-        launched,
-        cg,
-        plan.confinement.timeout,
-        |_| {},
-    ))?;
+    let outcome = to_end(launched, cg, plan)?;
     Ok(Ran {
         outcome,
         stdout: out.join().expect("stdout reader"),
         stderr: err.join().expect("stderr reader"),
     })
+}
+
+/// Follows `launched`, a launch of `plan` in `cg`, to its end with the plan's timeout.
+fn to_end(
+    launched: sandbox::Launched,
+    cg: &Cgroup,
+    plan: &LaunchPlan,
+) -> Result<Outcome, SandboxError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(sandbox::run_to_end(
+        launched,
+        cg,
+        plan.confinement.timeout,
+        |_| {},
+    ))
 }
 
 fn run(plan: &LaunchPlan) -> Ran {
@@ -547,18 +556,7 @@ fn a_pinned_program_runs_as_checked_whatever_its_path_names_after() {
         let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
         ready.start([null(), null(), null()]).expect("start")
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let outcome = rt
-        .block_on(sandbox::run_to_end(
-            launched,
-            &cg,
-            p.confinement.timeout,
-            |_| {},
-        ))
-        .expect("run");
+    let outcome = to_end(launched, &cg, &p).expect("run");
     assert_eq!(outcome.exit_code, 3, "{outcome:?}");
 }
 
@@ -600,17 +598,6 @@ fn a_child_execs_the_tool_only_past_an_open_gate_and_leaves_before_it_otherwise(
         panic!("the child left at an open gate");
     };
     opening.join().expect("opened");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let outcome = rt
-        .block_on(sandbox::run_to_end(
-            *launched,
-            &cg,
-            p.confinement.timeout,
-            |_| {},
-        ))
-        .expect("run");
+    let outcome = to_end(*launched, &cg, &p).expect("run");
     assert_eq!(outcome.exit_code, 3, "{outcome:?}");
 }
