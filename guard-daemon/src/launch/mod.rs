@@ -339,7 +339,12 @@ impl Call<'_, '_> {
         let bound = sandbox::Bound::of(rendered.as_ref().unwrap_or(plan), cgroup, &daemon.launch)?;
         self.stages.absorb(bound.stages());
         let files = files.await.map_err(|e| {
-            tracing::error!(call = %self.id, "preparing the call's files: {e}");
+            // Cancelled: the runtime is stopping (guardd's end), which ends the call too.
+            if e.is_cancelled() {
+                tracing::debug!(call = %self.id, "preparing the call's files: {e}");
+            } else {
+                tracing::error!(call = %self.id, "preparing the call's files: {e}");
+            }
             CallError::Sandbox(SandboxError::Sys {
                 op: "preparing the call's files",
                 source: nix::Error::EIO,
