@@ -198,7 +198,7 @@ async fn finish(
 type Ran = (sandbox::Outcome, sandbox::Applied, Option<Receipt>);
 
 /// A call's [`sandbox::Files`], being made on a blocking thread.
-type Preparing = tokio::task::JoinHandle<Result<sandbox::Files, sandbox::SandboxError>>;
+type Preparing = tokio::task::JoinHandle<Result<sandbox::Files, SandboxError>>;
 
 /// An approved call on its way through the kernel: what it needs at every step.
 struct Call<'a, 'd> {
