@@ -30,6 +30,8 @@ use std::{
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::call::gate::{Gate, Opener};
+
 pub use chain::{Reason, ZERO_HASH};
 pub use read::{Rows, read_recent, read_rows};
 pub use recover::{HOLD_WAIT, Recovery};
@@ -213,34 +215,35 @@ impl AuditLog {
     /// Appends `row` and returns once it is written and fdatasync'ed. If the future is dropped
     /// after the row was queued, the row is still written.
     pub async fn append(&self, row: Map<String, Value>) -> Result<Appended, AuditError> {
-        self.queue(row).await?.written().await
+        self.queue(row, None).await?.written().await
     }
 
     /// Appends a typed row: see [`append`](Self::append).
     pub async fn record(&self, row: &Row) -> Result<Appended, AuditError> {
-        self.submit(row).await?.written().await
+        self.queue(map_of(row)?, None).await?.written().await
     }
 
     /// Queues a typed row and returns at once: the row is durable when [`Durable::written`]
     /// says so, and what depends on it (a call's start) waits for that, while what does not (its
-    /// preparation) goes on meanwhile.
-    pub async fn submit(&self, row: &Row) -> Result<Durable, AuditError> {
-        let map = row
-            .to_map()
-            .map_err(|e| AuditError::Unavailable(format!("serialising the row: {e}")))?;
-        self.queue(map).await
+    /// preparation) goes on meanwhile; or at the [`Gate`] the writer opens once the row is on
+    /// disk, and shuts when it could not be (a call's process, which cannot await).
+    pub async fn submit(&self, row: &Row) -> Result<(Durable, Gate), AuditError> {
+        let (gate, opener) = crate::call::gate::new();
+        Ok((self.queue(map_of(row)?, Some(opener)).await?, gate))
     }
 
-    async fn queue(&self, row: Map<String, Value>) -> Result<Durable, AuditError> {
+    async fn queue(
+        &self,
+        row: Map<String, Value>,
+        opener: Option<Opener>,
+    ) -> Result<Durable, AuditError> {
         check_reserved(&row)?;
         let (ack, done) = oneshot::channel();
-        let (gate, opener) = crate::call::gate::new();
         let tx = self.tx.as_ref().ok_or(AuditError::Closed)?;
-        let opener = Some(opener);
         tx.send(writer::Request { row, ack, opener })
             .await
             .map_err(|_| AuditError::Closed)?;
-        Ok(Durable(done, gate))
+        Ok(Durable(done))
     }
 
     /// [`append`](Self::append) for threads outside an async runtime. Panics if called from
@@ -288,21 +291,19 @@ impl Drop for AuditLog {
 /// A row queued for the log, not yet known to be on disk.
 #[must_use = "a queued row is durable only once `written` returns Ok"]
 #[derive(Debug)]
-pub struct Durable(
-    oneshot::Receiver<Result<Appended, AuditError>>,
-    crate::call::gate::Gate,
-);
+pub struct Durable(oneshot::Receiver<Result<Appended, AuditError>>);
 
 impl Durable {
-    /// The gate the writer opens once the row is durable, and shuts when it could not be.
-    pub fn gate(&self) -> crate::call::gate::Gate {
-        self.1.clone()
-    }
-
     /// Returns once the row is written and fdatasync'ed (or could not be).
     pub async fn written(self) -> Result<Appended, AuditError> {
         self.0.await.map_err(|_| AuditError::Closed)?
     }
+}
+
+/// `row` as the map the writer seals.
+fn map_of(row: &Row) -> Result<Map<String, Value>, AuditError> {
+    row.to_map()
+        .map_err(|e| AuditError::Unavailable(format!("serialising the row: {e}")))
 }
 
 fn check_reserved(row: &Map<String, Value>) -> Result<(), AuditError> {

@@ -74,6 +74,7 @@ pub fn refusal(call_id: &str, decision: Decision, message: String, terminated: b
 #[derive(Debug)]
 pub struct Recording {
     durable: Durable,
+    gate: crate::call::gate::Gate,
     call_id: String,
     tool: String,
     enforce: Enforce,
@@ -83,7 +84,7 @@ pub struct Recording {
 impl Recording {
     /// The gate the writer opens once the row is on disk (`call::gate`).
     pub fn gate(&self) -> crate::call::gate::Gate {
-        self.durable.gate()
+        self.gate.clone()
     }
 
     /// Waits for the row and publishes the decision; false when it could not be written, and
@@ -336,8 +337,9 @@ impl Review<'_> {
             policy: Some(policy.version().to_owned()),
         };
         match self.daemon.audit.submit(&row).await {
-            Ok(durable) => Some(Recording {
+            Ok((durable, gate)) => Some(Recording {
                 durable,
+                gate,
                 call_id: self.call_id.to_owned(),
                 tool: self.intent.tool.clone(),
                 enforce: verdict.row.metadata.enforce.unwrap_or_default(),
