@@ -10,6 +10,7 @@ use std::{
         fd::{AsRawFd as _, OwnedFd},
         unix::fs::PermissionsExt as _,
     },
+    path::{Path, PathBuf},
     process::Command,
     sync::Once,
     time::Duration,
@@ -104,21 +105,32 @@ fn drain(fd: OwnedFd) -> std::thread::JoinHandle<String> {
 
 /// Spawns `plan` confined in `cg`, waits for it with its timeout, and collects its output.
 fn run_in(plan: &LaunchPlan, cg: &Cgroup) -> Result<Ran, SandboxError> {
+    run_with(plan, cg, &options()).map(|(ran, _)| ran)
+}
+
+/// [`run_in`] with `opts`; also the v1 limit directories the call was in.
+fn run_with(
+    plan: &LaunchPlan,
+    cg: &Cgroup,
+    opts: &LaunchOptions,
+) -> Result<(Ran, Vec<PathBuf>), SandboxError> {
     ensure_user();
     let stdin: OwnedFd = fs::File::open("/dev/null").expect("open /dev/null").into();
     let (out_r, out_w) = pipe();
     let (err_r, err_w) = pipe();
     let launched = {
         let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
-        sandbox::spawn(plan, cg, [stdin, out_w, err_w], &options())?
+        sandbox::spawn(plan, cg, [stdin, out_w, err_w], opts)?
     };
+    let v1: Vec<PathBuf> = launched.v1_cgroups().map(Path::to_owned).collect();
     let (out, err) = (drain(out_r), drain(err_r));
     let outcome = to_end(launched, cg, plan)?;
-    Ok(Ran {
+    let ran = Ran {
         outcome,
         stdout: out.join().expect("stdout reader"),
         stderr: err.join().expect("stderr reader"),
-    })
+    };
+    Ok((ran, v1))
 }
 
 /// Follows `launched`, a launch of `plan` in `cg`, to its end with the plan's timeout.
@@ -468,6 +480,80 @@ fn sandbox_pids_limit_stops_a_fork_bomb() {
         .filter(|l| l.starts_with("forked "))
         .count();
     assert!(forked < 5, "forked {forked} with pids.max 5");
+}
+
+#[test]
+fn a_v1_limit_directory_is_kept_for_the_next_call_which_gets_its_own_limits_there() {
+    if !support::privileged(
+        "a_v1_limit_directory_is_kept_for_the_next_call_which_gets_its_own_limits_there",
+    ) {
+        return;
+    }
+    let opts = options();
+    if opts.limits != sandbox::LimitsMode::CgroupV1 {
+        eprintln!(
+            "limits are not on cgroup v1 here ({}): nothing to keep",
+            opts.limits
+        );
+        return;
+    }
+    let s = ToolDir::new("guard-sandbox");
+    let out = s.subdir("out", 0o777);
+    let call = |args: &[&str], pids: u64| {
+        let mut p = plan(
+            &s,
+            args,
+            Effects {
+                write: vec![out.clone()],
+                ..Effects::default()
+            },
+        );
+        p.confinement.pids_max = Some(pids);
+        p.confinement.memory_max = Some(256 << 20);
+        run_with(&p, &call_cgroup(), &opts).expect("launch")
+    };
+    let forked = |r: &Ran| {
+        r.stdout
+            .lines()
+            .filter(|l| l.starts_with("forked "))
+            .count()
+    };
+
+    let (first, dirs) = call(&["fork", "50"], 5);
+    assert!(
+        first.stderr.starts_with("ERR EAGAIN "),
+        "stderr {:?}",
+        first.stderr
+    );
+    assert!(forked(&first) < 5, "{}", first.stdout);
+    assert_eq!(dirs.len(), 2, "memory and pids: {dirs:?}");
+    // The next call is in the same directories, held to its own limit, not the first's.
+    let (second, kept) = call(&["fork", "20"], 40);
+    assert_eq!(kept, dirs, "the first call's directories were not kept");
+    assert_eq!(second.outcome.exit_code, 0, "stderr {:?}", second.stderr);
+    assert_eq!(forked(&second), 20, "{}", second.stdout);
+    let (third, again) = call(&["fork", "50"], 5);
+    assert_eq!(again, dirs);
+    assert!(forked(&third) < 5, "{}", third.stdout);
+
+    // A call that leaves memory charged there (what it wrote, while the file stays) does not
+    // hand its directories on: they are removed, and the next call gets new ones.
+    let file = out.join("written");
+    let (wrote, charged) = call(&["write-mib", file.to_str().expect("utf-8"), "16"], 5);
+    assert_eq!(wrote.outcome.exit_code, 0, "stderr {:?}", wrote.stderr);
+    assert_eq!(charged, dirs);
+    assert!(
+        charged.iter().all(|d| !d.exists()),
+        "kept with 16 MiB charged: {charged:?}"
+    );
+    let (_, fresh) = call(&["fork-wait", "1"], 5);
+    assert!(fresh.iter().all(|d| !dirs.contains(d)), "{fresh:?}");
+    // The directories kept go with their guard.
+    drop(opts);
+    assert!(
+        fresh.iter().all(|d| !d.exists()),
+        "outlived their guard: {fresh:?}"
+    );
 }
 
 #[test]

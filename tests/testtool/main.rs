@@ -319,6 +319,56 @@ fn run(action: &[String]) -> Res {
             }
             Ok(())
         }
+        "fork-wait" => {
+            // `fork-wait N`: up to N children alive at once, which all leave (and are waited
+            // for) before the tool does, whether or not every fork succeeded: nothing of the
+            // call is left behind.
+            let n = num(1)?;
+            let mut fds = [0; 2];
+            // SAFETY: fds has room for two descriptors.
+            if unsafe { libc::pipe(fds.as_mut_ptr()) } < 0 {
+                return Err(last_errno());
+            }
+            let mut failed = None;
+            let mut forked = 0;
+            for _ in 0..n {
+                // SAFETY: the child only reads and exits; no locks are taken after fork.
+                match unsafe { libc::fork() } {
+                    -1 => {
+                        failed = Some(last_errno());
+                        break;
+                    }
+                    0 => {
+                        let mut byte = 0u8;
+                        // SAFETY: closes this child's copy of the write end, then reads one
+                        // byte into a one-byte buffer (EOF once the parent closes its end).
+                        unsafe {
+                            libc::close(fds[1]);
+                            libc::read(fds[0], (&raw mut byte).cast(), 1);
+                            libc::_exit(0);
+                        }
+                    }
+                    _ => forked += 1,
+                }
+            }
+            // SAFETY: closing our write end lets every child read EOF; wait reaps them.
+            unsafe {
+                libc::close(fds[1]);
+                while libc::wait(std::ptr::null_mut()) > 0 {}
+            }
+            println!("forked {forked}");
+            failed.map_or(Ok(()), Err)
+        }
+        "write-mib" => {
+            // Writes MIB MiB of ones to PATH: page cache charged to the call's memory cgroup.
+            let mut f = std::fs::File::create(arg(1)?)?;
+            let chunk = vec![1u8; 1 << 20];
+            for _ in 0..num(2)? {
+                f.write_all(&chunk)?;
+            }
+            println!("wrote {} MiB", num(2)?);
+            Ok(())
+        }
         "fill" => {
             // Writes zeros to PATH until its file system is full (ENOSPC), then goes on.
             let mut f = std::fs::File::create(arg(1)?)?;

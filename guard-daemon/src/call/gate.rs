@@ -78,10 +78,13 @@ pub fn deadline(within: Duration) -> libc::timespec {
     // SAFETY: writes the timespec on this stack.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let ns = ts.tv_nsec as u64 + within.subsec_nanos() as u64;
-    libc::timespec {
-        tv_sec: ts.tv_sec + within.as_secs() as libc::time_t + (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    }
+    let secs = within.as_secs() + ns / 1_000_000_000;
+    let mut at = ts;
+    // Typed through the fields (`libc::time_t` is deprecated on musl). A wait too long to
+    // count ends now: the gate then counts as late, and the launch goes the slow, safe way.
+    at.tv_sec = at.tv_sec.saturating_add(secs.try_into().unwrap_or(0));
+    at.tv_nsec = (ns % 1_000_000_000).try_into().unwrap_or(0);
+    at
 }
 
 /// In the child, before its `execve`: waits until the gate opens, or until `deadline`

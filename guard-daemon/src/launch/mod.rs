@@ -251,6 +251,7 @@ impl Call<'_, '_> {
         let daemon = self.daemon;
         let user =
             sandbox::resolve_user(self.plan, &daemon.launch).map_err(|e| (e.into(), None))?;
+        self.stages.lap("user");
         // Before the kernel takes the call's write identities and landlock its rules: the
         // directory must exist.
         let tmp = sandbox::tmp::CallTmp::create(self.plan, &user)

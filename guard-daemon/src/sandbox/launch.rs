@@ -12,7 +12,8 @@ use std::{
         fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
         unix::ffi::OsStrExt as _,
     },
-    path::PathBuf,
+    path::{Path, PathBuf},
+    sync::Arc,
     sync::atomic::AtomicU32,
     time::Instant,
 };
@@ -24,7 +25,7 @@ use super::{
     child::{ChildCtx, STAGES, Stage},
     clone,
     landlock::{self, LandlockError, LandlockStatus},
-    limits::{CallLimits, LimitsError, LimitsMode},
+    limits::{CallLimits, LimitsError, LimitsMode, Spares},
     seccomp::{self, SeccompError},
     writes::WriteRules,
 };
@@ -103,6 +104,8 @@ pub struct LaunchOptions {
     pub default_user: String,
     /// The guard's cgroup name: calls' v1 limit directories go under it in each hierarchy.
     pub instance: String,
+    /// The v1 limit directories calls have left, kept for the next ones.
+    pub spares: Arc<Spares>,
     /// The kernel programs watch every call (not `--allow-unenforced` without them): their
     /// `sock_create` then refuses and reports the inet sockets a call may not have.
     pub kernel_watches: bool,
@@ -115,6 +118,7 @@ impl Default for LaunchOptions {
             allow_without_landlock: false,
             default_user: DEFAULT_USER.to_owned(),
             instance: "guard".to_owned(),
+            spares: Spares::new("guard"),
             kernel_watches: false,
         }
     }
@@ -158,8 +162,8 @@ pub struct Launched {
 }
 
 impl Launched {
-    /// The v1 cgroup directories of the call (empty in other limit modes).
-    pub fn v1_cgroups(&self) -> &[PathBuf] {
+    /// The v1 cgroup directories of the call (none in other limit modes).
+    pub fn v1_cgroups(&self) -> impl Iterator<Item = &Path> {
         self.limits.v1_dirs()
     }
 }
@@ -290,7 +294,6 @@ impl Ready {
                 .bound
                 .limits
                 .procs_fds()
-                .iter()
                 .map(|f| f.as_raw_fd())
                 .collect(),
             stdio: stdio.each_ref().map(|f| f.as_raw_fd()),

@@ -12,6 +12,7 @@ use std::{
     io::{self, Write as _},
     os::fd::OwnedFd,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex, PoisonError},
     thread,
     time::{Duration, Instant},
 };
@@ -125,29 +126,31 @@ pub struct Rlimits {
     pub nproc: Option<u64>,
 }
 
-/// One call's limits: v1 cgroup directories it created (removed on drop) and their pre-opened
-/// `cgroup.procs`, or rlimits for the child.
+/// One call's limits: the v1 cgroup directories it joins (kept for the next call, or removed,
+/// on drop), or rlimits for the child.
 #[derive(Debug)]
 pub struct CallLimits {
     pub mode: LimitsMode,
-    v1_dirs: Vec<PathBuf>,
-    procs: Vec<OwnedFd>,
+    v1: Option<(V1Set, Arc<Spares>)>,
+    /// Which of the set's directories ([`V1_CONTROLLERS`]) the call joins.
+    joined: [bool; 2],
     pub rlimits: Rlimits,
 }
 
 impl CallLimits {
     /// Sets up the limits of `confinement` for the call whose cgroup is `cgroup`; v1 directories
-    /// go under `instance` (the guard's cgroup name) in each hierarchy.
+    /// come from `spares`, or are made under `instance` (the guard's cgroup name) in each
+    /// hierarchy.
     pub fn setup(
         mode: LimitsMode,
-        instance: &str,
+        spares: &Arc<Spares>,
         cgroup: &Cgroup,
         confinement: &Confinement,
     ) -> Result<Self, LimitsError> {
         let mut me = Self {
             mode,
-            v1_dirs: Vec::new(),
-            procs: Vec::new(),
+            v1: None,
+            joined: [false; 2],
             rlimits: Rlimits::default(),
         };
         let (mem, pids) = (confinement.memory_max, confinement.pids_max);
@@ -162,20 +165,12 @@ impl CallLimits {
                     cgroup.set("pids.max", &p.to_string())?;
                 }
             }
-            LimitsMode::CgroupV1 => {
-                let name = cgroup
-                    .path()
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned());
-                let name = name.unwrap_or_else(|| cgroup.id().to_string());
-                let name = Path::new(instance).join(name);
-                if let Some(m) = mem {
-                    me.v1_join("memory", &name, &[("memory.limit_in_bytes", m)])?;
-                }
-                if let Some(p) = pids {
-                    me.v1_join("pids", &name, &[("pids.max", p)])?;
-                }
+            LimitsMode::CgroupV1 if mem.is_some() || pids.is_some() => {
+                let limits = [("memory.limit_in_bytes", mem), ("pids.max", pids)];
+                me.v1 = Some((spares.take(cgroup, &limits)?, spares.clone()));
+                me.joined = [mem.is_some(), pids.is_some()];
             }
+            LimitsMode::CgroupV1 => {}
             LimitsMode::Rlimit => {
                 me.rlimits = Rlimits {
                     address_space: mem,
@@ -186,39 +181,172 @@ impl CallLimits {
         Ok(me)
     }
 
-    fn v1_join(&mut self, ctrl: &str, name: &Path, set: &[(&str, u64)]) -> Result<(), LimitsError> {
-        let dir = Path::new(V1_ROOT).join(ctrl).join(name);
-        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-        // Recorded before anything can fail, so drop removes it.
-        self.v1_dirs.push(dir.clone());
-        for (file, value) in set {
-            let path = dir.join(file);
-            fs::write(&path, value.to_string()).map_err(io_err("write", &path))?;
-        }
-        let procs = dir.join("tasks");
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(&procs)
-            .map_err(io_err("open", &procs))?;
-        self.procs.push(f.into());
-        Ok(())
-    }
-
     /// `tasks` files the child writes "0" to, to join the v1 cgroups (see `child::join_cgroup`).
-    pub fn procs_fds(&self) -> &[OwnedFd] {
-        &self.procs
+    pub fn procs_fds(&self) -> impl Iterator<Item = &OwnedFd> {
+        let dirs = self.v1.iter().flat_map(|(set, _)| &set.dirs);
+        dirs.zip(self.joined)
+            .filter(|(_, j)| *j)
+            .map(|(d, _)| &d.tasks)
     }
 
     /// The v1 directories of this call.
-    pub fn v1_dirs(&self) -> &[PathBuf] {
-        &self.v1_dirs
+    pub fn v1_dirs(&self) -> impl Iterator<Item = &Path> {
+        let dirs = self.v1.iter().flat_map(|(set, _)| &set.dirs);
+        dirs.zip(self.joined)
+            .filter(|(_, j)| *j)
+            .map(|(d, _)| d.path.as_path())
     }
 }
 
 impl Drop for CallLimits {
     fn drop(&mut self) {
-        for dir in self.v1_dirs.iter().rev() {
-            remove_v1_dir(dir);
+        if let Some((set, spares)) = self.v1.take() {
+            spares.keep(set);
+        }
+    }
+}
+
+/// v1 limit directories kept for the next calls once a call has left them: making and removing
+/// a v1 memory cgroup (the kernel's files of each controller) was most of what v1 limits cost a
+/// launch, about 0.1 ms. A directory set is kept only when nothing of its call is left in it
+/// and little of its memory is still charged there (what it wrote, until the files go): the
+/// next call's limit is not eaten by its predecessor.
+#[derive(Debug)]
+pub struct Spares {
+    instance: String,
+    kept: Mutex<Vec<V1Set>>,
+}
+
+/// At most this many sets are kept: enough for the calls an agent or two run side by side.
+const SPARES_KEPT: usize = 8;
+/// A set is kept with at most this much memory still charged to it: the kernel's own objects
+/// of a call's processes (freed later) and the files it wrote (until they go) stay charged to
+/// its memory cgroup, a few hundred KiB for a `git status`. The next call has that much less
+/// room below its limit, and reclaims it first where it can (a limit written below what cannot
+/// be reclaimed is refused, and the call gets a new set).
+const STALE_CHARGE: u64 = 8 << 20;
+
+/// Each v1 controller's limit file and the call's limit there, in [`V1_CONTROLLERS`]' order.
+type V1Limits = [(&'static str, Option<u64>); 2];
+
+impl Spares {
+    /// Spares of the guard whose cgroup name is `instance` (their directories go under it).
+    pub fn new(instance: &str) -> Arc<Self> {
+        Arc::new(Self {
+            instance: instance.to_owned(),
+            kept: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<V1Set>> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A set with `limits`, for the call whose cgroup is `cgroup`: a kept one, else one made
+    /// and named after the cgroup (unique, as call cgroups are).
+    fn take(&self, cgroup: &Cgroup, limits: &V1Limits) -> Result<V1Set, LimitsError> {
+        let kept = self.kept().pop();
+        if let Some(set) = kept {
+            // A limit below what is still charged there may be refused (EBUSY): a new set.
+            match set.limit(limits) {
+                Ok(()) => return Ok(set),
+                Err(_) => set.remove(),
+            }
+        }
+        let name = cgroup.path().file_name();
+        let name = name.map_or_else(|| cgroup.id().to_string(), |n| n.to_string_lossy().into());
+        let mut set = V1Set { dirs: Vec::new() };
+        for ctrl in V1_CONTROLLERS {
+            let dir = Path::new(V1_ROOT)
+                .join(ctrl)
+                .join(&self.instance)
+                .join(&name);
+            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            let tasks = dir.join("tasks");
+            let opened = fs::OpenOptions::new().write(true).open(&tasks);
+            match opened {
+                Ok(f) => set.dirs.push(V1Dir {
+                    path: dir,
+                    tasks: f.into(),
+                }),
+                Err(e) => {
+                    remove_v1_dir(&dir);
+                    set.remove();
+                    return Err(io_err("open", &tasks)(e));
+                }
+            }
+        }
+        match set.limit(limits) {
+            Ok(()) => Ok(set),
+            Err(e) => {
+                set.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Keeps `set` when its call has left it, else removes it.
+    fn keep(&self, set: V1Set) {
+        let mut kept = self.kept();
+        if kept.len() < SPARES_KEPT && set.reusable() {
+            kept.push(set);
+        } else {
+            drop(kept);
+            set.remove();
+        }
+    }
+}
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        for set in self.kept().drain(..) {
+            set.remove();
+        }
+    }
+}
+
+/// One directory in each v1 hierarchy of [`V1_CONTROLLERS`], in that order.
+#[derive(Debug)]
+struct V1Set {
+    dirs: Vec<V1Dir>,
+}
+
+#[derive(Debug)]
+struct V1Dir {
+    path: PathBuf,
+    /// Its `tasks`, open for the child to join through.
+    tasks: OwnedFd,
+}
+
+impl V1Set {
+    /// Writes each limit given to its file (over a previous call's: only the directories a
+    /// call joins matter to it, and it is given each of their limits).
+    fn limit(&self, limits: &V1Limits) -> Result<(), LimitsError> {
+        for (dir, (file, value)) in self.dirs.iter().zip(limits) {
+            if let Some(value) = value {
+                let path = dir.path.join(file);
+                fs::write(&path, value.to_string()).map_err(io_err("write", &path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether no process is left in it and at most [`STALE_CHARGE`] of memory charged.
+    fn reusable(&self) -> bool {
+        let empty =
+            |d: &V1Dir| fs::read(d.path.join("cgroup.procs")).is_ok_and(|procs| procs.is_empty());
+        let charged = self.dirs.first().and_then(|memory| {
+            let usage = fs::read_to_string(memory.path.join("memory.usage_in_bytes")).ok()?;
+            usage.trim().parse::<u64>().ok()
+        });
+        self.dirs.len() == V1_CONTROLLERS.len()
+            && self.dirs.iter().all(empty)
+            && charged.is_some_and(|c| c <= STALE_CHARGE)
+    }
+
+    fn remove(self) {
+        for dir in self.dirs.iter().rev() {
+            remove_v1_dir(&dir.path);
         }
     }
 }

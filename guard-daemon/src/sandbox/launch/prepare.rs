@@ -135,7 +135,7 @@ impl Bound {
         let programs = seccomp::compiled(&table)?;
         let write_opens = seccomp::compiled(&seccomp::write_opens(plan))?;
         stages.lap("seccomp");
-        let limits = CallLimits::setup(opts.limits, &opts.instance, cgroup, &plan.confinement)?;
+        let limits = CallLimits::setup(opts.limits, &opts.spares, cgroup, &plan.confinement)?;
         let cgroup_procs = cgroup.procs_fd()?;
         let cgroup_dir = cgroup.dir_fd()?;
         stages.lap("limits");
