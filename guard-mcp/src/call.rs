@@ -5,7 +5,6 @@
 
 use std::{
     fs::File,
-    io::Read as _,
     os::{fd::AsRawFd as _, fd::OwnedFd, unix::net::UnixStream as StdStream},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -26,7 +25,7 @@ use rmcp::{
 };
 use serde::Serialize;
 use tokio::{
-    io::{AsyncBufReadExt as _, BufReader},
+    io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader},
     net::UnixStream,
 };
 
@@ -240,7 +239,8 @@ async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
     let sent = tokio::task::spawn_blocking(move || send(&socket, &request, timeouts))
         .await
         .map_err(|e| format!("guard-mcp: {e}"))??;
-    let (stream, stdout, stderr) = sent;
+    let (stream, out_r, err_r) = sent;
+    let (stdout, stderr) = (Capture::start(out_r)?, Capture::start(err_r)?);
     let stream = stream
         .set_nonblocking(true)
         .and_then(|()| UnixStream::from_std(stream))
@@ -277,10 +277,11 @@ async fn taken(stream: &UnixStream, within: Duration) -> Result<(), String> {
     }
 }
 
-type Sent = (StdStream, Capture, Capture);
+/// The connection, and the read ends of the tool's stdout and stderr.
+type Sent = (StdStream, OwnedFd, OwnedFd);
 
 /// The blocking half of [`start`]: the connection, the request sent with its descriptors, and
-/// the captures of the tool's output.
+/// the read ends of the tool's output.
 fn send(
     socket: &Path,
     request: &Request,
@@ -306,7 +307,7 @@ fn send(
     }
     // Ours closed now, so the pipes end when the tool's copies do.
     drop((stdin, out_w, err_w));
-    Ok((stream, Capture::start(out_r), Capture::start(err_r)))
+    Ok((stream, out_r, err_r))
 }
 
 /// What guardd said on a connection it refused, read within a second.
@@ -327,22 +328,24 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
 }
 
-/// One output pipe, read to its end on a thread of its own, keeping the first [`MAX_OUTPUT`]
-/// bytes.
+/// One output pipe, read to its end on the runtime (a task, not a thread: a call's start does
+/// not wait for two threads to be made), keeping the first [`MAX_OUTPUT`] bytes.
 struct Capture {
     kept: Arc<Mutex<(Vec<u8>, u64)>>,
     done: tokio::sync::oneshot::Receiver<()>,
+    reading: tokio::task::JoinHandle<()>,
 }
 
 impl Capture {
-    fn start(fd: OwnedFd) -> Self {
+    fn start(fd: OwnedFd) -> Result<Self, String> {
+        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+            .map_err(|e| format!("the tool's output pipe: {e}"))?;
         let kept = Arc::new(Mutex::new((Vec::new(), 0u64)));
         let (tx, done) = tokio::sync::oneshot::channel();
         let shared = Arc::clone(&kept);
-        std::thread::spawn(move || {
-            let mut file = File::from(fd);
-            let mut buf = [0u8; 16384];
-            while let Ok(n) = file.read(&mut buf) {
+        let reading = tokio::spawn(async move {
+            let mut buf = vec![0u8; 16384];
+            while let Ok(n) = pipe.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
@@ -353,12 +356,18 @@ impl Capture {
             }
             let _ = tx.send(());
         });
-        Self { kept, done }
+        Ok(Self {
+            kept,
+            done,
+            reading,
+        })
     }
 
-    /// What was read, once the pipe ended or [`DRAIN`] passed; with the bytes dropped.
+    /// What was read, once the pipe ended or [`DRAIN`] passed; with the bytes dropped. A pipe
+    /// still open then (a process the call left holds it) is read no further.
     async fn finish(self) -> (String, u64) {
         let _ = tokio::time::timeout(DRAIN, self.done).await;
+        self.reading.abort();
         let k = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         (String::from_utf8_lossy(&k.0).into_owned(), k.1)
     }

@@ -10,7 +10,12 @@ mod params;
 mod roots;
 mod schema;
 
-use std::{io::IsTerminal as _, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    io::IsTerminal as _,
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -21,7 +26,7 @@ use guard::{
 use rmcp::{
     ErrorData, Peer, RoleServer, ServerHandler, ServiceExt as _,
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+        CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
         PaginatedRequestParams, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
@@ -44,12 +49,17 @@ struct Cli {
     socket: Option<PathBuf>,
 }
 
-/// The server: guardd's socket, and the client's roots.
+/// The server: guardd's socket, the client's roots, and guardd's tool list as its feed keeps it.
 #[derive(Clone)]
 struct Guard {
     socket: Arc<PathBuf>,
     roots: Arc<roots::Roots>,
+    followed: Followed,
 }
+
+/// The tool list guardd's feed ([`follow`]) last gave, while it is connected: a call's
+/// arguments are checked against it without asking guardd for the list each time.
+type Followed = Arc<Mutex<Option<Arc<ToolList>>>>;
 
 impl Guard {
     /// The tools guardd lists for us now.
@@ -60,6 +70,25 @@ impl Guard {
             Ok(Reply::Tools(list)) => Ok(list),
             Ok(other) => Err(client::unexpected(&other).to_string()),
             Err(e) => Err(format!("guardd: {e}")),
+        }
+    }
+
+    /// Checks a call of `tool` with `args` against the followed list, and where that refuses
+    /// it (or there is none) against a listing asked for now: a list a reload changed a moment
+    /// ago never refuses a call. Without a listing (guardd unreachable) the call goes on, to
+    /// fail as it does then.
+    async fn check(&self, tool: &str, args: &JsonObject) -> Result<(), ErrorData> {
+        let followed = self
+            .followed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if followed.is_some_and(|list| params::check(&list, tool, args).is_ok()) {
+            return Ok(());
+        }
+        match &self.fetch().await? {
+            Ok(list) => params::check(list, tool, args),
+            Err(_) => Ok(()),
         }
     }
 
@@ -116,10 +145,7 @@ impl ServerHandler for Guard {
         };
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
-        // Without a listing (guardd unreachable) the call goes on, to fail as it does then.
-        if let Ok(list) = &self.fetch().await? {
-            params::check(list, &tool, &args)?;
-        }
+        self.check(&tool, &args).await?;
         let cwd = self.roots.cwd(&context.peer).await;
         let cancel = context.ct.cancelled();
         Ok(call::run(&self.socket, (tool, args, cwd), progress, cancel)
@@ -138,12 +164,14 @@ impl ServerHandler for Guard {
 /// Follows guardd's tool list (`tools` with `follow`) and tells the client when it changes:
 /// after a reload, and when guardd goes away or comes back. `known` is the list the client
 /// saw last (`None` before the first: the client lists the tools itself after initialising).
-async fn follow(socket: Arc<PathBuf>, peer: Peer<RoleServer>) {
+async fn follow(socket: Arc<PathBuf>, peer: Peer<RoleServer>, followed: Followed) {
     let mut known: Option<ToolList> = None;
     loop {
-        if let Err(e) = feed(&socket, &peer, &mut known).await {
+        if let Err(e) = feed(&socket, &peer, &mut known, &followed).await {
             tracing::debug!("tool feed: {e}");
         }
+        // What is not followed any more is asked for again at each call.
+        *followed.lock().unwrap_or_else(PoisonError::into_inner) = None;
         // guardd is gone: the client's calls now fail, and it lists no tool until guardd is back.
         let had = known.replace(ToolList { tools: Vec::new() });
         if had.is_some_and(|l| !l.tools.is_empty()) && !notify(&peer).await {
@@ -153,11 +181,13 @@ async fn follow(socket: Arc<PathBuf>, peer: Peer<RoleServer>) {
     }
 }
 
-/// One connection's worth of lists, each recorded in `known` and told when it changed.
+/// One connection's worth of lists, each recorded in `known` (and `followed`) and told when it
+/// changed.
 async fn feed(
     socket: &PathBuf,
     peer: &Peer<RoleServer>,
     known: &mut Option<ToolList>,
+    followed: &Followed,
 ) -> std::io::Result<()> {
     let mut stream = tokio::net::UnixStream::connect(socket).await?;
     let request = Request::Tools(ToolsRequest { follow: true });
@@ -172,6 +202,7 @@ async fn feed(
             Err(e) => return Err(std::io::Error::other(e)),
         };
         let changed = known.as_ref().is_some_and(|l| l != &list);
+        *followed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(list.clone()));
         *known = Some(list);
         if changed && !notify(peer).await {
             return Ok(());
@@ -203,12 +234,14 @@ async fn main() -> anyhow::Result<()> {
     let server = Guard {
         socket: Arc::clone(&socket),
         roots: Arc::default(),
+        followed: Followed::default(),
     };
+    let followed = Arc::clone(&server.followed);
     let running = server
         .serve(stdio())
         .await
         .context("MCP initialisation on stdio")?;
-    let feed = tokio::spawn(follow(socket, running.peer().clone()));
+    let feed = tokio::spawn(follow(socket, running.peer().clone(), followed));
     let quit = running.waiting().await;
     feed.abort();
     quit.context("MCP service")?;

@@ -200,16 +200,22 @@ fn mcp_reload_is_a_list_changed_and_a_held_call_is_withdrawn_on_cancel() {
         support::bin("guardctl").display(),
         guardd.socket.display()
     );
+    // The call right after the reload: guard-mcp checks its arguments against the list its feed
+    // keeps (asking guardd again for one it refuses), and the tool the reload added runs.
     let plan = json!([
         {"list": true},
         {"run": ["sh", "-c", reload]},
+        {"call": "added", "arguments": {}},
         {"await_list_changed": 20},
         {"list": true},
         {"call": "mail", "arguments": {"to": "x"}, "cancel_after_progress": true},
         {"call": "slow", "arguments": {}, "cancel_after": 2},
     ]);
-    let steps = session(&python, &guardd.socket, &plan);
+    let mut steps = session(&python, &guardd.socket, &plan);
     assert_eq!(steps[1]["code"], 0, "{steps:?}");
+    let added = steps.remove(2);
+    assert_eq!(added["isError"], false, "{added}");
+    assert_eq!(added["structured"]["exit_code"], 0, "{added}");
     assert_eq!(steps[2]["list_changed"], true, "{steps:?}");
     let names: Vec<&str> = steps[3]["tools"]
         .as_array()
