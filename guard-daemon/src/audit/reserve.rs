@@ -5,8 +5,11 @@
 //! (`fallocate` with `FALLOC_FL_KEEP_SIZE`: its size, and what readers see, unchanged), which
 //! the next rows fill without asking the file system for a block, and which no other writer
 //! can take: a reserve file beside the log, released when the disk was full, went to whoever
-//! asked next. After each batch the writer tops the room up again; when the file system has
-//! no room for that, the reserve is short, and guardd admits no new call until it is whole
+//! asked next. A top-up allocates twice the room kept, and the writer tops up again after the
+//! batch that left less than the room kept: an allocation every few thousand rows rather than
+//! one after each batch (which changed the file's extents, and cost the writer's thread as
+//! much as the batch's own write). When the file system has no room for that, the reserve is
+//! short, and guardd admits no new call until it is whole
 //! again (fail closed), so what is left goes to the rows of the calls already running.
 
 use std::{
@@ -63,10 +66,13 @@ impl Reserve {
         self.top_up();
     }
 
-    /// The rows now end at `len` (a batch was written): tops the room up, whole again.
+    /// The rows now end at `len` (a batch was written): tops the room up when less than
+    /// `target` is left.
     pub fn wrote(&self, len: u64) {
         self.len.store(len, Ordering::SeqCst);
-        self.top_up();
+        if self.room() < self.target {
+            self.top_up();
+        }
     }
 
     /// The file was cut back to `len` (a failed batch): what was allocated past it may be gone
@@ -77,8 +83,8 @@ impl Reserve {
         self.top_up();
     }
 
-    /// Allocates `target` bytes past the end; false (and short) when the file system has no
-    /// room for them.
+    /// Allocates twice `target` bytes past the end; false (and short) when the file system has
+    /// no room for them.
     pub fn top_up(&self) -> bool {
         match self.try_top_up() {
             Ok(()) => true,
@@ -100,13 +106,14 @@ impl Reserve {
         let slot = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let file = slot.as_ref().ok_or(nix::Error::EBADF)?;
         let len = self.len.load(Ordering::SeqCst);
+        let room = 2 * self.target;
         fallocate(
             file.as_fd(),
             FallocateFlags::FALLOC_FL_KEEP_SIZE,
             len as i64,
-            self.target as i64,
+            room as i64,
         )?;
-        self.end.fetch_max(len + self.target, Ordering::SeqCst);
+        self.end.fetch_max(len + room, Ordering::SeqCst);
         self.short.store(false, Ordering::SeqCst);
         Ok(())
     }
@@ -162,13 +169,16 @@ mod tests {
         r.adopt(&file, 4, 4);
         // Allocated, not sparse, and the file's size unchanged: what readers see is the rows.
         let meta = fs::metadata(&path).expect("stat");
-        assert!(meta.blocks() * 512 >= 1 << 20, "{} blocks", meta.blocks());
+        assert!(meta.blocks() * 512 >= 2 << 20, "{} blocks", meta.blocks());
         assert_eq!(meta.len(), 4);
-        assert_eq!(r.room(), 1 << 20);
+        assert_eq!(r.room(), 2 << 20);
         assert!(r.admits());
-        // Used up to under half: topped up again.
+        // Rows written, and the room left still what is kept: no allocation.
         r.wrote(4 + (600 << 10));
-        assert_eq!(r.room(), 1 << 20);
+        assert_eq!(r.room(), (2 << 20) - (600 << 10));
+        // Less left than is kept: topped up again.
+        r.wrote(4 + (1200 << 10));
+        assert_eq!(r.room(), 2 << 20);
         // Given back when the file is rotated out.
         Reserve::give_back(&file, 4, r.allocated());
         assert!(fs::metadata(&path).expect("stat").blocks() * 512 < 64 << 10);
