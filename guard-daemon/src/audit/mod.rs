@@ -182,7 +182,7 @@ impl AuditLog {
         let thread = std::thread::Builder::new()
             .name("guard-audit".into())
             .spawn(move || {
-                writer::short_slice();
+                writer::batch_policy();
                 writer.run(rx)
             })
             .map_err(|e| AuditError::Io {

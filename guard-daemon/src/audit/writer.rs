@@ -30,58 +30,24 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Appended, AuditError, Tap, chain, files, reserve::Reserve, ts};
 use crate::call::gate::Opener;
 
-/// The slice the writer asks the scheduler for: it runs for tens of microseconds, then sleeps in
-/// `fdatasync`.
-const SLICE_NS: u64 = 100_000;
-
-/// Asks the scheduler for a short slice for this thread (EEVDF's latency hint, Linux 6.12; older
-/// kernels ignore it). A decision row is queued while a guardd worker prepares the call's
-/// launch; with the default slice the woken writer often waited on that worker's CPU until its
-/// slice ended (300-400 µs of the row's latency, measured), with a short one it runs at once.
-/// A hint only: a refusal is logged and changes nothing else.
-pub(super) fn short_slice() {
-    /// `struct sched_attr` (sched_setattr(2)).
-    #[repr(C)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-        util_min: u32,
-        util_max: u32,
+/// Puts this thread in `SCHED_BATCH`, whose woken threads never preempt the running one. A
+/// decision row is queued by the worker preparing the call's launch: woken with a short slice,
+/// the writer took that worker's CPU at once for 40-60 µs (the row's sealing, its write and the
+/// start of its sync), on the launch's path. As a batch thread it runs on the other CPU if that
+/// is idle, else once the worker sleeps (at the latest in the clone, whose child confines
+/// itself meanwhile and waits at the gate for the sync). Under load it still gets its fair
+/// share of the CPU. A hint only: a refusal is logged and changes nothing else; an operator's
+/// choice (a real-time policy, say) is left alone.
+pub(super) fn batch_policy() {
+    // SAFETY: sched_getscheduler takes an integer; 0 is the calling thread.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return;
     }
-    // SAFETY: sched_getscheduler and getpriority take integers; 0 is the calling thread.
-    let (policy, nice) = unsafe {
-        (
-            libc::sched_getscheduler(0),
-            libc::getpriority(libc::PRIO_PROCESS, 0),
-        )
-    };
-    if policy != libc::SCHED_OTHER {
-        return; // an operator's choice (a real-time policy, say) is left alone
-    }
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: 0,
-        // Kept: sched_setattr sets the nice value too.
-        nice,
-        priority: 0,
-        runtime: SLICE_NS,
-        deadline: 0,
-        period: 0,
-        util_min: 0,
-        util_max: 0,
-    };
-    // SAFETY: sched_setattr reads `attr`, whose size it is told, for this thread (0).
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr, 0) };
-    if rc != 0 {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param` for this thread (0); its nice value is kept.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
         let e = std::io::Error::last_os_error();
-        tracing::debug!("audit writer: no short scheduler slice: {e}");
+        tracing::debug!("audit writer: not a batch thread: {e}");
     }
 }
 
@@ -392,4 +358,37 @@ fn first_link(path: &std::path::Path) -> Option<(u64, String)> {
         .ok()?;
     let (link, _) = chain::check_line(line.strip_suffix(b"\n")?).ok()?;
     Some((link.seq, link.prev))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::audit::{AuditLog, Options, testdir::TestDir};
+
+    #[test]
+    fn the_writer_is_a_batch_thread() {
+        let dir = TestDir::new("batch");
+        let log = AuditLog::open(Options::new(dir.path().join("audit.jsonl"))).expect("open");
+        // Written: this log's writer has set its policy (it does so first).
+        log.append_blocking(crate::audit::tests::row(0))
+            .expect("append");
+        // The writers of this test process (tests run side by side), found by their name; one
+        // just started may not have set its policy yet, this log's has.
+        let writers: Vec<i32> = std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c == "guard-audit\n")
+            })
+            .filter_map(|t| t.file_name().to_str()?.parse().ok())
+            .collect();
+        // SAFETY: sched_getscheduler takes a thread id.
+        let policies: Vec<i32> = writers
+            .iter()
+            .map(|&tid| unsafe { libc::sched_getscheduler(tid) })
+            .collect();
+        assert!(
+            policies.contains(&libc::SCHED_BATCH),
+            "writers {writers:?}: policies {policies:?}"
+        );
+    }
 }
