@@ -43,7 +43,8 @@ pub(super) fn batch_policy() {
     if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
         return;
     }
-    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a plain C struct (more fields on musl), valid zeroed: priority 0, as batch needs.
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
     // SAFETY: sched_setscheduler reads `param` for this thread (0); its nice value is kept.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
         let e = std::io::Error::last_os_error();
