@@ -221,9 +221,9 @@ pub struct Spares {
 const SPARES_KEPT: usize = 8;
 /// A set is kept with at most this much memory still charged to it: the kernel's own objects
 /// of a call's processes (freed later) and the files it wrote (until they go) stay charged to
-/// its memory cgroup, a few hundred KiB for a `git status`. The next call has that much less
-/// room below its limit, and reclaims it first where it can (a limit written below what cannot
-/// be reclaimed is refused, and the call gets a new set).
+/// its memory cgroup, a few hundred KiB for a `git status`. The next call reclaims it as it
+/// needs room below its limit (and a set holding memory that cannot be reclaimed is not kept:
+/// `V1Set::reusable`).
 const STALE_CHARGE: u64 = 8 << 20;
 
 /// Each v1 controller's limit file and the call's limit there, in [`V1_CONTROLLERS`]' order.
@@ -331,17 +331,35 @@ impl V1Set {
         Ok(())
     }
 
-    /// Whether no process is left in it and at most [`STALE_CHARGE`] of memory charged.
+    /// Whether the next call may have it: no process is left in it, at most [`STALE_CHARGE`]
+    /// of memory is charged there, and none of that is memory the kernel cannot reclaim
+    /// without swap (files a call left on a tmpfs, `/dev/shm`: attack41) or at all
+    /// (unevictable): a call holding its successor's limit down would have it killed below
+    /// what its policy gives. Its high-water mark and failure count are reset for the next
+    /// call, which sees its own.
     fn reusable(&self) -> bool {
-        let empty =
-            |d: &V1Dir| fs::read(d.path.join("cgroup.procs")).is_ok_and(|procs| procs.is_empty());
-        let charged = self.dirs.first().and_then(|memory| {
-            let usage = fs::read_to_string(memory.path.join("memory.usage_in_bytes")).ok()?;
-            usage.trim().parse::<u64>().ok()
-        });
-        self.dirs.len() == V1_CONTROLLERS.len()
-            && self.dirs.iter().all(empty)
+        let [memory, pids] = &self.dirs[..] else {
+            return false;
+        };
+        let empty = |d: &V1Dir| fs::read(d.path.join("cgroup.procs")).is_ok_and(|p| p.is_empty());
+        let read = |file: &str| fs::read_to_string(memory.path.join(file)).ok();
+        let charged = read("memory.usage_in_bytes").and_then(|u| u.trim().parse::<u64>().ok());
+        let stat = read("memory.stat").unwrap_or_default();
+        let pinned = ["active_anon", "inactive_anon", "unevictable"]
+            .iter()
+            .any(|counter| {
+                let line = stat
+                    .lines()
+                    .find_map(|l| l.strip_prefix(counter)?.strip_prefix(' '));
+                line.is_none_or(|n| n.trim() != "0")
+            });
+        let reset = |file: &str| fs::write(memory.path.join(file), "0").is_ok();
+        empty(memory)
+            && empty(pids)
             && charged.is_some_and(|c| c <= STALE_CHARGE)
+            && !pinned
+            && reset("memory.max_usage_in_bytes")
+            && reset("memory.failcnt")
     }
 
     fn remove(self) {
