@@ -13,8 +13,7 @@ use std::{
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
-    sync::Arc,
-    sync::atomic::AtomicU32,
+    sync::{Arc, atomic::AtomicU32},
     time::Instant,
 };
 

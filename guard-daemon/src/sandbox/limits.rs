@@ -209,8 +209,8 @@ impl Drop for CallLimits {
 /// v1 limit directories kept for the next calls once a call has left them: making and removing
 /// a v1 memory cgroup (the kernel's files of each controller) was most of what v1 limits cost a
 /// launch, about 0.1 ms. A directory set is kept only when nothing of its call is left in it
-/// and little of its memory is still charged there (what it wrote, until the files go): the
-/// next call's limit is not eaten by its predecessor.
+/// and what is still charged there is little and reclaimable (`V1Set::reusable`): the next
+/// call's limit is not eaten by its predecessor.
 #[derive(Debug)]
 pub struct Spares {
     instance: String,
@@ -261,7 +261,10 @@ impl Spares {
                 .join(ctrl)
                 .join(&self.instance)
                 .join(&name);
-            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            if let Err(e) = fs::create_dir_all(&dir) {
+                set.remove();
+                return Err(io_err("create", &dir)(e));
+            }
             let tasks = dir.join("tasks");
             let opened = fs::OpenOptions::new().write(true).open(&tasks);
             match opened {
@@ -285,15 +288,17 @@ impl Spares {
         }
     }
 
-    /// Keeps `set` when its call has left it, else removes it.
+    /// Keeps `set` when its call has left it (and there is room), else removes it.
     fn keep(&self, set: V1Set) {
-        let mut kept = self.kept();
-        if kept.len() < SPARES_KEPT && set.reusable() {
-            kept.push(set);
-        } else {
-            drop(kept);
-            set.remove();
+        // Looked at outside the lock: other calls' ends and starts do not wait for it.
+        if set.reusable() {
+            let mut kept = self.kept();
+            if kept.len() < SPARES_KEPT {
+                kept.push(set);
+                return;
+            }
         }
+        set.remove();
     }
 }
 
