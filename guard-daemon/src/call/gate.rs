@@ -93,10 +93,12 @@ pub fn deadline(within: Duration) -> libc::timespec {
 /// EPERM when the gate was shut (the row was not written), ETIMEDOUT when it did not open in
 /// time.
 pub fn wait(word: &AtomicU32, deadline: &libc::timespec) -> Result<(), i32> {
+    let mut late = false;
     loop {
         match word.load(Ordering::Acquire) {
             OPEN => return Ok(()),
             SHUT => return Err(libc::EPERM),
+            _ if late => return Err(libc::ETIMEDOUT),
             _ => {}
         }
         // SAFETY: FUTEX_WAIT_BITSET on a word guardd keeps alive until this child has exec'd or
@@ -113,13 +115,8 @@ pub fn wait(word: &AtomicU32, deadline: &libc::timespec) -> Result<(), i32> {
                 libc::FUTEX_BITSET_MATCH_ANY,
             )
         };
-        if rc < 0 && nix::errno::Errno::last_raw() == libc::ETIMEDOUT {
-            return match word.load(Ordering::Acquire) {
-                OPEN => Ok(()),
-                SHUT => Err(libc::EPERM),
-                _ => Err(libc::ETIMEDOUT),
-            };
-        }
+        // Past the deadline, the word is looked at once more: it may have changed just then.
+        late = rc < 0 && nix::errno::Errno::last_raw() == libc::ETIMEDOUT;
     }
 }
 

@@ -188,7 +188,6 @@ impl Daemon {
         let launch = sandbox::LaunchOptions {
             limits: sandbox::detect_limits(root.path()),
             allow_without_landlock: options.allow_unenforced,
-            instance: cgroup_name.clone(),
             spares: sandbox::limits::Spares::new(&cgroup_name),
             kernel_watches: monitor.is_some(),
             ..sandbox::LaunchOptions::default()

@@ -101,9 +101,8 @@ pub struct LaunchOptions {
     pub allow_without_landlock: bool,
     /// The user a call runs as when its plan names none.
     pub default_user: String,
-    /// The guard's cgroup name: calls' v1 limit directories go under it in each hierarchy.
-    pub instance: String,
-    /// The v1 limit directories calls have left, kept for the next ones.
+    /// The calls' v1 limit directories (under the guard's cgroup name in each hierarchy), and
+    /// those calls have left, kept for the next ones.
     pub spares: Arc<Spares>,
     /// The kernel programs watch every call (not `--allow-unenforced` without them): their
     /// `sock_create` then refuses and reports the inet sockets a call may not have.
@@ -116,7 +115,6 @@ impl Default for LaunchOptions {
             limits: LimitsMode::Rlimit,
             allow_without_landlock: false,
             default_user: DEFAULT_USER.to_owned(),
-            instance: "guard".to_owned(),
             spares: Spares::new("guard"),
             kernel_watches: false,
         }

@@ -183,18 +183,18 @@ impl CallLimits {
 
     /// `tasks` files the child writes "0" to, to join the v1 cgroups (see `child::join_cgroup`).
     pub fn procs_fds(&self) -> impl Iterator<Item = &OwnedFd> {
-        let dirs = self.v1.iter().flat_map(|(set, _)| &set.dirs);
-        dirs.zip(self.joined)
-            .filter(|(_, j)| *j)
-            .map(|(d, _)| &d.tasks)
+        self.joined().map(|d| &d.tasks)
     }
 
     /// The v1 directories of this call.
     pub fn v1_dirs(&self) -> impl Iterator<Item = &Path> {
+        self.joined().map(|d| d.path.as_path())
+    }
+
+    /// The directories of its set that the call joins.
+    fn joined(&self) -> impl Iterator<Item = &V1Dir> {
         let dirs = self.v1.iter().flat_map(|(set, _)| &set.dirs);
-        dirs.zip(self.joined)
-            .filter(|(_, j)| *j)
-            .map(|(d, _)| d.path.as_path())
+        dirs.zip(self.joined).filter(|(_, j)| *j).map(|(d, _)| d)
     }
 }
 

@@ -179,8 +179,8 @@ const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct CallTmp(Option<(PathBuf, Flock<OwnedFd>)>);
 
 impl CallTmp {
-    /// Makes `plan`'s directory, if it has one, for `user`, whom it runs as, mode 0700. A directory already there is an error: its name was
-    /// the plan's alone.
+    /// Makes `plan`'s directory, if it has one, for `user`, whom it runs as, mode 0700. A
+    /// directory already there is an error: its name was the plan's alone.
     pub fn create(plan: &LaunchPlan, user: &nix::unistd::User) -> io::Result<Self> {
         let Some(dir) = &plan.confinement.tmp else {
             return Ok(Self(None));

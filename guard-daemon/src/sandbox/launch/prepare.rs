@@ -82,10 +82,7 @@ pub fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, San
         .as_deref()
         .unwrap_or(&opts.default_user);
     let user = User::from_name(name)
-        .map_err(|source| SandboxError::Sys {
-            op: "user lookup",
-            source,
-        })?
+        .map_err(super::sys("user lookup"))?
         .ok_or_else(|| SandboxError::UnknownUser(name.to_owned()))?;
     if (user.uid.is_root() || user.gid.as_raw() == 0)
         && plan.confinement.run_as.as_deref() != Some("root")
@@ -160,7 +157,7 @@ impl Bound {
 
 impl Ready {
     /// The launch of the call whose halves are `files` and `bound`.
-    pub fn of(files: Files, bound: Bound, opts: &LaunchOptions) -> Self {
+    pub fn of(files: Files, mut bound: Bound, opts: &LaunchOptions) -> Self {
         let Files {
             user,
             skipped,
@@ -171,7 +168,6 @@ impl Ready {
             absent,
         } = files;
         let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
-        let mut bound = bound;
         // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a
         // workspace's owner) gets its pids limit on top of what that user runs now, not in
         // place of it.
