@@ -359,6 +359,16 @@ fn run(action: &[String]) -> Res {
             println!("forked {forked}");
             failed.map_or(Ok(()), Err)
         }
+        "touch-mib" => {
+            // Takes MIB MiB of memory, every page touched, and leaves: a peak, and nothing left.
+            let mut memory = vec![0u8; usize::try_from(num(1)?).map_err(|_| usage("MIB"))? << 20];
+            for page in memory.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            std::hint::black_box(&memory);
+            println!("touched {} MiB", num(1)?);
+            Ok(())
+        }
         "write-mib" => {
             // Writes MIB MiB of ones to PATH: page cache charged to the call's memory cgroup.
             let mut f = std::fs::File::create(arg(1)?)?;
