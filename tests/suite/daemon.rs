@@ -901,38 +901,79 @@ impl Drop for Frozen {
     }
 }
 
-#[test]
-fn guardd_leaves_a_cpu_to_its_callers_and_its_audit_writer_is_a_batch_thread() {
-    if !support::privileged(
-        "guardd_leaves_a_cpu_to_its_callers_and_its_audit_writer_is_a_batch_thread",
-    ) {
-        return;
-    }
-    let mut guardd = Guardd::start("[tools.true]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n");
+/// guardd's threads, by name, with their scheduling policy (`/proc/PID/task/*/sched`: 3 is
+/// SCHED_BATCH).
+fn threads(guardd: &Guardd) -> Vec<(String, Option<String>)> {
     let tasks = std::path::PathBuf::from(format!("/proc/{}/task", guardd.child.id()));
-    let threads: Vec<(String, String)> = std::fs::read_dir(&tasks)
+    std::fs::read_dir(&tasks)
         .expect("tasks")
         .map(|t| {
             let t = t.expect("task").path();
             let comm = std::fs::read_to_string(t.join("comm")).expect("comm");
             let sched = std::fs::read_to_string(t.join("sched")).unwrap_or_default();
-            (comm.trim().to_owned(), sched)
+            let policy = sched
+                .lines()
+                .find(|l| l.starts_with("policy"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|p| p.trim().to_owned());
+            (comm.trim().to_owned(), policy)
         })
-        .collect();
+        .collect()
+}
+
+/// The mount namespaces guardd holds a descriptor of.
+fn held_mount_namespaces(guardd: &Guardd) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", guardd.child.id()))
+        .expect("guardd's fds")
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("mnt:["))
+        .count()
+}
+
+#[test]
+fn guardd_leaves_a_cpu_to_its_callers_and_its_background_threads_are_batch_threads() {
+    if !support::privileged(
+        "guardd_leaves_a_cpu_to_its_callers_and_its_background_threads_are_batch_threads",
+    ) {
+        return;
+    }
+    let mut guardd = Guardd::start(
+        "[tools.true]\ntier = \"low\"\ncommand = [\"/bin/true\"]\n\
+         [tools.nap]\ntier = \"low\"\ncommand = [\"/bin/sleep\", \"0.2\"]\n",
+    );
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = threads.iter().filter(|(c, _)| c == "guardd-worker").count();
-    assert_eq!(workers, cpus.saturating_sub(1).max(1), "{threads:?}");
-    let (_, sched) = threads
+    let threads_now = threads(&guardd);
+    let workers = threads_now
         .iter()
-        .find(|(c, _)| c == "guard-audit")
-        .expect("the audit writer thread");
-    // The kernel shows a thread's scheduling policy in its sched file: SCHED_BATCH is 3.
-    let policy = sched
-        .lines()
-        .find(|l| l.starts_with("policy"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(str::trim);
-    assert_eq!(policy, Some("3"), "{sched}");
+        .filter(|(c, _)| c == "guardd-worker")
+        .count();
+    assert_eq!(workers, cpus.saturating_sub(1).max(1), "{threads_now:?}");
+    let policy = |threads: &[(String, Option<String>)], name: &str| {
+        threads
+            .iter()
+            .find(|(c, _)| c == name)
+            .unwrap_or_else(|| panic!("no {name} thread: {threads:?}"))
+            .1
+            .clone()
+    };
+    assert_eq!(policy(&threads_now, "guard-audit").as_deref(), Some("3"));
+    // A call's mount view is torn down after its end, by a thread of its own (`teardown`),
+    // which lets go of every view it was given. (A tool that exits before guardd has taken its
+    // view, within microseconds of its exec, tears it down itself: this one naps.)
+    assert!(output(guardd.exec("nap", &[])).status.success());
+    assert_eq!(
+        policy(&threads(&guardd), "guardd-teardown").as_deref(),
+        Some("3")
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while held_mount_namespaces(&guardd) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a call's mount namespace is still held"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     guardd.stop();
 }
 

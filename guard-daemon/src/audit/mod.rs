@@ -182,7 +182,13 @@ impl AuditLog {
         let thread = std::thread::Builder::new()
             .name("guard-audit".into())
             .spawn(move || {
-                writer::batch_policy();
+                // A decision row is queued by the worker preparing the call's launch: woken
+                // with a short slice, the writer took that worker's CPU at once for 40-60 µs
+                // (the row's sealing, its write and the start of its sync), on the launch's
+                // path. As a batch thread it runs on the other CPU if that is idle, else once
+                // the worker sleeps (at the latest in the clone, whose child confines itself
+                // meanwhile and waits at the gate for the sync).
+                crate::sandbox::batch_policy("audit writer");
                 writer.run(rx)
             })
             .map_err(|e| AuditError::Io {

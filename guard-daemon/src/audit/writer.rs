@@ -30,28 +30,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Appended, AuditError, Tap, chain, files, reserve::Reserve, ts};
 use crate::call::gate::Opener;
 
-/// Puts this thread in `SCHED_BATCH`, whose woken threads never preempt the running one. A
-/// decision row is queued by the worker preparing the call's launch: woken with a short slice,
-/// the writer took that worker's CPU at once for 40-60 µs (the row's sealing, its write and the
-/// start of its sync), on the launch's path. As a batch thread it runs on the other CPU if that
-/// is idle, else once the worker sleeps (at the latest in the clone, whose child confines
-/// itself meanwhile and waits at the gate for the sync). Under load it still gets its fair
-/// share of the CPU. A hint only: a refusal is logged and changes nothing else; an operator's
-/// choice (a real-time policy, say) is left alone.
-pub(super) fn batch_policy() {
-    // SAFETY: sched_getscheduler takes an integer; 0 is the calling thread.
-    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
-        return;
-    }
-    // SAFETY: a plain C struct (more fields on musl), valid zeroed: priority 0, as batch needs.
-    let param: libc::sched_param = unsafe { std::mem::zeroed() };
-    // SAFETY: sched_setscheduler reads `param` for this thread (0); its nice value is kept.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
-        let e = std::io::Error::last_os_error();
-        tracing::debug!("audit writer: not a batch thread: {e}");
-    }
-}
-
 /// Most rows in one batch: bounds the latency of the batch's last row.
 const MAX_BATCH_ROWS: usize = 1024;
 /// Most bytes in one batch (a batch may pass it by one row).

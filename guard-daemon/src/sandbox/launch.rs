@@ -26,6 +26,7 @@ use super::{
     landlock::{self, LandlockError, LandlockStatus},
     limits::{CallLimits, LimitsError, LimitsMode, Spares},
     seccomp::{self, SeccompError},
+    teardown::MountNs,
     writes::WriteRules,
 };
 use crate::{
@@ -147,6 +148,9 @@ pub struct Launched {
     pub pid: Pid,
     /// A pidfd for the child, when the kernel supports pidfd_open.
     pub pidfd: Option<OwnedFd>,
+    /// Its mount namespace, held (never read) so that its teardown is not on the call's path
+    /// (`teardown`): it goes when the call is over.
+    _mount_ns: Option<MountNs>,
     pub applied: Applied,
     pub started: Instant,
     /// Where the launch's time went: preparing, landlock, seccomp, limits, the clone until exec.
@@ -319,11 +323,16 @@ impl Ready {
         let pid = Pid::from_raw(clone::spawn(&ctx).map_err(sys("clone"))?);
         // The clone returned after the child's execve or exit: its start is this moment.
         let started = Instant::now();
+        // First, while the tool is still loading: its mount view, held once it exits.
+        let pidfd = pidfd_open(pid);
+        let mount_ns = pidfd.as_ref().and_then(MountNs::of);
         stages.lap("clone_exec");
         drop((report_w, daemon, listener_w));
         await_exec(&report_r, pid)?;
         Ok(Cloned {
             pid,
+            pidfd,
+            mount_ns,
             started,
             stages,
             listener,
@@ -334,6 +343,8 @@ impl Ready {
     fn launched(self, cloned: Cloned) -> Result<Launched, SandboxError> {
         let Cloned {
             pid,
+            pidfd,
+            mount_ns,
             started,
             stages,
             listener,
@@ -350,7 +361,8 @@ impl Ready {
         };
         Ok(Launched {
             pid,
-            pidfd: pidfd_open(pid),
+            pidfd,
+            _mount_ns: mount_ns,
             applied: self.applied,
             started,
             stages,
@@ -371,6 +383,8 @@ pub enum Gated {
 /// A child that has exec'd the tool, and the socket its write-opens listener comes through.
 struct Cloned {
     pid: Pid,
+    pidfd: Option<OwnedFd>,
+    mount_ns: Option<MountNs>,
     started: Instant,
     stages: Stages,
     listener: OwnedFd,

@@ -3,8 +3,9 @@
 //! The security tables are data built by pure functions: [`landlock::rules`] (which paths and
 //! ports) and [`seccomp::table`] (which syscalls). [`limits`] picks how memory and task limits are
 //! enforced on this host. [`launch::spawn`] builds everything before fork, `clone` makes the
-//! child, and the child's side (`child`) applies it in a fixed order before `execve`; [`wait::run_to_end`] waits for the
-//! call and kills its whole cgroup when the timeout runs out.
+//! child, and the child's side (`child`) applies it in a fixed order before `execve`;
+//! [`wait::run_to_end`] waits for the call and kills its whole cgroup when the timeout runs out,
+//! and `teardown` drops the call's mount view once it is over, off the call's path.
 
 pub mod cgroup;
 mod child;
@@ -18,6 +19,7 @@ pub mod protected;
 pub mod resolve;
 pub mod seccomp;
 pub mod sysname;
+mod teardown;
 pub mod tmp;
 mod wait;
 pub mod writes;
@@ -35,6 +37,25 @@ pub use wait::{ExitStatus, Outcome, run_to_end, wait};
 pub(crate) fn name_blocking_thread() {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"guardd-blocking".as_ptr(), 0, 0, 0) };
+}
+
+/// Puts this thread in `SCHED_BATCH`, whose woken threads never preempt the running one: for
+/// guardd's threads that work behind a call (the audit writer, the mount views' teardown), so
+/// that their wake-up does not take the CPU of a worker on a call's path. Under load they
+/// still get their fair share. A hint only: a refusal is logged and changes nothing else; an
+/// operator's choice (a real-time policy, say) is left alone.
+pub(crate) fn batch_policy(thread: &str) {
+    // SAFETY: sched_getscheduler takes an integer; 0 is the calling thread.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return;
+    }
+    // SAFETY: a plain C struct (more fields on musl), valid zeroed: priority 0, as batch needs.
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_setscheduler reads `param` for this thread (0); its nice value is kept.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::debug!("{thread}: not a batch thread: {e}");
+    }
 }
 
 /// Runs `f` with the file-system identity of `uid` and `gid` and no supplementary groups, on
