@@ -131,10 +131,8 @@ mod tests {
         assert_eq!(ns_link(&link).as_deref(), Some(theirs.as_str()));
         // Not handed to a tool launched meanwhile.
         // SAFETY: F_GETFD on an fd this test holds.
-        assert_ne!(
-            unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC,
-            0
-        );
+        let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_ne!(fd_flags & libc::FD_CLOEXEC, 0);
 
         child.kill().expect("kill");
         child.wait().expect("reaped");
