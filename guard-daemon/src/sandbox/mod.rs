@@ -58,6 +58,22 @@ pub(crate) fn batch_policy(thread: &str) {
     }
 }
 
+/// Whether a unit test that needs root runs: as root it does; otherwise it is skipped, said so,
+/// except under `CI=true`, where a privileged test may not skip.
+#[cfg(test)]
+pub(crate) fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "privileged tests may not skip under CI=true"
+    );
+    eprintln!("skipping: needs root");
+    false
+}
+
 /// Runs `f` with the file-system identity of `uid` and `gid` and no supplementary groups, on
 /// this thread alone (raw syscalls: credentials are per thread in the kernel, and glibc would
 /// change every thread's), then puts the thread's own back. What `f` looks up or removes is
