@@ -75,7 +75,8 @@ fn hand_over(queue: &mpsc::SyncSender<OwnedFd>, fd: OwnedFd) {
     };
     if !SAID.swap(true, Ordering::Relaxed) {
         tracing::warn!(
-            "{THREAD}: {QUEUED} mount namespaces wait for their teardown (one is stalled in the              kernel?): calls' namespaces now go at their end, on their own path"
+            "{THREAD}: {QUEUED} mount namespaces wait for their teardown (one stalled in the \
+             kernel?): calls' namespaces now go at their end, on their own path"
         );
     }
     drop(fd);
