@@ -350,24 +350,12 @@ mod tests {
         // Written: this log's writer has set its policy (it does so first).
         log.append_blocking(crate::audit::tests::row(0))
             .expect("append");
-        // The writers of this test process (tests run side by side), found by their name; one
-        // just started may not have set its policy yet, this log's has.
-        let writers: Vec<i32> = std::fs::read_dir("/proc/self/task")
-            .expect("tasks")
-            .flatten()
-            .filter(|t| {
-                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c == "guard-audit\n")
-            })
-            .filter_map(|t| t.file_name().to_str()?.parse().ok())
-            .collect();
-        // SAFETY: sched_getscheduler takes a thread id.
-        let policies: Vec<i32> = writers
-            .iter()
-            .map(|&tid| unsafe { libc::sched_getscheduler(tid) })
-            .collect();
+        // The writers of this test process (tests run side by side); one just started may not
+        // have set its policy yet, this log's has.
+        let policies = crate::sandbox::thread_policies("guard-audit");
         assert!(
             policies.contains(&libc::SCHED_BATCH),
-            "writers {writers:?}: policies {policies:?}"
+            "the writers' policies: {policies:?}"
         );
     }
 }

@@ -74,6 +74,22 @@ pub(crate) fn privileged() -> bool {
     false
 }
 
+/// The scheduling policies of this process's threads named `name`, for the tests of guardd's
+/// background threads.
+#[cfg(test)]
+pub(crate) fn thread_policies(name: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("tasks")
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        // SAFETY: sched_getscheduler takes a thread id.
+        .map(|tid: libc::pid_t| unsafe { libc::sched_getscheduler(tid) })
+        .collect()
+}
+
 /// Runs `f` with the file-system identity of `uid` and `gid` and no supplementary groups, on
 /// this thread alone (raw syscalls: credentials are per thread in the kernel, and glibc would
 /// change every thread's), then puts the thread's own back. What `f` looks up or removes is

@@ -196,19 +196,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the reference was never dropped");
             std::thread::sleep(Duration::from_millis(5));
         }
-        let teardown = std::fs::read_dir("/proc/self/task")
-            .expect("tasks")
-            .flatten()
-            .find(|t| {
-                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == THREAD)
-            })
-            .expect("the teardown thread");
-        let tid: libc::pid_t = teardown
-            .file_name()
-            .to_str()
-            .and_then(|t| t.parse().ok())
-            .expect("tid");
-        // SAFETY: sched_getscheduler takes a thread id.
-        assert_eq!(unsafe { libc::sched_getscheduler(tid) }, libc::SCHED_BATCH);
+        let policies = crate::sandbox::thread_policies(THREAD);
+        assert_eq!(policies, [libc::SCHED_BATCH], "the teardown thread");
     }
 }
