@@ -25,12 +25,12 @@ use std::{
 use ::landlock::{AccessFs, BitFlags};
 use nix::{
     fcntl::OFlag,
-    sys::stat::{Mode, fstat},
+    sys::stat::{FileStat, Mode},
 };
 
 use self::{
     listener::{Listener, Next, Notification, read_cstr, read_mem},
-    walk::{Found, Id, Walker, shown},
+    walk::{Found, Id, Root, Walker, shown},
 };
 use super::landlock::Writable;
 
@@ -162,6 +162,8 @@ fn serve_as_user(
     rules: &WriteRules,
     attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
+    // Opened once: each open a call makes waits for its judge.
+    let slash = Root::slash();
     loop {
         let n = match listener.next() {
             Ok(Next::Notification(n)) => n,
@@ -173,7 +175,7 @@ fn serve_as_user(
                 return;
             }
         };
-        if let Some(attempt) = judge(listener, rules, &n) {
+        if let Some(attempt) = slash.as_ref().and_then(|s| judge(listener, rules, s, &n)) {
             let (recorded, done) = tokio::sync::oneshot::channel();
             if attempts.send((attempt, recorded)).is_ok() {
                 let _ = done.blocking_recv();
@@ -187,8 +189,14 @@ fn serve_as_user(
 }
 
 /// The open `n` asks for, judged against `rules` while its thread waits; `None` when the rules
-/// grant it or it is none landlock judges (a pipe, a name that leads nowhere).
-fn judge(listener: &Listener, rules: &WriteRules, n: &Notification) -> Option<Attempt> {
+/// grant it or it is none landlock judges (a pipe, a name that leads nowhere). `slash` is the
+/// root of a name that is not `RESOLVE_IN_ROOT`'s.
+fn judge(
+    listener: &Listener,
+    rules: &WriteRules,
+    slash: &Root,
+    n: &Notification,
+) -> Option<Attempt> {
     let open = open_args(n)?;
     let name = read_cstr(n.pid, open.name_at, PATH_MAX)?;
     // The pid names the thread that asked only while its syscall waits.
@@ -196,30 +204,31 @@ fn judge(listener: &Listener, rules: &WriteRules, n: &Notification) -> Option<At
         return None;
     }
     let flags = open.flags as i32;
-    let start = dir_of(n.pid, open.dirfd)?;
+    // Only a relative name, or one in a root of its own, needs the thread's directory.
+    let start = (open.in_root || !name.starts_with(b"/"))
+        .then(|| dir_of(n.pid, open.dirfd))
+        .flatten();
+    let in_root;
     let root = if open.in_root {
-        start.try_clone().ok()?
+        in_root = Root::new(start.as_ref()?.try_clone().ok()?)?;
+        &in_root
     } else {
-        nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?
+        slash
     };
     let walker = Walker { pid: n.pid, root };
     // A last link is not followed with O_NOFOLLOW (ELOOP), nor by O_CREAT | O_EXCL (EEXIST).
     let exclusive = flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0;
     let nofollow = flags & libc::O_NOFOLLOW != 0 || exclusive;
-    let (shown_as, chain, needed) = match walker.find(start, &name, nofollow)? {
-        Found::File { fd, mut chain } => {
-            // A protected file is met as its own identity, before its directories'.
-            if let Ok(st) = fstat(&fd) {
-                chain.push((st.st_dev, st.st_ino));
-            }
-            (shown(&fd, None), chain, needed_by(&fd, flags)?)
-        }
+    // The chain ends with the file's own identity: a protected file is met before its
+    // directories.
+    let (reached, name, chain, needed) = match walker.find(start, &name, nofollow)? {
+        Found::File { fd, stat, chain } => (fd, None, chain, needed_by(&stat, flags)?),
         Found::New { dir, chain, name } if flags & libc::O_CREAT != 0 => {
             let mut needed = BitFlags::from(AccessFs::MakeReg);
             if writes(flags) {
                 needed |= AccessFs::WriteFile;
             }
-            (shown(&dir, Some(&name)), chain, needed)
+            (dir, Some(name), chain, needed)
         }
         Found::New { .. } => return None, // ENOENT
     };
@@ -228,7 +237,7 @@ fn judge(listener: &Listener, rules: &WriteRules, n: &Notification) -> Option<At
     }
     Some(Attempt {
         pid: n.pid,
-        path: shown_as,
+        path: shown(&reached, name.as_deref()),
         flags: flags as u32,
     })
 }
@@ -238,11 +247,10 @@ fn writes(flags: i32) -> bool {
     matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
 }
 
-/// The rights an open with `flags` of the existing file `fd` asks landlock for, if it asks
+/// The rights an open with `flags` of the existing file `stat` asks landlock for, if it asks
 /// any it judges: none when it only reads, fails for a reason of its own (O_EXCL, a directory
 /// or a socket opened for writing), or opens the controlling terminal.
-fn needed_by(fd: &OwnedFd, flags: i32) -> Option<BitFlags<AccessFs>> {
-    let stat = fstat(fd).ok()?;
+fn needed_by(stat: &FileStat, flags: i32) -> Option<BitFlags<AccessFs>> {
     let kind = stat.st_mode & libc::S_IFMT;
     // O_TMPFILE names the directory the new, nameless file is made in.
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
@@ -318,7 +326,10 @@ fn dir_of(pid: i32, dirfd: i32) -> Option<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::{fd::AsRawFd as _, unix::fs::MetadataExt as _};
+    use std::os::{
+        fd::AsRawFd as _,
+        unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+    };
 
     use super::*;
 
@@ -351,12 +362,13 @@ mod tests {
         let open = |p: &std::path::Path| {
             nix::fcntl::open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).expect("open")
         };
+        let root = Root::slash().expect("/");
         let walker = Walker {
             pid: std::process::id() as i32,
-            root: open(std::path::Path::new("/")),
+            root: &root,
         };
         // Through a link: the file, and its directory on the chain.
-        match walker.find(open(&base), b"link/./file", false) {
+        match walker.find(Some(open(&base)), b"link/./file", false) {
             Some(Found::File { chain, .. }) => {
                 assert_eq!(chain.last(), Some(&id_of(&ws.join("file"))));
                 assert!(chain.contains(&id_of(&ws)) && chain.contains(&id_of(&base)));
@@ -364,7 +376,7 @@ mod tests {
             _ => panic!("link/file not found"),
         }
         // A dangling link, created through: the file it names, in its directory.
-        match walker.find(open(&base), b"dangling", false) {
+        match walker.find(Some(open(&base)), b"dangling", false) {
             Some(Found::New { chain, name, .. }) => {
                 assert_eq!(name, "new");
                 assert_eq!(chain.last(), Some(&id_of(&ws)));
@@ -374,15 +386,30 @@ mod tests {
         // procfs's `self` is the thread's, however the name reaches it.
         let file = std::fs::File::open(ws.join("file")).expect("open");
         let name = format!("//proc/./self/fd/{}", file.as_raw_fd());
-        match walker.find(open(&base), name.as_bytes(), false) {
+        match walker.find(Some(open(&base)), name.as_bytes(), false) {
             Some(Found::File { chain, .. }) => {
                 assert_eq!(chain.last(), Some(&id_of(&ws.join("file"))));
             }
             _ => panic!("{name} not found"),
         }
-        assert!(walker.find(open(&base), b"missing/x", false).is_none());
+        // An absolute name needs no directory to start at; a relative one does.
+        let absolute = ws.join("file");
+        match walker.find(None, absolute.as_os_str().as_bytes(), false) {
+            Some(Found::File { stat, chain, .. }) => {
+                assert_eq!((stat.st_dev, stat.st_ino), id_of(&absolute));
+                assert_eq!(chain.last(), Some(&id_of(&absolute)));
+                assert_eq!(chain.first(), Some(&id_of(std::path::Path::new("/"))));
+            }
+            _ => panic!("{absolute:?} not found"),
+        }
+        assert!(walker.find(None, b"file", false).is_none());
         assert!(
-            walker.find(open(&base), b"link", true).is_none(),
+            walker
+                .find(Some(open(&base)), b"missing/x", false)
+                .is_none()
+        );
+        assert!(
+            walker.find(Some(open(&base)), b"link", true).is_none(),
             "O_NOFOLLOW"
         );
     }

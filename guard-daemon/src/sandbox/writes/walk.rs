@@ -22,7 +22,7 @@ use std::{
 use nix::{
     fcntl::{OFlag, openat, readlinkat},
     sys::{
-        stat::{Mode, fstat},
+        stat::{FileStat, Mode, fstat},
         statfs::{PROC_SUPER_MAGIC, fstatfs},
     },
 };
@@ -39,8 +39,13 @@ const MAX_DEPTH: usize = 4096;
 
 /// What an open would reach.
 pub(super) enum Found {
-    /// An existing file, and the directories above it (its own identity last).
-    File { fd: OwnedFd, chain: Vec<Id> },
+    /// An existing file, what `fstat` says of it, and the directories above it (its own
+    /// identity last).
+    File {
+        fd: OwnedFd,
+        stat: FileStat,
+        chain: Vec<Id>,
+    },
     /// No such file yet: its directory (opened), the chain down to it, and the name to create.
     New {
         dir: OwnedFd,
@@ -49,12 +54,36 @@ pub(super) enum Found {
     },
 }
 
+/// Where an absolute name, or `..` at the top, stays: `/`, or the directory of
+/// `RESOLVE_IN_ROOT`; opened once, and its identity known.
+pub(super) struct Root {
+    fd: OwnedFd,
+    id: Id,
+}
+
+impl Root {
+    /// `fd` as a root.
+    pub fn new(fd: OwnedFd) -> Option<Self> {
+        let id = id(&fd)?;
+        Some(Self { fd, id })
+    }
+
+    /// guardd's own `/`: every thread of a call has the same (seccomp refuses `chroot`).
+    pub fn slash() -> Option<Self> {
+        let fd = nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+        Self::new(fd)
+    }
+
+    /// A new descriptor of the root, and its chain.
+    fn start(&self) -> Option<(OwnedFd, Vec<Id>)> {
+        Some((self.fd.try_clone().ok()?, vec![self.id]))
+    }
+}
+
 /// The thread a name is walked for: its pid (in guardd's namespace) and its root.
-pub(super) struct Walker {
+pub(super) struct Walker<'a> {
     pub pid: i32,
-    /// Where an absolute name, or `..` at the top, stays: `/`, or the directory of
-    /// `RESOLVE_IN_ROOT`.
-    pub root: OwnedFd,
+    pub root: &'a Root,
 }
 
 fn id(fd: &OwnedFd) -> Option<Id> {
@@ -65,16 +94,18 @@ fn path_flags() -> OFlag {
     OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
-/// Whether `dir` is on procfs (where `self` and the magic links are the thread's).
+/// Whether `dir` is on procfs (where `self` and the magic links are the thread's). Asked only
+/// of a directory holding a name that could mean the thread's there (`self`, `thread-self`, a
+/// link): each name costs the judge a few syscalls, and the thread waits for it.
 fn on_proc(dir: &OwnedFd) -> bool {
     fstatfs(dir).is_ok_and(|s| s.filesystem_type() == PROC_SUPER_MAGIC)
 }
 
-impl Walker {
+impl Walker<'_> {
     /// The chain of `dir`: its directories from the root down, by `..` (at most
     /// [`MAX_DEPTH`]).
     pub fn chain_of(&self, dir: &OwnedFd) -> Option<Vec<Id>> {
-        let top = id(&self.root)?;
+        let top = self.root.id;
         let mut chain = vec![id(dir)?];
         let mut at = dir.try_clone().ok()?;
         while chain.last() != Some(&top) {
@@ -90,15 +121,17 @@ impl Walker {
         Some(chain)
     }
 
-    /// Finds what `name` names from `start` (the thread's directory, for a relative name),
-    /// following a last link unless `nofollow`. `None`: the open fails for a reason of its own
-    /// (a name that leads nowhere, a link loop, a name too long), which no rule decides.
-    pub fn find(&self, start: OwnedFd, name: &[u8], nofollow: bool) -> Option<Found> {
+    /// Finds what `name` names: from the root when it is absolute, else from `start` (the
+    /// thread's directory, which only a relative name needs), following a last link unless
+    /// `nofollow`. `None`: the open fails for a reason of its own (a name that leads nowhere, a
+    /// link loop, a name too long), which no rule decides.
+    pub fn find(&self, start: Option<OwnedFd>, name: &[u8], nofollow: bool) -> Option<Found> {
         let mut parts: VecDeque<OsString> = VecDeque::new();
         push_front(&mut parts, name);
         let (mut at, mut chain) = if name.starts_with(b"/") {
-            (self.root.try_clone().ok()?, vec![id(&self.root)?])
+            self.root.start()?
         } else {
+            let start = start?;
             let chain = self.chain_of(&start)?;
             (start, chain)
         };
@@ -112,9 +145,8 @@ impl Walker {
                 }
                 continue;
             }
-            let proc_dir = on_proc(&at);
             let part = match part.as_bytes() {
-                b"self" | b"thread-self" if proc_dir => OsString::from(self.pid.to_string()),
+                b"self" | b"thread-self" if on_proc(&at) => OsString::from(self.pid.to_string()),
                 _ => part,
             };
             let next = match openat(&at, part.as_os_str(), path_flags(), Mode::empty()) {
@@ -137,7 +169,7 @@ impl Walker {
                 if links > MAX_LINKS {
                     return None;
                 }
-                if proc_dir {
+                if on_proc(&at) {
                     // A magic link: it leads to the thread's own file, not where its text says.
                     let target = openat(
                         &at,
@@ -156,14 +188,17 @@ impl Walker {
                 let text = readlinkat(&at, part.as_os_str()).ok()?;
                 push_front(&mut parts, text.as_bytes());
                 if text.as_bytes().starts_with(b"/") {
-                    at = self.root.try_clone().ok()?;
-                    chain = vec![id(&self.root)?];
+                    (at, chain) = self.root.start()?;
                 }
                 continue;
             }
             chain.push((stat.st_dev, stat.st_ino));
             if last {
-                return Some(Found::File { fd: next, chain });
+                return Some(Found::File {
+                    fd: next,
+                    stat,
+                    chain,
+                });
             }
             if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
                 return None; // ENOTDIR
@@ -171,8 +206,12 @@ impl Walker {
             at = next;
         }
         // The name ended on a directory (`.`, `..`, a trailing slash): that directory.
-        let fd = at;
-        Some(Found::File { fd, chain })
+        let stat = fstat(&at).ok()?;
+        Some(Found::File {
+            fd: at,
+            stat,
+            chain,
+        })
     }
 
     /// What a magic link reached: a file in the tree of names (its chain found from its path,
@@ -185,8 +224,8 @@ impl Walker {
         if !bytes.starts_with(b"/") || bytes.ends_with(b" (deleted)") {
             return None;
         }
-        match self.find(self.root.try_clone().ok()?, bytes, true)? {
-            Found::File { fd, chain } if id(&fd) == Some(want) => Some(Found::File { fd, chain }),
+        match self.find(None, bytes, true)? {
+            found @ Found::File { stat, .. } if (stat.st_dev, stat.st_ino) == want => Some(found),
             _ => None,
         }
     }
