@@ -94,6 +94,11 @@ fn path_flags() -> OFlag {
     OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
+/// What the link `name` in `dir` leads to, followed by the kernel (a magic link of procfs).
+fn through(dir: &OwnedFd, name: &OsStr) -> Option<OwnedFd> {
+    openat(dir, name, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()
+}
+
 /// Whether `dir` is on procfs (where `self` and the magic links are the thread's). Asked only
 /// of a directory holding a name that could mean the thread's there (`self`, `thread-self`, a
 /// link): each name costs the judge a few syscalls, and the thread waits for it.
@@ -171,13 +176,7 @@ impl Walker<'_> {
                 }
                 if on_proc(&at) {
                     // A magic link: it leads to the thread's own file, not where its text says.
-                    let target = openat(
-                        &at,
-                        part.as_os_str(),
-                        OFlag::O_PATH | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .ok()?;
+                    let target = through(&at, &part)?;
                     if last {
                         return self.reached(target);
                     }
