@@ -11,9 +11,10 @@
 use std::{
     ffi::CString,
     os::{
-        fd::{AsFd as _, AsRawFd as _, OwnedFd},
+        fd::{AsFd, AsRawFd as _, OwnedFd},
         unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _},
     },
+    sync::Arc,
 };
 
 use nix::{errno::Errno, fcntl::OFlag, sys::stat::Mode};
@@ -292,7 +293,10 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
 #[derive(Debug, Default)]
 pub struct Absent {
     /// Each name, with its writable directory (pinned, and as shown).
-    names: Vec<(OwnedFd, String, String)>,
+    names: Vec<(Arc<OwnedFd>, String, String)>,
+    /// The pin of the writable directory whose names were watched last, by identity: its
+    /// names share one descriptor.
+    pinned: Option<((u64, u64), Arc<OwnedFd>)>,
     /// Each writable directory's repository index, whose new gitlinks' `.git`s are planted too.
     indexes: Vec<(super::gitlinks::Index, String)>,
 }
@@ -315,10 +319,19 @@ impl Absent {
 
     /// Watches `name` beneath `w`.
     fn watch(&mut self, w: &Writable, name: &str) {
-        if let Ok(dir) = w.pin.try_clone() {
-            let root = w.path.to_string_lossy().into_owned();
-            self.names.push((dir, name.to_owned(), root));
-        }
+        let dir = match &self.pinned {
+            Some((id, dir)) if *id == (w.dev, w.ino) => Arc::clone(dir),
+            _ => {
+                let Ok(dir) = w.pin.try_clone() else {
+                    return;
+                };
+                let dir = Arc::new(dir);
+                self.pinned = Some(((w.dev, w.ino), Arc::clone(&dir)));
+                dir
+            }
+        };
+        let root = w.path.to_string_lossy().into_owned();
+        self.names.push((dir, name.to_owned(), root));
     }
 
     /// [`Absent::made_and_moved`] off the runtime (the call's index is read too), and at once
@@ -450,11 +463,14 @@ fn nested(w: &Writable) -> Vec<String> {
 /// symlink, and whether it is one itself; ENOENT when it, or a directory on the way, is not
 /// there.
 fn beneath(w: &Writable, name: &str) -> Result<(Writable, bool), Errno> {
-    let mut at: OwnedFd = w.pin.try_clone().map_err(|_| Errno::EMFILE)?;
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // From the pin itself: most names are not there, and each is looked for at every launch.
+    let mut at: Option<OwnedFd> = None;
     for part in name.split('/') {
-        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        at = nix::fcntl::openat(at.as_fd(), part, flags, Mode::empty())?;
+        let from = at.as_ref().map_or(w.pin.as_fd(), AsFd::as_fd);
+        at = Some(nix::fcntl::openat(from, part, flags, Mode::empty())?);
     }
+    let at = at.ok_or(Errno::ENOENT)?;
     let stat = nix::sys::stat::fstat(&at)?;
     let link = stat.st_mode & libc::S_IFMT == libc::S_IFLNK;
     let mut path = w.path.as_bytes().to_vec();
