@@ -477,6 +477,33 @@ fn escape_a_write_outside_the_call_s_effects_is_refused_and_reported_untraced() 
             "{name}: {row:#}"
         );
     }
+    // Names that guardd once judged from elsewhere than the kernel opens them (attack45): a
+    // thread with a working directory of its own (in the writable `out`) opening
+    // `/proc/self/cwd/...`, which is the process's (`other`); an absolute name beside a
+    // directory descriptor that is none, which the kernel ignores.
+    let (out_s, via_thread, via_bad_fd) = (
+        out.display().to_string(),
+        other.join("via-thread"),
+        other.join("via-bad-dirfd"),
+    );
+    let thread = [
+        "chdir",
+        &other_dir,
+        "--",
+        "thread-write-self-cwd",
+        &out_s,
+        "via-thread",
+        "x",
+    ];
+    let bad_fd_name = via_bad_fd.display().to_string();
+    let bad_fd = ["write-at-bad-dirfd", bad_fd_name.as_str(), "x"];
+    for (args, lands) in [(&thread[..], &via_thread), (&bad_fd[..], &via_bad_fd)] {
+        let tried = call(&guardd, args);
+        assert_eq!(tried.status.code(), Some(1), "{args:?}: {tried:?}");
+        assert!(!lands.exists(), "{args:?}: the write went through");
+        assert!(!out.join("via-thread").exists(), "{args:?}: landed in out");
+        assert_write_attempt(&guardd, &lands.display().to_string());
+    }
     drop(guardd);
     // Where divergences end the call, this one does: the attempt is killed with the rest.
     let guardd = Guardd::start(&s.policy(

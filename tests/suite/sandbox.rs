@@ -299,6 +299,12 @@ fn sandbox_escape_syscalls_are_eperm() {
         let r = run(&plan(&s, &["syscall", nr], Effects::default()));
         assert!(r.stdout.contains("errno EPERM"), "{nr}: {:?}", r.stdout);
     }
+    // chroot, with which a tool run as root would move what its absolute names mean, and so
+    // where the write-opens' judge looks (attack45): EPERM, where the bare call answers EFAULT
+    // (a null name).
+    let chroot = libc::SYS_chroot.to_string();
+    let r = run(&plan(&s, &["syscall", &chroot], Effects::default()));
+    assert!(r.stdout.contains("errno EPERM"), "chroot: {:?}", r.stdout);
     // openat2, whose flags (in memory) neither seccomp nor the open observer can read without
     // a race: ENOSYS, so programs fall back to openat.
     let r = run(&plan(&s, &["syscall", "437"], Effects::default()));

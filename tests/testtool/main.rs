@@ -450,6 +450,22 @@ fn run(action: &[String]) -> Res {
             println!("sent {}", count + 1);
             Ok(())
         }
+        "write-at-bad-dirfd" => {
+            // openat with a directory descriptor that is none: an absolute name ignores it.
+            let path = CString::new(arg(1)?).map_err(|_| usage("NUL in path"))?;
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
+            // SAFETY: a NUL-terminated name; the descriptor is a number the kernel checks.
+            let fd = unsafe { libc::openat(9999, path.as_ptr(), flags, 0o644) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error().into());
+            }
+            // SAFETY: a descriptor just opened here, owned by nothing else.
+            let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            f.write_all(arg(2)?.as_bytes())?;
+            println!("wrote {}", arg(1)?);
+            Ok(())
+        }
+        "thread-write-self-cwd" => thread_write_self_cwd(arg(1)?, arg(2)?, arg(3)?),
         "chdir" => {
             std::env::set_current_dir(arg(1)?)?;
             println!("in {}", arg(1)?);
@@ -1614,4 +1630,87 @@ fn errno_name(e: i32) -> &'static str {
         0 => "USAGE",
         _ => "E?",
     }
+}
+
+/// A thread of its own working directory (cloned without `CLONE_FS`) moves to `dir` and opens
+/// `/proc/self/cwd/NAME` for writing: `self` is the process, so the open lands in the
+/// process's (the leader's) working directory, not the thread's. Writes `text` there.
+fn thread_write_self_cwd(dir: &str, name: &str, text: &str) -> Res {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::SeqCst};
+    struct Job {
+        dir: CString,
+        name: CString,
+        result: AtomicI64,
+        done: AtomicBool,
+    }
+    extern "C" fn thread(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the leader's Job, kept alive until `done` is set.
+        let job = unsafe { &*(arg as *const Job) };
+        // Raw syscalls: the thread has no thread-local storage of its own (no CLONE_SETTLS).
+        // SAFETY: NUL-terminated names; the results are plain integers.
+        let result = unsafe {
+            if libc::syscall(libc::SYS_chdir, job.dir.as_ptr()) < 0 {
+                -i64::from(*libc::__errno_location())
+            } else {
+                let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC;
+                let fd = libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    job.name.as_ptr(),
+                    flags,
+                    0o644,
+                );
+                if fd < 0 {
+                    -i64::from(*libc::__errno_location())
+                } else {
+                    fd
+                }
+            }
+        };
+        job.result.store(result, SeqCst);
+        job.done.store(true, SeqCst);
+        // SAFETY: ends this thread only; it touches nothing of the leader's after `done`.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
+        0
+    }
+    let job = Job {
+        dir: CString::new(dir).map_err(|_| usage("NUL in dir"))?,
+        name: CString::new(format!("/proc/self/cwd/{name}")).map_err(|_| usage("NUL in name"))?,
+        result: AtomicI64::new(0),
+        done: AtomicBool::new(false),
+    };
+    let mut stack = vec![0u8; 256 * 1024];
+    let flags = libc::CLONE_VM
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_FILES
+        | libc::CLONE_SYSVSEM;
+    // SAFETY: the stack is ours and outlives the thread (the leader waits for `done`, and the
+    // thread exits right after); `job` likewise.
+    let tid = unsafe {
+        libc::clone(
+            thread,
+            stack.as_mut_ptr().add(stack.len()).cast(),
+            flags,
+            std::ptr::from_ref(&job).cast_mut().cast(),
+        )
+    };
+    if tid < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    while !job.done.load(SeqCst) {
+        std::thread::yield_now();
+    }
+    // Let the thread's exit finish with the stack before it is freed.
+    std::thread::sleep(Duration::from_millis(20));
+    let result = job.result.load(SeqCst);
+    if result < 0 {
+        let errno = i32::try_from(-result).unwrap_or(0);
+        return Err(Fail(errno, format!("opening {name} in a thread")));
+    }
+    // SAFETY: the descriptor the thread opened, shared through CLONE_FILES, owned by nothing else.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(result as i32) };
+    f.write_all(text.as_bytes())?;
+    println!("wrote {name} from a thread in {dir}");
+    Ok(())
 }

@@ -30,7 +30,7 @@ use nix::{
 
 use self::{
     listener::{Listener, Next, Notification, read_cstr, read_mem},
-    walk::{Found, Id, Root, Walker, shown},
+    walk::{Found, Id, Lost, Root, Walker, shown},
 };
 use super::landlock::Writable;
 
@@ -163,7 +163,7 @@ fn serve_as_user(
     attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
     // Opened once: each open a call makes waits for its judge.
-    let slash = Root::slash();
+    let mut slash = Root::slash();
     loop {
         let n = match listener.next() {
             Ok(Next::Notification(n)) => n,
@@ -175,7 +175,12 @@ fn serve_as_user(
                 return;
             }
         };
-        if let Some(attempt) = slash.as_ref().and_then(|s| judge(listener, rules, s, &n)) {
+        if slash.is_none() {
+            // Out of descriptors at the call's start, say: try again, and judge nothing granted
+            // meanwhile.
+            slash = Root::slash();
+        }
+        if let Some(attempt) = judge(listener, rules, slash.as_ref(), &n) {
             let (recorded, done) = tokio::sync::oneshot::channel();
             if attempts.send((attempt, recorded)).is_ok() {
                 let _ = done.blocking_recv();
@@ -190,11 +195,12 @@ fn serve_as_user(
 
 /// The open `n` asks for, judged against `rules` while its thread waits; `None` when the rules
 /// grant it or it is none landlock judges (a pipe, a name that leads nowhere). `slash` is the
-/// root of a name that is not `RESOLVE_IN_ROOT`'s.
+/// root of a name that is not `RESOLVE_IN_ROOT`'s; without it, no such name is known to be
+/// granted.
 fn judge(
     listener: &Listener,
     rules: &WriteRules,
-    slash: &Root,
+    slash: Option<&Root>,
     n: &Notification,
 ) -> Option<Attempt> {
     let open = open_args(n)?;
@@ -208,12 +214,21 @@ fn judge(
     let start = (open.in_root || !name.starts_with(b"/"))
         .then(|| dir_of(n.pid, open.dirfd))
         .flatten();
+    // Not known to be granted: an attempt, by the name the thread gave.
+    let unjudged = || Attempt {
+        pid: n.pid,
+        path: String::from_utf8_lossy(&name).into_owned(),
+        flags: flags as u32,
+    };
     let in_root;
     let root = if open.in_root {
         in_root = Root::new(start.as_ref()?.try_clone().ok()?)?;
         &in_root
     } else {
-        slash
+        match slash {
+            Some(slash) => slash,
+            None => return Some(unjudged()),
+        }
     };
     let walker = Walker { pid: n.pid, root };
     // A last link is not followed with O_NOFOLLOW (ELOOP), nor by O_CREAT | O_EXCL (EEXIST).
@@ -221,7 +236,12 @@ fn judge(
     let nofollow = flags & libc::O_NOFOLLOW != 0 || exclusive;
     // The chain ends with the file's own identity: a protected file is met before its
     // directories.
-    let (reached, name, chain, needed) = match walker.find(start, &name, nofollow)? {
+    let found = match walker.find(start, &name, nofollow) {
+        Ok(found) => found,
+        Err(Lost::Fails) => return None,
+        Err(Lost::Unfollowed) => return Some(unjudged()),
+    };
+    let (reached, name, chain, needed) = match found {
         Found::File { fd, stat, chain } => (fd, None, chain, needed_by(&stat, flags)?),
         Found::New { dir, chain, name } if flags & libc::O_CREAT != 0 => {
             let mut needed = BitFlags::from(AccessFs::MakeReg);
@@ -369,7 +389,7 @@ mod tests {
         };
         // Through a link: the file, and its directory on the chain.
         match walker.find(Some(open(&base)), b"link/./file", false) {
-            Some(Found::File { chain, .. }) => {
+            Ok(Found::File { chain, .. }) => {
                 assert_eq!(chain.last(), Some(&id_of(&ws.join("file"))));
                 assert!(chain.contains(&id_of(&ws)) && chain.contains(&id_of(&base)));
             }
@@ -377,7 +397,7 @@ mod tests {
         }
         // A dangling link, created through: the file it names, in its directory.
         match walker.find(Some(open(&base)), b"dangling", false) {
-            Some(Found::New { chain, name, .. }) => {
+            Ok(Found::New { chain, name, .. }) => {
                 assert_eq!(name, "new");
                 assert_eq!(chain.last(), Some(&id_of(&ws)));
             }
@@ -387,7 +407,7 @@ mod tests {
         let file = std::fs::File::open(ws.join("file")).expect("open");
         let name = format!("//proc/./self/fd/{}", file.as_raw_fd());
         match walker.find(Some(open(&base)), name.as_bytes(), false) {
-            Some(Found::File { chain, .. }) => {
+            Ok(Found::File { chain, .. }) => {
                 assert_eq!(chain.last(), Some(&id_of(&ws.join("file"))));
             }
             _ => panic!("{name} not found"),
@@ -395,22 +415,71 @@ mod tests {
         // An absolute name needs no directory to start at; a relative one does.
         let absolute = ws.join("file");
         match walker.find(None, absolute.as_os_str().as_bytes(), false) {
-            Some(Found::File { stat, chain, .. }) => {
+            Ok(Found::File { stat, chain, .. }) => {
                 assert_eq!((stat.st_dev, stat.st_ino), id_of(&absolute));
                 assert_eq!(chain.last(), Some(&id_of(&absolute)));
                 assert_eq!(chain.first(), Some(&id_of(std::path::Path::new("/"))));
             }
             _ => panic!("{absolute:?} not found"),
         }
-        assert!(walker.find(None, b"file", false).is_none());
-        assert!(
-            walker
-                .find(Some(open(&base)), b"missing/x", false)
-                .is_none()
-        );
-        assert!(
-            walker.find(Some(open(&base)), b"link", true).is_none(),
-            "O_NOFOLLOW"
-        );
+        assert!(matches!(
+            walker.find(None, b"file", false),
+            Err(Lost::Fails)
+        ));
+        let missing = walker.find(Some(open(&base)), b"missing/x", false);
+        assert!(matches!(missing, Err(Lost::Fails)));
+        let nofollow = walker.find(Some(open(&base)), b"link", true);
+        assert!(matches!(nofollow, Err(Lost::Fails)), "O_NOFOLLOW");
+    }
+
+    #[test]
+    fn procfs_self_is_the_thread_s_process_and_thread_self_the_thread() {
+        let root = Root::slash().expect("/");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid takes no arguments.
+            tx.send(unsafe { libc::gettid() }).expect("send");
+            let _ = wait.recv();
+        });
+        let tid = rx.recv().expect("tid");
+        let walker = Walker {
+            pid: tid,
+            root: &root,
+        };
+        let found = |name: &str| match walker.find(None, name.as_bytes(), false) {
+            Ok(Found::File { stat, .. }) => (stat.st_dev, stat.st_ino),
+            _ => panic!("{name} not found"),
+        };
+        // The kernel resolves `self` to the thread group's directory, whatever thread asks: a
+        // thread that unshared its working directory would otherwise hide where its opens go.
+        let process = id_of(std::path::Path::new(&format!(
+            "/proc/{}",
+            std::process::id()
+        )));
+        assert_eq!(found("/proc/self"), process);
+        assert_eq!(found("/proc/thread-self"), found(&format!("/proc/{tid}")));
+        assert_ne!(found("/proc/thread-self"), process);
+        done.send(()).expect("send");
+        thread.join().expect("join");
+    }
+
+    #[test]
+    fn a_directory_deeper_than_the_walk_follows_is_granted_by_no_rule() {
+        let dir = crate::audit::testdir::TestDir::new("deep");
+        let root = Root::slash().expect("/");
+        let walker = Walker {
+            pid: std::process::id() as i32,
+            root: &root,
+        };
+        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+        let mut at = nix::fcntl::open(dir.path(), flags, Mode::empty()).expect("open");
+        for _ in 0..=walk::MAX_DEPTH {
+            nix::sys::stat::mkdirat(&at, "d", Mode::from_bits_truncate(0o755)).expect("mkdir");
+            at = nix::fcntl::openat(&at, "d", flags, Mode::empty()).expect("open");
+        }
+        // A `..` from there climbs past what the walk knows of: not "no such name", unknown.
+        let found = walker.find(Some(at), b"x", false);
+        assert!(matches!(found, Err(Lost::Unfollowed)));
     }
 }

@@ -33,9 +33,10 @@ pub(super) type Id = (u64, u64);
 /// At most this many links are followed in one name (the kernel's own bound).
 const MAX_LINKS: u32 = 40;
 
-/// At most this many directories above a starting point are walked: a name deeper than any
-/// `PATH_MAX` allows is not judged.
-const MAX_DEPTH: usize = 4096;
+/// At most this many directories above a starting point are walked. A call can make its
+/// working directory deeper (attack45), and then a `..` climbs past what the walk knows: such a
+/// name is granted by no rule ([`Lost::Unfollowed`]), and so reported, rather than not judged.
+pub(super) const MAX_DEPTH: usize = 4096;
 
 /// What an open would reach.
 pub(super) enum Found {
@@ -68,7 +69,8 @@ impl Root {
         Some(Self { fd, id })
     }
 
-    /// guardd's own `/`: every thread of a call has the same (seccomp refuses `chroot`).
+    /// guardd's own `/`: every thread of a call has the same (seccomp refuses `chroot` and
+    /// `pivot_root`).
     pub fn slash() -> Option<Self> {
         let fd = nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
         Self::new(fd)
@@ -106,37 +108,81 @@ fn on_proc(dir: &OwnedFd) -> bool {
     fstatfs(dir).is_ok_and(|s| s.filesystem_type() == PROC_SUPER_MAGIC)
 }
 
+/// Why a walk found no file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lost {
+    /// The open fails for a reason of its own (a name that leads nowhere, a link loop, a name
+    /// too long), which no rule decides.
+    Fails,
+    /// The walk cannot follow the name as the kernel does (a directory deeper than
+    /// [`MAX_DEPTH`]): whether a rule grants it is unknown, so it is judged granted by none.
+    Unfollowed,
+}
+
+/// `Lost::Fails` from anything that failed.
+fn fails<T, E>(r: Result<T, E>) -> Result<T, Lost> {
+    r.map_err(|_| Lost::Fails)
+}
+
+/// The thread group (the process) of thread `tid`, whose directory procfs's `self` names.
+fn thread_group(tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Tgid:"))?;
+    line.trim().parse().ok()
+}
+
 impl Walker<'_> {
-    /// The chain of `dir`: its directories from the root down, by `..` (at most
-    /// [`MAX_DEPTH`]).
-    pub fn chain_of(&self, dir: &OwnedFd) -> Option<Vec<Id>> {
+    /// The chain of `dir`: its directories from the root down, by `..`; `Unfollowed` past
+    /// [`MAX_DEPTH`], where the directories above are not known.
+    pub fn chain_of(&self, dir: &OwnedFd) -> Result<Vec<Id>, Lost> {
         let top = self.root.id;
-        let mut chain = vec![id(dir)?];
-        let mut at = dir.try_clone().ok()?;
+        let mut chain = vec![id(dir).ok_or(Lost::Fails)?];
+        let mut at = fails(dir.try_clone())?;
         while chain.last() != Some(&top) {
-            let up = openat(&at, "..", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
-            let up_id = id(&up)?;
-            if Some(&up_id) == chain.last() || chain.len() > MAX_DEPTH {
+            let up = fails(openat(
+                &at,
+                "..",
+                OFlag::O_PATH | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ))?;
+            let up_id = id(&up).ok_or(Lost::Fails)?;
+            if Some(&up_id) == chain.last() {
                 break; // the namespace's own root
+            }
+            if chain.len() > MAX_DEPTH {
+                return Err(Lost::Unfollowed);
             }
             chain.push(up_id);
             at = up;
         }
         chain.reverse();
-        Some(chain)
+        Ok(chain)
+    }
+
+    /// What procfs's `name` means to the thread: `self` its process's directory, as the kernel
+    /// resolves it (a thread's own `/proc/TID` has its own working directory and, unshared,
+    /// descriptors), `thread-self` the thread's; other names are themselves.
+    fn procfs_name(&self, name: OsString) -> Result<OsString, Lost> {
+        match name.as_bytes() {
+            b"self" => {
+                let tgid = thread_group(self.pid).ok_or(Lost::Unfollowed)?;
+                Ok(OsString::from(tgid.to_string()))
+            }
+            b"thread-self" => Ok(OsString::from(self.pid.to_string())),
+            _ => Ok(name),
+        }
     }
 
     /// Finds what `name` names: from the root when it is absolute, else from `start` (the
     /// thread's directory, which only a relative name needs), following a last link unless
-    /// `nofollow`. `None`: the open fails for a reason of its own (a name that leads nowhere, a
-    /// link loop, a name too long), which no rule decides.
-    pub fn find(&self, start: Option<OwnedFd>, name: &[u8], nofollow: bool) -> Option<Found> {
+    /// `nofollow`.
+    pub fn find(&self, start: Option<OwnedFd>, name: &[u8], nofollow: bool) -> Result<Found, Lost> {
         let mut parts: VecDeque<OsString> = VecDeque::new();
         push_front(&mut parts, name);
         let (mut at, mut chain) = if name.starts_with(b"/") {
-            self.root.start()?
+            self.root.start().ok_or(Lost::Fails)?
         } else {
-            let start = start?;
+            let start = start.ok_or(Lost::Fails)?;
             let chain = self.chain_of(&start)?;
             (start, chain)
         };
@@ -145,38 +191,40 @@ impl Walker<'_> {
             let last = parts.is_empty();
             if part == ".." {
                 if chain.len() > 1 {
-                    at = openat(&at, "..", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()?;
+                    at = fails(openat(
+                        &at,
+                        "..",
+                        OFlag::O_PATH | OFlag::O_CLOEXEC,
+                        Mode::empty(),
+                    ))?;
                     chain.pop();
                 }
                 continue;
             }
             let part = match part.as_bytes() {
-                b"self" | b"thread-self" if on_proc(&at) => OsString::from(self.pid.to_string()),
+                b"self" | b"thread-self" if on_proc(&at) => self.procfs_name(part)?,
                 _ => part,
             };
             let next = match openat(&at, part.as_os_str(), path_flags(), Mode::empty()) {
                 Ok(fd) => fd,
                 Err(nix::Error::ENOENT) if last => {
-                    return Some(Found::New {
+                    return Ok(Found::New {
                         dir: at,
                         chain,
                         name: part,
                     });
                 }
-                Err(_) => return None,
+                Err(_) => return Err(Lost::Fails),
             };
-            let stat = fstat(&next).ok()?;
+            let stat = fails(fstat(&next))?;
             if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
-                if last && nofollow {
-                    return None; // ELOOP
-                }
                 links += 1;
-                if links > MAX_LINKS {
-                    return None;
+                if last && nofollow || links > MAX_LINKS {
+                    return Err(Lost::Fails); // ELOOP
                 }
                 if on_proc(&at) {
                     // A magic link: it leads to the thread's own file, not where its text says.
-                    let target = through(&at, &part)?;
+                    let target = through(&at, &part).ok_or(Lost::Fails)?;
                     if last {
                         return self.reached(target);
                     }
@@ -184,29 +232,29 @@ impl Walker<'_> {
                     at = target;
                     continue;
                 }
-                let text = readlinkat(&at, part.as_os_str()).ok()?;
+                let text = fails(readlinkat(&at, part.as_os_str()))?;
                 push_front(&mut parts, text.as_bytes());
                 if text.as_bytes().starts_with(b"/") {
-                    (at, chain) = self.root.start()?;
+                    (at, chain) = self.root.start().ok_or(Lost::Fails)?;
                 }
                 continue;
             }
             chain.push((stat.st_dev, stat.st_ino));
             if last {
-                return Some(Found::File {
+                return Ok(Found::File {
                     fd: next,
                     stat,
                     chain,
                 });
             }
             if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                return None; // ENOTDIR
+                return Err(Lost::Fails); // ENOTDIR
             }
             at = next;
         }
         // The name ended on a directory (`.`, `..`, a trailing slash): that directory.
-        let stat = fstat(&at).ok()?;
-        Some(Found::File {
+        let stat = fails(fstat(&at))?;
+        Ok(Found::File {
             fd: at,
             stat,
             chain,
@@ -216,16 +264,19 @@ impl Walker<'_> {
     /// What a magic link reached: a file in the tree of names (its chain found from its path,
     /// and checked to lead to it), or nothing landlock judges (a pipe, a socket, a deleted
     /// file).
-    fn reached(&self, target: OwnedFd) -> Option<Found> {
-        let want = id(&target)?;
-        let path = std::fs::read_link(format!("/proc/self/fd/{}", target.as_raw_fd())).ok()?;
+    fn reached(&self, target: OwnedFd) -> Result<Found, Lost> {
+        let want = id(&target).ok_or(Lost::Fails)?;
+        let path = fails(std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            target.as_raw_fd()
+        )))?;
         let bytes = path.as_os_str().as_bytes();
         if !bytes.starts_with(b"/") || bytes.ends_with(b" (deleted)") {
-            return None;
+            return Err(Lost::Fails);
         }
         match self.find(None, bytes, true)? {
-            found @ Found::File { stat, .. } if (stat.st_dev, stat.st_ino) == want => Some(found),
-            _ => None,
+            found @ Found::File { stat, .. } if (stat.st_dev, stat.st_ino) == want => Ok(found),
+            _ => Err(Lost::Fails),
         }
     }
 }
