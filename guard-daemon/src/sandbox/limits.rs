@@ -256,7 +256,7 @@ impl Spares {
             if set.reusable() && set.limit(limits).is_ok() {
                 return Ok(set);
             }
-            set.remove();
+            set.remove_aside();
         }
         let name = cgroup.path().file_name();
         let name = name.map_or_else(|| cgroup.id().to_string(), |n| n.to_string_lossy().into());
@@ -374,6 +374,16 @@ impl V1Set {
     fn remove(self) {
         for dir in self.dirs.iter().rev() {
             remove_v1_dir(&dir.path);
+        }
+    }
+
+    /// [`V1Set::remove`] off the launch's way: a process of the call before that is still in
+    /// it (one no kill could end, stuck in the kernel) holds the removal up to 5 s, and the
+    /// runtime's worker, which every caller shares, must not wait for that.
+    fn remove_aside(self) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || self.remove())),
+            Err(_) => self.remove(),
         }
     }
 }
