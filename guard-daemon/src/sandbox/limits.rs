@@ -220,9 +220,9 @@ pub struct Spares {
 
 /// At most this many sets are kept: enough for the calls an agent or two run side by side.
 const SPARES_KEPT: usize = 8;
-/// A set is handed on with at most this much memory still charged to it: the kernel's own objects
-/// of a call's processes (freed later) and the files it wrote (until they go) stay charged to
-/// its memory cgroup, a few hundred KiB for a `git status`. The next call reclaims it as it
+/// A set is handed on with at most this much memory still charged to it: the kernel's own
+/// objects of a call's processes (freed later) and the files it wrote (until they go) stay
+/// charged to its memory cgroup, a few hundred KiB for a `git status`. The next call reclaims it as it
 /// needs room below its limit (and a set holding memory that cannot be reclaimed is not handed
 /// on: `V1Set::reusable`).
 const STALE_CHARGE: u64 = 8 << 20;
@@ -247,6 +247,7 @@ impl Spares {
     /// and named after the cgroup (unique, as call cgroups are).
     fn take(&self, cgroup: &Cgroup, limits: &V1Limits) -> Result<V1Set, LimitsError> {
         loop {
+            // Not `while let`: its guard would hold the lock while the set is looked at.
             let Some(set) = self.kept().pop() else {
                 break;
             };
@@ -256,7 +257,10 @@ impl Spares {
             if set.reusable() && set.limit(limits).is_ok() {
                 return Ok(set);
             }
-            set.remove_aside();
+            // Off the launch's way: a process of the call before still in it (one no kill
+            // could end, stuck in the kernel) holds the removal up to 5 s, and the runtime's
+            // worker is every caller's.
+            super::off_the_runtime(move || set.remove());
         }
         let name = cgroup.path().file_name();
         let name = name.map_or_else(|| cgroup.id().to_string(), |n| n.to_string_lossy().into());
@@ -374,16 +378,6 @@ impl V1Set {
     fn remove(self) {
         for dir in self.dirs.iter().rev() {
             remove_v1_dir(&dir.path);
-        }
-    }
-
-    /// [`V1Set::remove`] off the launch's way: a process of the call before that is still in
-    /// it (one no kill could end, stuck in the kernel) holds the removal up to 5 s, and the
-    /// runtime's worker, which every caller shares, must not wait for that.
-    fn remove_aside(self) {
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(move || self.remove())),
-            Err(_) => self.remove(),
         }
     }
 }

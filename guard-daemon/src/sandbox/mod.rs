@@ -39,6 +39,18 @@ pub(crate) fn name_blocking_thread() {
     unsafe { libc::prctl(libc::PR_SET_NAME, c"guardd-blocking".as_ptr(), 0, 0, 0) };
 }
 
+/// Runs `work` on a blocking thread of the runtime when there is one (a removal that may wait
+/// on the kernel, off the workers every caller shares), else here.
+pub(crate) fn off_the_runtime(work: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(move || {
+            name_blocking_thread();
+            work();
+        })),
+        Err(_) => work(),
+    }
+}
+
 /// Puts this thread in `SCHED_BATCH`, whose woken threads never preempt the running one: for
 /// guardd's threads that work behind a call (the audit writer, the mount views' teardown), so
 /// that their wake-up does not take the CPU of a worker on a call's path. Under load they

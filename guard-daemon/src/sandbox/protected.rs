@@ -293,10 +293,8 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
 #[derive(Debug, Default)]
 pub struct Absent {
     /// Each name, with its writable directory (pinned, and as shown).
+    /// The names of one directory, watched one after the other, share its descriptor.
     names: Vec<(Arc<OwnedFd>, String, String)>,
-    /// The pin of the writable directory whose names were watched last, by identity: its
-    /// names share one descriptor.
-    pinned: Option<((u64, u64), Arc<OwnedFd>)>,
     /// Each writable directory's repository index, whose new gitlinks' `.git`s are planted too.
     indexes: Vec<(super::gitlinks::Index, String)>,
 }
@@ -319,18 +317,14 @@ impl Absent {
 
     /// Watches `name` beneath `w`.
     fn watch(&mut self, w: &Writable, name: &str) {
-        let dir = match &self.pinned {
-            Some((id, dir)) if *id == (w.dev, w.ino) => Arc::clone(dir),
-            _ => {
-                let Ok(dir) = w.pin.try_clone() else {
-                    return;
-                };
-                let dir = Arc::new(dir);
-                self.pinned = Some(((w.dev, w.ino), Arc::clone(&dir)));
-                dir
-            }
-        };
         let root = w.path.to_string_lossy().into_owned();
+        let dir = match self.names.last() {
+            Some((dir, _, last)) if *last == root => Arc::clone(dir),
+            _ => match w.pin.try_clone() {
+                Ok(dir) => Arc::new(dir),
+                Err(_) => return,
+            },
+        };
         self.names.push((dir, name.to_owned(), root));
     }
 

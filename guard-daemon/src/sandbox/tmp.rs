@@ -243,15 +243,8 @@ impl CallTmp {
 
 impl Drop for CallTmp {
     fn drop(&mut self) {
-        let Some(removal) = self.removal() else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(move || {
-                super::name_blocking_thread();
-                removal();
-            })),
-            Err(_) => removal(),
+        if let Some(removal) = self.removal() {
+            super::off_the_runtime(removal);
         }
     }
 }

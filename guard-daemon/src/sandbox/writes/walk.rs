@@ -96,6 +96,16 @@ fn path_flags() -> OFlag {
     OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
+/// The directory above `dir`.
+fn parent(dir: &OwnedFd) -> Result<OwnedFd, Lost> {
+    fails(openat(
+        dir,
+        "..",
+        OFlag::O_PATH | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ))
+}
+
 /// What the link `name` in `dir` leads to, followed by the kernel (a magic link of procfs).
 fn through(dir: &OwnedFd, name: &OsStr) -> Option<OwnedFd> {
     openat(dir, name, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).ok()
@@ -139,12 +149,7 @@ impl Walker<'_> {
         let mut chain = vec![id(dir).ok_or(Lost::Fails)?];
         let mut at = fails(dir.try_clone())?;
         while chain.last() != Some(&top) {
-            let up = fails(openat(
-                &at,
-                "..",
-                OFlag::O_PATH | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            ))?;
+            let up = parent(&at)?;
             let up_id = id(&up).ok_or(Lost::Fails)?;
             if Some(&up_id) == chain.last() {
                 break; // the namespace's own root
@@ -191,12 +196,7 @@ impl Walker<'_> {
             let last = parts.is_empty();
             if part == ".." {
                 if chain.len() > 1 {
-                    at = fails(openat(
-                        &at,
-                        "..",
-                        OFlag::O_PATH | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    ))?;
+                    at = parent(&at)?;
                     chain.pop();
                 }
                 continue;
