@@ -4,8 +4,7 @@
 //! nothing runs without guardd (fail closed).
 
 use std::{
-    fs::File,
-    os::{fd::AsRawFd as _, fd::OwnedFd, unix::net::UnixStream as StdStream},
+    os::fd::OwnedFd,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -24,10 +23,9 @@ use rmcp::{
     model::{CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, ProgressToken},
 };
 use serde::Serialize;
-use tokio::{
-    io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader},
-    net::UnixStream,
-};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
+
+use connect::{Started, start};
 
 /// The most of each of stdout and stderr a result carries; the rest is counted, not kept.
 const MAX_OUTPUT: usize = 1 << 20;
@@ -35,9 +33,6 @@ const MAX_OUTPUT: usize = 1 << 20;
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// How often to try guardd again for a held call while it is away.
 const RESUME_EVERY: Duration = Duration::from_millis(200);
-/// How often the wait for guardd to take a call looks again (it returns at once when guardd
-/// answers).
-const TAKEN_POLL: Duration = Duration::from_millis(20);
 /// How long the output of an ended call may take to drain (a child the tool left behind may
 /// hold the pipe; guardd kills the call's cgroup, so this is a bound, not a wait).
 const DRAIN: Duration = Duration::from_secs(5);
@@ -220,114 +215,6 @@ async fn comeback(
     ))
 }
 
-/// A call on its way: the connection that carries its replies and the output being read.
-struct Started {
-    stream: UnixStream,
-    stdout: Capture,
-    stderr: Capture,
-}
-
-/// Connects, sends `request` (an exec, or a resume) with /dev/null as stdin and our pipes as
-/// stdout and stderr, and waits until guardd has taken it. Connecting and sending block (a
-/// full listen queue, up to the connect timeout), so they run off the MCP server's thread; the
-/// wait for guardd to take the call is bounded by the reply timeout (the environment's,
-/// `GUARD_CONNECT_TIMEOUT` and `GUARD_REPLY_TIMEOUT`), and past either the call is an error
-/// result saying guardd is busy: nothing ran.
-async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
-    let timeouts = guard::client::Timeouts::from_env().map_err(|e| e.to_string())?;
-    let (socket, request) = (socket.to_owned(), request.clone());
-    let sent = tokio::task::spawn_blocking(move || send(&socket, &request, timeouts))
-        .await
-        .map_err(|e| format!("guard-mcp: {e}"))??;
-    let (stream, out_r, err_r) = sent;
-    let (stdout, stderr) = (Capture::start(out_r)?, Capture::start(err_r)?);
-    let stream = stream
-        .set_nonblocking(true)
-        .and_then(|()| UnixStream::from_std(stream))
-        .map_err(|e| format!("guardd's connection: {e}"))?;
-    taken(&stream, timeouts.reply).await?;
-    Ok(Started {
-        stream,
-        stdout,
-        stderr,
-    })
-}
-
-/// Waits until guardd has read the request, or has something to say (see
-/// `guard::client::wait_taken`, whose asynchronous twin this is).
-async fn taken(stream: &UnixStream, within: Duration) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match guard::client::unread(stream) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("guardd's connection: {e}")),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "guardd did not take the call within {} s: guardd is busy; the tool did not \
-                 run, try again later",
-                within.as_secs_f64()
-            ));
-        }
-        tokio::select! {
-            ready = stream.readable() => return ready.map_err(|e| format!("guardd's connection: {e}")),
-            () = tokio::time::sleep(TAKEN_POLL) => {}
-        }
-    }
-}
-
-/// The connection, and the read ends of the tool's stdout and stderr.
-type Sent = (StdStream, OwnedFd, OwnedFd);
-
-/// The blocking half of [`start`]: the connection, the request sent with its descriptors, and
-/// the read ends of the tool's output.
-fn send(
-    socket: &Path,
-    request: &Request,
-    timeouts: guard::client::Timeouts,
-) -> Result<Sent, String> {
-    let unreachable = |e: std::io::Error| {
-        if guard::client::busy(&e) {
-            return format!("{e}; the tool did not run, try again later");
-        }
-        format!(
-            "guardd unreachable at {}: {e}; the tool did not run",
-            socket.display()
-        )
-    };
-    let stream = guard::client::connect_within(socket, timeouts.connect).map_err(unreachable)?;
-    let stdin = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let fds = [stdin.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-    if let Err(e) = guard::protocol::conn::send_with_fds(&stream, &protocol::frame(request), &fds) {
-        // Refused at the door: guardd said why before it closed the connection.
-        return Err(refusal(&stream).unwrap_or_else(|| unreachable(e)));
-    }
-    // Ours closed now, so the pipes end when the tool's copies do.
-    drop((stdin, out_w, err_w));
-    Ok((stream, out_r, err_r))
-}
-
-/// What guardd said on a connection it refused, read within a second.
-fn refusal(stream: &StdStream) -> Option<String> {
-    use std::io::BufRead as _;
-    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let mut line = Vec::new();
-    std::io::BufReader::new(stream)
-        .read_until(b'\n', &mut line)
-        .ok()?;
-    match protocol::parse_reply::<ExecReply>(&line).ok()? {
-        ExecReply::Error(e) => Some(e.error),
-        _ => None,
-    }
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
-}
-
 /// One output pipe, read to its end on the runtime (a task, not a thread: a call's start does
 /// not wait for two threads to be made), keeping the first [`MAX_OUTPUT`] bytes.
 struct Capture {
@@ -477,6 +364,8 @@ fn result(
     r.structured_content = structured;
     r
 }
+
+mod connect;
 
 #[cfg(test)]
 mod tests;

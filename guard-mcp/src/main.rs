@@ -30,7 +30,7 @@ use rmcp::{
         PaginatedRequestParams, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
-    transport::stdio,
+    transport::stdio_pipes,
 };
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
@@ -238,7 +238,10 @@ async fn main() -> anyhow::Result<()> {
     };
     let followed = Arc::clone(&server.followed);
     let running = server
-        .serve(stdio())
+        // The client's pipes driven by the runtime itself (reopened non-blocking, the process's
+        // own stdio left as it was): tokio's stdin and stdout hand every read and write to a
+        // thread of their own, two hand-offs a message.
+        .serve(stdio_pipes())
         .await
         .context("MCP initialisation on stdio")?;
     let feed = tokio::spawn(follow(socket, running.peer().clone(), followed));

@@ -311,15 +311,15 @@ fn fair_a_client_that_reads_nothing_is_dropped_at_the_deadlines() {
 
 /// A listener that never accepts, its queue full: what a stuck or flooded guardd looks like to
 /// a caller. The first `queued` connections wait in its queue; the next ones wait for room.
-struct Stuck {
+pub(super) struct Stuck {
     _dir: TempDir,
-    socket: PathBuf,
+    pub(super) socket: PathBuf,
     _listener: std::os::unix::net::UnixListener,
     _queued: Vec<UnixStream>,
 }
 
 impl Stuck {
-    fn new(full: bool) -> Self {
+    pub(super) fn new(full: bool) -> Self {
         let dir = TempDir::new("guard-stuck");
         let socket = dir.join("stuck.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");

@@ -305,6 +305,86 @@ fn mcp_without_guardd_lists_nothing_and_every_call_is_an_error() {
     );
 }
 
+#[test]
+fn mcp_call_to_a_guardd_that_does_not_take_it_is_a_busy_error() {
+    let Some(python) = support::python("mcp_call_to_a_guardd_that_does_not_take_it") else {
+        return;
+    };
+    // Its listen queue full (the connect would wait, off the server's thread), or with room
+    // but never accepted (the call sent, never taken).
+    for (full, said) in [
+        (true, "listen queue stayed full"),
+        (false, "did not take the call"),
+    ] {
+        let stuck = super::fair::Stuck::new(full);
+        let server = json!({
+            "command": support::bin("guard-mcp"),
+            "args": ["--socket", stuck.socket],
+            "env": {"GUARD_CONNECT_TIMEOUT": "1", "GUARD_REPLY_TIMEOUT": "1"},
+        });
+        let plan = json!([{"call": "echo", "arguments": {"words": "hi"}}]);
+        let steps = session_with(&python, &server, &plan);
+        assert_eq!(steps[0]["isError"], true, "{steps:?}");
+        let text = steps[0]["texts"][0].as_str().expect("text");
+        assert!(
+            text.contains(said) && text.contains("busy") && text.contains("did not run"),
+            "full={full}: {text}"
+        );
+    }
+}
+
+/// guard-mcp reads and writes its client's pipes from the runtime's own thread: on descriptors
+/// of its own, non-blocking, while its standard streams keep their flags (a child inheriting
+/// them, or a process sharing them, sees them as they were).
+#[test]
+fn mcp_stdio_pipes_are_read_without_a_thread_of_their_own() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let mut server = std::process::Command::new(support::bin("guard-mcp"))
+        .args(["--socket", "/nonexistent/guard.sock"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("guard-mcp");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}});
+    let mut stdin = server.stdin.take().expect("stdin");
+    writeln!(stdin, "{initialize}").expect("initialize");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("its answer");
+    assert!(line.contains("\"serverInfo\""), "{line}");
+    let fd_dir = format!("/proc/{}/fd", server.id());
+    let flags = |fd: &str| {
+        let info =
+            std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", server.id())).expect("fdinfo");
+        let octal = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .expect("flags");
+        i32::from_str_radix(octal.trim(), 8).expect("octal flags")
+    };
+    let pipe_of = |fd: &str| std::fs::read_link(format!("{fd_dir}/{fd}")).expect("fd link");
+    for (standard, stream) in [("0", "stdin"), ("1", "stdout")] {
+        let pipe = pipe_of(standard);
+        assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
+        assert_eq!(flags(standard) & libc::O_NONBLOCK, 0, "{stream} itself");
+        let own = std::fs::read_dir(&fd_dir)
+            .expect("fds")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|fd| fd != standard && pipe_of(fd) == pipe)
+            .any(|fd| flags(&fd) & libc::O_NONBLOCK != 0);
+        assert!(
+            own,
+            "no non-blocking descriptor of its own on {stream} ({pipe:?})"
+        );
+    }
+    drop(stdin);
+    let _ = server.wait();
+}
+
 /// The server named `guard` in each MCP recipe of docs/integrations.md, as written but for the
 /// binary's directory and the socket.
 #[test]

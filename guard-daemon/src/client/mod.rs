@@ -8,11 +8,18 @@ pub mod hook;
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
     os::{
-        fd::{AsFd as _, AsRawFd as _},
+        fd::{AsFd as _, AsRawFd as _, OwnedFd},
         unix::net::UnixStream,
     },
     path::{Path, PathBuf},
     time::{Duration, Instant},
+};
+
+use nix::{
+    errno::Errno,
+    sys::socket::{
+        AddressFamily, SockFlag, SockType, UnixAddr, connect, setsockopt, socket, sockopt,
+    },
 };
 
 use serde::de::DeserializeOwned;
@@ -128,20 +135,11 @@ pub fn busy(e: &io::Error) -> bool {
 /// queue (a Unix socket's connect waits while the queue is full, for as long as SO_SNDTIMEO
 /// lets it, then fails with EAGAIN).
 pub fn connect_within(path: &Path, within: Duration) -> io::Result<UnixStream> {
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, UnixAddr, connect, setsockopt, socket, sockopt,
-    };
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    let addr = UnixAddr::new(path)?;
+    let fd = unix_socket(SockFlag::empty())?;
     setsockopt(&fd, sockopt::SendTimeout, &timeval(within))?;
-    match connect(fd.as_raw_fd(), &addr) {
+    match connect(fd.as_raw_fd(), &UnixAddr::new(path)?) {
         Ok(()) => Ok(UnixStream::from(fd)),
-        Err(nix::errno::Errno::EAGAIN) => Err(io::Error::new(
+        Err(Errno::EAGAIN) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!(
                 "guardd's listen queue stayed full for {} s: guardd is busy",
@@ -150,6 +148,33 @@ pub fn connect_within(path: &Path, within: Duration) -> io::Result<UnixStream> {
         )),
         Err(e) => Err(e.into()),
     }
+}
+
+/// [`connect_within`] for a caller that must not block (an async runtime's thread): connected
+/// at once when guardd's listen queue has a place, `None` when it is full, for the caller to
+/// wait with [`connect_within`] elsewhere. A send on the connection waits at most `within`,
+/// as on one `connect_within` made.
+pub fn connect_now(path: &Path, within: Duration) -> io::Result<Option<UnixStream>> {
+    let fd = unix_socket(SockFlag::SOCK_NONBLOCK)?;
+    match connect(fd.as_raw_fd(), &UnixAddr::new(path)?) {
+        Ok(()) => {}
+        Err(Errno::EAGAIN) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    setsockopt(&stream, sockopt::SendTimeout, &timeval(within))?;
+    Ok(Some(stream))
+}
+
+/// A new close-on-exec Unix stream socket.
+fn unix_socket(flags: SockFlag) -> nix::Result<OwnedFd> {
+    socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | flags,
+        None,
+    )
 }
 
 fn timeval(d: Duration) -> nix::sys::time::TimeVal {

@@ -1,0 +1,145 @@
+//! How a call reaches guardd: a connection, the request sent with /dev/null as its stdin and
+//! pipes of ours as its stdout and stderr, and guardd's taking it. Nothing here blocks the MCP
+//! server's thread: a wait for room in guardd's listen queue runs on one of its own.
+
+use std::{
+    fs::File,
+    os::{fd::AsRawFd as _, fd::OwnedFd, unix::net::UnixStream as StdStream},
+    path::Path,
+    time::Duration,
+};
+
+use guard::protocol::{self, ExecReply, Request};
+use tokio::net::UnixStream;
+
+use super::Capture;
+
+/// The longest request sent from the MCP server's thread: far below a Unix socket's buffer, so
+/// its send never waits for guardd to read.
+const SENT_AT_ONCE: usize = 16 << 10;
+/// How often the wait for guardd to take a call looks again (it returns at once when guardd
+/// answers).
+const TAKEN_POLL: Duration = Duration::from_millis(20);
+
+/// A call on its way: the connection that carries its replies and the output being read.
+pub(super) struct Started {
+    pub(super) stream: UnixStream,
+    pub(super) stdout: Capture,
+    pub(super) stderr: Capture,
+}
+
+/// Connects, sends `request` (an exec, or a resume) with /dev/null as stdin and our pipes as
+/// stdout and stderr, and waits until guardd has taken it. Connecting and sending block while
+/// guardd's listen queue is full (up to the connect timeout), so that wait runs off the MCP
+/// server's thread; the wait for guardd to take the call is bounded by the reply timeout (the
+/// environment's, `GUARD_CONNECT_TIMEOUT` and `GUARD_REPLY_TIMEOUT`), and past either the call
+/// is an error result saying guardd is busy: nothing ran.
+pub(super) async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
+    let timeouts = guard::client::Timeouts::from_env().map_err(|e| e.to_string())?;
+    let frame = protocol::frame(request);
+    // Connected at once, the common case, and sent from here: a thread of the blocking pool
+    // would cost two hand-offs a call. A frame too long for the socket's buffer could wait
+    // for guardd to read it, so it goes the slow way too.
+    let now = if frame.len() <= SENT_AT_ONCE {
+        guard::client::connect_now(socket, timeouts.connect).map_err(|e| unreachable(socket, &e))?
+    } else {
+        None
+    };
+    let sent = match now {
+        Some(stream) => send(stream, socket, &frame)?,
+        None => {
+            let socket = socket.to_owned();
+            tokio::task::spawn_blocking(move || {
+                let stream = guard::client::connect_within(&socket, timeouts.connect)
+                    .map_err(|e| unreachable(&socket, &e))?;
+                send(stream, &socket, &frame)
+            })
+            .await
+            .map_err(|e| format!("guard-mcp: {e}"))??
+        }
+    };
+    let (stream, out_r, err_r) = sent;
+    let (stdout, stderr) = (Capture::start(out_r)?, Capture::start(err_r)?);
+    let stream = stream
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(stream))
+        .map_err(|e| format!("guardd's connection: {e}"))?;
+    taken(&stream, timeouts.reply).await?;
+    Ok(Started {
+        stream,
+        stdout,
+        stderr,
+    })
+}
+
+/// Waits until guardd has read the request, or has something to say (see
+/// `guard::client::wait_taken`, whose asynchronous twin this is).
+async fn taken(stream: &UnixStream, within: Duration) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match guard::client::unread(stream) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("guardd's connection: {e}")),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "guardd did not take the call within {} s: guardd is busy; the tool did not \
+                 run, try again later",
+                within.as_secs_f64()
+            ));
+        }
+        tokio::select! {
+            ready = stream.readable() => return ready.map_err(|e| format!("guardd's connection: {e}")),
+            () = tokio::time::sleep(TAKEN_POLL) => {}
+        }
+    }
+}
+
+/// The connection, and the read ends of the tool's stdout and stderr.
+type Sent = (StdStream, OwnedFd, OwnedFd);
+
+/// Why a call could not reach guardd at `socket`.
+fn unreachable(socket: &Path, e: &std::io::Error) -> String {
+    if guard::client::busy(e) {
+        return format!("{e}; the tool did not run, try again later");
+    }
+    format!(
+        "guardd unreachable at {}: {e}; the tool did not run",
+        socket.display()
+    )
+}
+
+/// The sending half of [`start`], on a connection made: the request's `frame` sent with its
+/// descriptors, and the read ends of the tool's output.
+fn send(stream: StdStream, socket: &Path, frame: &[u8]) -> Result<Sent, String> {
+    let stdin = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let fds = [stdin.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+    if let Err(e) = guard::protocol::conn::send_with_fds(&stream, frame, &fds) {
+        // Refused at the door: guardd said why before it closed the connection.
+        return Err(refusal(&stream).unwrap_or_else(|| unreachable(socket, &e)));
+    }
+    // Ours closed now, so the pipes end when the tool's copies do.
+    drop((stdin, out_w, err_w));
+    Ok((stream, out_r, err_r))
+}
+
+/// What guardd said on a connection it refused, read within a second.
+fn refusal(stream: &StdStream) -> Option<String> {
+    use std::io::BufRead as _;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(stream)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    match protocol::parse_reply::<ExecReply>(&line).ok()? {
+        ExecReply::Error(e) => Some(e.error),
+        _ => None,
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+}
