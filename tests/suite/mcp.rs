@@ -333,6 +333,39 @@ fn mcp_call_to_a_guardd_that_does_not_take_it_is_a_busy_error() {
     }
 }
 
+/// A request longer than a quarter of the socket's buffer is sent from a thread of its own (it
+/// could wait for guardd to read it): it arrives whole, and the call runs with it.
+#[test]
+fn mcp_a_long_argument_reaches_the_tool_whole() {
+    if !support::privileged("mcp_a_long_argument_reaches_the_tool_whole") {
+        return;
+    }
+    let Some(python) = support::python("mcp_a_long_argument") else {
+        return;
+    };
+    let guardd = Guardd::start(
+        "[tools.say]\ntier = \"low\"\ncommand = [\"/bin/echo\", \"{text}\"]\n\
+         [tools.say.args.text]\ntype = \"string\"\nmax_len = 400000\n",
+    );
+    let buffer: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_default")
+        .expect("wmem_default")
+        .trim()
+        .parse()
+        .expect("a number");
+    // Past a quarter of the buffer, within what one argument of an exec may be (128 KiB).
+    let text: String = "abcdefgh".repeat(buffer / 32 + 128);
+    assert!(
+        text.len() < 128 << 10,
+        "wmem_default {buffer}: no such argument"
+    );
+    let plan = json!([{"call": "say", "arguments": {"text": text}}]);
+    let steps = session(&python, &guardd.socket, &plan);
+    assert_eq!(steps[0]["isError"], false, "{:?}", steps[0]["texts"]);
+    assert_eq!(steps[0]["structured"]["exit_code"], 0);
+    let out = steps[0]["texts"][0].as_str().expect("its output");
+    assert_eq!(out.trim_end(), text);
+}
+
 /// guard-mcp reads and writes its client's pipes from the runtime's own thread: on descriptors
 /// of its own, non-blocking, while its standard streams keep their flags (a child inheriting
 /// them, or a process sharing them, sees them as they were).

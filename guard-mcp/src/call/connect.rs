@@ -14,9 +14,6 @@ use tokio::net::UnixStream;
 
 use super::Capture;
 
-/// The longest request sent from the MCP server's thread: far below a Unix socket's buffer, so
-/// its send never waits for guardd to read.
-const SENT_AT_ONCE: usize = 16 << 10;
 /// How often the wait for guardd to take a call looks again (it returns at once when guardd
 /// answers).
 const TAKEN_POLL: Duration = Duration::from_millis(20);
@@ -37,21 +34,21 @@ pub(super) struct Started {
 pub(super) async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
     let timeouts = guard::client::Timeouts::from_env().map_err(|e| e.to_string())?;
     let frame = protocol::frame(request);
-    // Connected at once, the common case, and sent from here: a thread of the blocking pool
-    // would cost two hand-offs a call. A frame too long for the socket's buffer could wait
-    // for guardd to read it, so it goes the slow way too.
-    let now = if frame.len() <= SENT_AT_ONCE {
-        guard::client::connect_now(socket, timeouts.connect).map_err(|e| unreachable(socket, &e))?
-    } else {
-        None
-    };
+    // Connected at once, the common case, and sent from here when the frame fits in the
+    // socket's buffer with room to spare (it then never waits for guardd to read it): a thread
+    // of the blocking pool would cost two hand-offs a call.
+    let now = guard::client::connect_now(socket, timeouts.connect)
+        .map_err(|e| unreachable(socket, &e))?;
     let sent = match now {
-        Some(stream) => send(stream, socket, &frame)?,
-        None => {
+        Some(stream) if fits(&stream, &frame) => send(stream, socket, &frame)?,
+        now => {
             let socket = socket.to_owned();
             tokio::task::spawn_blocking(move || {
-                let stream = guard::client::connect_within(&socket, timeouts.connect)
-                    .map_err(|e| unreachable(&socket, &e))?;
+                let stream = match now {
+                    Some(stream) => stream,
+                    None => guard::client::connect_within(&socket, timeouts.connect)
+                        .map_err(|e| unreachable(&socket, &e))?,
+                };
                 send(stream, &socket, &frame)
             })
             .await
@@ -98,6 +95,12 @@ async fn taken(stream: &UnixStream, within: Duration) -> Result<(), String> {
 
 /// The connection, and the read ends of the tool's stdout and stderr.
 type Sent = (StdStream, OwnedFd, OwnedFd);
+
+/// Whether `frame` takes at most a quarter of `stream`'s send buffer: its send cannot wait.
+fn fits(stream: &StdStream, frame: &[u8]) -> bool {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::SndBuf)
+        .is_ok_and(|buffer| frame.len() <= buffer / 4)
+}
 
 /// Why a call could not reach guardd at `socket`.
 fn unreachable(socket: &Path, e: &std::io::Error) -> String {
