@@ -9,6 +9,7 @@ mod fixtures;
 mod params;
 mod roots;
 mod schema;
+mod stdio;
 
 use std::{
     io::IsTerminal as _,
@@ -30,7 +31,6 @@ use rmcp::{
         PaginatedRequestParams, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
-    transport::stdio_pipes,
 };
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
@@ -238,10 +238,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let followed = Arc::clone(&server.followed);
     let running = server
-        // The client's pipes driven by the runtime itself (reopened non-blocking, the process's
-        // own stdio left as it was): tokio's stdin and stdout hand every read and write to a
-        // thread of their own, two hand-offs a message.
-        .serve(stdio_pipes())
+        .serve(stdio::transport())
         .await
         .context("MCP initialisation on stdio")?;
     let feed = tokio::spawn(follow(socket, running.peer().clone(), followed));

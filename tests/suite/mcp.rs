@@ -12,7 +12,7 @@ use super::support::{self, Guardd, ToolDir, output};
 
 /// `echo` is checked by pattern and length; `net` may send only to 127.0.0.1:9 (anything else is
 /// a divergence, and the call is killed); `mail` is held for a human.
-fn policy(tool: &Path) -> String {
+pub(super) fn policy(tool: &Path) -> String {
     let tool = tool.display();
     format!(
         r#"
@@ -366,56 +366,78 @@ fn mcp_a_long_argument_reaches_the_tool_whole() {
     assert_eq!(out.trim_end(), text);
 }
 
-/// guard-mcp reads and writes its client's pipes from the runtime's own thread: on descriptors
-/// of its own, non-blocking, while its standard streams keep their flags (a child inheriting
-/// them, or a process sharing them, sees them as they were).
-#[test]
-fn mcp_stdio_pipes_are_read_without_a_thread_of_their_own() {
-    use std::io::{BufRead as _, BufReader, Write as _};
-    let mut server = std::process::Command::new(support::bin("guard-mcp"))
-        .args(["--socket", "/nonexistent/guard.sock"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("guard-mcp");
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}});
-    let mut stdin = server.stdin.take().expect("stdin");
-    writeln!(stdin, "{initialize}").expect("initialize");
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("its answer");
-    assert!(line.contains("\"serverInfo\""), "{line}");
-    let fd_dir = format!("/proc/{}/fd", server.id());
-    let flags = |fd: &str| {
-        let info =
-            std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", server.id())).expect("fdinfo");
-        let octal = info
-            .lines()
-            .find_map(|l| l.strip_prefix("flags:"))
-            .expect("flags");
-        i32::from_str_radix(octal.trim(), 8).expect("octal flags")
-    };
-    let pipe_of = |fd: &str| std::fs::read_link(format!("{fd_dir}/{fd}")).expect("fd link");
-    for (standard, stream) in [("0", "stdin"), ("1", "stdout")] {
-        let pipe = pipe_of(standard);
-        assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
-        assert_eq!(flags(standard) & libc::O_NONBLOCK, 0, "{stream} itself");
-        let own = std::fs::read_dir(&fd_dir)
-            .expect("fds")
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|fd| fd != standard && pipe_of(fd) == pipe)
-            .any(|fd| flags(&fd) & libc::O_NONBLOCK != 0);
-        assert!(
-            own,
-            "no non-blocking descriptor of its own on {stream} ({pipe:?})"
-        );
+/// guard-mcp started on pipes, or on socket pairs: it, and its client's ends (to it, from it).
+fn mcp_on(
+    sockets: bool,
+) -> (
+    std::process::Child,
+    Box<dyn std::io::Write>,
+    Box<dyn std::io::Read>,
+) {
+    use std::{os::unix::net::UnixStream, process::Stdio};
+    let mut cmd = std::process::Command::new(support::bin("guard-mcp"));
+    cmd.args(["--socket", "/nonexistent/guard.sock"])
+        .stderr(Stdio::null());
+    if sockets {
+        let (ours_in, theirs_in) = UnixStream::pair().expect("socketpair");
+        let (ours_out, theirs_out) = UnixStream::pair().expect("socketpair");
+        cmd.stdin(std::os::fd::OwnedFd::from(theirs_in))
+            .stdout(std::os::fd::OwnedFd::from(theirs_out));
+        let server = cmd.spawn().expect("guard-mcp");
+        return (server, Box::new(ours_in), Box::new(ours_out));
     }
-    drop(stdin);
-    let _ = server.wait();
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut server = cmd.spawn().expect("guard-mcp");
+    let to_server = server.stdin.take().expect("stdin");
+    let from_server = server.stdout.take().expect("stdout");
+    (server, Box::new(to_server), Box::new(from_server))
+}
+
+/// guard-mcp reads and writes its client's stdio from the runtime's own thread, on descriptors
+/// of its own, whether the client made pipes (the Python SDK) or socket pairs (Node's
+/// `child_process`, under the TypeScript SDK): its pipes reopened non-blocking, its sockets
+/// copied (and read without waiting), while its standard streams keep their flags (a process
+/// sharing them sees them as they were).
+#[test]
+fn mcp_stdio_is_read_without_a_thread_of_its_own() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    for sockets in [false, true] {
+        let (mut server, mut to_server, from_server) = mcp_on(sockets);
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}});
+        writeln!(to_server, "{initialize}").expect("initialize");
+        let mut line = String::new();
+        let mut reader = BufReader::new(from_server);
+        reader.read_line(&mut line).expect("its answer");
+        assert!(line.contains("\"serverInfo\""), "sockets={sockets}: {line}");
+        let fd_dir = format!("/proc/{}/fd", server.id());
+        let flags = |fd: &str| {
+            let info = std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", server.id()))
+                .expect("fdinfo");
+            let octal = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .expect("flags");
+            i32::from_str_radix(octal.trim(), 8).expect("octal flags")
+        };
+        let file_of = |fd: &str| std::fs::read_link(format!("{fd_dir}/{fd}")).expect("fd link");
+        for (standard, stream) in [("0", "stdin"), ("1", "stdout")] {
+            let file = file_of(standard);
+            let kind = if sockets { "socket:" } else { "pipe:" };
+            assert!(file.to_string_lossy().starts_with(kind), "{file:?}");
+            assert_eq!(flags(standard) & libc::O_NONBLOCK, 0, "{stream} itself");
+            // Pipes are reopened non-blocking; sockets are copied, read without waiting.
+            let own = std::fs::read_dir(&fd_dir)
+                .expect("fds")
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|fd| fd != standard && file_of(fd) == file)
+                .any(|fd| sockets || flags(&fd) & libc::O_NONBLOCK != 0);
+            assert!(own, "no descriptor of its own on {stream} ({file:?})");
+        }
+        drop(to_server);
+        let _ = server.wait();
+    }
 }
 
 /// The server named `guard` in each MCP recipe of docs/integrations.md, as written but for the

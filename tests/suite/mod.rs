@@ -17,6 +17,7 @@ mod install;
 mod judges;
 mod mcp;
 mod mcp_calls;
+mod mcp_node;
 mod metrics;
 mod otlp;
 mod policy;

@@ -341,6 +341,25 @@ pub fn python(test: &str) -> Option<PathBuf> {
     None
 }
 
+/// The `node_modules` directory `cargo xtask setup` fills under target/ (with the MCP
+/// TypeScript SDK), or `None` after saying why the test skips. Under `CI=true` a missing one
+/// fails: setup must have made it.
+pub fn node_modules(test: &str) -> Option<PathBuf> {
+    let modules = workspace().join("target/node/node_modules");
+    if modules.join("@modelcontextprotocol/sdk").exists() {
+        return Some(modules);
+    }
+    let why = format!(
+        "{} has no MCP SDK; run `cargo xtask setup`",
+        modules.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}, and tests may not skip under CI=true");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
+
 /// The code block of `doc` (a path from the workspace's root) whose info string is
 /// `LANG NAME`, e.g. ```` ```json vscode ````: the docs' recipes, tested as written.
 pub fn doc_block(doc: &str, name: &str) -> String {

@@ -4,6 +4,7 @@ mod fuzz;
 mod imports;
 mod install;
 mod lint;
+mod node;
 mod repo;
 mod run;
 mod setup;

@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    repo,
+    node, repo,
     toolchain::{self, EBPF_TOOLCHAIN},
     venv,
 };
@@ -146,6 +146,10 @@ const CHECKS: &[Check] = &[
     Check {
         name: "python venv",
         run: python_venv,
+    },
+    Check {
+        name: "node packages",
+        run: node_packages,
     },
 ];
 
@@ -448,6 +452,15 @@ fn tool_user(ctx: &Ctx) -> Result<Outcome> {
         ))
     } else {
         Outcome::Missing(format!("`useradd --system {TOOL_USER}` failed"))
+    })
+}
+
+/// The tests' Node packages (the MCP TypeScript SDK); no root needed.
+fn node_packages(_: &Ctx) -> Result<Outcome> {
+    Ok(match node::ensure() {
+        Ok(None) => Outcome::Present,
+        Ok(Some(what)) => Outcome::Fixed(what),
+        Err(why) => Outcome::Missing(why),
     })
 }
 
