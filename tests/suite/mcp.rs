@@ -81,6 +81,12 @@ pub(super) fn session_logged(python: &Path, server: &Value, plan: &Value) -> (Ve
         Some(cwd) => cmd.current_dir(cwd),
         None => cmd.current_dir(support::default_workspace()),
     };
+    steps_of(cmd)
+}
+
+/// Runs `cmd`, a session script, which must succeed: one JSON value a step it printed, and
+/// what it wrote on stderr.
+pub(super) fn steps_of(cmd: std::process::Command) -> (Vec<Value>, Vec<u8>) {
     let out = output(cmd);
     assert!(
         out.status.success(),

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::support::{self, Guardd, ToolDir, output};
+use super::support::{self, Guardd, ToolDir};
 
 /// Runs tests/node/mcp_session.cjs with `plan` on guard-mcp at `socket`: one JSON value a
 /// step, and what the session wrote on stderr (guard-mcp's log among it: the SDK lets the
@@ -24,18 +24,8 @@ fn session(modules: &Path, socket: &Path, plan: &Value) -> (Vec<Value>, String) 
         .arg(modules)
         .arg(server.to_string())
         .arg(plan.to_string());
-    let out = output(cmd);
-    assert!(
-        out.status.success(),
-        "the MCP session failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let steps = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line per step"))
-        .collect();
-    (steps, String::from_utf8_lossy(&out.stderr).into_owned())
+    let (steps, log) = super::mcp::steps_of(cmd);
+    (steps, String::from_utf8_lossy(&log).into_owned())
 }
 
 #[test]
