@@ -238,7 +238,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let followed = Arc::clone(&server.followed);
     let running = server
-        .serve(stdio::transport())
+        .serve(stdio::transport().context("guard-mcp's stdio")?)
         .await
         .context("MCP initialisation on stdio")?;
     let feed = tokio::spawn(follow(socket, running.peer().clone(), followed));

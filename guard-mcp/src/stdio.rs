@@ -22,34 +22,47 @@ pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
 /// What the server writes its messages to.
 pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// The transport on this process's stdin and stdout, as its client made them.
-pub fn transport() -> (Reader, Writer) {
-    let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
-    if let (Some(r), Some(w)) = (Socket::of(stdin.as_fd()), Socket::of(stdout.as_fd())) {
-        tracing::debug!("stdio: the client's socket pair, read and written without waiting");
-        return (Box::new(r), Box::new(w));
-    }
-    let (r, w) = rmcp::transport::stdio_pipes();
-    (Box::new(r), Box::new(w))
+/// The transport on this process's stdin and stdout, as its client made them, each direction
+/// on its own (a client may give a socket one way and a pipe the other); an error for a socket
+/// that does not carry a stream, whose records a read would cut.
+pub fn transport() -> io::Result<(Reader, Writer)> {
+    // Both pipes: reopened non-blocking; otherwise tokio's handles, used only for a direction
+    // that is no socket.
+    let (pipe_r, pipe_w) = rmcp::transport::stdio_pipes();
+    let reader: Reader = match Socket::of(std::io::stdin().as_fd(), "stdin")? {
+        Some(socket) => Box::new(socket),
+        None => Box::new(pipe_r),
+    };
+    let writer: Writer = match Socket::of(std::io::stdout().as_fd(), "stdout")? {
+        Some(socket) => Box::new(socket),
+        None => Box::new(pipe_w),
+    };
+    Ok((reader, writer))
 }
 
 /// A stream socket of stdio, through a copy of its descriptor the runtime polls.
 struct Socket(AsyncFd<OwnedFd>);
 
 impl Socket {
-    /// `fd` when it is a stream socket (a datagram's boundaries are not the protocol's).
-    fn of(fd: BorrowedFd<'_>) -> Option<Self> {
-        let kind = getsockopt(&fd, sockopt::SockType).ok()?;
+    /// `fd` (the process's `name`) when it is a socket; `None` when it is none.
+    fn of(fd: BorrowedFd<'_>, name: &str) -> io::Result<Option<Self>> {
+        let Ok(kind) = getsockopt(&fd, sockopt::SockType) else {
+            return Ok(None);
+        };
         if kind != SockType::Stream {
-            return None;
+            return Err(io::Error::other(format!(
+                "{name} is a {kind:?} socket: MCP over stdio needs a stream (a pipe or a stream \
+                 socket)"
+            )));
         }
-        let copy = fd.try_clone_to_owned().ok()?;
+        tracing::debug!("stdio: {name} is a stream socket, polled by the runtime");
+        let copy = fd.try_clone_to_owned()?;
         // SAFETY: the OwnedFd keeps the copy open, unchanged, until it is dropped with the
         // AsyncFd that owns it.
-        unsafe { AsyncFd::register_with_interest(copy, Interest::READABLE | Interest::WRITABLE) }
-            .ok()
-            .map(Self)
+        let polled = unsafe {
+            AsyncFd::register_with_interest(copy, Interest::READABLE | Interest::WRITABLE)
+        }?;
+        Ok(Some(Self(polled)))
     }
 }
 

@@ -38,24 +38,36 @@ fn mcp_typescript_sdk_lists_runs_an_allowed_call_and_reports_a_block() {
         return;
     };
     let tools = ToolDir::new("mcp-node");
-    let guardd = Guardd::start(&super::mcp::policy(&tools.tool));
+    // Messages longer than a socket's buffer both ways: a long argument, a long output.
+    let policy = super::mcp::policy(&tools.tool)
+        + "[tools.say]\ntier = \"low\"\ncommand = [\"/bin/echo\", \"{text}\"]\n\
+           [tools.say.args.text]\ntype = \"string\"\nmax_len = 400000\n\
+           [tools.count]\ntier = \"low\"\ncommand = [\"/usr/bin/seq\", \"100000\"]\n";
+    let guardd = Guardd::start(&policy);
+    let text = "abcdefgh".repeat(12_000);
     let plan = json!([
         {"list": true},
         {"call": "echo", "arguments": {"words": "hello there"}},
         {"call": "echo", "arguments": {"words": "Hello; rm -rf /"}},
         {"ping": true},
+        {"call": "say", "arguments": {"text": text}},
+        {"call": "count"},
     ]);
     let (steps, log) = session(&modules, &guardd.socket, &plan);
-    assert_eq!(steps.len(), 4, "{steps:?}");
+    assert_eq!(steps.len(), 6, "{steps:?}");
     // Node gave it socket pairs, which it reads and writes from the runtime's own thread.
-    assert!(log.contains("the client's socket pair"), "{log}");
+    assert!(log.contains("stdin is a stream socket"), "{log}");
 
     // The list, with the schemas the SDK keeps to check results against.
     let listed = steps[0]["tools"].as_array().expect("tools");
     let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["echo", "mail", "net", "slow"], "{listed:?}");
-    assert_eq!(listed[0]["inputSchema"]["required"], json!(["words"]));
-    assert!(listed[0]["outputSchema"].is_object(), "{}", listed[0]);
+    assert_eq!(
+        names,
+        ["count", "echo", "mail", "net", "say", "slow"],
+        "{listed:?}"
+    );
+    assert_eq!(listed[1]["inputSchema"]["required"], json!(["words"]));
+    assert!(listed[1]["outputSchema"].is_object(), "{}", listed[1]);
 
     // Allowed: its output, exit 0, and a receipt the SDK let through its output schema.
     let ok = &steps[1];
@@ -70,7 +82,23 @@ fn mcp_typescript_sdk_lists_runs_an_allowed_call_and_reports_a_block() {
     assert_eq!(blocked["isError"], true, "{blocked}");
     assert_eq!(blocked["structured"]["decision"], "block");
     assert_eq!(steps[3]["pong"], true);
+    // The long argument reached the tool whole, and the long output the client (589 kB, more
+    // than a socket's buffer: written as the client reads it).
+    assert_eq!(
+        steps[4]["texts"][0].as_str().map(str::trim_end),
+        Some(&*text)
+    );
+    let counted = steps[5]["texts"][0].as_str().expect("its output");
+    assert_eq!(counted.len(), 588_895);
+    assert!(
+        counted.ends_with("\n99999\n100000\n"),
+        "{}",
+        &counted[counted.len() - 20..]
+    );
     let rows = guardd.audit_rows();
     let finished = rows.iter().filter(|r| r["kind"] == "finished").count();
-    assert_eq!(finished, 1, "only the allowed call ran");
+    assert_eq!(
+        finished, 3,
+        "the allowed calls ran, the blocked one did not"
+    );
 }

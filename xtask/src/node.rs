@@ -1,29 +1,40 @@
 //! The Node packages the tests drive guard with: the official MCP TypeScript SDK
 //! (`@modelcontextprotocol/sdk` from npm), the client of the editors and agents built on Node,
-//! which start an MCP server on Unix socket pairs where the Python SDK uses pipes. They live in
-//! `target/node`, so `cargo clean` removes them and setup installs them again.
+//! which start an MCP server on Unix socket pairs where the Python SDK uses pipes. Its version
+//! and every dependency's are pinned by `tests/node/package-lock.json`; `npm ci` installs
+//! exactly those in `target/node`, so `cargo clean` removes them and setup installs them again.
 
 use std::{path::PathBuf, process::Command};
 
 use crate::repo::root;
 
-/// The TypeScript SDK's version, pinned: the tests assert on what it sends and reads.
+/// The TypeScript SDK's version, as `tests/node/package.json` pins it: the tests assert on what
+/// it sends and reads.
 pub const MCP_TS_SDK: &str = "1.32.2";
+
+/// The files that pin the packages, in `tests/node`.
+const PINS: [&str; 2] = ["package.json", "package-lock.json"];
 
 /// Where the packages live (`node_modules` beneath it).
 pub fn dir() -> PathBuf {
     root().join("target/node")
 }
 
-/// True when the pinned SDK is installed there.
+/// True when `target/node` was installed from the pins as they are now.
 fn ready() -> bool {
-    let manifest = dir().join("node_modules/@modelcontextprotocol/sdk/package.json");
-    std::fs::read_to_string(manifest)
-        .is_ok_and(|text| text.contains(&format!("\"version\": \"{MCP_TS_SDK}\"")))
+    let pinned = |name: &str| {
+        let want = std::fs::read(root().join("tests/node").join(name));
+        let have = std::fs::read(dir().join(name));
+        matches!((want, have), (Ok(w), Ok(h)) if w == h)
+    };
+    let sdk =
+        std::fs::read_to_string(dir().join("node_modules/@modelcontextprotocol/sdk/package.json"));
+    PINS.iter().all(|name| pinned(name))
+        && sdk.is_ok_and(|m| m.contains(&format!("\"version\": \"{MCP_TS_SDK}\"")))
 }
 
-/// Installs the SDK when it is missing or out of date; `Ok(None)` when it was in place,
-/// `Ok(Some(what))` when it was installed, `Err(why)` when it could not be.
+/// Installs the pinned packages when they are missing or out of date; `Ok(None)` when they were
+/// in place, `Ok(Some(what))` when they were installed, `Err(why)` when they could not be.
 pub fn ensure() -> Result<Option<String>, String> {
     if ready() {
         return Ok(None);
@@ -37,16 +48,21 @@ pub fn ensure() -> Result<Option<String>, String> {
     if !node.is_ok_and(|s| s.success()) {
         return Err("no node >= 18 with npm: install nodejs and npm".into());
     }
+    let dir = dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for name in PINS {
+        let from = root().join("tests/node").join(name);
+        std::fs::copy(&from, dir.join(name)).map_err(|e| format!("{}: {e}", from.display()))?;
+    }
     let mut npm = Command::new("npm");
     npm.args([
-        "install",
+        "ci",
         "--no-audit",
         "--no-fund",
         "--loglevel=error",
         "--prefix",
     ])
-    .arg(dir())
-    .arg(format!("@modelcontextprotocol/sdk@{MCP_TS_SDK}"));
+    .arg(&dir);
     let shown = format!("{npm:?}");
     match npm.status() {
         Ok(s) if s.success() => {}
@@ -55,12 +71,13 @@ pub fn ensure() -> Result<Option<String>, String> {
     }
     if !ready() {
         return Err(format!(
-            "{} was made but has no @modelcontextprotocol/sdk {MCP_TS_SDK}",
-            dir().display()
+            "{} was installed but has no @modelcontextprotocol/sdk {MCP_TS_SDK} (is it the \
+             version tests/node/package.json pins?)",
+            dir.display()
         ));
     }
     Ok(Some(format!(
-        "installed @modelcontextprotocol/sdk {MCP_TS_SDK} in {}",
-        dir().display()
+        "installed @modelcontextprotocol/sdk {MCP_TS_SDK} and its pinned dependencies in {}",
+        dir.display()
     )))
 }

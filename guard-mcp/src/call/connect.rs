@@ -104,6 +104,19 @@ fn fits(stream: &StdStream, frame: &[u8]) -> bool {
 
 /// Why a call could not reach guardd at `socket`.
 fn unreachable(socket: &Path, e: &std::io::Error) -> String {
+    use nix::errno::Errno;
+    // Out of descriptors here (for the socket, the pipes, or those a request carries): ours.
+    let ours = [Errno::EMFILE, Errno::ENFILE, Errno::ETOOMANYREFS].map(|e| e as i32);
+    if e.raw_os_error().is_some_and(|n| ours.contains(&n)) {
+        return format!("guard-mcp: {e}; the tool did not run, try again later");
+    }
+    // A send that waited out its timeout: guardd did not read the request.
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        return format!(
+            "guardd is busy: it did not read the call in time ({e}); the tool did not run, \
+             try again later"
+        );
+    }
     if guard::client::busy(e) {
         return format!("{e}; the tool did not run, try again later");
     }
@@ -129,10 +142,11 @@ fn send(stream: StdStream, socket: &Path, frame: &[u8]) -> Result<Sent, String> 
     Ok((stream, out_r, err_r))
 }
 
-/// What guardd said on a connection it refused, read within a second.
+/// What guardd said on a connection it refused. It wrote that before it closed, so it is there
+/// when the send fails: read without waiting (this may run on the MCP server's thread).
 fn refusal(stream: &StdStream) -> Option<String> {
     use std::io::BufRead as _;
-    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    stream.set_nonblocking(true).ok()?;
     let mut line = Vec::new();
     std::io::BufReader::new(stream)
         .read_until(b'\n', &mut line)
