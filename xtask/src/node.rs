@@ -8,10 +8,6 @@ use std::{path::PathBuf, process::Command};
 
 use crate::repo::root;
 
-/// The TypeScript SDK's version, as `tests/node/package.json` pins it: the tests assert on what
-/// it sends and reads.
-pub const MCP_TS_SDK: &str = "1.32.2";
-
 /// The files that pin the packages, in `tests/node`.
 const PINS: [&str; 2] = ["package.json", "package-lock.json"];
 
@@ -27,10 +23,8 @@ fn ready() -> bool {
         let have = std::fs::read(dir().join(name));
         matches!((want, have), (Ok(w), Ok(h)) if w == h)
     };
-    let sdk =
-        std::fs::read_to_string(dir().join("node_modules/@modelcontextprotocol/sdk/package.json"));
-    PINS.iter().all(|name| pinned(name))
-        && sdk.is_ok_and(|m| m.contains(&format!("\"version\": \"{MCP_TS_SDK}\"")))
+    let sdk = dir().join("node_modules/@modelcontextprotocol/sdk/package.json");
+    PINS.iter().all(|name| pinned(name)) && sdk.exists()
 }
 
 /// Installs the pinned packages when they are missing or out of date; `Ok(None)` when they were
@@ -71,13 +65,14 @@ pub fn ensure() -> Result<Option<String>, String> {
     }
     if !ready() {
         return Err(format!(
-            "{} was installed but has no @modelcontextprotocol/sdk {MCP_TS_SDK} (is it the \
-             version tests/node/package.json pins?)",
+            "{} was installed but has no @modelcontextprotocol/sdk (does \
+             tests/node/package.json name it?)",
             dir.display()
         ));
     }
     Ok(Some(format!(
-        "installed @modelcontextprotocol/sdk {MCP_TS_SDK} and its pinned dependencies in {}",
+        "installed the packages tests/node/package-lock.json pins (@modelcontextprotocol/sdk and \
+         its dependencies) in {}",
         dir.display()
     )))
 }

@@ -222,9 +222,9 @@ pub struct Spares {
 const SPARES_KEPT: usize = 8;
 /// A set is handed on with at most this much memory still charged to it: the kernel's own
 /// objects of a call's processes (freed later) and the files it wrote (until they go) stay
-/// charged to its memory cgroup, a few hundred KiB for a `git status`. The next call reclaims it as it
-/// needs room below its limit (and a set holding memory that cannot be reclaimed is not handed
-/// on: `V1Set::reusable`).
+/// charged to its memory cgroup, a few hundred KiB for a `git status`. The next call reclaims
+/// it as it needs room below its limit (and a set holding memory that cannot be reclaimed is
+/// not handed on: `V1Set::reusable`).
 const STALE_CHARGE: u64 = 8 << 20;
 
 /// Each v1 controller's limit file and the call's limit there, in [`V1_CONTROLLERS`]' order.
