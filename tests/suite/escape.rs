@@ -1317,6 +1317,45 @@ fn host_shm_segment(key: libc::key_t) -> bool {
 }
 
 #[test]
+fn escape_a_root_tool_has_only_the_capabilities_its_policy_names() {
+    if !support::privileged("escape_a_root_tool_has_only_the_capabilities_its_policy_names") {
+        return;
+    }
+    // A tool run as root would keep root's capabilities through every other layer: raise the
+    // call's hard limits, reconfigure the host's network, set its clock, raise its priority
+    // over the host's processes (CAP_SYS_NICE).
+    let s = Setup::new();
+    let root = |caps: &str| {
+        let run_as = format!("timeout = 20\nrun_as = \"root\"\ncapabilities = [{caps}]");
+        s.policy("", "").replacen("timeout = 20", &run_as, 1)
+    };
+    let none = "0000000000000000";
+    let guardd = Guardd::start(&root(""));
+    let out = call(&guardd, &["caps"]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out.stdout),
+        format!("CapInh:{none} CapPrm:{none} CapEff:{none} CapBnd:{none} CapAmb:{none}\n")
+    );
+    assert_errno(&call(&guardd, &["nice-raise"]), "EACCES");
+    drop(guardd);
+
+    let guardd = Guardd::start(&root("\"CAP_SYS_NICE\""));
+    assert_ok(&call(&guardd, &["nice-raise"]));
+    // The finished row says what it kept.
+    let finished = guardd
+        .audit_rows()
+        .into_iter()
+        .rfind(|r| r["kind"] == "finished")
+        .expect("a finished row");
+    assert_eq!(finished["sandbox"]["uid"], 0);
+    assert_eq!(
+        finished["sandbox"]["capabilities"],
+        serde_json::json!(["CAP_SYS_NICE"])
+    );
+}
+
+#[test]
 fn escape_a_call_reaches_no_other_call_s_processes_or_ipc_objects() {
     if !support::privileged("escape_a_call_reaches_no_other_call_s_processes_or_ipc_objects") {
         return;

@@ -87,6 +87,8 @@ fn plan(scratch: &ToolDir, args: &[&str], effects: Effects) -> LaunchPlan {
 
 struct Ran {
     outcome: Outcome,
+    /// What the launch says it applied.
+    applied: sandbox::Applied,
     stdout: String,
     stderr: String,
 }
@@ -123,10 +125,12 @@ fn run_with(
         sandbox::spawn(plan, cg, [stdin, out_w, err_w], opts)?
     };
     let v1: Vec<PathBuf> = launched.v1_cgroups().map(Path::to_owned).collect();
+    let applied = launched.applied.clone();
     let (out, err) = (drain(out_r), drain(err_r));
     let outcome = to_end(launched, cg, plan)?;
     let ran = Ran {
         outcome,
+        applied,
         stdout: out.join().expect("stdout reader"),
         stderr: err.join().expect("stderr reader"),
     };
@@ -355,6 +359,68 @@ fn sandbox_root_is_explicit_and_still_filtered() {
         "stdout {:?}",
         r.stdout
     );
+}
+
+#[test]
+fn sandbox_a_root_tool_keeps_only_the_capabilities_its_plan_names() {
+    if !support::privileged("sandbox_a_root_tool_keeps_only_the_capabilities_its_plan_names") {
+        return;
+    }
+    let s = ToolDir::new("guard-sandbox");
+    let root = |action: &str, caps: &[&str]| {
+        let mut p = plan(&s, &[action], Effects::default());
+        p.confinement.run_as = Some("root".into());
+        p.confinement.capabilities = caps.iter().map(|c| c.to_string()).collect();
+        run_in(&p, &call_cgroup())
+    };
+    // None kept: uid 0 owns what root owns, and that is all. A priority above the default is
+    // CAP_SYS_NICE's, which this process has.
+    let none = "0000000000000000";
+    let r = root("caps", &[]).expect("launch");
+    assert_eq!(
+        r.stdout,
+        format!("CapInh:{none} CapPrm:{none} CapEff:{none} CapBnd:{none} CapAmb:{none}\n"),
+        "stderr {:?}",
+        r.stderr
+    );
+    assert!(r.applied.capabilities.is_empty());
+    let r = root("nice-raise", &[]).expect("launch");
+    assert!(r.stderr.starts_with("ERR EACCES "), "stderr {:?}", r.stderr);
+    // One kept: that one, in every set an exec as root fills (CAP_SYS_NICE is 23).
+    let kept = "0000000000800000";
+    let r = root("caps", &["CAP_SYS_NICE"]).expect("launch");
+    assert_eq!(
+        r.stdout,
+        format!("CapInh:{none} CapPrm:{kept} CapEff:{kept} CapBnd:{kept} CapAmb:{none}\n"),
+        "stderr {:?}",
+        r.stderr
+    );
+    assert_eq!(r.applied.capabilities, ["CAP_SYS_NICE"]);
+    let r = root("nice-raise", &["CAP_SYS_NICE"]).expect("launch");
+    assert_eq!(
+        (r.outcome.exit_code, r.stdout.as_str()),
+        (0, "nice -1\n"),
+        "stderr {:?}",
+        r.stderr
+    );
+    // One this process lacks itself (where it lacks one: a VM's init may keep
+    // CAP_SYS_RESOURCE from root) cannot be kept, and nothing runs.
+    let status = fs::read_to_string("/proc/self/status").expect("status");
+    let bounding = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapBnd");
+    let names = ["CAP_SYS_RESOURCE", "CAP_SYS_NICE", "CAP_NET_ADMIN"];
+    let numbers = [24, 23, 12];
+    if let Some(i) = numbers.iter().position(|n| bounding & 1 << n == 0) {
+        match root("caps", &[names[i]]) {
+            Err(SandboxError::Child { stage, errno }) => {
+                assert_eq!((stage, errno), ("capabilities", libc::EPERM));
+            }
+            other => panic!("{}: {:?}", names[i], other.map(|r| r.stdout)),
+        }
+    }
 }
 
 #[test]

@@ -586,6 +586,26 @@ fn run(action: &[String]) -> Res {
             );
             Ok(())
         }
+        "caps" => {
+            // The capability sets, as /proc/self/status shows them.
+            let status = std::fs::read_to_string("/proc/self/status")?;
+            let sets: Vec<String> = status
+                .lines()
+                .filter(|l| l.starts_with("Cap"))
+                .map(|l| l.split_whitespace().collect())
+                .collect();
+            println!("{}", sets.join(" "));
+            Ok(())
+        }
+        "nice-raise" => {
+            // A priority above the default (nice -1): CAP_SYS_NICE's.
+            // SAFETY: integer arguments.
+            if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -1) } < 0 {
+                return Err(last_errno());
+            }
+            println!("nice -1");
+            Ok(())
+        }
         "io_uring" => {
             let mut params = [0u8; 120]; // struct io_uring_params
             // SAFETY: params is a zeroed buffer of sizeof(struct io_uring_params).

@@ -131,6 +131,9 @@ pub struct Confinement {
     pub pids_max: Option<u64>,
     /// Syscall names to allow on top of the default seccomp filter's allow-set.
     pub allow_syscalls: Vec<String>,
+    /// The capabilities a tool run as root keeps (`CAP_…`); it has no others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
     /// When non-empty: strict mode, any syscall outside this set kills the call.
     pub syscalls: Vec<String>,
     /// Extra environment (name, value) on top of the minimal clean environment.
@@ -202,6 +205,7 @@ impl Default for Confinement {
             memory_max: None,
             pids_max: Some(256),
             allow_syscalls: Vec::new(),
+            capabilities: Vec::new(),
             syscalls: Vec::new(),
             env: Vec::new(),
             secret_env: Vec::new(),

@@ -264,6 +264,7 @@ pub(super) fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawToo
     let (memory, pids) = t.table(d, "limits").map_or((None, None), |l| limits(d, l));
     let syscalls = t.list(d, "syscalls");
     let allow_syscalls = t.list(d, "allow_syscalls");
+    let capabilities = t.list(d, "capabilities");
     let env = t
         .table(d, "env")
         .map_or_else(Vec::new, |e| e.named_values(d));
@@ -290,6 +291,7 @@ pub(super) fn tool(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawToo
         pids,
         syscalls,
         allow_syscalls,
+        capabilities,
         env,
         cwd,
         stdin,

@@ -180,6 +180,8 @@ pub(crate) struct RawTool {
     pub pids: Option<S<i64>>,
     pub syscalls: Vec<S<String>>,
     pub allow_syscalls: Vec<S<String>>,
+    /// `capabilities`: what a tool run as root keeps.
+    pub capabilities: Vec<S<String>>,
     pub env: Vec<(S<String>, S<String>)>,
     pub cwd: Option<S<String>>,
     pub stdin: Option<RawStdin>,

@@ -232,6 +232,54 @@ on_divergence = "deny"
 }
 
 #[test]
+fn a_root_tool_keeps_the_capabilities_it_names_and_no_other_tool_names_any() {
+    let root = r#"
+[tools.bind]
+tier = "low"
+command = ["/usr/bin/true"]
+run_as = "root"
+capabilities = ["CAP_SYS_RESOURCE", "CAP_NET_BIND_SERVICE"]
+"#;
+    let v = decide(&policy(root), "bind", json!({}));
+    // In the kernel's order, whatever the policy's.
+    assert_eq!(
+        v.plan.expect("plan").confinement.capabilities,
+        ["CAP_NET_BIND_SERVICE", "CAP_SYS_RESOURCE"]
+    );
+    let errs = errors(&root.replace("\"CAP_SYS_RESOURCE\"", "\"sys_resource\""));
+    assert!(
+        errs[0].starts_with(
+            "test.toml:6:17: tools.bind.capabilities: 'sys_resource' is not a capability"
+        ),
+        "{errs:#?}"
+    );
+    // Another user has none to keep, whoever names it: the tool, or [settings] for all.
+    for user in ["run_as = \"nobody\"", "", "run_as = \"owner\""] {
+        let text = root.replace("run_as = \"root\"", user);
+        let errs = errors(&format!("[workspaces]\nroots = [\"/srv\"]\n{text}"));
+        assert!(
+            errs.iter().any(|e| e.contains(
+                "tools.bind.capabilities: only a tool run as root (run_as = \"root\") keeps"
+            )),
+            "{user}: {errs:#?}"
+        );
+    }
+    let settings = format!(
+        "[settings]\nrun_as = \"root\"\n{}",
+        root.replace("run_as = \"root\"\n", "")
+    );
+    assert_eq!(
+        decide(&policy(&settings), "bind", json!({}))
+            .plan
+            .expect("plan")
+            .confinement
+            .capabilities
+            .len(),
+        2
+    );
+}
+
+#[test]
 fn caller_messages_are_generic_unless_disclosed() {
     let p = policy(SIGNET);
     let v = decide(&p, "rm_rf", json!({}));

@@ -2,6 +2,7 @@
 //! makes sense together: duplicates, placeholders, rule targets, regexes, contradictions.
 
 mod arg;
+mod confinement;
 mod helpers;
 mod shebang;
 mod tool;
@@ -132,6 +133,13 @@ fn compile_tools(
         }
         if compiled.confinement.run_as.as_deref() == Some(crate::call::plan::RUN_AS_OWNER) {
             compiled.in_workspace = true;
+        }
+        if let Some(c) = t.capabilities.first()
+            && compiled.confinement.run_as.as_deref() != Some("root")
+        {
+            let msg = "only a tool run as root (run_as = \"root\") keeps capabilities; \
+                       another user has none";
+            d.err(&c.at, &format!("tools.{}.capabilities", t.name.v), msg);
         }
         if compiled.in_workspace && settings.workspaces.is_empty() {
             let msg = "works in a workspace ({workspace}, {cwd} or run_as = \"owner\"), and \

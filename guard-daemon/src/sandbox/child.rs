@@ -37,6 +37,7 @@ pub(super) const STAGES: &[&str] = &[
     "setgroups",
     "setgid",
     "setuid",
+    "capabilities",
     "no-new-privs",
     "pdeathsig",
     "cwd",
@@ -62,6 +63,7 @@ pub(super) enum Stage {
     Setgroups,
     Setgid,
     Setuid,
+    Capabilities,
     NoNewPrivs,
     Pdeathsig,
     Cwd,
@@ -87,6 +89,9 @@ pub(super) struct ChildCtx<'a> {
     pub rlimits: Rlimits,
     pub uid: libc::uid_t,
     pub gid: libc::gid_t,
+    /// For a tool run as root, the capabilities it keeps (`caps`); `None` for any other user,
+    /// whose setuid left it none.
+    pub capabilities: Option<u64>,
     pub cwd: &'a CStr,
     pub program: &'a CStr,
     /// The program already opened and checked (`Ready::pin`): exec'd by descriptor.
@@ -157,6 +162,8 @@ pub(super) trait Steps {
     fn setgroups(&mut self) -> Result<(), Failed>;
     fn setgid(&mut self, gid: libc::gid_t) -> Result<(), Failed>;
     fn setuid(&mut self, uid: libc::uid_t) -> Result<(), Failed>;
+    /// A root tool's capabilities: `keep` and no others, now and after the exec.
+    fn keep_capabilities(&mut self, keep: u64) -> Result<(), Failed>;
     fn no_new_privs(&mut self) -> Result<(), Failed>;
     fn die_with_parent(&mut self, parent: RawFd) -> Result<(), Failed>;
     fn chdir(&mut self, cwd: &CStr) -> Result<(), Failed>;
@@ -178,8 +185,9 @@ pub(super) const DECISION_WAIT: std::time::Duration = std::time::Duration::from_
 
 /// The steps before `execve`, in their fixed order: each one relies on those before it. Into
 /// the cgroups first, so every later fork is counted and killable; the identity dropped before
-/// no_new_privs and the parent-death signal (setuid clears it); the working directory entered
-/// as the tool's user; landlock, then the filters; last the wait for the decision row, so that
+/// no_new_privs and the parent-death signal (setuid clears it), and with it a root tool's
+/// capabilities but those it keeps; the working directory entered as the tool's user, so with
+/// its permissions; landlock, then the filters; last the wait for the decision row, so that
 /// the whole confinement overlaps its `fdatasync`, and nothing of the tool runs before it.
 pub(super) fn confine(
     steps: &mut impl Steps,
@@ -200,6 +208,9 @@ pub(super) fn confine(
     steps.setgroups()?;
     steps.setgid(ctx.gid)?;
     steps.setuid(ctx.uid)?;
+    if let Some(keep) = ctx.capabilities {
+        steps.keep_capabilities(keep)?;
+    }
     steps.no_new_privs()?;
     steps.die_with_parent(ctx.parent)?;
     steps.chdir(ctx.cwd)?;

@@ -59,6 +59,8 @@ pub enum SandboxError {
     UnknownUser(String),
     #[error("user {0:?} is uid 0: a call runs as root only with run_as = \"root\"")]
     ImplicitRoot(String),
+    #[error("capabilities: {0:?} is not a capability")]
+    Capability(String),
     #[error("{op}: {source}")]
     Sys {
         op: &'static str,
@@ -139,6 +141,9 @@ pub struct Applied {
     pub user: String,
     pub uid: u32,
     pub gid: u32,
+    /// The capabilities a tool run as root kept (it has no others).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
 }
 
 /// A running confined call. Hand it to [`run_to_end`](super::wait::run_to_end); dropping it removes the call's v1 limit
@@ -194,6 +199,8 @@ pub struct Ready {
     program: Option<OwnedFd>,
     uid: libc::uid_t,
     gid: libc::gid_t,
+    /// What a tool run as root keeps of its capabilities (`None`: another user, who has none).
+    capabilities: Option<u64>,
     landlock: landlock::Prepared,
     /// The call runs in shadow: no read-only mount view (its protected names stay read-only).
     shadow: bool,
@@ -301,6 +308,7 @@ impl Ready {
             rlimits: self.bound.limits.rlimits,
             uid: self.uid,
             gid: self.gid,
+            capabilities: self.capabilities,
             cwd: &command.cwd,
             program: &command.program,
             program_fd: self.program.as_ref().map(|f| f.as_raw_fd()),

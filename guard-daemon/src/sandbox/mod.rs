@@ -7,6 +7,7 @@
 //! [`wait::run_to_end`] waits for the call and kills its whole cgroup when the timeout runs out,
 //! and `teardown` drops the call's mount view once it is over, off the call's path.
 
+pub mod caps;
 pub mod cgroup;
 mod child;
 mod clone;

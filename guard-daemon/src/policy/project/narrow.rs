@@ -107,6 +107,7 @@ pub(super) fn tool(d: &mut Diag, ws: &Path, p: &RawTool, b: &RawTool, default_ju
         pids: _,
         syscalls: _,
         allow_syscalls: _,
+        capabilities: _,
         env: _,
         cwd: _,
         stdin: _,
@@ -221,6 +222,7 @@ fn limits(c: &mut Check, p: &RawTool, b: &RawTool) {
         subset(c, "syscalls", &p.syscalls, &b.syscalls);
     }
     subset(c, "allow_syscalls", &p.allow_syscalls, &b.allow_syscalls);
+    subset(c, "capabilities", &p.capabilities, &b.capabilities);
 }
 
 /// Its judges: every one the base's tool has (its own list, else `[settings] judges`), and

@@ -1,21 +1,16 @@
-//! Checks of one tool: its templates (command, effects, cwd, env) against its arguments, and
-//! its confinement (user, limits, syscalls).
+//! Checks of one tool: its templates (command, effects, cwd, env) against its arguments; its
+//! confinement is `confinement`'s.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::{Path, PathBuf};
 
-use super::arg::arg;
-use crate::call::plan::RUN_AS_OWNER;
+use super::{arg::arg, confinement::confinement};
 use crate::{
-    call::plan::{Confinement, Endpoint},
+    call::plan::{Endpoint, RUN_AS_OWNER},
     policy::{
         Tool, ToolStdin,
         args::{ArgSpec, normalize},
         detect::DetectorSet,
         overlap::Reach,
-        parse::valid_account_name,
         raw::{ArgType, RawStdin, RawTool},
         source::{Diag, S},
         template::{self, Ctx, Elem, placeholder},
@@ -329,64 +324,6 @@ fn stdin(d: &mut Diag, tk: &str, raw: Option<&RawStdin>, args: &[ArgSpec]) -> To
         ),
     }
     ToolStdin::Passed
-}
-
-/// The static part of the tool's confinement: user, limits and syscall lists.
-fn confinement(d: &mut Diag, tk: &str, t: &RawTool) -> Confinement {
-    let mut conf = Confinement::default();
-    if let Some(r) = &t.run_as {
-        if valid_account_name(&r.v) || r.v == RUN_AS_OWNER {
-            conf.run_as = Some(r.v.clone());
-        } else {
-            d.err(
-                &r.at,
-                &format!("{tk}.run_as"),
-                format!("'{}' is not a valid user name", r.v),
-            );
-        }
-    }
-    if let Some(s) = &t.timeout {
-        if (1..=86_400).contains(&s.v) {
-            conf.timeout = Duration::from_secs(s.v as u64);
-        } else {
-            d.err(
-                &s.at,
-                &format!("{tk}.timeout"),
-                "timeout is 1 to 86400 seconds",
-            );
-        }
-    }
-    conf.memory_max = t.memory;
-    if let Some(p) = &t.pids {
-        if p.v > 0 {
-            conf.pids_max = Some(p.v as u64);
-        } else {
-            d.err(&p.at, &format!("{tk}.limits.pids"), "must be positive");
-        }
-    }
-    syscall_names(d, tk, &t.syscalls, "syscalls");
-    syscall_names(d, tk, &t.allow_syscalls, "allow_syscalls");
-    conf.syscalls = t.syscalls.iter().map(|s| s.v.clone()).collect();
-    conf.allow_syscalls = t.allow_syscalls.iter().map(|s| s.v.clone()).collect();
-    conf
-}
-
-/// Syscall names as the kernel's tables spell them; anything else cannot name a syscall.
-fn syscall_names(d: &mut Diag, tk: &str, list: &[S<String>], name: &str) {
-    for s in list {
-        if s.v.is_empty()
-            || !s
-                .v
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        {
-            d.err(
-                &s.at,
-                &format!("{tk}.{name}"),
-                format!("'{}' is not a syscall name", s.v),
-            );
-        }
-    }
 }
 
 /// Effects, cwd, env and stdin only shape a call that runs: on a tool without a command they would

@@ -3,6 +3,8 @@
 
 use std::{ffi::CStr, os::fd::RawFd};
 
+use nix::errno::Errno;
+
 use super::{ChildCtx, Failed, Stage, Steps, check, landlock, mounts::mounts};
 use crate::sandbox::limits::Rlimits;
 
@@ -50,6 +52,9 @@ impl Steps for Kernel {
         // SAFETY: integer arguments.
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
         check(rc, Stage::Setuid)
+    }
+    fn keep_capabilities(&mut self, keep: u64) -> Result<(), Failed> {
+        keep_capabilities(keep)
     }
     fn no_new_privs(&mut self) -> Result<(), Failed> {
         no_new_privs()
@@ -183,6 +188,71 @@ fn set_rlimits(rlimits: &Rlimits) -> Result<(), Failed> {
         }
     }
     Ok(())
+}
+
+/// `capset(2)`'s header and one of its two halves (capabilities 0-31, 32-63).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: 64 capabilities, in two [`CapData`].
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// A root tool's capabilities, `keep` and no others (see `caps`). The bounding set first, while
+/// `CAP_SETPCAP` is still there to drop from it: an exec as uid 0 gets all of it, and it can
+/// never grow again. Then the ambient set, which an exec would keep, and the thread's own sets
+/// (none inheritable: the bounding set alone is what an exec as root gets).
+/// A capability guardd lacks itself cannot be kept: `capset` refuses it (EPERM), and the call
+/// does not run.
+fn keep_capabilities(keep: u64) -> Result<(), Failed> {
+    for cap in 0..64 {
+        if keep & 1 << cap != 0 {
+            continue;
+        }
+        // SAFETY: prctl with integer arguments only.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        if rc < 0 {
+            // Past the kernel's last capability.
+            if Errno::last_raw() == libc::EINVAL {
+                break;
+            }
+            return check(rc as _, Stage::Capabilities);
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    check(rc as _, Stage::Capabilities)?;
+    let header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let half = |bits: u32| CapData {
+        effective: bits,
+        permitted: bits,
+        inheritable: 0,
+    };
+    let data = [half(keep as u32), half((keep >> 32) as u32)];
+    // SAFETY: capset reads the header and two data structs from this stack.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    check(rc, Stage::Capabilities)
 }
 
 /// No privilege gain through exec (setuid binaries, file capabilities); required for

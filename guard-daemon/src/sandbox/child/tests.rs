@@ -70,6 +70,9 @@ impl Steps for Recorder {
     fn setuid(&mut self, _: libc::uid_t) -> Result<(), Failed> {
         self.step(Stage::Setuid)
     }
+    fn keep_capabilities(&mut self, _: u64) -> Result<(), Failed> {
+        self.step(Stage::Capabilities)
+    }
     fn no_new_privs(&mut self) -> Result<(), Failed> {
         self.step(Stage::NoNewPrivs)
     }
@@ -98,8 +101,14 @@ impl Steps for Recorder {
 }
 
 /// Confines a child described by `ctx`'s defaults (one limit cgroup, a write watch when
-/// `watched`, a decision row still being written) with `steps`.
-fn confine_with(steps: &mut Recorder, in_cgroup: bool, watched: bool) -> Result<(), Failed> {
+/// `watched`, a decision row still being written; run as root, keeping no capability, when
+/// `root`) with `steps`.
+fn confine_with(
+    steps: &mut Recorder,
+    in_cgroup: bool,
+    watched: bool,
+    root: bool,
+) -> Result<(), Failed> {
     let gate = std::sync::atomic::AtomicU32::new(0);
     // Disabled where the kernel has no landlock; never applied here either way.
     let prepared = landlock::prepare(&LandlockRules::default(), true).expect("prepared");
@@ -116,8 +125,9 @@ fn confine_with(steps: &mut Recorder, in_cgroup: bool, watched: bool) -> Result<
         limit_procs: vec![-1],
         stdio: [0, 1, 2],
         rlimits: Rlimits::default(),
-        uid: 65534,
-        gid: 65534,
+        uid: if root { 0 } else { 65534 },
+        gid: if root { 0 } else { 65534 },
+        capabilities: root.then_some(0),
         cwd: c"/",
         program: c"/bin/true",
         program_fd: None,
@@ -155,6 +165,7 @@ fn all_steps() -> Vec<Stage> {
         Stage::Setgroups,
         Stage::Setgid,
         Stage::Setuid,
+        Stage::Capabilities,
         Stage::NoNewPrivs,
         Stage::Pdeathsig,
         Stage::Cwd,
@@ -172,13 +183,15 @@ fn all_steps() -> Vec<Stage> {
 #[test]
 fn the_steps_run_in_the_order_each_relies_on() {
     let mut steps = Recorder::default();
-    confine_with(&mut steps, false, true).expect("confined");
+    confine_with(&mut steps, false, true, true).expect("confined");
     assert_eq!(steps.done, all_steps());
     // What the order is for, said outright: identity dropped before the parent-death signal
-    // (setuid clears it), the filters after landlock, and the wait for the decision row last
-    // before the exec, with the child dying with guardd by then.
+    // (setuid clears it), a root tool's capabilities before it enters its working directory
+    // (with its own permissions), the filters after landlock, and the wait for the decision
+    // row last before the exec, with the child dying with guardd by then.
     let at = |s: Stage| steps.done.iter().position(|&d| d == s).expect("ran");
     assert!(at(Stage::Setuid) < at(Stage::Pdeathsig));
+    assert!(at(Stage::Capabilities) < at(Stage::Cwd));
     assert!(at(Stage::Setuid) < at(Stage::NoNewPrivs));
     assert!(at(Stage::Landlock) < at(Stage::Seccomp));
     assert!(at(Stage::Pdeathsig) < at(Stage::Decision));
@@ -192,7 +205,8 @@ fn a_step_that_fails_is_the_last_one_taken() {
             fail_at: Some(stage),
             ..Recorder::default()
         };
-        let failed = confine_with(&mut steps, false, true).expect_err("a failed step went on");
+        let failed =
+            confine_with(&mut steps, false, true, true).expect_err("a failed step went on");
         assert_eq!(failed.stage, stage);
         assert_eq!(failed.errno, libc::EPERM);
         let expected: Vec<Stage> = all_steps()
@@ -212,10 +226,21 @@ fn a_step_that_fails_is_the_last_one_taken() {
 #[test]
 fn a_child_cloned_into_its_cgroup_does_not_join_it_again_and_an_unwatched_one_has_no_listener() {
     let mut steps = Recorder::default();
-    confine_with(&mut steps, true, false).expect("confined");
+    confine_with(&mut steps, true, false, true).expect("confined");
     let expected: Vec<Stage> = all_steps()
         .into_iter()
         .filter(|&s| s != Stage::Cgroup && s != Stage::Listener)
+        .collect();
+    assert_eq!(steps.done, expected);
+}
+
+#[test]
+fn only_a_root_tool_sheds_capabilities_a_setuid_left_it() {
+    let mut steps = Recorder::default();
+    confine_with(&mut steps, false, true, false).expect("confined");
+    let expected: Vec<Stage> = all_steps()
+        .into_iter()
+        .filter(|&s| s != Stage::Capabilities)
         .collect();
     assert_eq!(steps.done, expected);
 }

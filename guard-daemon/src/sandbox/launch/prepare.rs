@@ -15,6 +15,7 @@ use crate::{
         stages::Stages,
     },
     sandbox::{
+        caps,
         cgroup::Cgroup,
         child::MAX_WRITABLE,
         landlock,
@@ -112,6 +113,8 @@ pub struct Bound {
     pub(super) write_opens: std::sync::Arc<Vec<BpfProgram>>,
     pub(super) seccomp: seccomp::Mode,
     pub(super) denied_count: usize,
+    /// What the tool keeps of its capabilities if it runs as root.
+    pub(super) capabilities: u64,
     pub(super) limits: CallLimits,
     pub(super) cgroup_procs: OwnedFd,
     pub(super) cgroup_dir: OwnedFd,
@@ -131,6 +134,9 @@ impl Bound {
         let table = seccomp::table(plan, opts.kernel_watches)?;
         let programs = seccomp::compiled(&table)?;
         let write_opens = seccomp::compiled(&seccomp::write_opens(plan))?;
+        let names = plan.confinement.capabilities.iter().map(String::as_str);
+        let capabilities =
+            caps::set(names).map_err(|name| SandboxError::Capability(name.to_owned()))?;
         stages.lap("seccomp");
         let limits = CallLimits::setup(opts.limits, &opts.spares, cgroup, &plan.confinement)?;
         let cgroup_procs = cgroup.procs_fd()?;
@@ -142,6 +148,7 @@ impl Bound {
             write_opens,
             seccomp: table.mode,
             denied_count: table.denied_count(),
+            capabilities,
             limits,
             cgroup_procs,
             cgroup_dir,
@@ -177,6 +184,7 @@ impl Ready {
             bound.limits.rlimits.nproc = Some(n.saturating_add(processes_of(uid)));
         }
         let writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
+        let capabilities = (uid == 0).then_some(bound.capabilities);
         let applied = Applied {
             landlock_abi: landlock.abi,
             landlock_status: landlock.status,
@@ -188,12 +196,14 @@ impl Ready {
             user: user.name,
             uid,
             gid,
+            capabilities: capabilities.map_or_else(Vec::new, caps::names),
         };
         Self {
             bound,
             program: None,
             uid,
             gid,
+            capabilities,
             landlock,
             shadow,
             protected,

@@ -29,13 +29,13 @@ pub(super) const DENY: &[(&str, i64)] = &[
     ("mount", libc::SYS_mount),
     ("umount2", libc::SYS_umount2),
     ("pivot_root", libc::SYS_pivot_root),
-    // A tool run as root has CAP_SYS_CHROOT: a root of its own would change what its absolute
-    // names mean, which the write-opens' judge resolves from guardd's (attack45).
+    // A tool run as root may keep CAP_SYS_CHROOT (`caps`): a root of its own would change what
+    // its absolute names mean, which the write-opens' judge resolves from guardd's (attack45).
     ("chroot", libc::SYS_chroot),
     // The host's mount table, mount by mount: what /proc/self/mountinfo shows, which landlock
-    // keeps from a tool. (The rest of the new mount API needs CAP_SYS_ADMIN, which a tool
-    // never has.) Numbers from 424 on are the same on every architecture; libc has no names
-    // for these.
+    // keeps from a tool. (The rest of the new mount API needs CAP_SYS_ADMIN, which only a root
+    // tool whose policy keeps it has, and landlock keeps such a tool from changing mounts.)
+    // Numbers from 424 on are the same on every architecture; libc has no names for these.
     ("statmount", 457),
     ("listmount", 458),
     ("unshare", libc::SYS_unshare),
