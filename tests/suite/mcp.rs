@@ -388,8 +388,8 @@ fn mcp_on(
     sockets: bool,
 ) -> (
     std::process::Child,
-    Box<dyn std::io::Write>,
-    Box<dyn std::io::Read>,
+    Box<dyn std::io::Write + Send>,
+    Box<dyn std::io::Read + Send>,
 ) {
     use std::{os::unix::net::UnixStream, process::Stdio};
     let mut cmd = std::process::Command::new(support::bin("guard-mcp"));
@@ -458,6 +458,76 @@ fn mcp_stdio_is_read_without_a_thread_of_its_own() {
         let threads = status.lines().find_map(|l| l.strip_prefix("Threads:"));
         assert_eq!(threads.map(str::trim), Some("1"), "sockets={sockets}");
         drop(to_server);
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+}
+
+/// The CPU time a process has used so far, in clock ticks (`utime` + `stime`).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // The fields after the command's closing parenthesis; utime and stime are the 14th and 15th
+    // of the whole line.
+    let after = stat.rsplit_once(')').expect("stat").1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// A client that stops reading costs guard-mcp no CPU: its answers wait for room in the
+/// client's pipe or socket (the socket's copy polled for it), and none is lost once it reads
+/// again.
+#[test]
+fn mcp_a_client_that_stops_reading_costs_it_no_cpu() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    // Far more answers than a pipe's or a socket's buffer holds.
+    const PINGS: usize = 20_000;
+    for sockets in [false, true] {
+        let (mut server, mut to_server, from_server) = mcp_on(sockets);
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}});
+        writeln!(to_server, "{initialize}").expect("initialize");
+        let mut reader = BufReader::new(from_server);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("its answer");
+        assert!(line.contains("\"serverInfo\""), "sockets={sockets}: {line}");
+        let writer = std::thread::spawn(move || {
+            let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+            let mut all = format!("{initialized}\n");
+            for id in 1..=PINGS {
+                all.push_str(&format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\"}}\n"
+                ));
+            }
+            // Blocks once guard-mcp, its answers unread, stops reading; done when it reads.
+            to_server.write_all(all.as_bytes()).expect("pings");
+            to_server
+        });
+        // Until its answers fill what the client's end holds, and then a second unread.
+        let mut before = cpu_ticks(server.id());
+        for _ in 0..50 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let now = cpu_ticks(server.id());
+            if now == before {
+                break;
+            }
+            before = now;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let spent = cpu_ticks(server.id()) - before;
+        // A server retrying its write would spend the whole second (100 ticks).
+        assert!(
+            spent <= 10,
+            "sockets={sockets}: {spent} ticks in a second unread"
+        );
+        let mut pongs = 0;
+        while pongs < PINGS {
+            line.clear();
+            reader.read_line(&mut line).expect("an answer");
+            assert!(line.contains("\"result\":{}"), "sockets={sockets}: {line}");
+            pongs += 1;
+        }
+        drop(writer.join().expect("writer"));
         let _ = server.kill();
         let _ = server.wait();
     }
