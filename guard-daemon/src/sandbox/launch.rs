@@ -61,6 +61,11 @@ pub enum SandboxError {
     ImplicitRoot(String),
     #[error("capabilities: {0:?} is not a capability")]
     Capability(String),
+    #[error(
+        "a tool run as root has no process limit on this host: its limits are rlimits (no \
+         memory or pids cgroup), and RLIMIT_NPROC does not bind uid 0"
+    )]
+    RootUnlimited,
     #[error("{op}: {source}")]
     Sys {
         op: &'static str,
@@ -141,9 +146,10 @@ pub struct Applied {
     pub user: String,
     pub uid: u32,
     pub gid: u32,
-    /// The capabilities a tool run as root kept (it has no others).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub capabilities: Vec<String>,
+    /// For a tool run as root, the capabilities it kept (it has no others; `[]`, none). Absent
+    /// for another user, whom its setuid left none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
 }
 
 /// A running confined call. Hand it to [`run_to_end`](super::wait::run_to_end); dropping it removes the call's v1 limit

@@ -19,7 +19,7 @@ use crate::{
         cgroup::Cgroup,
         child::MAX_WRITABLE,
         landlock,
-        limits::{CallLimits, processes_of},
+        limits::{CallLimits, LimitsMode, processes_of},
         protected,
         seccomp::{self, BpfProgram},
         writes::WriteRules,
@@ -89,6 +89,9 @@ pub fn resolve_user(plan: &LaunchPlan, opts: &LaunchOptions) -> Result<User, San
         && plan.confinement.run_as.as_deref() != Some("root")
     {
         return Err(SandboxError::ImplicitRoot(name.to_owned()));
+    }
+    if user.uid.is_root() && opts.limits == LimitsMode::Rlimit {
+        return Err(SandboxError::RootUnlimited);
     }
     Ok(user)
 }
@@ -196,7 +199,7 @@ impl Ready {
             user: user.name,
             uid,
             gid,
-            capabilities: capabilities.map_or_else(Vec::new, caps::names),
+            capabilities: capabilities.map(caps::names),
         };
         Self {
             bound,

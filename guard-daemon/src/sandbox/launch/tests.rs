@@ -33,8 +33,9 @@ fn environment_is_clean_and_extended() {
 #[test]
 fn root_only_when_named() {
     let mut p = plan();
-    let opts = LaunchOptions {
+    let mut opts = LaunchOptions {
         default_user: "root".into(),
+        limits: LimitsMode::CgroupV2,
         ..LaunchOptions::default()
     };
     assert!(matches!(
@@ -43,6 +44,12 @@ fn root_only_when_named() {
     ));
     p.confinement.run_as = Some("root".into());
     assert_eq!(resolve_user(&p, &opts).expect("root").uid.as_raw(), 0);
+    // RLIMIT_NPROC does not bind uid 0: under rlimits alone, no root call.
+    opts.limits = LimitsMode::Rlimit;
+    assert!(matches!(
+        resolve_user(&p, &opts),
+        Err(SandboxError::RootUnlimited)
+    ));
     p.confinement.run_as = Some("no-such-user-here".into());
     assert!(matches!(
         resolve_user(&p, &opts),
