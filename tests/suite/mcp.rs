@@ -410,6 +410,27 @@ fn mcp_on(
     (server, Box::new(to_server), Box::new(from_server))
 }
 
+/// [`mcp_on`], and the MCP session initialized (its answer read).
+fn mcp_initialized(
+    sockets: bool,
+) -> (
+    std::process::Child,
+    Box<dyn std::io::Write + Send>,
+    std::io::BufReader<Box<dyn std::io::Read + Send>>,
+) {
+    use std::io::{BufRead as _, Write as _};
+    let (server, mut to_server, from_server) = mcp_on(sockets);
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}});
+    writeln!(to_server, "{initialize}").expect("initialize");
+    let mut reader = std::io::BufReader::new(from_server);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("its answer");
+    assert!(line.contains("\"serverInfo\""), "sockets={sockets}: {line}");
+    (server, to_server, reader)
+}
+
 /// guard-mcp reads and writes its client's stdio from the runtime's own thread, on descriptors
 /// of its own, whether the client made pipes (the Python SDK) or socket pairs (Node's
 /// `child_process`, under the TypeScript SDK): its pipes reopened non-blocking, its sockets
@@ -417,17 +438,8 @@ fn mcp_on(
 /// sharing them sees them as they were).
 #[test]
 fn mcp_stdio_is_read_without_a_thread_of_its_own() {
-    use std::io::{BufRead as _, BufReader, Write as _};
     for sockets in [false, true] {
-        let (mut server, mut to_server, from_server) = mcp_on(sockets);
-        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"}}});
-        writeln!(to_server, "{initialize}").expect("initialize");
-        let mut line = String::new();
-        let mut reader = BufReader::new(from_server);
-        reader.read_line(&mut line).expect("its answer");
-        assert!(line.contains("\"serverInfo\""), "sockets={sockets}: {line}");
+        let (mut server, to_server, _from_server) = mcp_initialized(sockets);
         let fd_dir = format!("/proc/{}/fd", server.id());
         let flags = |fd: &str| {
             let info = std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", server.id()))
@@ -478,19 +490,12 @@ fn cpu_ticks(pid: u32) -> u64 {
 /// again.
 #[test]
 fn mcp_a_client_that_stops_reading_costs_it_no_cpu() {
-    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::io::{BufRead as _, Write as _};
     // Far more answers than a pipe's or a socket's buffer holds.
     const PINGS: usize = 20_000;
     for sockets in [false, true] {
-        let (mut server, mut to_server, from_server) = mcp_on(sockets);
-        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"}}});
-        writeln!(to_server, "{initialize}").expect("initialize");
-        let mut reader = BufReader::new(from_server);
+        let (mut server, mut to_server, mut reader) = mcp_initialized(sockets);
         let mut line = String::new();
-        reader.read_line(&mut line).expect("its answer");
-        assert!(line.contains("\"serverInfo\""), "sockets={sockets}: {line}");
         let writer = std::thread::spawn(move || {
             let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
             let mut all = format!("{initialized}\n");

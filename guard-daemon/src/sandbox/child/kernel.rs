@@ -198,7 +198,6 @@ struct CapHeader {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
 struct CapData {
     effective: u32,
     permitted: u32,
@@ -211,9 +210,8 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// A root tool's capabilities, `keep` and no others (see `caps`). The bounding set first, while
 /// `CAP_SETPCAP` is still there to drop from it: an exec as uid 0 gets all of it, and it can
 /// never grow again. Then the ambient set, which an exec would keep, and the thread's own sets
-/// (none inheritable: the bounding set alone is what an exec as root gets).
-/// A capability guardd lacks itself cannot be kept: `capset` refuses it (EPERM), and the call
-/// does not run.
+/// (none inheritable: the bounding set alone is what an exec as root gets). A capability
+/// guardd lacks itself cannot be kept: `capset` refuses it (EPERM), and the call does not run.
 fn keep_capabilities(keep: u64) -> Result<(), Failed> {
     for cap in 0..64 {
         if keep & 1 << cap != 0 {
