@@ -2,7 +2,9 @@
 //! guard-mcp, the Python client or a hook, each one process that stays up and sends `exec`
 //! frames over the socket; guard-exec's own start is a shell user's cost, not the guard's. This
 //! driver is such a client: it runs `/bin/true` through guardd (a connection, an `exec` with
-//! its stdio, the decision, the exit) and with its own fork+exec, round-robin.
+//! its stdio, the decision, the exit), with its own fork+exec, and confined by bwrap, in turn.
+//! Bare fork+exec is the goal's baseline; bwrap, a confinement the same client could choose
+//! instead, is one whose cost moves with the host's as guard's does.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -56,40 +58,52 @@ fn exec_true(socket: &Path, null: &[std::fs::File; 3]) -> Result<f64> {
 
 /// `/bin/true` run by this process itself, as the client would without guard.
 fn fork_exec_true() -> Result<f64> {
+    run(&mut Command::new("/bin/true"))
+}
+
+/// `/bin/true` run by this process in bwrap's namespaces, as the bench's launch phase runs it.
+fn bwrap_true() -> Result<f64> {
+    run(Command::new("bwrap").args(["--unshare-all", "--ro-bind", "/", "/", "/bin/true"]))
+}
+
+/// `cmd` run to its exit with /dev/null as its stdio; its wall time in ms.
+fn run(cmd: &mut Command) -> Result<f64> {
     let t = Instant::now();
-    let status = Command::new("/bin/true")
+    let status = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()?;
     if !status.success() {
-        bail!("/bin/true: {status}");
+        bail!("{:?}: {status}", cmd.get_program());
     }
     Ok(t.elapsed().as_secs_f64() * 1e3)
 }
 
-/// The rows `launch from a client p50` and `p99`.
+/// The rows `launch from a client p50` and `p99`, and the same against bwrap (info).
 pub fn launch_from_a_client(bin_dir: &Path, scale: &Scale, report: &mut Report) -> Result<()> {
     let mut guardd = Guardd::start(bin_dir, POLICY, &[])?;
     let open = || std::fs::File::open("/dev/null");
     let null = [open()?, open()?, open()?];
-    // Warm both paths once.
+    // Warm every path once.
     exec_true(&guardd.socket, &null)?;
     fork_exec_true()?;
-    let (mut guarded, mut bare) = (Vec::new(), Vec::new());
+    bwrap_true()?;
+    let (mut guarded, mut bare, mut bwrap) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..scale.launch_runs {
-        // Alternating which goes first, so neither always follows the other.
-        if round % 2 == 0 {
-            guarded.push(exec_true(&guardd.socket, &null)?);
-            bare.push(fork_exec_true()?);
-        } else {
-            bare.push(fork_exec_true()?);
-            guarded.push(exec_true(&guardd.socket, &null)?);
+        // Rotating which goes first, so none always follows another.
+        for turn in 0..3 {
+            match (round + turn) % 3 {
+                0 => guarded.push(exec_true(&guardd.socket, &null)?),
+                1 => bare.push(fork_exec_true()?),
+                _ => bwrap.push(bwrap_true()?),
+            }
         }
     }
     guardd.stop()?;
     let (g50, g99) = p50_p99(&mut guarded);
     let (b50, b99) = p50_p99(&mut bare);
+    let (w50, w99) = p50_p99(&mut bwrap);
     let note = format!(
         "{} calls each, alternating: a connection and an `exec` frame with /dev/null as stdio, \
          to the exit reply (both audit rows durable), against the same process's own \
@@ -107,6 +121,12 @@ pub fn launch_from_a_client(bin_dir: &Path, scale: &Scale, report: &mut Report) 
             .baseline("the client's fork+exec", b99)
             .goal(Goal::RatioAtMost(2.5)),
     );
+    for (name, guard, bwrap) in [("p50", g50, w50), ("p99", g99, w99)] {
+        report.rows.push(
+            Row::new(format!("launch from a client {name} vs bwrap"), "ms", guard)
+                .baseline("the client's bwrap --unshare-all", bwrap),
+        );
+    }
     Ok(())
 }
 
