@@ -1296,11 +1296,7 @@ fn limits_and_nice(pid: u32) -> (String, String) {
         .find(|l| l.starts_with("Max open files"))
         .expect("open files")
         .to_owned();
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    // The fields after the command's closing parenthesis; nice is the 19th of the whole line.
-    let after = stat.rsplit_once(')').expect("stat").1;
-    let nice = after.split_whitespace().nth(16).expect("nice").to_owned();
-    (files, nice)
+    (files, support::stat_field(pid, 19))
 }
 
 /// Whether System V shared memory segment `key` exists in the host's IPC namespace; removes it

@@ -477,12 +477,8 @@ fn mcp_stdio_is_read_without_a_thread_of_its_own() {
 
 /// The CPU time a process has used so far, in clock ticks (`utime` + `stime`).
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    // The fields after the command's closing parenthesis; utime and stime are the 14th and 15th
-    // of the whole line.
-    let after = stat.rsplit_once(')').expect("stat").1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+    let ticks = |n| support::stat_field(pid, n).parse::<u64>().expect("ticks");
+    ticks(14) + ticks(15)
 }
 
 /// A client that stops reading costs guard-mcp no CPU: its answers wait for room in the

@@ -287,6 +287,18 @@ pub fn output(mut cmd: std::process::Command) -> std::process::Output {
     child.wait_with_output().expect("wait")
 }
 
+/// Field `n` of `/proc/PID/stat`, numbered as proc(5) numbers them (3 is the state): counted
+/// after the ")" that ends the command name, which may hold spaces.
+pub fn stat_field(pid: u32, n: usize) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after = stat.rsplit_once(')').expect("stat").1;
+    after
+        .split_whitespace()
+        .nth(n - 3)
+        .expect("field")
+        .to_owned()
+}
+
 /// True when `pid` is gone or a zombie (dead, waiting to be reaped) within `within`.
 pub fn dead(pid: u32, within: std::time::Duration) -> bool {
     let stat = std::path::Path::new("/proc")
