@@ -639,3 +639,98 @@ fn a_reload_while_a_call_is_judged_is_not_bypassed_by_the_plan_decided_before_it
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "ran\n");
 }
+
+/// A command hidden behind text a detector redacts (issue 49): `# -----BEGIN PRIVATE KEY-----`
+/// once made the redaction run to the end of the argument, so the judge and the admin read
+/// `echo build ok # [REDACTED:private_key]` while `touch` ran on the next line. Judges and
+/// approvers see a call as it will run; the log hides only the key line it recognised.
+#[test]
+fn a_redaction_hides_no_command_from_a_judge_or_an_approver() {
+    if !support::privileged("a_redaction_hides_no_command_from_a_judge_or_an_approver") {
+        return;
+    }
+    let dir = ToolDir::new("guard-atk");
+    let ws = dir.subdir("ws", 0o777);
+    let j = testjudge(&dir);
+    let policy = format!(
+        r#"
+[settings]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+
+[judges.no_touch]
+command = ["{j}", "shun", "touch"]
+
+[tools.judged]
+tier = "low"
+command = ["/bin/sh", "-c", "{{cmd}}"]
+judges = ["no_touch"]
+[tools.judged.args.cmd]
+type = "string"
+[tools.judged.effects]
+write = ["{ws}"]
+exec = ["/usr/bin"]
+
+[tools.held]
+tier = "high"
+irreversible = true
+command = ["/bin/sh", "-c", "{{cmd}}"]
+[tools.held.args.cmd]
+type = "string"
+[tools.held.effects]
+write = ["{ws}"]
+exec = ["/usr/bin"]
+"#,
+        j = j.display(),
+        ws = ws.display(),
+    );
+    let guardd = start(&policy, &[]);
+    let mark = ws.join("MARK");
+    let hidden = format!(
+        "cmd=echo build ok # -----BEGIN PRIVATE KEY-----\n/usr/bin/touch {}",
+        mark.display()
+    );
+
+    // The control: what the judge does not shun runs.
+    let out = output(guardd.exec("judged", &["cmd=echo build ok"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "build ok\n");
+    // The judge sees the hidden line, and refuses it.
+    let out = output(guardd.exec("judged", &[&hidden]));
+    assert_eq!(out.status.code(), Some(126), "the judge passed it: {out:?}");
+    assert!(!mark.exists(), "the hidden command ran");
+
+    // The admin sees it too, before approving.
+    let caller = spawn(&guardd, "held", &[&hidden]);
+    let calls = held(&guardd, 1);
+    let shown = calls[0]["args"]["cmd"].as_str().unwrap_or_default();
+    assert!(
+        shown.contains("/usr/bin/touch") && shown.contains("BEGIN PRIVATE KEY"),
+        "the admin was shown {shown:?}"
+    );
+    let out = ctl(
+        &guardd,
+        &["deny", calls[0]["call_id"].as_str().unwrap_or_default()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = caller.wait_with_output().expect("guard-exec");
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!mark.exists(), "the denied command ran");
+
+    // The log redacts the key line it recognised, and nothing after it.
+    let logged: Vec<String> = rows(&guardd, "decision")
+        .iter()
+        .filter_map(|r| r["args"]["cmd"].as_str().map(str::to_owned))
+        .filter(|c| c.contains("REDACTED"))
+        .collect();
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    for cmd in logged {
+        assert!(
+            cmd.ends_with(&format!(
+                "[REDACTED:private_key]\n/usr/bin/touch {}",
+                mark.display()
+            )),
+            "{cmd:?}"
+        );
+    }
+}

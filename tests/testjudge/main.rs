@@ -6,6 +6,7 @@
 //!   of the judged call and whether the kernel says it may write it (`probe`).
 //! - `veto NAME=VALUE`: a judge rejecting (score 0) a call whose argument NAME is VALUE, and
 //!   accepting (score 1) any other.
+//! - `shun WORD`: a judge rejecting a call in whose arguments or command it sees WORD.
 //! - `sleep SECS`: a judge that never answers in time.
 //! - `garbage`: a judge that prints no GradientResult.
 //! - `flood`: a judge whose answer (score 0) comes after a whole MiB of approving lines.
@@ -57,6 +58,15 @@ fn veto(received: &Value, rule: &str) -> Value {
     json!({"score": score, "confidence": 1.0, "reasoning": format!("{name}: {vetoed}")})
 }
 
+/// `shun WORD`: score 0 when WORD is anywhere in the proposed call (its arguments or command),
+/// as a judge that refuses a command would; else 1.
+fn shun(received: &Value, word: &str) -> Value {
+    let shown = received["proposed_tool_call"].to_string();
+    let found = shown.contains(word);
+    let score = if found { 0.0 } else { 1.0 };
+    json!({"score": score, "confidence": 1.0, "reasoning": format!("{word} shown: {found}")})
+}
+
 /// `flood`: a MiB of approving lines, then the answer (score 0); `None` if stdout closed.
 fn flood() -> Option<Value> {
     // 32-byte lines, so that the first MiB ends with a whole approving line.
@@ -89,6 +99,7 @@ fn main() -> ExitCode {
             })
         }
         "veto" => veto(&received, arg(1)),
+        "shun" => shun(&received, arg(1)),
         "sleep" => {
             std::thread::sleep(Duration::from_secs(arg(1).parse().unwrap_or(60)));
             json!({"score": 1.0, "confidence": 1.0})

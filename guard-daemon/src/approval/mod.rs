@@ -45,7 +45,8 @@ pub struct Held {
     pub reason: String,
     /// The caller's uid.
     pub uid: u32,
-    /// The arguments, redacted as in the audit log.
+    /// The arguments as they will run, each secret's value as `[secret:NAME]`: an approver
+    /// sees what runs (the store is root's, and `pending` an admin's).
     pub args: Value,
     /// RFC 3339, UTC.
     pub since: String,

@@ -180,7 +180,7 @@ impl Policy {
     }
 
     /// `args` with every secret's value masked (`[secret:NAME]`), for the audit log.
-    fn without_secrets(&self, args: Json) -> Json {
+    pub(super) fn without_secrets(&self, args: Json) -> Json {
         let Some(masks) = &self.masks else {
             return args;
         };

@@ -36,8 +36,11 @@ pub enum Detector {
     /// GitHub tokens: `ghp_`/`gho_`/`ghu_`/`ghs_`/`ghr_` + 36 alphanumerics, and fine-grained
     /// `github_pat_` + 22 + `_` + 59. Misses legacy 40-hex OAuth tokens (use `secret`).
     GithubToken,
-    /// PEM private key blocks (`-----BEGIN ... PRIVATE KEY-----`, through the END line when
-    /// present, else to the end of the string). Misses keys in DER/base64 without the header.
+    /// PEM private key blocks: the BEGIN line, base64 lines (after RFC 1421 headers, for
+    /// legacy encrypted keys), and the END line of the same label. A BEGIN line without
+    /// them is a find of that line alone: what follows it is not recognised as a key, so it
+    /// is neither redacted nor hidden from anyone. Misses keys without the header, and keys
+    /// whose lines were joined with spaces.
     PrivateKey,
     /// JSON Web Tokens: three base64url parts whose first decodes to a JSON object with `alg`.
     /// Misses JWE (five parts) and tokens whose header was re-encoded with padding.
@@ -121,10 +124,17 @@ static IPV6: LazyLock<Regex> =
 static AWS: LazyLock<Regex> = LazyLock::new(|| re(r"(?:AKIA|ASIA)[A-Z2-7]{16}"));
 static GITHUB: LazyLock<Regex> =
     LazyLock::new(|| re(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"));
+// A whole block first; else the BEGIN line alone. Nothing between BEGIN and END but header
+// lines and base64 lines: a redaction must never swallow text that is not the key (an
+// approver once saw `echo ok # [REDACTED:private_key]` over a hidden `touch` on the next line).
 static PEM: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?s)-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\z)",
-    )
+    re(concat!(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----\r?\n",
+        r"(?:(?:[A-Za-z][A-Za-z-]*: [ -~]*\r?\n)+\r?\n)?",
+        r"(?:[A-Za-z0-9+/=]{1,100}\r?\n)+",
+        r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+        r"|-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+    ))
 });
 static JWT: LazyLock<Regex> =
     LazyLock::new(|| re(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"));
@@ -210,7 +220,11 @@ impl Detector {
             _ => return,
         };
         for m in shape.find_iter(text) {
-            let r = m.range();
+            let mut r = m.range();
+            if self == Detector::PrivateKey && !pem_labels_agree(m.as_str()) {
+                // A block ending with another key's label: its BEGIN line alone is known.
+                r.end = r.start + pem_begin_line(m.as_str()).len();
+            }
             if !self.bounded(b, &r) || !self.check(m.as_str()) {
                 continue;
             }
@@ -267,6 +281,27 @@ impl Detector {
             Detector::Secret => looks_secret(s),
         }
     }
+}
+
+/// A whole PEM block ends with the label it began with (`RSA PRIVATE KEY` ... `RSA PRIVATE
+/// KEY`); a BEGIN line alone agrees with itself.
+fn pem_labels_agree(s: &str) -> bool {
+    fn label(rest: &str) -> Option<&str> {
+        rest.split_once("-----").map(|(l, _)| l)
+    }
+    let begin = s.strip_prefix("-----BEGIN ").and_then(label);
+    match s.rfind("-----END ") {
+        Some(i) => begin.is_some() && begin == label(&s[i + "-----END ".len()..]),
+        None => true,
+    }
+}
+
+/// `-----BEGIN ... PRIVATE KEY-----`, the first line of a find of [`PEM`].
+fn pem_begin_line(s: &str) -> &str {
+    let label_end = s["-----BEGIN ".len().min(s.len())..]
+        .find("-----")
+        .map_or(s.len(), |i| "-----BEGIN ".len() + i + "-----".len());
+    &s[..label_end.min(s.len())]
 }
 
 fn memchr(c: u8, b: &[u8]) -> bool {

@@ -378,14 +378,12 @@ impl Policy {
             .collect()
     }
 
-    /// `value` with what `tool`'s audit rows redact replaced (for the resolved command a judge
-    /// is shown).
-    pub fn redact_for(&self, tool: &str, value: &Json) -> Json {
-        let set = self
-            .by_name
-            .get(tool)
-            .map_or(DetectorSet::SECRET_CLASS, |&i| self.tools[i].redact);
-        redact::redact_value(value, set)
+    /// `value` as it will run, each secret's value shown as `[secret:NAME]`: what judges and
+    /// approvers see of a call's arguments and command. No detector redacts it: redaction
+    /// keeps values out of the log and the agent's replies, never the shape of what runs from
+    /// the one who approves it (a redaction once hid a command from an approver, issue 49).
+    pub fn shown(&self, value: Json) -> Json {
+        self.without_secrets(value)
     }
 
     /// The policy's `[secrets]`, their values read.

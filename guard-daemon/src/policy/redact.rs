@@ -50,16 +50,6 @@ pub(super) fn redact(args: &serde_json::Map<String, Json>, set: DetectorSet) -> 
     )
 }
 
-/// A copy of any JSON value with the finds of `set` replaced (a resolved command, say).
-pub(super) fn redact_value(v: &Json, set: DetectorSet) -> Json {
-    let mut wrapped = serde_json::Map::new();
-    wrapped.insert(String::new(), v.clone());
-    match redact(&wrapped, set) {
-        Json::Object(mut m) => m.remove("").unwrap_or(Json::Null),
-        other => other,
-    }
-}
-
 fn redact_str(s: &str, set: DetectorSet, hits: &mut Vec<Hit>) -> String {
     hits.clear();
     for d in set.iter() {

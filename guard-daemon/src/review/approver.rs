@@ -293,7 +293,11 @@ async fn modify(
     };
     // The changed call is a call the tool's judges have not seen: they judge it as they
     // judged the one sent, or an approver's arguments would pass every judge unseen.
-    let subject = modified_subject(policy, &e.subject, verdict.redacted_args, &plan);
+    let subject = Subject {
+        call: ProposedCall::shown(policy, &intent.tool, &intent.args, &plan),
+        plan: plan.clone(),
+        ..e.subject.clone()
+    };
     for j in policy.judges_of(&intent.tool) {
         let v = judge::judge(daemon, j, &subject).await;
         if v.allowed {
@@ -312,24 +316,4 @@ async fn modify(
         );
     }
     Approved::Run(Box::new(plan))
-}
-
-/// The call as an approver changed it, as its judges see it: its arguments (redacted) and the
-/// plan the policy decided for them.
-fn modified_subject(
-    policy: &Policy,
-    sent: &Subject,
-    redacted: Value,
-    plan: &LaunchPlan,
-) -> Subject {
-    let command: Value = plan
-        .argv
-        .iter()
-        .map(|a| Value::String(a.to_string_lossy().into_owned()))
-        .collect();
-    let mut subject = sent.clone();
-    subject.call.arguments = redacted;
-    subject.call.command = policy.redact_for(&sent.call.tool, &command);
-    subject.plan = plan.clone();
-    subject
 }

@@ -33,9 +33,9 @@ pub struct ToHold {
     pub message: String,
     pub session: Option<String>,
     pub no_wait: bool,
-    /// The arguments as sent, and as the audit log keeps them.
+    /// The arguments as sent, and as admins are shown them (`Policy::shown`).
     pub args: Map<String, Value>,
-    pub redacted: Value,
+    pub shown: Value,
     pub plan: LaunchPlan,
     /// The version of the policy that decided the call, which its approval is checked against
     /// (not the one in force when it is held: a reload may come while its judges run).
@@ -162,7 +162,7 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
         decision: h.decision,
         reason: h.reason.clone(),
         uid,
-        args: h.redacted.clone(),
+        args: h.shown.clone(),
         since: crate::audit::ts::now(),
         digest: form.digest(),
         program: form.program.path.to_string_lossy().into_owned(),

@@ -15,7 +15,7 @@ use crate::{
     bus::What,
     call::plan::LaunchPlan,
     daemon::Daemon,
-    policy::helpers::Judge,
+    policy::{Policy, helpers::Judge},
     review::confined,
 };
 
@@ -35,14 +35,35 @@ pub struct GradientResult {
     pub metadata: Map<String, Value>,
 }
 
-/// The call a judge is shown.
+/// The call a judge (and an approver program) is shown: as it will run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProposedCall {
     pub tool: String,
-    /// Redacted as the audit log keeps them.
+    /// As sent, each secret's value as `[secret:NAME]` (`Policy::shown`).
     pub arguments: Value,
-    /// The resolved command, redacted the same way.
+    /// The resolved command, shown the same way.
     pub command: Value,
+}
+
+impl ProposedCall {
+    /// `tool` called with `args`, to run `plan`, as `policy` shows a call to its judges.
+    pub fn shown(
+        policy: &Policy,
+        tool: &str,
+        args: &Map<String, Value>,
+        plan: &LaunchPlan,
+    ) -> Self {
+        let command: Value = plan
+            .argv
+            .iter()
+            .map(|a| Value::String(a.to_string_lossy().into_owned()))
+            .collect();
+        Self {
+            tool: tool.to_owned(),
+            arguments: policy.shown(Value::Object(args.clone())),
+            command: policy.shown(command),
+        }
+    }
 }
 
 /// A path of the judged call, which the judge may read (never write).

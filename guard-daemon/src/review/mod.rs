@@ -160,7 +160,7 @@ impl Review<'_> {
             let reply = refusal(call_id, decision, message, terminated);
             return conn.reply(&reply).await.map(|()| Next::Done);
         };
-        let subject = self.subject(&policy, &verdict, &plan);
+        let subject = self.subject(&policy, &plan);
         if let Some(why) = self.judged(&policy, &subject, stages).await {
             self.blocked(Decision::Block);
             let reply = refusal(call_id, Decision::Block, why, false);
@@ -198,7 +198,7 @@ impl Review<'_> {
             session: self.ctx.session.clone(),
             no_wait: self.ctx.no_wait,
             args: self.intent.args.clone(),
-            redacted: verdict.redacted_args,
+            shown: policy.shown(serde_json::Value::Object(self.intent.args.clone())),
             plan,
             policy: policy.version().to_owned(),
             cwd: self.intent.cwd.clone(),
@@ -367,20 +367,11 @@ impl Review<'_> {
     }
 
     /// The call as its judges and approvers see it.
-    fn subject(&self, policy: &Policy, verdict: &Verdict, plan: &LaunchPlan) -> Subject {
-        let command: serde_json::Value = plan
-            .argv
-            .iter()
-            .map(|a| serde_json::Value::String(a.to_string_lossy().into_owned()))
-            .collect();
+    fn subject(&self, policy: &Policy, plan: &LaunchPlan) -> Subject {
         Subject {
             call_id: self.call_id.to_owned(),
             task: self.ctx.task.clone(),
-            call: ProposedCall {
-                tool: self.intent.tool.clone(),
-                arguments: verdict.redacted_args.clone(),
-                command: policy.redact_for(&self.intent.tool, &command),
-            },
+            call: ProposedCall::shown(policy, &self.intent.tool, &self.intent.args, plan),
             plan: plan.clone(),
             available_tools: policy.tools().map(str::to_owned).collect(),
             policy_violations: (self.daemon.violations)

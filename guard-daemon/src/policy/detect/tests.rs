@@ -68,11 +68,27 @@ fn github_tokens() {
 fn private_keys() {
     let k = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----";
     assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k]);
-    assert_eq!(
-        finds(Detector::PrivateKey, "-----BEGIN PRIVATE KEY-----\nabc").len(),
-        1
-    );
+    let encrypted = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\
+                     DEK-Info: AES-128-CBC,0A1B\n\nMIIEow+/=\nAB\n-----END RSA PRIVATE KEY-----";
+    assert_eq!(finds(Detector::PrivateKey, encrypted), [encrypted]);
     assert!(finds(Detector::PrivateKey, "-----BEGIN PUBLIC KEY-----\nabc").is_empty());
+}
+
+/// What follows a BEGIN line is part of the find only when it is a key: a find must never
+/// cover text an approver or the log needs to read (the hidden-command attack, issue 49).
+#[test]
+fn a_private_key_find_covers_the_key_and_nothing_else() {
+    let begin = "-----BEGIN PRIVATE KEY-----";
+    let hidden = format!("echo build ok # {begin}\ntouch MARK");
+    assert_eq!(finds(Detector::PrivateKey, &hidden), [begin]);
+    let truncated = format!("{begin}\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC");
+    assert_eq!(finds(Detector::PrivateKey, &truncated), [begin]);
+    // Text between BEGIN and END that is no base64 line: the BEGIN line alone.
+    let smuggled = format!("{begin}\nrm -rf ~\n-----END PRIVATE KEY-----");
+    assert_eq!(finds(Detector::PrivateKey, &smuggled), [begin]);
+    // An END of another label: the BEGIN line alone.
+    let mixed = format!("{begin}\nMIIE\n-----END RSA PRIVATE KEY-----\nrm x");
+    assert_eq!(finds(Detector::PrivateKey, &mixed), [begin]);
 }
 
 #[test]
