@@ -104,7 +104,7 @@ fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
     }
     let tools = ToolDir::new("secrets");
     let dir = TempDir::new("secrets-key");
-    let token = format!("tok-{}-Zq9", support::unique("s3cr3t"));
+    let token = random_token();
     let file = dir.join("api.token");
     std::fs::write(&file, format!("{token}\n")).expect("token file");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
@@ -175,9 +175,12 @@ fn a_secret_reaches_the_approved_call_only_and_never_its_caller_or_the_log() {
         "the token left for another port"
     );
 
-    // An argument holding the token: quarantined, never run, the row holds the mask only.
-    let carried = super::escape::call(&guardd, &["print-env", &format!("x{token}y")]);
-    assert_eq!(carried.status.code(), Some(126), "{carried:?}");
+    // An argument holding the token: quarantined (held, as any quarantine: see
+    // `a_secret_cannot_be_probed_through_check_or_exec`), never run, the row holds the mask only.
+    let mut carried = guardd.exec("tt", &["a0=print-env", &format!("a1=x{token}y")]);
+    carried.arg("--no-wait");
+    let carried = output(carried);
+    assert_eq!(carried.status.code(), Some(75), "{carried:?}");
     let rows = guardd.audit_rows();
     let quarantined = rows
         .iter()
@@ -377,4 +380,125 @@ fn check_config(text: &str) -> (bool, String) {
     let said =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     (out.status.success(), said)
+}
+
+/// A token no path of the test's shares a run of 8 characters with (a pid would).
+fn random_token() -> String {
+    let mut bytes = [0u8; 12];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("urandom");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("tok-{hex}-Zq9")
+}
+
+/// One `check` request as `uid`, from a real client process; its reply.
+fn check_as(guardd: &Guardd, uid: u32, args: &serde_json::Value) -> serde_json::Value {
+    let frame = serde_json::json!({"v": 1, "type": "check", "tool": "tt", "args": args});
+    let script = "import socket,sys\n\
+                  s=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n\
+                  s.sendall(sys.argv[2].encode()+b'\\n')\n\
+                  print(s.makefile().readline(),end='')";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script])
+        .arg(&guardd.socket)
+        .arg(frame.to_string());
+    std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+    // The socket's group, for the caller (`nobody`'s is `nogroup`).
+    std::os::unix::process::CommandExt::gid(&mut cmd, uid);
+    let out = output(cmd);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+/// A caller who guesses pieces of a secret's value learns nothing from which piece matched
+/// (issue 49: a client read a 32-character secret back in 35-49 checks, the reply naming the
+/// argument that matched): a match is a quarantine like every other, naming nothing; every
+/// check is an audit row; a call holding the value is held masked and cannot be approved; and
+/// a caller that matches three times has all its calls refused for ten minutes.
+#[test]
+fn a_secret_cannot_be_probed_through_check_or_exec() {
+    if !support::privileged("a_secret_cannot_be_probed_through_check_or_exec") {
+        return;
+    }
+    let tools = ToolDir::new("secrets");
+    let dir = TempDir::new("secrets-key");
+    let token = random_token();
+    let file = dir.join("api.token");
+    std::fs::write(&file, format!("{token}\n")).expect("token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let guardd = super::approval::start(&policy(&tools.tool, &file, 9), &[]);
+    let caller = super::approval::CALLER;
+
+    // Eleven guesses and one true piece of the value, hex-encoded, as the attack sent them.
+    let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
+    let mut guesses = serde_json::Map::new();
+    for i in 0..11 {
+        guesses.insert(format!("a{i}"), format!("{:08x}", 0x1234_5678 + i).into());
+    }
+    guesses.insert("a11".into(), hex[8..16].into());
+    let matched = check_as(&guardd, caller, &guesses.clone().into());
+    let decision = &matched["decision"];
+    assert_eq!(decision["decision"], "quarantine", "{matched}");
+    assert_eq!(decision["check_name"], "quarantine", "{matched}");
+    assert_eq!(decision["reason"], "held for review", "{matched}");
+    assert!(decision["metadata"].get("arg").is_none(), "{matched}");
+    assert!(decision["metadata"].get("stage").is_none(), "{matched}");
+    assert!(matched["plan"].is_null(), "{matched}");
+    guesses.insert("a11".into(), "00000000".into());
+    let missed = check_as(&guardd, caller, &guesses.into());
+    assert_eq!(missed["decision"]["decision"], "allow", "{missed}");
+
+    // Both checks are rows; the admin's says which argument, masked.
+    let checked: Vec<serde_json::Value> = guardd
+        .audit_rows()
+        .into_iter()
+        .filter(|r| r["kind"] == "checked")
+        .collect();
+    assert_eq!(checked.len(), 2, "{checked:#?}");
+    assert_eq!(checked[0]["decision"]["check_name"], "secret");
+    assert_eq!(checked[0]["decision"]["metadata"]["arg"], "a11");
+    assert_eq!(checked[0]["peer"]["uid"], caller);
+
+    // An exec holding the value: held, masked everywhere, and no approval runs it.
+    let mut held = guardd.exec("tt", &["a0=print-env", &format!("a1={token}")]);
+    held.arg("--no-wait");
+    std::os::unix::process::CommandExt::uid(&mut held, caller);
+    std::os::unix::process::CommandExt::gid(&mut held, caller);
+    let held = output(held);
+    assert_eq!(held.status.code(), Some(75), "{held:?}");
+    let id = String::from_utf8_lossy(&held.stdout).trim().to_owned();
+    let pending = super::approval::held(&guardd, 1);
+    assert_eq!(pending[0]["holds_secret"], true, "{pending:?}");
+    assert_eq!(pending[0]["args"]["a1"], "[secret:api]", "{pending:?}");
+    let approve = output(guardd.ctl(&["approve", &id]));
+    assert!(!approve.status.success(), "{approve:?}");
+    assert!(
+        String::from_utf8_lossy(&approve.stderr).contains("nothing runs with one"),
+        "{approve:?}"
+    );
+    assert_eq!(super::approval::held(&guardd, 1).len(), 1);
+    let stored = Command::new("grep")
+        .args(["-r", "-l", "-F", &token[4..token.len() - 4]])
+        .arg(&guardd.dir.0)
+        .output()
+        .expect("grep");
+    assert!(stored.stdout.is_empty(), "the value is kept: {stored:?}");
+
+    // The third match (a check, an exec, and this one) is held as the others were; from then
+    // on every call of that caller is refused, a check of nothing at all included; another
+    // caller's are not.
+    let third = check_as(&guardd, caller, &serde_json::json!({"a0": &token[..12]}));
+    assert_eq!(third["decision"]["decision"], "quarantine", "{third}");
+    let plain = serde_json::json!({"a0": "print-env"});
+    let barred = check_as(&guardd, caller, &plain);
+    assert_eq!(barred["decision"]["decision"], "block", "{barred}");
+    assert_eq!(barred["decision"]["check_name"], "probes", "{barred}");
+    let mut run = guardd.exec("tt", &["a0=exit", "a1=0"]);
+    std::os::unix::process::CommandExt::uid(&mut run, caller);
+    std::os::unix::process::CommandExt::gid(&mut run, caller);
+    assert_eq!(output(run).status.code(), Some(126));
+    assert_eq!(
+        check_as(&guardd, 0, &plain)["decision"]["decision"],
+        "allow"
+    );
 }

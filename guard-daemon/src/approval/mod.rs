@@ -65,6 +65,9 @@ pub struct Held {
     /// The caller left on purpose (`no_wait`): leaving does not withdraw the call.
     #[serde(default)]
     pub no_wait: bool,
+    /// An argument held a secret's value: the call is kept masked and can only be denied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holds_secret: bool,
 }
 
 /// A held call as stored: what admins see, and the call whole.

@@ -28,6 +28,7 @@ fn record(id: &str) -> Record {
             session: None,
             approved_by: None,
             no_wait: false,
+            holds_secret: false,
         },
         form,
         expires: 0,

@@ -37,6 +37,17 @@ pub enum Row {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<String>,
     },
+    /// The policy's decision on a call a caller asked about (`check`) without running it: what
+    /// a hook then lets its agent do itself, or a probe.
+    Checked {
+        peer: Peer,
+        tool: String,
+        /// Redacted as the policy's detectors say.
+        args: Value,
+        decision: Box<DecisionRow>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<String>,
+    },
     /// An answer to a held or escalated call: an admin's (`by`), an approver's (`approver`),
     /// or nobody's (`by` and `approver` none: nobody answered in time, or the caller left).
     Approval {
@@ -228,7 +239,11 @@ impl Row {
             | Row::Held { call_id, .. } => Some(call_id),
             Row::Finished(f) => Some(&f.call_id),
             Row::Judged(j) => Some(&j.call_id),
-            Row::Session { .. } | Row::Reload { .. } | Row::Pruned { .. } | Row::Other => None,
+            Row::Checked { .. }
+            | Row::Session { .. }
+            | Row::Reload { .. }
+            | Row::Pruned { .. }
+            | Row::Other => None,
         }
     }
 

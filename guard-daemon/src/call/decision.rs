@@ -91,6 +91,8 @@ impl fmt::Display for RiskTier {
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     Registry,
+    /// An argument holds a secret's value (`[secrets]`).
+    Secret,
     Ceiling,
     Arguments,
     Rules,

@@ -1,7 +1,8 @@
 //! Who calls, over time: what a peer may do over the socket ([`access`]), which of the policy's
-//! agents it is and what that agent has done ([`agents`]), and the tools it was refused lately
-//! ([`violations`], for the judges).
+//! agents it is and what that agent has done ([`agents`]), the tools it was refused lately
+//! ([`violations`], for the judges), and whether it is barred for probing secrets ([`probes`]).
 
 pub mod access;
 pub mod agents;
+pub mod probes;
 pub mod violations;

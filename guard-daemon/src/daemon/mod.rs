@@ -62,6 +62,8 @@ pub struct Daemon {
     pub sessions: Sessions,
     /// The tools each caller had blocked recently (the judges' `policy_violations`).
     pub violations: Violations,
+    /// Callers whose arguments held secrets' values, barred at a limit.
+    pub probes: crate::callers::probes::Probes,
     /// The guard's cgroup; each call gets a child.
     pub root: Cgroup,
     /// The same, relative to the v2 mount (as /proc/PID/cgroup shows it), e.g. `/guard`.

@@ -213,6 +213,7 @@ impl Daemon {
             approvals,
             sessions,
             violations: Violations::default(),
+            probes: Default::default(),
             root,
             cgroup_path,
             cgroup_name,

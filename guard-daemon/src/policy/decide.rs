@@ -76,11 +76,9 @@ impl Policy {
             redacted_args: redacted_args.clone(),
         };
 
-        // 2. no secret's value in an argument: the agent holds what it must never see, and
-        // nothing runs with it, nor keeps it for an approver to read.
-        if let Some(row) = self.carries_secret(intent, meta(Stage::Arguments)) {
-            return verdict(row);
-        }
+        // 2. no secret's value in an argument: the agent holds what it must never see. Found
+        // first, so that no later stage's reason can carry the value.
+        let secret = self.carries_secret(intent, meta(Stage::Secret));
 
         // 2. ceiling
         if let Some(reason) = self.above_ceiling(tool) {
@@ -90,13 +88,13 @@ impl Policy {
                 reason,
                 meta(Stage::Ceiling),
             );
-            return verdict(block);
+            return verdict(secret.unwrap_or(block));
         }
 
         // 3. where it works, and its arguments
         let (place, vals) = match Self::arguments(tool, intent, self, &meta) {
             Ok(checked) => checked,
-            Err(row) => return verdict(*row),
+            Err(row) => return verdict(secret.unwrap_or(*row)),
         };
         let ctx = place.as_ref().map(Place::context).unwrap_or_default();
 
@@ -116,12 +114,19 @@ impl Policy {
             redacted_args: redacted_args.clone(),
         };
 
-        // 4. rules
+        // 4. no secret's value in an argument (found at 2): held as any quarantine is, so that
+        // what matched tells the caller no more than that something did. Its approval is
+        // refused (`review::answer::barred`): nothing runs with it.
+        if let Some(row) = secret {
+            return held(row);
+        }
+
+        // 5. rules
         if let Some(v) = self.tool_rules(tool, &vals, || meta(Stage::Rules)) {
             return held(v);
         }
 
-        // 5. escalation
+        // 6. escalation
         if tool.irreversible && tool.tier >= self.settings.escalation_threshold {
             return held(row(
                 "tool_call_inspector",
@@ -134,7 +139,7 @@ impl Policy {
             ));
         }
 
-        // 6. allow
+        // 7. allow
         let plan = tool
             .command
             .as_ref()
@@ -187,10 +192,11 @@ impl Policy {
         masks.mask_json(args)
     }
 
-    /// The quarantine of a call one of whose arguments holds a secret's value.
-    fn carries_secret(&self, intent: &Intent, mut meta: RowMetadata) -> Option<DecisionRow> {
+    /// The first argument of `args` holding a secret's value (whole, or a run of it, in any
+    /// form the masks know), and that secret's name.
+    pub fn secret_in(&self, args: &serde_json::Map<String, Json>) -> Option<(String, String)> {
         let masks = self.masks.as_ref()?;
-        let (arg, secret) = intent.args.iter().find_map(|(k, v)| {
+        args.iter().find_map(|(k, v)| {
             let mut found = masks.first_in(k).map(str::to_owned);
             all_texts(v, &mut |s| {
                 found = found
@@ -198,7 +204,12 @@ impl Policy {
                     .or_else(|| masks.first_in(s).map(str::to_owned));
             });
             found.map(|n| (k.clone(), n))
-        })?;
+        })
+    }
+
+    /// The quarantine of a call one of whose arguments holds a secret's value.
+    fn carries_secret(&self, intent: &Intent, mut meta: RowMetadata) -> Option<DecisionRow> {
+        let (arg, secret) = self.secret_in(&intent.args)?;
         meta.arg = Some(arg.clone());
         let reason = format!(
             "tool '{}': argument '{arg}' holds the value of secret '{secret}'",
@@ -268,7 +279,7 @@ impl Policy {
             plan: None,
             redacted_args: redacted_args.clone(),
         };
-        if let Some(row) = self.carries_secret(intent, meta(Stage::Arguments)) {
+        if let Some(row) = self.carries_secret(intent, meta(Stage::Secret)) {
             return verdict(row);
         }
         if !self.settings.allow_unregistered {

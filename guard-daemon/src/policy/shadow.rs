@@ -16,7 +16,11 @@ use super::{
     template::Values,
     workspace::Place,
 };
-use crate::call::{decision::Decision, intent::Intent, plan::Enforce};
+use crate::call::{
+    decision::{Decision, Stage},
+    intent::Intent,
+    plan::Enforce,
+};
 
 /// Says loudly, at start and at each reload, which tools run in shadow: their calls do what
 /// they like within what seccomp, their user and their cgroup allow.
@@ -49,7 +53,7 @@ impl Policy {
             verdict.row.metadata.enforce = Some(Enforce::Shadow);
             return verdict;
         }
-        if verdict.row.check_name == "secret" {
+        if verdict.row.metadata.stage == Some(Stage::Secret) {
             return verdict;
         }
         let plan = match relaxed_plan(self, tool, intent) {

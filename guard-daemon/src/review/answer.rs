@@ -187,6 +187,12 @@ pub fn spawn_sweeper(daemon: &Arc<Daemon>) {
 /// another plan. An approval is of the call as the policy it was held under decided it; a
 /// policy put in force since must not be bypassed by a plan it no longer grants.
 pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
+    if held.holds_secret {
+        return Some(
+            "an argument held a secret's value, and nothing runs with one (it is kept masked)"
+                .to_owned(),
+        );
+    }
     if let Some(t) = held
         .session
         .as_deref()

@@ -33,9 +33,13 @@ pub struct ToHold {
     pub message: String,
     pub session: Option<String>,
     pub no_wait: bool,
-    /// The arguments as sent, and as admins are shown them (`Policy::shown`).
+    /// The arguments as sent, as admins are shown them (`Policy::shown`), and as the log keeps
+    /// them (for the notifier).
     pub args: Map<String, Value>,
     pub shown: Value,
+    pub redacted: Value,
+    /// An argument holds a secret's value: `args` are masked, and it can only be denied.
+    pub holds_secret: bool,
     pub plan: LaunchPlan,
     /// The version of the policy that decided the call, which its approval is checked against
     /// (not the one in force when it is held: a reload may come while its judges run).
@@ -130,7 +134,7 @@ pub async fn hold(
         timeout_s,
     };
     daemon.bus.call(&call_id, &held.tool, what);
-    crate::review::notifier::spawn(daemon, &held);
+    crate::review::notifier::spawn(daemon, &held, h.redacted);
     if let Err(e) = told {
         if !h.no_wait {
             withdraw(
@@ -169,6 +173,7 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
         session: h.session.clone(),
         approved_by: None,
         no_wait: h.no_wait,
+        holds_secret: h.holds_secret,
     };
     Record {
         held,

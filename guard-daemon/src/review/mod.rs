@@ -19,7 +19,7 @@ use crate::{
     audit::{Durable, Row},
     bus::What,
     call::{
-        decision::Decision,
+        decision::{Decision, Stage},
         intent::Intent,
         peer::Peer,
         plan::{Enforce, LaunchPlan, Stdin},
@@ -190,6 +190,10 @@ impl Review<'_> {
                 }
             }
         }
+        // A secret's value in the arguments is kept nowhere, the store included: such a call
+        // is held masked, and can only be denied.
+        let holds_secret = verdict.row.metadata.stage == Some(Stage::Secret);
+        let shown = policy.shown_args(&self.intent.args);
         Ok(Next::Hold(Box::new(ToHold {
             call_id: call_id.to_owned(),
             decision,
@@ -197,9 +201,19 @@ impl Review<'_> {
             message,
             session: self.ctx.session.clone(),
             no_wait: self.ctx.no_wait,
-            args: self.intent.args.clone(),
-            shown: policy.shown(serde_json::Value::Object(self.intent.args.clone())),
-            plan,
+            args: if holds_secret {
+                shown.clone()
+            } else {
+                self.intent.args.clone()
+            },
+            shown: serde_json::Value::Object(shown),
+            redacted: verdict.redacted_args,
+            holds_secret,
+            plan: if holds_secret {
+                policy.shown_serde(plan)
+            } else {
+                plan
+            },
             policy: policy.version().to_owned(),
             cwd: self.intent.cwd.clone(),
         })))
@@ -276,6 +290,7 @@ impl Review<'_> {
             verdict.plan = None;
         }
         self.agent_rules(policy, &mut verdict);
+        self.daemon.probes.rule(self.peer.uid, &mut verdict);
         verdict
     }
 

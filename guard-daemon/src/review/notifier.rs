@@ -1,19 +1,27 @@
 //! Telling the operator a call is held: `[approvals] notify` runs, confined, with the held
-//! call's redacted summary and digest on its stdin (the [`Held`] that `guardctl pending`
-//! shows), so it can be wired to chat or a pager. It runs beside the hold, never instead of
-//! it: whatever becomes of the notifier is a `notified` audit row, a failing one is also a log
-//! line, and the call stays held either way.
+//! call's summary and digest on its stdin (the [`Held`] that `guardctl pending` shows, its
+//! arguments redacted as the audit log keeps them: what the notifier is given leaves the host,
+//! to chat or a pager, and a credential must not go with it), so it can be wired to chat or a
+//! pager. The approver then decides on the call as it will run (`guardctl pending`). A
+//! redaction can hide a recognised value only, never the shape of a command (`detect`). It runs
+//! beside the hold, never instead of it: whatever becomes of the notifier is a `notified` audit
+//! row, a failing one is also a log line, and the call stays held either way.
 
 use std::sync::Arc;
 
 use crate::{approval::Held, audit::Row, daemon::Daemon, review::confined};
 
-/// Runs the policy's notifier for `held`, if it has one, in the background.
-pub fn spawn(daemon: &Arc<Daemon>, held: &Held) {
+/// Runs the policy's notifier for `held`, whose arguments the log keeps as `redacted`, if it has
+/// one, in the background.
+pub fn spawn(daemon: &Arc<Daemon>, held: &Held, redacted: serde_json::Value) {
     let Some(helper) = daemon.policy().settings().notify.clone() else {
         return;
     };
-    let (daemon, held) = (Arc::clone(daemon), held.clone());
+    let daemon = Arc::clone(daemon);
+    let held = Held {
+        args: redacted,
+        ..held.clone()
+    };
     tokio::spawn(async move {
         let error = match serde_json::to_vec(&held) {
             Err(e) => Some(format!("serialising the summary: {e}")),

@@ -77,18 +77,10 @@ pub(super) async fn answer(
                 cwd: req.cwd,
                 caller: Some(peer.uid),
             };
-            let policy = daemon.policy_for(&intent);
-            let mut verdict = policy.decide(&intent);
-            // What the caller's agent says, as an exec of the same call would hear it.
-            crate::callers::agents::rule(&policy, peer, &intent.tool, None, &mut verdict);
-            // The caller hears what an exec's caller would: a reason only under
-            // disclose_reasons (it would tell what guardd, as root, found at a path).
-            let mut decision = verdict.row.clone();
-            decision.reason = policy.caller_message(&verdict);
-            Reply::Decision(Box::new(Checked {
-                decision,
-                plan: verdict.plan,
-            }))
+            match check(daemon, peer, &intent).await {
+                Ok(checked) => Reply::Decision(Box::new(checked)),
+                Err(e) => Reply::Error(ErrorReply::new(e)),
+            }
         }
         Request::Status(_) => Reply::Status(Box::new(status(daemon))),
         Request::Tools(_) => listing::tools(daemon, peer),
@@ -123,6 +115,30 @@ pub(super) async fn answer(
         }
     };
     conn.reply(&reply).await
+}
+
+/// Decides `intent` without running it, as an exec of it would be decided, and records the
+/// decision: a check decides what a hook lets its agent do itself (Claude Code's Write), and
+/// every probe of a secret is a row. The caller hears what an exec's caller would.
+async fn check(daemon: &Daemon, peer: &Peer, intent: &Intent) -> Result<Checked, String> {
+    let policy = daemon.policy_for(intent);
+    let mut verdict = policy.decide(intent);
+    // What the caller's agent says, as an exec of the same call would hear it.
+    crate::callers::agents::rule(&policy, peer, &intent.tool, None, &mut verdict);
+    daemon.probes.rule(peer.uid, &mut verdict);
+    let row = Row::Checked {
+        peer: peer.clone(),
+        tool: intent.tool.clone(),
+        args: verdict.redacted_args.clone(),
+        decision: Box::new(verdict.row.clone()),
+        policy: Some(policy.version().to_owned()),
+    };
+    if let Err(e) = daemon.audit.record(&row).await {
+        tracing::error!("audit log unavailable for a check: {e}");
+        return Err("not checked: the audit log is unavailable".to_owned());
+    }
+    let message = policy.caller_message(&verdict);
+    Ok(Checked::for_caller(verdict, message))
 }
 
 /// An admin's answer to a held call (`deny` none: approve), recorded, then handed to the call.

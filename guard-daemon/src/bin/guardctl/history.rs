@@ -122,7 +122,25 @@ pub fn events_of(record: Record) -> Vec<Event> {
             enforce: None,
             what: What::Reload { tools, error, by },
         }],
-        Row::Notified { .. } | Row::Session { .. } | Row::Pruned { .. } | Row::Other => Vec::new(),
+        // A check allowed is followed by what it allowed; one refused or held is a probe's
+        // trace, or an agent stopped before acting.
+        Row::Checked {
+            peer,
+            tool,
+            decision,
+            ..
+        } if decision.decision != Decision::Allow => vec![Event {
+            ts,
+            call_id: None,
+            tool: Some(tool),
+            enforce: None,
+            what: decided(*decision, peer.uid),
+        }],
+        Row::Checked { .. }
+        | Row::Notified { .. }
+        | Row::Session { .. }
+        | Row::Pruned { .. }
+        | Row::Other => Vec::new(),
     }
 }
 
