@@ -122,26 +122,32 @@ pub fn events_of(record: Record) -> Vec<Event> {
             enforce: None,
             what: What::Reload { tools, error, by },
         }],
-        // A check allowed is followed by what it allowed; one refused or held is a probe's
-        // trace, or an agent stopped before acting.
         Row::Checked {
             peer,
             tool,
             decision,
             ..
-        } if decision.decision != Decision::Allow => vec![Event {
-            ts,
-            call_id: None,
-            tool: Some(tool),
-            enforce: None,
-            what: decided(*decision, peer.uid),
-        }],
-        Row::Checked { .. }
-        | Row::Notified { .. }
+        } => checked(ts, tool, *decision, peer.uid),
+        Row::Notified { .. }
         | Row::Session { .. }
         | Row::Pruned { .. }
         | Row::Other => Vec::new(),
     }
+}
+
+/// The event of a `check`: none when it allowed, since what it allowed follows; one refused or
+/// held is a probe's trace, or an agent stopped before acting.
+fn checked(ts: String, tool: String, decision: DecisionRow, uid: u32) -> Vec<Event> {
+    if decision.decision == Decision::Allow {
+        return Vec::new();
+    }
+    vec![Event {
+        ts,
+        call_id: None,
+        tool: Some(tool),
+        enforce: None,
+        what: decided(decision, uid),
+    }]
 }
 
 /// The events of a call's finished row, written at `ts`: its launch (at the time it started),
