@@ -8,6 +8,7 @@ mod policy;
 mod project;
 mod show;
 mod suggest;
+mod term;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -241,26 +242,6 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
-/// `text` as a terminal may show it: control characters (escape sequences, carriage returns,
-/// newlines) written as `\u{..}`. What a call names (paths, host names) and what a judge says
-/// reach an operator's terminal through these lines; raw, a name could move the cursor, erase
-/// lines and redraw them, and show an approver a call other than the one waiting.
-fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
-}
-
 /// Prints `value` as one JSON line.
 fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string(value) {
@@ -291,7 +272,7 @@ fn check(
         Ok(guard::call::decision::Decision::Block) => ExitCode::from(126),
         Ok(_) => ExitCode::from(75),
         Err(e) => {
-            eprintln!("guardctl: {e:#}");
+            term::say_err!("guardctl: {e:#}");
             ExitCode::FAILURE
         }
     }
