@@ -181,7 +181,9 @@ enum PolicyCommand {
         json: bool,
     },
     /// The narrowest effects that would have let every call seen conform, per tool, from the
-    /// receipts in the audit log (files only where guardd ran with --trace-syscalls).
+    /// receipts in the audit log (files only where guardd ran with --trace-syscalls). Never
+    /// `/`, a top-level directory, a home or guard's own places: what calls used there is
+    /// said in a comment, not proposed.
     Suggest {
         /// Only the tools this glob names.
         #[arg(long, default_value = "*")]
@@ -213,8 +215,9 @@ fn policy_command(command: PolicyCommand, socket: Option<PathBuf>) -> ExitCode {
             audit,
             diff,
         } => {
-            let audit = ask::audit_path(socket, audit);
-            suggest::run(&audit, &tool, since, diff.as_deref())
+            let audit = ask::audit_path(socket.clone(), audit);
+            let fence = suggest::Fence::new(&audit, &guard::client::socket_path(socket));
+            suggest::run(&audit, &tool, since, diff.as_deref(), &fence)
         }
     }
 }
