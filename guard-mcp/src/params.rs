@@ -86,10 +86,7 @@ fn invalid(message: String, tool: &str, argument: Option<&str>) -> ErrorData {
 
 #[cfg(test)]
 mod tests {
-    use guard::{
-        call::{decision::RiskTier, plan::OnDivergence},
-        policy::ArgDoc,
-    };
+    use guard::policy::ArgDoc;
     use rmcp::model::ErrorCode;
 
     use super::*;
@@ -105,16 +102,9 @@ mod tests {
 
     fn tool(name: &str, args: Vec<ArgDoc>, stdin: Option<StdinSpec>) -> ToolSpec {
         ToolSpec {
-            name: name.into(),
-            description: None,
-            tier: RiskTier::Low,
-            irreversible: false,
-            held: false,
-            read_only: true,
-            network: false,
-            on_divergence: OnDivergence::Kill,
             args,
             stdin,
+            ..fixtures::tool(name)
         }
     }
 

@@ -25,21 +25,43 @@ pub fn tool(spec: &ToolSpec) -> Tool {
         description.push_str(". ");
     }
     description.push_str(&format!("Runs confined by guard ({}).", notes.join("; ")));
-    // Clients may skip their user's confirmation on a read-only tool: never understate. What a
-    // tool sends may change the world elsewhere, and a tool that may write may also remove and
-    // truncate, so anything not read-only may be destructive.
-    let read_only = spec.read_only && !spec.network;
-    let annotations = ToolAnnotations::new()
-        .read_only(read_only)
-        .destructive(!read_only)
-        .open_world(spec.network);
     let mut tool = Tool::new(spec.name.clone(), description, Arc::new(input_schema(spec)));
     tool.output_schema = Some(Arc::new(output_schema()));
-    tool.annotations = Some(annotations);
+    tool.annotations = Some(annotations(spec));
     if spec.tier >= RiskTier::High {
         tool.title = Some(format!("{} ({})", spec.name, spec.tier.as_upper()));
     }
     tool
+}
+
+/// Whether every call of the tool provably only reads: no write effect (so no program of its
+/// own writing either), not irreversible, of the LOW tier, no connect (what it sends may change
+/// the world elsewhere), no Unix socket (the services behind them act for it: one made a file
+/// for such a tool), not root (its capabilities, and root's sockets and files) and not in
+/// shadow (where what its effects do not allow is let through).
+fn only_reads(spec: &ToolSpec) -> bool {
+    spec.read_only
+        && !spec.irreversible
+        && spec.tier == RiskTier::Low
+        && !spec.network
+        && !spec.unix
+        && !spec.exec_writes
+        && !spec.root
+        && !spec.shadow
+}
+
+/// The tool's annotations (MCP 2025-11-25, `ToolAnnotations`). A client may skip its user's
+/// confirmation on a `readOnlyHint` tool, so the hints never understate: read-only only for a
+/// tool that [`only_reads`], destructive for every other one (a tool that may write may also
+/// remove and truncate), `idempotentHint` left at its default, false, and `openWorldHint` for
+/// one that may reach what lies outside the host's files: hosts, or the services behind the
+/// host's Unix sockets.
+fn annotations(spec: &ToolSpec) -> ToolAnnotations {
+    let read_only = only_reads(spec);
+    ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(!read_only)
+        .open_world(spec.network || spec.unix)
 }
 
 /// `{"type":"object","properties":{..},"required":[..],"additionalProperties":false}`: an
@@ -226,10 +248,9 @@ mod tests {
             irreversible: true,
             held: true,
             read_only: false,
-            network: false,
             on_divergence: OnDivergence::Kill,
             args: vec![to, mode, n],
-            stdin: None,
+            ..crate::fixtures::tool("t")
         };
         let tool = tool(&spec);
         let s = Value::Object((*tool.input_schema).clone());
@@ -249,5 +270,39 @@ mod tests {
             (Some(false), Some(true))
         );
         assert!(tool.description.expect("description").contains("approval"));
+    }
+
+    #[test]
+    fn no_hint_understates_a_tool() {
+        let hints = |spec: &ToolSpec| {
+            let a = tool(spec).annotations.expect("annotations");
+            (a.read_only_hint, a.destructive_hint, a.open_world_hint)
+        };
+        let reads = crate::fixtures::tool("look");
+        assert_eq!(hints(&reads), (Some(true), Some(false), Some(false)));
+        /// One fact more than reading, named.
+        type More = (&'static str, fn(&mut ToolSpec));
+        let more: [More; 8] = [
+            ("unix", |t| t.unix = true),
+            ("exec_writes", |t| t.exec_writes = true),
+            ("root", |t| t.root = true),
+            ("shadow", |t| t.shadow = true),
+            ("network", |t| t.network = true),
+            ("a write effect", |t| t.read_only = false),
+            ("irreversible", |t| t.irreversible = true),
+            ("MEDIUM", |t| t.tier = RiskTier::Medium),
+        ];
+        for (what, make) in more {
+            let mut spec = reads.clone();
+            make(&mut spec);
+            let (read_only, destructive, open_world) = hints(&spec);
+            assert_eq!(
+                (read_only, destructive),
+                (Some(false), Some(true)),
+                "{what}"
+            );
+            let reaches = matches!(what, "unix" | "network");
+            assert_eq!(open_world, Some(reaches), "{what}");
+        }
     }
 }

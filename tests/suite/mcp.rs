@@ -669,6 +669,102 @@ write = ["{}"]
     assert_eq!(hints("shell"), (json!(false), json!(true)));
 }
 
+/// Issue 49, point 11: a tool with `unix = true` and no write effect was listed
+/// `readOnlyHint: true, destructiveHint: false`, and through it a service behind a Unix socket
+/// made a file. Neither it nor a tool run as root, one in shadow or one above LOW is read-only
+/// to a client; the one that only reads stays so. The session is the official Python SDK's.
+#[test]
+fn mcp_annotations_do_not_call_a_socket_root_shadow_or_medium_tool_read_only() {
+    if !support::privileged(
+        "mcp_annotations_do_not_call_a_socket_root_shadow_or_medium_tool_read_only",
+    ) {
+        return;
+    }
+    let Some(python) = support::python("mcp_annotations_unix") else {
+        return;
+    };
+    use std::io::BufRead as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = ToolDir::new("guard-mcp-ann");
+    // A local service: each line a client sends makes a file, as a service run by root would.
+    let socket = dir.dir.join("svc.sock");
+    let made = dir.dir.join("made-by-the-service");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let target = made.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut line = String::new();
+            if std::io::BufReader::new(&conn)
+                .read_line(&mut line)
+                .is_ok_and(|n| n > 0)
+            {
+                let _ = std::fs::write(&target, line);
+            }
+        }
+    });
+    let guardd = Guardd::start(&format!(
+        r#"
+[tools.look]
+tier = "low"
+command = ["/bin/true"]
+
+[tools.sock]
+tier = "low"
+command = ["{tool}", "unix-connect", "{{socket}}"]
+[tools.sock.args.socket]
+type = "string"
+[tools.sock.effects]
+unix = true
+
+[tools.rooted]
+tier = "low"
+run_as = "root"
+command = ["/bin/true"]
+
+[tools.seen]
+tier = "low"
+enforce = "shadow"
+command = ["/bin/true"]
+
+[tools.middle]
+tier = "medium"
+command = ["/bin/true"]
+"#,
+        tool = dir.tool.display()
+    ));
+    let call = json!({"call": "sock", "arguments": {"socket": socket}});
+    let steps = session(&python, &guardd.socket, &json!([{"list": true}, call]));
+    let listed = steps[0]["tools"].as_array().expect("tools");
+    let hints = |name: &str| {
+        let tool = listed
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"));
+        let a = &tool["annotations"];
+        let hint = |k: &str| a[k].as_bool();
+        (
+            hint("readOnlyHint"),
+            hint("destructiveHint"),
+            hint("openWorldHint"),
+        )
+    };
+    // The control: a LOW tool with no effect only reads.
+    assert_eq!(hints("look"), (Some(true), Some(false), Some(false)));
+    // The services behind Unix sockets are a world of their own.
+    assert_eq!(hints("sock"), (Some(false), Some(true), Some(true)));
+    for name in ["rooted", "seen", "middle"] {
+        assert_eq!(
+            hints(name),
+            (Some(false), Some(true), Some(false)),
+            "{name}"
+        );
+    }
+    // What the hint would have let a client run unconfirmed changed the world.
+    assert_eq!(steps[1]["isError"], false, "{}", steps[1]);
+    assert!(made.exists(), "the service made no file: {}", steps[1]);
+}
+
 /// A call held when guardd restarts stays held on guardd's disk: guard-mcp comes back for it
 /// (`resume`), as guard-exec does, rather than telling the client it was stopped while the admin
 /// still sees it waiting; approved after the restart, it runs and the client gets its output.

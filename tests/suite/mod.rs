@@ -31,4 +31,5 @@ mod shadow_attacks;
 mod stdin;
 mod suggest;
 mod systemd;
+mod terminal;
 mod walk_through;

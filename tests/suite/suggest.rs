@@ -120,3 +120,96 @@ pub(super) fn in_force_the_same_calls_conform(
         "a new read under the suggestion: {new:?}"
     );
 }
+
+/// Issue 49, point 10: one call in shadow of `ls /home` made `policy suggest` propose
+/// `read = ["/home"]`, every home. What a call opened beneath a broad directory is proposed as
+/// itself (`/etc/hostname`, not `/etc`); a directory of homes, a top-level directory and the
+/// audit log's are said in a comment, not proposed, and enforced as printed, the suggestion
+/// lets the narrow call conform and the broad one is refused.
+#[test]
+fn a_suggestion_never_widens_to_the_homes_a_top_directory_or_guards_own() {
+    if !support::privileged("a_suggestion_never_widens_to_the_homes_a_top_directory_or_guards_own")
+    {
+        return;
+    }
+    assert!(
+        std::path::Path::new("/home").is_dir(),
+        "this host has no /home"
+    );
+    let tools = r#"
+[tools.ls]
+tier = "low"
+enforce = "shadow"
+command = ["/usr/bin/ls", "{dir}"]
+[tools.ls.args.dir]
+type = "string"
+
+[tools.cat]
+tier = "low"
+enforce = "shadow"
+command = ["/usr/bin/cat", "{file}"]
+[tools.cat.args.file]
+type = "string"
+"#;
+    let mut guardd = Guardd::start(tools);
+    let own = guardd.dir.0.display().to_string();
+    for (tool, arg) in [
+        ("ls", "dir=/home".to_owned()),
+        ("ls", "dir=/etc".to_owned()),
+        ("ls", format!("dir={own}")),
+        ("cat", "file=/etc/hostname".to_owned()),
+    ] {
+        let out = output(guardd.exec(tool, &[&arg]));
+        assert_eq!(out.status.code(), Some(0), "{tool} {arg}: {out:?}");
+    }
+    let suggest = output({
+        let mut c = guardd.ctl(&["policy", "suggest", "--audit"]);
+        c.arg(&guardd.audit);
+        c
+    });
+    let text = String::from_utf8_lossy(&suggest.stdout).into_owned();
+    assert!(suggest.status.success(), "{suggest:?}");
+    let parsed: toml::Table = toml::from_str(&text).expect("the suggestion is TOML");
+    let reads = |tool: &str| -> Vec<String> {
+        parsed["tools"][tool]["effects"]
+            .get("read")
+            .and_then(toml::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (ls, cat) = (reads("ls"), reads("cat"));
+    assert!(cat.contains(&"/etc/hostname".to_owned()), "{text}");
+    for broad in ["/", "/home", "/etc", own.as_str()] {
+        assert!(
+            !ls.iter().chain(&cat).any(|p| p == broad),
+            "{broad} proposed:\n{text}"
+        );
+    }
+    for said in [
+        "# not proposed: read /home: every home".to_owned(),
+        "# not proposed: read /etc: a top-level directory, as a whole".to_owned(),
+        format!("# not proposed: read {own}: the audit log's directory ({own})"),
+    ] {
+        assert!(text.contains(&said), "{said} not in:\n{text}");
+    }
+
+    // Enforced as printed: `cat /etc/hostname` conforms, `ls /home` is refused.
+    let enforced = tools.replace("enforce = \"shadow\"\n", "") + &text;
+    std::fs::write(guardd.dir.join("policy.toml"), &enforced).expect("policy");
+    guardd.restart();
+    let out = output(guardd.exec("cat", &["file=/etc/hostname"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}\n{enforced}");
+    assert_eq!(
+        out.stdout,
+        std::fs::read("/etc/hostname").expect("hostname"),
+        "{out:?}"
+    );
+    let row = super::escape::last_receipt(&guardd);
+    assert_eq!(row["effects_observed"]["verdict"], "conformed", "{row:#}");
+    let out = output(guardd.exec("ls", &["dir=/home"]));
+    assert_ne!(out.status.code(), Some(0), "every home read: {out:?}");
+}

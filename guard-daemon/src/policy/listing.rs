@@ -19,10 +19,24 @@ pub struct ToolSpec {
     /// Every call that passes the rules is held for a human (irreversible at or above the
     /// escalation threshold).
     pub held: bool,
-    /// It declares no write effect and is not irreversible: it does not change its world.
+    /// It declares no write effect, is not irreversible, reaches no Unix socket, does not run
+    /// as root and is not in shadow: it does not change its world through guard's confinement.
     pub read_only: bool,
     /// It may connect to the network.
     pub network: bool,
+    /// It may connect to the host's Unix sockets (`unix = true`): to the services behind them.
+    /// A listing without it is read as the worst case.
+    #[serde(default = "unknown")]
+    pub unix: bool,
+    /// Its write effects are also programs it may run (`exec_writes`).
+    #[serde(default = "unknown")]
+    pub exec_writes: bool,
+    /// It runs as root (`run_as = "root"`).
+    #[serde(default = "unknown")]
+    pub root: bool,
+    /// It runs in shadow: what its effects do not allow is let through.
+    #[serde(default = "unknown")]
+    pub shadow: bool,
     /// What guard does when a call does what it was not approved to do.
     pub on_divergence: OnDivergence,
     /// Its arguments; any other argument blocks the call.
@@ -30,6 +44,12 @@ pub struct ToolSpec {
     /// Where the input it reads on stdin comes from; absent: it reads none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinSpec>,
+}
+
+/// A fact a listing does not state (an older guardd's), taken as the worst case: a client must
+/// never describe a tool as doing less than it may.
+fn unknown() -> bool {
+    true
 }
 
 /// A listed tool's `stdin`, as the policy writes it: `"caller"` or `{"arg": "NAME"}`.
@@ -123,14 +143,20 @@ impl Policy {
     }
 
     fn spec(&self, t: &Tool) -> ToolSpec {
+        let root = t.confinement.run_as.as_deref() == Some("root");
+        let shadow = !t.enforce.enforced();
         ToolSpec {
             name: t.name.clone(),
             description: t.description.clone(),
             tier: t.tier,
             irreversible: t.irreversible,
             held: t.irreversible && t.tier >= self.settings.escalation_threshold,
-            read_only: t.write.is_empty() && !t.irreversible,
+            read_only: t.write.is_empty() && !t.irreversible && !t.unix && !root && !shadow,
             network: !t.connect.is_empty(),
+            unix: t.unix,
+            exec_writes: t.exec_writes,
+            root,
+            shadow,
             on_divergence: t.on_divergence,
             args: t.args.iter().map(doc).collect(),
             stdin: match t.stdin {
@@ -198,5 +224,41 @@ tier = "low"
         assert!(list[0].read_only && !list[0].network && !list[0].held);
         assert_eq!(list[0].args[0].ty, ArgType::Enum);
         assert_eq!(list[0].args[0].values, ["x", "y"]);
+    }
+
+    #[test]
+    fn a_tool_that_reaches_sockets_runs_as_root_or_in_shadow_is_not_read_only() {
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            r#"
+[tools.sock]
+tier = "low"
+command = ["/bin/true"]
+[tools.sock.effects]
+unix = true
+[tools.rooted]
+tier = "low"
+command = ["/bin/true"]
+run_as = "root"
+[tools.seen]
+tier = "low"
+enforce = "shadow"
+command = ["/bin/true"]
+"#,
+        )
+        .unwrap();
+        let list = policy.listing();
+        let facts: Vec<_> = list
+            .iter()
+            .map(|t| (t.name.as_str(), t.read_only, t.unix, t.root, t.shadow))
+            .collect();
+        assert_eq!(
+            facts,
+            [
+                ("rooted", false, false, true, false),
+                ("seen", false, false, false, true),
+                ("sock", false, true, false, false),
+            ]
+        );
     }
 }

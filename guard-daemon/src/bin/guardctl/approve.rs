@@ -11,7 +11,10 @@ use guard::{
     },
 };
 
-use crate::{print_json, printable};
+use crate::{
+    print_json,
+    term::{say, say_err},
+};
 
 /// Sends one admin request and returns what comes back; an error is printed, with its exit.
 fn ask(socket: Option<PathBuf>, request: &Request) -> Result<Reply, ExitCode> {
@@ -22,7 +25,7 @@ fn ask(socket: Option<PathBuf>, request: &Request) -> Result<Reply, ExitCode> {
 
 /// A reply other than the one the request expects.
 fn unexpected(reply: &Reply) -> ExitCode {
-    eprintln!("guardctl: {}", client::unexpected(reply));
+    say_err!("guardctl: {}", client::unexpected(reply));
     ExitCode::FAILURE
 }
 
@@ -42,21 +45,22 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
             Some(by) => format!("approved by uid {by}, waiting for its caller"),
             None => "waiting for an answer".to_owned(),
         };
-        println!(
-            "{:<16} {:<16} {:<10} uid {:<6} since {}\n  {}\n  program {}\n  args {}\n  {} ({state})",
+        // Each line escaped on its own: a line break of the call's is shown, not made.
+        say!(
+            "{:<16} {:<16} {:<10} uid {:<6} since {}",
             call.call_id,
             call.tool,
-            call.decision,
+            call.decision.as_str(),
             call.uid,
-            call.since,
-            printable(&call.reason),
-            printable(&call.program),
-            call.args,
-            call.digest
+            call.since
         );
+        say!("  {}", call.reason);
+        say!("  program {}", call.program);
+        say!("  args {}", call.args);
+        say!("  {} ({state})", call.digest);
     }
     if calls.is_empty() && !as_json {
-        println!("no call is waiting for approval");
+        say!("no call is waiting for approval");
     }
     ExitCode::SUCCESS
 }
@@ -78,19 +82,19 @@ pub fn approve(
                 Err(code) => return code,
             };
             let Some(call) = calls.into_iter().find(|c| c.call_id == call_id) else {
-                eprintln!("guardctl: no call {call_id} is waiting for approval");
+                say_err!("guardctl: no call {call_id} is waiting for approval");
                 return ExitCode::FAILURE;
             };
             if !as_json {
-                println!(
-                    "approving {} ({}, uid {}): program {}, args {}\n  {}",
+                say!(
+                    "approving {} ({}, uid {}): program {}, args {}",
                     call.call_id,
                     call.tool,
                     call.uid,
-                    printable(&call.program),
-                    call.args,
-                    call.digest
+                    call.program,
+                    call.args
                 );
+                say!("  {}", call.digest);
             }
             call.digest
         }
@@ -114,7 +118,7 @@ pub fn sessions(socket: Option<PathBuf>, clear: Option<String>, as_json: bool) -
                 ExitCode::SUCCESS
             }
             Ok(Reply::Cleared(c)) => {
-                println!("session {} may submit calls again", c.session);
+                say!("session {} may submit calls again", c.session);
                 ExitCode::SUCCESS
             }
             Ok(other) => unexpected(&other),
@@ -131,14 +135,17 @@ pub fn sessions(socket: Option<PathBuf>, clear: Option<String>, as_json: bool) -
             print_json(t);
         } else {
             let whose = t.uid.map_or("every uid".to_owned(), |u| format!("uid {u}"));
-            println!(
+            say!(
                 "{:<24} {whose:<10} terminated by {} (call {}) since {}",
-                t.session, t.by, t.call_id, t.since
+                t.session,
+                t.by,
+                t.call_id,
+                t.since
             );
         }
     }
     if list.is_empty() && !as_json {
-        println!("no session is terminated");
+        say!("no session is terminated");
     }
     ExitCode::SUCCESS
 }
@@ -167,7 +174,7 @@ pub fn agents(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
             } else {
                 a.tools.join(", ")
             };
-            println!(
+            say!(
                 "{:<16} calls {:<6} blocked {:<6} running {:<4} uids [{}] cgroups [{}] tools \
                  [{tools}] max_tier {} max_running {} rate {}",
                 a.name,
@@ -183,7 +190,7 @@ pub fn agents(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
         }
     }
     if list.is_empty() && !as_json {
-        println!("the policy names no agent: every permitted caller is served as itself");
+        say!("the policy names no agent: every permitted caller is served as itself");
     }
     ExitCode::SUCCESS
 }
@@ -219,7 +226,7 @@ fn answered(reply: Result<Reply, ExitCode>, as_json: bool) -> ExitCode {
             } else {
                 "denied"
             };
-            println!("{} {done} ({})", resolved.call_id, resolved.digest);
+            say!("{} {done} ({})", resolved.call_id, resolved.digest);
             ExitCode::SUCCESS
         }
         Ok(other) => unexpected(&other),
@@ -236,7 +243,7 @@ pub fn reload(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
         }
         Ok(Reply::Reloaded(reloaded)) => {
             let path = reloaded.policy.display();
-            println!("reloaded {path}: {} tools", reloaded.tools);
+            say!("reloaded {path}: {} tools", reloaded.tools);
             ExitCode::SUCCESS
         }
         Ok(other) => unexpected(&other),

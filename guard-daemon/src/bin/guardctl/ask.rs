@@ -13,10 +13,10 @@ use guard::{
 pub fn connect(socket: &Path) -> Result<Client, ExitCode> {
     Client::connect(socket).map_err(|e| {
         if client::busy(&e) {
-            eprintln!("guardctl: {e}; try again later");
+            crate::term::say_err!("guardctl: {e}; try again later");
             return ExitCode::from(75);
         }
-        eprintln!("guardctl: guardd unreachable at {}: {e}", socket.display());
+        crate::term::say_err!("guardctl: guardd unreachable at {}: {e}", socket.display());
         ExitCode::from(69)
     })
 }
@@ -24,7 +24,7 @@ pub fn connect(socket: &Path) -> Result<Client, ExitCode> {
 /// The exit for a request that failed, after saying why: 75 for a guardd that is busy (it
 /// refused the connection for now, or did not answer within the reply timeout), else 1.
 pub fn failed(e: &std::io::Error) -> ExitCode {
-    eprintln!("guardctl: {e}");
+    crate::term::say_err!("guardctl: {e}");
     if client::busy(e) {
         ExitCode::from(75)
     } else {
@@ -38,7 +38,7 @@ pub fn ask_status(socket: &Path) -> Result<Status, ExitCode> {
     match client.request(&Request::Status(StatusRequest {})) {
         Ok(Reply::Status(status)) => Ok(*status),
         Ok(other) => {
-            eprintln!("guardctl: {}", client::unexpected(&other));
+            crate::term::say_err!("guardctl: {}", client::unexpected(&other));
             Err(ExitCode::FAILURE)
         }
         Err(e) => Err(failed(&e)),
@@ -63,7 +63,7 @@ pub fn audit_path(
             _ => None,
         });
     asked.unwrap_or_else(|| {
-        eprintln!(
+        crate::term::say_err!(
             "guardctl: guardd unreachable at {}; reading {} (--audit to choose)",
             socket.display(),
             guard::audit::DEFAULT_PATH

@@ -64,12 +64,14 @@ fn verify(file: &std::path::Path, as_json: bool) -> ExitCode {
     }
     match result {
         Ok(summary) => {
-            println!(
+            crate::term::say!(
                 "ok: {} rows in {} files, last hash {}",
-                summary.rows, summary.files, summary.last_hash
+                summary.rows,
+                summary.files,
+                summary.last_hash
             );
             if summary.torn_bytes > 0 {
-                eprintln!(
+                crate::term::say_err!(
                     "note: ignored an unfinished last line of {} bytes (a write in progress, or a \
                      crash guardd cuts at its next start)",
                     summary.torn_bytes
@@ -78,11 +80,11 @@ fn verify(file: &std::path::Path, as_json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) if e.is_io() => {
-            eprintln!("error: {e}");
+            crate::term::say_err!("error: {e}");
             ExitCode::from(2)
         }
         Err(e) => {
-            println!("broken: {e}");
+            crate::term::say!("broken: {e}");
             ExitCode::from(1)
         }
     }

@@ -15,12 +15,15 @@ use guard::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::print_json;
+use crate::{
+    print_json,
+    term::{say, say_err},
+};
 
 /// Every row of the log, typed, or the exit code after saying what is wrong.
 fn records(audit: &Path) -> Result<Vec<Record>, ExitCode> {
     let fail = |e: &dyn std::fmt::Display| {
-        eprintln!("guardctl: audit log {}: {e}", audit.display());
+        say_err!("guardctl: audit log {}: {e}", audit.display());
         ExitCode::from(2)
     };
     let rows = guard::audit::read_rows(audit).map_err(|e| fail(&e))?;
@@ -318,9 +321,12 @@ pub fn calls(
             if as_json {
                 print_json(call);
             } else {
-                println!(
+                say!(
                     "{:<18} {:<16} pid {:<8} since {}",
-                    call.call_id, call.tool, call.pid, call.started
+                    call.call_id,
+                    call.tool,
+                    call.pid,
+                    call.started
                 );
             }
         }
@@ -359,12 +365,12 @@ pub fn calls(
             Some(agent) => format!("{agent} (uid {})", summary.uid),
             None => format!("uid {}", summary.uid),
         };
-        println!(
+        say!(
             "{} {:<18} {:<16} {who:<10} {:<10} exit {:<4} {verdict}",
             summary.ts,
             summary.call_id,
             summary.tool,
-            summary.decision,
+            summary.decision.as_str(),
             summary.exit_code.map_or("-".to_owned(), |c| c.to_string()),
         );
     }

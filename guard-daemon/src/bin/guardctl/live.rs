@@ -10,7 +10,8 @@ use guard::{
 
 use crate::{
     ask::{ask_status, connect, failed},
-    print_json, printable,
+    print_json,
+    term::{printable, say, say_err},
 };
 
 /// `guardctl status`.
@@ -24,7 +25,7 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         print_json(&status);
         return ExitCode::SUCCESS;
     }
-    println!(
+    say!(
         "guardd pid {}  up {}s  socket {}",
         status.pid,
         status.uptime_s,
@@ -35,14 +36,14 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
         (true, 0) => "enforced".to_owned(),
         (true, n) => format!("enforced, but {n} of its tools in SHADOW"),
     };
-    println!(
-        "policy {} ({} tools)  {enforced}\n  version {}",
+    say!(
+        "policy {} ({} tools)  {enforced}",
         status.policy.path.display(),
-        status.policy.tools,
-        status.policy.version
+        status.policy.tools
     );
+    say!("  version {}", status.policy.version);
     if !status.policy.shadow.is_empty() {
-        println!(
+        say!(
             "  SHADOW: {} (what they do outside their effects is let through and recorded)",
             status.policy.shadow.join(" ")
         );
@@ -52,37 +53,45 @@ pub fn status(socket: Option<std::path::PathBuf>, as_json: bool) -> ExitCode {
     } else {
         "FULL: admitting no call until the reserve for running calls' rows is back"
     };
-    println!("audit {}  {admitting}", status.audit.path.display());
-    println!(
+    say!("audit {}  {admitting}", status.audit.path.display());
+    say!(
         "limits {}  dropped kernel events {}",
-        status.limits, status.dropped_events
+        status.limits,
+        status.dropped_events
     );
     if let Some(e) = &status.export {
         let counts = format!(
             "{} sent, {} dropped, {} failed tries",
             e.sent, e.dropped, e.failed
         );
-        println!("export {}  {counts}", e.endpoint);
+        say!("export {}  {counts}", e.endpoint);
     }
-    println!("layers:");
+    say!("layers:");
     for layer in &status.layers {
         let state = layer.state.as_str();
-        println!("  {:<22} {state:<10} {}", layer.name, layer.detail);
+        say!("  {:<22} {state:<10} {}", layer.name, layer.detail);
     }
     let c = &status.connections;
-    println!(
+    say!(
         "connections: {} open ({} beyond their uid's reserve) from {} uids, {} following",
-        c.open, c.shared, c.uids, c.followers
+        c.open,
+        c.shared,
+        c.uids,
+        c.followers
     );
-    println!(
+    say!(
         "running calls: {}  queued: {}",
         status.running.len(),
         status.queued
     );
     for call in &status.running {
-        println!(
+        say!(
             "  {:<16} {:<16} pid {:<8} uid {:<6} since {}",
-            call.call_id, call.tool, call.pid, call.peer_uid, call.started
+            call.call_id,
+            call.tool,
+            call.pid,
+            call.peer_uid,
+            call.started
         );
     }
     ExitCode::SUCCESS
@@ -253,6 +262,7 @@ pub fn events(
             if as_json {
                 print_json(event)
             } else {
+                // Escaped field by field in `human`: its colours are guardctl's own.
                 println!("{}", human(event, color))
             }
         }
@@ -261,7 +271,7 @@ pub fn events(
         // Not in the log: a refused call was refused because the log had no room for it, and
         // a lag is the live stream's own.
         if let Some(kind @ ("refused" | "lagged")) = filter.kind.as_deref() {
-            eprintln!("guardctl: `{kind}` events are live only (--follow): the audit log has none");
+            say_err!("guardctl: `{kind}` events are live only (--follow): the audit log has none");
             return ExitCode::from(64);
         }
         return crate::history::events(audit, filter.since, print);
@@ -284,21 +294,21 @@ pub fn events(
             // guardd is there; nothing happened.
             Ok(Some(Reply::Keepalive(_))) => {}
             Ok(Some(other)) => {
-                eprintln!("guardctl: {}", client::unexpected(&other));
+                say_err!("guardctl: {}", client::unexpected(&other));
                 return ExitCode::from(1);
             }
             Ok(None) => {
                 // A follower that ends quietly looks like a quiet guard: say it, and fail.
-                eprintln!("guardctl: guardd closed the event stream (stopped or restarted)");
+                say_err!("guardctl: guardd closed the event stream (stopped or restarted)");
                 return ExitCode::from(69);
             }
             // One frame this guardctl cannot read (a newer guardd's event, say) is reported
             // and skipped: a follower that stopped there would hide every later event.
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                eprintln!("guardctl: skipped an event it cannot read: {e}");
+                say_err!("guardctl: skipped an event it cannot read: {e}");
             }
             Err(e) => {
-                eprintln!("guardctl: {e}");
+                say_err!("guardctl: {e}");
                 return ExitCode::from(1);
             }
         }

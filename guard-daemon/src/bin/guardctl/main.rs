@@ -8,6 +8,7 @@ mod policy;
 mod project;
 mod show;
 mod suggest;
+mod term;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -180,7 +181,9 @@ enum PolicyCommand {
         json: bool,
     },
     /// The narrowest effects that would have let every call seen conform, per tool, from the
-    /// receipts in the audit log (files only where guardd ran with --trace-syscalls).
+    /// receipts in the audit log (files only where guardd ran with --trace-syscalls). Never
+    /// `/`, a top-level directory, a home or guard's own places: what calls used there is
+    /// said in a comment, not proposed.
     Suggest {
         /// Only the tools this glob names.
         #[arg(long, default_value = "*")]
@@ -212,8 +215,9 @@ fn policy_command(command: PolicyCommand, socket: Option<PathBuf>) -> ExitCode {
             audit,
             diff,
         } => {
-            let audit = ask::audit_path(socket, audit);
-            suggest::run(&audit, &tool, since, diff.as_deref())
+            let audit = ask::audit_path(socket.clone(), audit);
+            let fence = suggest::Fence::new(&audit, &guard::client::socket_path(socket));
+            suggest::run(&audit, &tool, since, diff.as_deref(), &fence)
         }
     }
 }
@@ -239,26 +243,6 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         }
     };
     Ok(Duration::from_secs(secs))
-}
-
-/// `text` as a terminal may show it: control characters (escape sequences, carriage returns,
-/// newlines) written as `\u{..}`. What a call names (paths, host names) and what a judge says
-/// reach an operator's terminal through these lines; raw, a name could move the cursor, erase
-/// lines and redraw them, and show an approver a call other than the one waiting.
-fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
 }
 
 /// Prints `value` as one JSON line.
@@ -291,7 +275,7 @@ fn check(
         Ok(guard::call::decision::Decision::Block) => ExitCode::from(126),
         Ok(_) => ExitCode::from(75),
         Err(e) => {
-            eprintln!("guardctl: {e:#}");
+            term::say_err!("guardctl: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -46,7 +46,7 @@ pub fn check_policy(path: &Path, as_json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(p) => {
-            println!(
+            crate::term::say!(
                 "{}: valid: {} tools, {} rules",
                 path.display(),
                 p.tools().count(),
@@ -67,9 +67,9 @@ pub fn check_policy(path: &Path, as_json: bool) -> ExitCode {
         }
         Err(errors) => {
             for e in errors.iter() {
-                eprintln!("{e}");
+                crate::term::say_err!("{e}");
             }
-            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            crate::term::say_err!("{}: {} error(s)", path.display(), errors.len());
             ExitCode::FAILURE
         }
     }
@@ -101,9 +101,10 @@ pub fn check_call(
         if let (Some(plan), Some(obj)) = (&verdict.plan, out.as_object_mut()) {
             obj.insert("plan".into(), serde_json::to_value(plan)?);
         }
+        // JSON, exact: not escaped for people.
         println!("{out}");
     } else {
-        println!(
+        crate::term::say!(
             "{:<10} {}  {}",
             verdict.row.decision.as_str(),
             verdict.row.check_name,

@@ -97,11 +97,11 @@ fn refused(mut out: Merged, e: &ProjectError, json: bool) -> ExitCode {
         return ExitCode::FAILURE;
     }
     for e in &out.errors {
-        eprintln!("{e}");
+        crate::term::say_err!("{e}");
     }
     // Outside every workspace there is no project policy, and no call of it to block.
     if !matches!(e, ProjectError::Place(_)) {
-        eprintln!(
+        crate::term::say_err!(
             "{}: project policy refused, {} error(s): every call in this workspace is blocked \
              until it is fixed",
             out.workspace.display(),
@@ -114,24 +114,24 @@ fn refused(mut out: Merged, e: &ProjectError, json: bool) -> ExitCode {
 /// The merged policy for people.
 fn print_text(out: &Merged) {
     match &out.project {
-        Some(p) => println!(
+        Some(p) => crate::term::say!(
             "{} + {p} ({}): valid",
             out.policy.display(),
             out.sha256.as_deref().unwrap_or_default()
         ),
-        None => println!(
+        None => crate::term::say!(
             "{}: valid; {} has no project policy ({})",
             out.policy.display(),
             out.workspace.display(),
             guard::policy::project::RELATIVE
         ),
     }
-    println!("  tools:    {}", list(&out.tools));
-    println!("  removed:  {}", list(&out.removed));
-    println!("  narrowed: {}", list(&out.restated));
-    println!("  rules:    {}", out.rules.unwrap_or(0));
+    crate::term::say!("  tools:    {}", list(&out.tools));
+    crate::term::say!("  removed:  {}", list(&out.removed));
+    crate::term::say!("  narrowed: {}", list(&out.restated));
+    crate::term::say!("  rules:    {}", out.rules.unwrap_or(0));
     let ceiling = out.max_allowed_tier.as_deref().unwrap_or_default();
-    println!("  ceiling:  {ceiling}");
+    crate::term::say!("  ceiling:  {ceiling}");
 }
 
 fn list(names: &[String]) -> String {

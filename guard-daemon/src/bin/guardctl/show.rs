@@ -13,7 +13,10 @@ use guard::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{history::CallRows, printable};
+use crate::{
+    history::CallRows,
+    term::{printable, say_err},
+};
 
 /// `guardctl show CALL_ID`.
 pub fn show(audit: &Path, call_id: &str, as_json: bool) -> ExitCode {
@@ -22,7 +25,7 @@ pub fn show(audit: &Path, call_id: &str, as_json: bool) -> ExitCode {
         Err(code) => return code,
     };
     let Some(call) = calls.into_iter().find(|c| c.call_id == call_id) else {
-        eprintln!("guardctl: no call {call_id} in {}", audit.display());
+        say_err!("guardctl: no call {call_id} in {}", audit.display());
         return ExitCode::from(1);
     };
     if as_json {
@@ -84,7 +87,7 @@ fn json(call: &CallRows) {
     };
     match serde_json::to_string_pretty(&shown) {
         Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("guardctl: {e}"),
+        Err(e) => say_err!("guardctl: {e}"),
     }
 }
 

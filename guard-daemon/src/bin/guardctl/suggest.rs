@@ -3,7 +3,9 @@
 //! programs run, the addresses connected to and the names asked, and, where guardd traced
 //! syscalls, the files opened. Each line names the calls that needed it; what was refused is
 //! printed commented out, so the operator sees it without granting it; what no receipt could
-//! show (opens without `--trace-syscalls`, events lost) is said, and that key left out.
+//! show (opens without `--trace-syscalls`, events lost) is said, and that key left out. Nothing
+//! widens: what calls used that [`Fence`] keeps out (`/`, a top-level directory, a home,
+//! guard's own places) is said in a comment, with why, and not proposed.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -13,32 +15,45 @@ use std::{
     time::Duration,
 };
 
-use guard::{policy::glob_match, sandbox::protected::NAMES};
+use guard::policy::glob_match;
 use serde_json::Value;
+
+use crate::term::{hidden, printable, say_err};
+
+mod fence;
+
+pub use fence::Fence;
 
 /// What the calls of one tool were seen doing; each value the ids of the calls that did it.
 #[derive(Default)]
 struct Seen {
     calls: BTreeSet<String>,
-    exec: BTreeMap<String, BTreeSet<String>>,
-    connect: BTreeMap<String, BTreeSet<String>>,
-    dns: BTreeMap<String, BTreeSet<String>>,
-    read: BTreeMap<String, BTreeSet<String>>,
-    write: BTreeMap<String, BTreeSet<String>>,
-    refused: BTreeMap<String, BTreeSet<String>>,
+    exec: Calls,
+    connect: Calls,
+    dns: Calls,
+    read: Calls,
+    write: Calls,
+    refused: Calls,
     /// Calls whose opens were not traced.
     untraced: BTreeSet<String>,
     /// Calls whose receipts lost events.
     lost: BTreeSet<String>,
 }
 
-/// `guardctl policy suggest`; with `diff`, only what changes against that policy.
-pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path>) -> ExitCode {
+/// `guardctl policy suggest`; with `diff`, only what changes against that policy. Nothing
+/// `fence` keeps out is proposed.
+pub fn run(
+    audit: &Path,
+    tool: &str,
+    since: Option<Duration>,
+    diff: Option<&Path>,
+    fence: &Fence,
+) -> ExitCode {
     let against = match diff.map(guard::policy::Policy::load) {
         None => None,
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => {
-            eprintln!("guardctl: {e}");
+            say_err!("guardctl: {e}");
             return ExitCode::from(1);
         }
     };
@@ -46,7 +61,7 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path
     let rows = match guard::audit::read::read_rows(audit) {
         Ok(rows) => rows,
         Err(e) => {
-            eprintln!("guardctl: {}: {e}", audit.display());
+            say_err!("guardctl: {}: {e}", audit.display());
             return ExitCode::from(1);
         }
     };
@@ -69,7 +84,7 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path
             .add(id, receipt, shadow);
     }
     if tools.is_empty() {
-        eprintln!(
+        say_err!(
             "guardctl: no finished call of `{tool}` in {}",
             audit.display()
         );
@@ -77,8 +92,8 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path
     }
     for (name, seen) in &tools {
         match &against {
-            Some(policy) => print!("{}", seen.diff(name, policy)),
-            None => print!("{}", seen.effects(name)),
+            Some(policy) => print!("{}", seen.diff(name, policy, fence)),
+            None => print!("{}", seen.effects(name, fence)),
         }
     }
     ExitCode::SUCCESS
@@ -87,7 +102,7 @@ pub fn run(audit: &Path, tool: &str, since: Option<Duration>, diff: Option<&Path
 impl Seen {
     /// Folds in the receipt of call `id`, which ran in `shadow` or not.
     fn add(&mut self, id: &str, r: &Value, shadow: bool) {
-        let by = |map: &mut BTreeMap<String, BTreeSet<String>>, key: String| {
+        let by = |map: &mut Calls, key: String| {
             map.entry(key).or_default().insert(id.to_owned());
         };
         self.calls.insert(id.to_owned());
@@ -156,34 +171,85 @@ impl Seen {
         }
     }
 
+    /// What of it may be proposed, key by key, and what may not, with why (`fence`).
+    fn proposal(&self, fence: &Fence) -> Proposal {
+        let mut withheld = Vec::new();
+        let mut fenced =
+            |key: &'static str, items: &Calls, why: &dyn Fn(&str) -> Option<String>| {
+                let mut kept = Calls::new();
+                for (item, ids) in items {
+                    match why(item) {
+                        None => {
+                            kept.insert(item.clone(), ids.clone());
+                        }
+                        Some(reason) => withheld.push(format!(
+                            "not proposed: {key} {}: {reason}  # {}",
+                            printable(item),
+                            listed(ids)
+                        )),
+                    }
+                }
+                kept
+            };
+        let path = |p: &str| fence.refuses(p);
+        let shows = |s: &str| {
+            s.chars()
+                .any(hidden)
+                .then(|| "it holds characters that do not show as themselves".to_owned())
+        };
+        let exec = fenced("exec", &self.exec, &path);
+        let connect = fenced("connect", &self.connect, &shows);
+        let traced = self.untraced.is_empty();
+        let (read, write) = if traced {
+            (
+                fenced("read", &self.read, &path),
+                fenced("write", &self.write, &path),
+            )
+        } else {
+            Default::default()
+        };
+        Proposal {
+            exec,
+            connect,
+            read,
+            write,
+            traced,
+            withheld,
+        }
+    }
+
     /// The tool's effects table, as policy text.
-    fn effects(&self, name: &str) -> String {
+    fn effects(&self, name: &str, fence: &Fence) -> String {
         let mut out = String::new();
-        let calls: Vec<String> = self.calls.iter().map(|c| shown(c)).collect();
+        let p = self.proposal(fence);
+        let name = printable(name);
         let _ = writeln!(out, "[tools.{name}.effects]");
-        let _ = writeln!(out, "# from {} call(s): {}", calls.len(), calls.join(" "));
+        let _ = writeln!(
+            out,
+            "# from {} call(s): {}",
+            self.calls.len(),
+            listed(&self.calls)
+        );
         if !self.lost.is_empty() {
-            let lost: Vec<String> = self.lost.iter().map(|c| shown(c)).collect();
             let _ = writeln!(
                 out,
                 "# events lost in {}: these lists may miss what they did",
-                lost.join(" ")
+                listed(&self.lost)
             );
         }
-        list(&mut out, "exec", &self.exec);
+        list(&mut out, "exec", &p.exec);
         if !self.dns.is_empty() {
-            let names: Vec<String> = self.dns.keys().map(|n| shown(n)).collect();
+            let names: Vec<String> = self.dns.keys().map(|n| printable(n).into()).collect();
             let _ = writeln!(
                 out,
                 "# names asked (connect by name:port to follow their addresses instead): {}",
                 names.join(" ")
             );
         }
-        list(&mut out, "connect", &self.connect);
-        if self.untraced.is_empty() {
-            let (read, write) = (kept(&self.read), kept(&self.write));
-            list(&mut out, "read", &read);
-            list(&mut out, "write", &write);
+        list(&mut out, "connect", &p.connect);
+        if p.traced {
+            list(&mut out, "read", &p.read);
+            list(&mut out, "write", &p.write);
         } else {
             let _ = writeln!(
                 out,
@@ -192,34 +258,55 @@ impl Seen {
                 self.untraced.len()
             );
         }
+        for line in &p.withheld {
+            let _ = writeln!(out, "# {line}");
+        }
         for (what, ids) in &self.refused {
-            let ids: Vec<String> = ids.iter().map(|i| shown(i)).collect();
-            let what = shown(what);
-            let _ = writeln!(out, "# refused, not granted: {what}  # {}", ids.join(" "));
+            let what = printable(what);
+            let _ = writeln!(out, "# refused, not granted: {what}  # {}", listed(ids));
         }
         out.push('\n');
         out
     }
 }
 
+/// What calls needed: each element with the ids of the calls that needed it.
+type Calls = BTreeMap<String, BTreeSet<String>>;
+
+/// What a suggestion proposes of a tool's effects, and the comments on what it does not.
+struct Proposal {
+    exec: Calls,
+    connect: Calls,
+    read: Calls,
+    write: Calls,
+    /// Whether every call's opens were traced (else read and write are empty, not proposed).
+    traced: bool,
+    /// `not proposed: ...`, for comments: what calls used that the fence keeps out.
+    withheld: Vec<String>,
+}
+
 impl Seen {
     /// What the suggestion changes in `policy`'s effects of tool `name`: each key's elements
     /// in force that no call needed (`-`), and those calls needed that it does not name (`+`).
     /// A placeholder (`{workspace}`, `{path}`) is compared as written.
-    fn diff(&self, name: &str, policy: &guard::policy::Policy) -> String {
+    fn diff(&self, name: &str, policy: &guard::policy::Policy, fence: &Fence) -> String {
         let mut out = String::new();
         let Some(written) = policy.effects_written(name) else {
-            let _ = writeln!(out, "# {name}: not in the policy; its suggestion:");
-            return out + &self.effects(name);
+            let _ = writeln!(
+                out,
+                "# {}: not in the policy; its suggestion:",
+                printable(name)
+            );
+            return out + &self.effects(name, fence);
         };
-        let traced = self.untraced.is_empty();
-        let (read, write) = (kept(&self.read), kept(&self.write));
+        let p = self.proposal(fence);
+        let name = printable(name);
         for (key, now) in written {
             let needed = match key {
-                "exec" => &self.exec,
-                "connect" => &self.connect,
-                "read" if traced => &read,
-                "write" if traced => &write,
+                "exec" => &p.exec,
+                "connect" => &p.connect,
+                "read" if p.traced => &p.read,
+                "write" if p.traced => &p.write,
                 _ => continue,
             };
             let dropped: Vec<&String> = now.iter().filter(|e| !needed.contains_key(*e)).collect();
@@ -229,15 +316,18 @@ impl Seen {
             }
             let _ = writeln!(out, "tools.{name}.effects.{key}");
             for e in dropped {
-                let _ = writeln!(out, "- {}", serde_json::to_string(e).unwrap_or_default());
+                let quoted = serde_json::to_string(e).unwrap_or_default();
+                let _ = writeln!(out, "- {}", printable(&quoted));
             }
             for (e, ids) in added {
-                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
                 let quoted = serde_json::to_string(e).unwrap_or_default();
-                let _ = writeln!(out, "+ {quoted}  # {}", ids.join(" "));
+                let _ = writeln!(out, "+ {quoted}  # {}", listed(ids));
             }
         }
-        if !traced {
+        for line in &p.withheld {
+            let _ = writeln!(out, "# tools.{name}: {line}");
+        }
+        if !p.traced {
             let _ = writeln!(
                 out,
                 "# tools.{name}: read and write not compared (no --trace-syscalls)"
@@ -247,49 +337,24 @@ impl Seen {
     }
 }
 
-/// `key = [...]`, one element a line with the calls that needed it; nothing when none.
-fn list(out: &mut String, key: &str, items: &BTreeMap<String, BTreeSet<String>>) {
+/// `key = [...]`, one element a line with the calls that needed it; nothing when none. Every
+/// element passed the fence, so it shows as it is.
+fn list(out: &mut String, key: &str, items: &Calls) {
     if items.is_empty() {
         return;
     }
     let _ = writeln!(out, "{key} = [");
     for (item, ids) in items {
-        let ids: Vec<String> = ids.iter().map(|i| shown(i)).collect();
         let quoted = serde_json::to_string(item).unwrap_or_default();
-        let _ = writeln!(out, "  {quoted},  # {}", ids.join(" "));
+        let _ = writeln!(out, "  {quoted},  # {}", listed(ids));
     }
     let _ = writeln!(out, "]");
 }
 
-/// The paths a suggestion may name: never `/`, a home, or a path at or above a protected
-/// name (what programs outside guard run later), nor what is no absolute path.
-fn kept(paths: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
-    let home = |p: &str| p == "/root" || (p.starts_with("/home/") && p.matches('/').count() == 2);
-    let protected = |p: &str| {
-        NAMES
-            .iter()
-            .any(|n| p.contains(&format!("/{n}/")) || p.ends_with(&format!("/{n}")))
-    };
-    paths
-        .iter()
-        .filter(|(p, _)| p.starts_with('/') && *p != "/" && !home(p) && !protected(p))
-        .filter(|(p, _)| !p.chars().any(char::is_control))
-        .map(|(p, ids)| (p.clone(), ids.clone()))
-        .collect()
-}
-
-/// `text` for a comment line: what a call chose (a path, a name) may hold a line break that
-/// would end the comment and start policy of its own, so control characters are escaped.
-fn shown(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+/// Call ids for a comment, escaped: an id read from the log is text like any other.
+fn listed(ids: &BTreeSet<String>) -> String {
+    let ids: Vec<String> = ids.iter().map(|i| printable(i).into_owned()).collect();
+    ids.join(" ")
 }
 
 /// The strings of a JSON array.
@@ -301,23 +366,47 @@ fn strings(v: &Value) -> impl Iterator<Item = &str> {
 mod tests {
     use super::*;
 
+    fn fence() -> Fence {
+        Fence::new(
+            Path::new("/var/lib/guard/audit.jsonl"),
+            Path::new("/run/guard/guard.sock"),
+        )
+    }
+
     #[test]
-    fn a_suggestion_never_names_the_root_a_home_or_a_protected_name() {
-        let seen: BTreeMap<String, BTreeSet<String>> = [
-            "/",
-            "/root",
-            "/home/ann",
-            "/srv/ws/.git/hooks/pre-commit",
-            "/srv/ws/.claude",
-            "relative/path",
-            "/etc/hostname",
-            "/home/ann/src/x.rs",
-        ]
-        .into_iter()
-        .map(|p| (p.to_owned(), BTreeSet::from(["c1".to_owned()])))
-        .collect();
-        let kept: Vec<String> = kept(&seen).into_keys().collect();
-        assert_eq!(kept, ["/etc/hostname", "/home/ann/src/x.rs"]);
+    fn what_the_fence_keeps_out_is_said_and_not_proposed() {
+        let mut s = Seen::default();
+        let receipt = serde_json::json!({
+            "execs": ["/usr/bin/ls", "/srv/ws/\u{202e}gnp.sh"],
+            "files": {"paths": [
+                {"path": "/home", "access": "read", "result": "ok"},
+                {"path": "/etc", "access": "read", "result": "ok"},
+                {"path": "/etc/hostname", "access": "read", "result": "ok"},
+                {"path": "/var/lib/guard/audit.jsonl", "access": "write", "result": "ok"},
+                {"path": "/srv/ws/out", "access": "write", "result": "ok"}]},
+        });
+        s.add("c1", &receipt, true);
+        let text = s.effects("t", &fence());
+        let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
+        let effects = &parsed["tools"]["t"]["effects"];
+        let strings = |key: &str| -> Vec<&str> {
+            effects[key]
+                .as_array()
+                .map(|a| a.iter().filter_map(toml::Value::as_str).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(strings("read"), ["/etc/hostname"], "{text}");
+        assert_eq!(strings("write"), ["/srv/ws/out"], "{text}");
+        assert_eq!(strings("exec"), ["/usr/bin/ls"], "{text}");
+        for said in [
+            "# not proposed: read /home: every home  # c1",
+            "# not proposed: read /etc: a top-level directory, as a whole  # c1",
+            "# not proposed: write /var/lib/guard/audit.jsonl: guard's state (/var/lib/guard)  # c1",
+            "# not proposed: exec /srv/ws/\\u{202e}gnp.sh: it holds characters",
+        ] {
+            assert!(text.contains(said), "{said} not in:\n{text}");
+        }
+        assert!(!text.contains('\u{202e}'), "{text}");
     }
 
     #[test]
@@ -331,7 +420,7 @@ mod tests {
                                 {"path": "/etc/shadow", "access": "read", "result": "EACCES"}]},
         });
         s.add("c1", &receipt, false);
-        let text = s.effects("t");
+        let text = s.effects("t", &fence());
         let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
         let effects = &parsed["tools"]["t"]["effects"];
         assert_eq!(effects["exec"][0].as_str(), Some("/usr/bin/git"));
@@ -352,7 +441,7 @@ mod tests {
             {"path": evil, "access": "write", "result": "EACCES"},
             {"path": evil, "access": "write", "result": "ok"}]}});
         s.add("c2", &receipt, false);
-        let text = s.effects("t");
+        let text = s.effects("t", &fence());
         let parsed: toml::Table = toml::from_str(&text).expect("valid TOML");
         assert!(parsed.get("agents").is_none(), "{text}");
         assert!(
