@@ -131,10 +131,7 @@ pub fn events_of(record: Record) -> Vec<Event> {
             decision,
             ..
         } => checked(ts, tool, *decision, peer.uid),
-        Row::Notified { .. }
-        | Row::Session { .. }
-        | Row::Pruned { .. }
-        | Row::Other => Vec::new(),
+        Row::Notified { .. } | Row::Session { .. } | Row::Pruned { .. } | Row::Other => Vec::new(),
     }
 }
 
