@@ -378,34 +378,6 @@ impl Policy {
             .collect()
     }
 
-    /// `value` as it will run, each secret's value shown as `[secret:NAME]`: what judges and
-    /// approvers see of a call's arguments and command. No detector redacts it: redaction
-    /// keeps values out of the log and the agent's replies, never the shape of what runs from
-    /// the one who approves it (a redaction once hid a command from an approver, issue 49).
-    pub fn shown(&self, value: Json) -> Json {
-        self.without_secrets(value)
-    }
-
-    /// `v` (a plan) with each secret's value as `[secret:NAME]`, by way of its JSON form.
-    pub fn shown_serde<T: serde::Serialize + serde::de::DeserializeOwned>(&self, v: T) -> T {
-        match &self.masks {
-            Some(masks) => masks.mask_serde(v),
-            None => v,
-        }
-    }
-
-    /// `args` shown as [`Policy::shown`] shows them.
-    pub fn shown_args(
-        &self,
-        args: &serde_json::Map<String, Json>,
-    ) -> serde_json::Map<String, Json> {
-        match self.shown(Json::Object(args.clone())) {
-            Json::Object(m) => m,
-            // Masking keeps a value's kind for objects; nothing else comes back.
-            _ => serde_json::Map::new(),
-        }
-    }
-
     /// The policy's `[secrets]`, their values read.
     pub fn secrets(&self) -> &[secrets::Secret] {
         &self.secrets

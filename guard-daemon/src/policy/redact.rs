@@ -1,8 +1,42 @@
-//! What of a call the audit log may keep: its arguments with every find of a detector replaced.
+//! What of a call the audit log may keep: its arguments with every find of a detector replaced;
+//! and what judges and approvers are shown: the call as it will run, secrets masked.
 
 use serde_json::Value as Json;
 
-use crate::policy::detect::{DetectorSet, Hit};
+use crate::policy::{
+    Policy,
+    detect::{DetectorSet, Hit},
+};
+
+impl Policy {
+    /// `value` as it will run, each secret's value shown as `[secret:NAME]`: what judges and
+    /// approvers see of a call's arguments and command. No detector redacts it: redaction
+    /// keeps values out of the log and the agent's replies, never the shape of what runs from
+    /// the one who approves it (a redaction once hid a command from an approver, issue 49).
+    pub fn shown(&self, value: Json) -> Json {
+        self.without_secrets(value)
+    }
+
+    /// `v` (a plan) with each secret's value as `[secret:NAME]`, by way of its JSON form.
+    pub fn shown_serde<T: serde::Serialize + serde::de::DeserializeOwned>(&self, v: T) -> T {
+        match &self.masks {
+            Some(masks) => masks.mask_serde(v),
+            None => v,
+        }
+    }
+
+    /// `args` shown as [`Policy::shown`] shows them.
+    pub fn shown_args(
+        &self,
+        args: &serde_json::Map<String, Json>,
+    ) -> serde_json::Map<String, Json> {
+        match self.shown(Json::Object(args.clone())) {
+            Json::Object(m) => m,
+            // Masking keeps a value's kind for objects; nothing else comes back.
+            _ => serde_json::Map::new(),
+        }
+    }
+}
 
 /// Every string inside a JSON value, keys excluded.
 pub(super) fn strings<'a>(v: &'a Json, f: &mut impl FnMut(&'a str)) {

@@ -158,34 +158,6 @@ pub struct Checked {
     pub plan: Option<LaunchPlan>,
 }
 
-impl Checked {
-    /// `verdict` as its caller may see it, saying `message` (`Policy::caller_message`): a
-    /// quarantine as every quarantine is, whatever matched (a rule, a detector, a secret's
-    /// value), with neither the argument nor the rule nor a plan.
-    pub fn for_caller(verdict: crate::policy::Verdict, message: String) -> Self {
-        let mut decision = verdict.row;
-        decision.reason = message;
-        if decision.decision == crate::call::decision::Decision::Quarantine {
-            decision.check_name = "quarantine".to_owned();
-            let meta = &mut decision.metadata;
-            *meta = crate::call::decision::RowMetadata {
-                tool: meta.tool.take(),
-                tier: meta.tier,
-                agent: meta.agent.take(),
-                ..Default::default()
-            };
-            return Self {
-                decision,
-                plan: None,
-            };
-        }
-        Self {
-            decision,
-            plan: verdict.plan,
-        }
-    }
-}
-
 /// The answer to `pending`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PendingCalls {

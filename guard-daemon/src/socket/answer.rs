@@ -5,9 +5,14 @@ use std::io;
 
 use crate::{
     audit::Row,
-    call::{intent::Intent, peer::Peer},
+    call::{
+        decision::{Decision, RowMetadata},
+        intent::Intent,
+        peer::Peer,
+    },
     callers::access::Role,
     daemon::Daemon,
+    policy::Verdict,
     protocol::{
         self, ErrorReply, ProtocolError, Reply, Request,
         conn::Conn,
@@ -138,7 +143,33 @@ async fn check(daemon: &Daemon, peer: &Peer, intent: &Intent) -> Result<Checked,
         return Err("not checked: the audit log is unavailable".to_owned());
     }
     let message = policy.caller_message(&verdict);
-    Ok(Checked::for_caller(verdict, message))
+    Ok(for_caller(verdict, message))
+}
+
+/// `verdict` as its caller may see it, saying `message` (`Policy::caller_message`): a
+/// quarantine as every quarantine is, whatever matched (a rule, a detector, a secret's value),
+/// with neither the argument nor the rule nor a plan.
+fn for_caller(verdict: Verdict, message: String) -> Checked {
+    let mut decision = verdict.row;
+    decision.reason = message;
+    if decision.decision != Decision::Quarantine {
+        return Checked {
+            decision,
+            plan: verdict.plan,
+        };
+    }
+    decision.check_name = "quarantine".to_owned();
+    let meta = &mut decision.metadata;
+    *meta = RowMetadata {
+        tool: meta.tool.take(),
+        tier: meta.tier,
+        agent: meta.agent.take(),
+        ..Default::default()
+    };
+    Checked {
+        decision,
+        plan: None,
+    }
 }
 
 /// An admin's answer to a held call (`deny` none: approve), recorded, then handed to the call.

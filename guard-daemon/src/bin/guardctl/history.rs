@@ -48,6 +48,29 @@ fn decided(row: guard::call::decision::DecisionRow, uid: u32) -> What {
 
 pub fn events_of(record: Record) -> Vec<Event> {
     let ts = record.ts;
+    match record.row {
+        Row::Finished(f) => finished_events(&ts, *f),
+        Row::Reload {
+            by, tools, error, ..
+        } => vec![Event {
+            ts,
+            call_id: None,
+            tool: None,
+            enforce: None,
+            what: What::Reload { tools, error, by },
+        }],
+        Row::Checked {
+            peer,
+            tool,
+            decision,
+            ..
+        } => checked(ts, tool, *decision, peer.uid),
+        row => answer_events(ts, row),
+    }
+}
+
+/// The event of a row about a call's decision, hold, answer or judgement.
+fn answer_events(ts: String, row: Row) -> Vec<Event> {
     let of = |call_id: String, tool: String, what: What| Event {
         ts: ts.clone(),
         call_id: Some(call_id),
@@ -55,7 +78,7 @@ pub fn events_of(record: Record) -> Vec<Event> {
         enforce: None,
         what,
     };
-    match record.row {
+    match row {
         Row::Decision {
             call_id,
             peer,
@@ -107,7 +130,6 @@ pub fn events_of(record: Record) -> Vec<Event> {
             };
             vec![of(call_id, tool, what)]
         }
-        Row::Finished(f) => finished_events(&ts, *f),
         Row::Judged(j) => {
             let what = What::Judged {
                 judge: j.judge,
@@ -116,22 +138,7 @@ pub fn events_of(record: Record) -> Vec<Event> {
             };
             vec![of(j.call_id, j.tool, what)]
         }
-        Row::Reload {
-            by, tools, error, ..
-        } => vec![Event {
-            ts,
-            call_id: None,
-            tool: None,
-            enforce: None,
-            what: What::Reload { tools, error, by },
-        }],
-        Row::Checked {
-            peer,
-            tool,
-            decision,
-            ..
-        } => checked(ts, tool, *decision, peer.uid),
-        Row::Notified { .. } | Row::Session { .. } | Row::Pruned { .. } | Row::Other => Vec::new(),
+        _ => Vec::new(),
     }
 }
 
