@@ -330,3 +330,136 @@ fn agents_bound_what_each_caller_may_call_by_its_uid_and_cgroup() {
     let _ = fs::remove_dir(&scope);
     let _ = fs::remove_dir(mount.join(&name));
 }
+
+/// The uid two agents share, told apart by their cgroups.
+const SHARED: u32 = 40_017;
+
+/// guard-exec as [`SHARED`] in `cgroup` (its `cgroup.procs`), its output (within 20 s).
+fn call_in(guardd: &Guardd, exec: &Path, cgroup: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(exec);
+    cmd.arg("--socket").arg(&guardd.socket).args(args);
+    let procs = cgroup.join("cgroup.procs");
+    // SAFETY: a write of "0" (this process) to cgroup.procs, then setgroups/setgid/setuid,
+    // between fork and exec: async-signal-safe syscalls only.
+    unsafe {
+        cmd.pre_exec(move || {
+            let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
+                .map_err(|_| std::io::Error::other("path"))?;
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setgid(SHARED) < 0
+                || libc::setuid(SHARED) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (out, _) = timed(cmd, Duration::from_secs(20)).expect("guard-exec ended");
+    out
+}
+
+/// A held call is its agent's (issue 49): another agent of the same uid could resume it and
+/// take its output (agent `reader` resumed agent `deployer`'s approved `deploy`), and a held
+/// call that named no session still ran after an approver terminated its agent.
+#[test]
+fn a_held_call_is_its_agents_alone_and_ends_with_its_agent() {
+    if !support::privileged("a_held_call_is_its_agents_alone_and_ends_with_its_agent") {
+        return;
+    }
+    let tools = ToolDir::new("guard-agents");
+    let exec = runnable(&tools.dir, "guard-exec");
+    let ws = tools.subdir("ws", 0o777);
+    let judge = super::judges::testjudge(&tools);
+    let name = support::unique("guard-agents");
+    let mount = guard::sandbox::cgroup::unified_mount().expect("cgroup v2");
+    let (deployer, reader) = (
+        mount.join(&name).join("deployer-1"),
+        mount.join(&name).join("reader-1"),
+    );
+    for cg in [&deployer, &reader] {
+        fs::create_dir_all(cg).expect("the caller's cgroup");
+    }
+    let policy = format!(
+        r#"
+[settings]
+clients = [{SHARED}]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+
+[agents.deployer]
+uids = [{SHARED}]
+cgroups = ["/{name}/deployer-*"]
+[agents.reader]
+uids = [{SHARED}]
+cgroups = ["/{name}/reader-*"]
+tools = ["t_term"]
+
+[tools.deploy]
+tier = "high"
+irreversible = true
+command = ["/usr/bin/touch", "{ws}/deployed"]
+[tools.deploy.effects]
+write = ["{ws}/deployed"]
+
+[tools.t_term]
+tier = "low"
+command = ["/bin/true"]
+[[rules]]
+id = "gate"
+tools = ["t_term"]
+action = "escalate"
+message = "needs an approver"
+[[approvers]]
+tools = ["t_term"]
+approver = '''command:["{j}", "terminate", "destructive"]'''
+"#,
+        ws = ws.display(),
+        j = judge.display(),
+    );
+    let guardd = Guardd::start(&policy);
+    fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let deployed = ws.join("deployed");
+    let hold = |g: &Guardd| {
+        let out = call_in(g, &exec, &deployer, &["--no-wait", "deploy"]);
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+
+    // Held by the deployer, approved by root: the reader, same uid, may not have it run.
+    let id = hold(&guardd);
+    let approve = support::output(guardd.ctl(&["approve", &id]));
+    assert!(approve.status.success(), "{approve:?}");
+    refused(
+        &call_in(&guardd, &exec, &reader, &["--resume", &id]),
+        126,
+        "only it may resume it",
+    );
+    assert!(!deployed.exists(), "the reader ran the deployer's call");
+    // Its own agent still may.
+    let out = call_in(&guardd, &exec, &deployer, &["--resume", &id]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(deployed.exists());
+    fs::remove_file(&deployed).expect("rm");
+
+    // A call held with no session, then its agent terminated by an approver: no approval
+    // runs it.
+    let id = hold(&guardd);
+    refused(&call_in(&guardd, &exec, &deployer, &["t_term"]), 77, "");
+    let approve = support::output(guardd.ctl(&["approve", &id]));
+    assert!(!approve.status.success(), "{approve:?}");
+    assert!(
+        String::from_utf8_lossy(&approve.stderr).contains("its agent 'deployer' was terminated"),
+        "{approve:?}"
+    );
+    assert!(!deployed.exists());
+    drop(guardd);
+    for cg in [&deployer, &reader] {
+        let _ = fs::remove_dir(cg);
+    }
+    let _ = fs::remove_dir(mount.join(&name));
+}

@@ -65,6 +65,13 @@ pub struct Held {
     /// The caller left on purpose (`no_wait`): leaving does not withdraw the call.
     #[serde(default)]
     pub no_wait: bool,
+    /// The policy's agent that made the call (`[agents]`): only it may resume the call, and
+    /// it runs only while that agent may make it and is not terminated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// What the caller said it is within its agent (`--label`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// An argument held a secret's value: the call is kept masked and can only be denied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holds_secret: bool,

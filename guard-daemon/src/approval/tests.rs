@@ -28,6 +28,8 @@ fn record(id: &str) -> Record {
             session: None,
             approved_by: None,
             no_wait: false,
+            agent: None,
+            label: None,
             holds_secret: false,
         },
         form,

@@ -71,10 +71,12 @@ impl Calls {
         }
     }
 
-    /// A fresh call id, unique across restarts (start time) and within a run (counter).
+    /// A fresh call id, unique across restarts (start time) and within a run (counter), in
+    /// order for people, and with 64 random bits no one can guess: a held call is resumed by
+    /// its id, and an id another caller could work out is one step from its output.
     pub fn new_id(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        format!("{}-{n}", self.prefix)
+        format!("{}-{n}-{}", self.prefix, crate::call::random::hex(8))
     }
 
     /// Waits for a slot of `uid`'s and then one of all, in the bounded queue; `None` when the

@@ -2,7 +2,8 @@
 //! policy decided ([`decision`]) and what that lets it run ([`plan`]), its place among the calls
 //! at work ([`calls`]), where its time went ([`stages`]), and the [`gate`] its process waits at
 //! until its decision is on disk; with the two ways guard writes things down everywhere,
-//! [`hash`]es and timestamps ([`ts`]). Nothing here imports a stage.
+//! [`hash`]es and timestamps ([`ts`]), and names no one can guess ([`random`]). Nothing here
+//! imports a stage.
 
 pub mod calls;
 pub mod decision;
@@ -11,5 +12,6 @@ pub mod hash;
 pub mod intent;
 pub mod peer;
 pub mod plan;
+pub mod random;
 pub mod stages;
 pub mod ts;

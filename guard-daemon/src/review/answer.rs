@@ -204,6 +204,9 @@ pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<St
             t.session, t.by, t.call_id
         ));
     }
+    if let Some(why) = agent_bars(daemon, held) {
+        return Some(why);
+    }
     let mut intent = Intent::new(&form.tool, form.args.clone());
     intent.cwd.clone_from(&form.cwd);
     intent.caller = Some(held.uid);
@@ -221,4 +224,27 @@ pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<St
             policy.version()
         )),
     }
+}
+
+/// Why the agent that made a held call may not have it run now: it was terminated since (a
+/// call that named no session is its agent's all the same), it is gone from the policy, or
+/// the policy in force no longer lets it make the call (its tools, tier or labels).
+fn agent_bars(daemon: &Daemon, held: &Held) -> Option<String> {
+    let name = held.agent.as_deref()?;
+    let session = super::approver::agent_session(name);
+    if let Some(t) = daemon.sessions.blocks_everyone(&session) {
+        return Some(format!(
+            "its agent '{name}' was terminated by {} (call {}); an admin clears it with \
+             guardctl sessions --clear {session}",
+            t.by, t.call_id
+        ));
+    }
+    let policy = daemon.policy();
+    let Some(agent) = policy.agents().iter().find(|a| a.name == name) else {
+        return Some(format!("its agent '{name}' is no longer in the policy"));
+    };
+    let tier = policy.tool_info(&held.tool).map(|t| t.tier);
+    agent
+        .refuses(&held.tool, tier, held.label.as_deref())
+        .map(|why| format!("its agent may not make it now: {why}"))
 }

@@ -32,6 +32,9 @@ pub struct ToHold {
     /// What the caller is told.
     pub message: String,
     pub session: Option<String>,
+    /// The caller's agent, and what it said it is within it.
+    pub agent: Option<String>,
+    pub label: Option<String>,
     pub no_wait: bool,
     /// The arguments as sent, as admins are shown them (`Policy::shown`), and as the log keeps
     /// them (for the notifier).
@@ -173,6 +176,8 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
         session: h.session.clone(),
         approved_by: None,
         no_wait: h.no_wait,
+        agent: h.agent.clone(),
+        label: h.label.clone(),
         holds_secret: h.holds_secret,
     };
     Record {
@@ -192,6 +197,11 @@ pub async fn resume(
 ) -> io::Result<Waited> {
     let block = Decision::Block;
     let held = daemon.approvals.get(call_id);
+    if let Some(why) = held.as_ref().and_then(|h| not_its_agent(daemon, peer, h)) {
+        return refuse(conn, call_id, block, why)
+            .await
+            .map(|()| Waited::Done);
+    }
     match (daemon.approvals.attach(call_id, peer.uid), held) {
         (Ok(Attached::Approved(by)), _) => Ok(Waited::Approved(by)),
         (Ok(Attached::Waiting(rx)), Some(held)) => {
@@ -224,6 +234,31 @@ pub async fn resume(
                 .map(|()| Waited::Done)
         }
     }
+}
+
+/// Why `peer` may not resume `held`, its own uid's call: it is not the agent that made it (two
+/// agents of one uid, told apart by their cgroups, are two callers).
+fn not_its_agent(daemon: &Daemon, peer: &Peer, held: &Held) -> Option<String> {
+    if held.uid != peer.uid {
+        // The store refuses it, as for any call of another uid.
+        return None;
+    }
+    let policy = daemon.policy();
+    let now = match crate::callers::agents::of(&policy, peer) {
+        Ok(agent) => agent.map(|a| a.name.as_str()),
+        // The policy names agents, and this caller is none of them (or several).
+        Err(why) => return Some(why),
+    };
+    if now == held.agent.as_deref() {
+        return None;
+    }
+    let who = |a: Option<&str>| a.map_or("no agent".to_owned(), |a| format!("agent '{a}'"));
+    Some(format!(
+        "not permitted: call {} was made by {}, and only it may resume it (this caller is {})",
+        held.call_id,
+        who(held.agent.as_deref()),
+        who(now)
+    ))
 }
 
 /// Waits for the answer with the caller on `conn`. A caller that leaves withdraws its call,

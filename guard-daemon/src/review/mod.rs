@@ -200,6 +200,8 @@ impl Review<'_> {
             reason: verdict.row.reason.clone(),
             message,
             session: self.ctx.session.clone(),
+            agent: verdict.row.metadata.agent.clone(),
+            label: self.ctx.label.clone(),
             no_wait: self.ctx.no_wait,
             args: if holds_secret {
                 shown.clone()

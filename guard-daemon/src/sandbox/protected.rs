@@ -398,12 +398,9 @@ fn move_aside(
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         at = nix::fcntl::openat(at.as_fd(), OsStr::from_bytes(part), flags, Mode::empty())?;
     }
-    // A name no one can make first (the call ids are in order, and a call that knew the next
-    // one's name could take it, so that the move fails and the plant stays).
-    let mut random = [0u8; 6];
-    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer.
-    unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
-    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    // A name no one can make first (a call that knew the next one's name could take it, so
+    // that the move fails and the plant stays).
+    let suffix = crate::call::random::hex(6);
     let mut new = last.to_vec();
     new.extend_from_slice(format!(".guard-planted-{tag}-{suffix}").as_bytes());
     let (from, to) = (

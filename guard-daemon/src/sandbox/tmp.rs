@@ -35,11 +35,8 @@ pub const ROOT: &str = "/run/guard-tmp";
 /// A fresh directory name under [`ROOT`], from the kernel's random pool: no one can guess,
 /// and so take, a call's directory before it is made.
 pub fn fresh() -> PathBuf {
-    let mut bytes = [0u8; 16];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer; a short read leaves
-    // zeros, which `create` then finds taken at worst (the name is checked when made).
-    unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // `create` checks the name when it makes it.
+    let name = crate::call::random::hex(16);
     Path::new(ROOT).join(format!("call-{name}"))
 }
 

@@ -100,8 +100,12 @@ pub(super) async fn resume(
     if !admit::admits(daemon, None, &mut conn).await? {
         return Ok(());
     }
-    // The caller coming back is its agent now (or no caller), within its agent's bounds.
-    let Some(_agent) = admit::agent(daemon, peer, None, &mut conn).await? else {
+    // The caller coming back is the call's agent (`hold::resume`), admitted as for a new call
+    // of it: within its `max_running` and `rate`; its tools, tier and labels are checked
+    // again where the call is collected (`answer::barred`).
+    let held = daemon.approvals.get(call_id);
+    let tool = held.as_ref().map(|h| (h.tool.as_str(), h.label.as_deref()));
+    let Some(_agent) = admit::agent(daemon, peer, tool, &mut conn).await? else {
         return Ok(());
     };
     let Some((plan, program, admission)) = collect(daemon, peer.uid, call_id, &mut conn).await?
