@@ -87,6 +87,12 @@ pub fn rule<'p>(
     why.0
 }
 
+/// The name under which agent `name`'s termination is kept among the terminated sessions
+/// (`guardctl sessions --clear agent:NAME` lifts it).
+pub fn session(name: &str) -> String {
+    format!("agent:{name}")
+}
+
 /// The `check_name` of a call its caller's agent may not make.
 pub const CHECK: &str = "agent";
 

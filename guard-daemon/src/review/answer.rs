@@ -231,7 +231,7 @@ pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<St
 /// the policy in force no longer lets it make the call (its tools, tier or labels).
 fn agent_bars(daemon: &Daemon, held: &Held) -> Option<String> {
     let name = held.agent.as_deref()?;
-    let session = super::approver::agent_session(name);
+    let session = crate::callers::agents::session(name);
     if let Some(t) = daemon.sessions.blocks_everyone(&session) {
         return Some(format!(
             "its agent '{name}' was terminated by {} (call {}); an admin clears it with \

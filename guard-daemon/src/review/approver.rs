@@ -203,12 +203,6 @@ async fn command(
     }
 }
 
-/// The name under which agent `name`'s termination is kept among the terminated sessions
-/// (`guardctl sessions --clear agent:NAME` lifts it).
-pub fn agent_session(name: &str) -> String {
-    format!("agent:{name}")
-}
-
 /// Blocks the caller's session, and its agent's calls if it has one, durably and after its
 /// row, and refuses the call.
 async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String) -> Approved {
@@ -218,7 +212,7 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
     let agent = crate::callers::agents::of(&policy, e.peer)
         .ok()
         .flatten()
-        .map(|a| agent_session(&a.name));
+        .map(|a| crate::callers::agents::session(&a.name));
     let blocked = [
         e.ctx.session.clone().map(|s| (s, Some(e.peer.uid))),
         agent.map(|a| (a, None)),

@@ -190,17 +190,31 @@ impl Review<'_> {
                 }
             }
         }
+        Ok(Next::Hold(Box::new(
+            self.to_hold(&policy, verdict, plan, message),
+        )))
+    }
+
+    /// The call to hold for a human, as `policy` decided it (`verdict`, `plan`); its caller is
+    /// told `message`.
+    fn to_hold(
+        &self,
+        policy: &Policy,
+        verdict: Verdict,
+        plan: LaunchPlan,
+        message: String,
+    ) -> ToHold {
         // A secret's value in the arguments is kept nowhere, the store included: such a call
         // is held masked, and can only be denied.
         let holds_secret = verdict.row.metadata.stage == Some(Stage::Secret);
         let shown = policy.shown_args(&self.intent.args);
-        Ok(Next::Hold(Box::new(ToHold {
-            call_id: call_id.to_owned(),
-            decision,
-            reason: verdict.row.reason.clone(),
+        ToHold {
+            call_id: self.call_id.to_owned(),
+            decision: verdict.row.decision,
+            reason: verdict.row.reason,
             message,
             session: self.ctx.session.clone(),
-            agent: verdict.row.metadata.agent.clone(),
+            agent: verdict.row.metadata.agent,
             label: self.ctx.label.clone(),
             no_wait: self.ctx.no_wait,
             args: if holds_secret {
@@ -218,7 +232,7 @@ impl Review<'_> {
             },
             policy: policy.version().to_owned(),
             cwd: self.intent.cwd.clone(),
-        })))
+        }
     }
 
     /// Runs `plan`, decided under `policy`, unless a reload put another policy in force while
@@ -305,7 +319,7 @@ impl Review<'_> {
         else {
             return;
         };
-        let session = approver::agent_session(&agent.name);
+        let session = crate::callers::agents::session(&agent.name);
         if let Some(t) = self.daemon.sessions.blocks_everyone(&session) {
             verdict.row.decision = Decision::Block;
             verdict.row.check_name = "session".into();
