@@ -259,3 +259,69 @@ fn sha256sum(path: &Path) -> String {
         said.split_whitespace().next().unwrap_or_default()
     )
 }
+
+/// A project's path is compared where the kernel takes it (issue 49): `within = ["<ws>/link"]`,
+/// `link` pointing out of the workspace, passed as text and was then compiled to where it
+/// points, and the project's tool read outside the workspace, row `allow`.
+#[test]
+fn a_project_path_through_a_symlink_out_of_the_workspace_widens_and_is_refused() {
+    if !support::privileged("a_project_path_through_a_symlink_out_of_the_workspace") {
+        return;
+    }
+    let root = TempDir::new("guard-project");
+    let ws = std::fs::canonicalize(&root.0).expect("real").join("ws");
+    std::fs::create_dir_all(ws.join(".guard")).expect("mkdir");
+    std::fs::create_dir_all(ws.join("docs")).expect("mkdir");
+    std::fs::write(ws.join("docs/readme"), "inside\n").expect("write");
+    std::os::unix::fs::symlink("/etc", ws.join("link")).expect("symlink");
+    for p in [&ws, &ws.join("docs"), &ws.join("docs/readme")] {
+        std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+    let cat = |within: &str| {
+        format!(
+            r#"
+[tools.cat]
+tier = "low"
+command = ["/bin/cat", "{{file}}"]
+[tools.cat.args.file]
+type = "path"
+base = "{{cwd}}"
+within = [{within}]
+[tools.cat.effects]
+read = ["{{file}}"]
+"#
+        )
+    };
+    let policy = format!(
+        "[workspaces]\nroots = [\"{}\"]\n[settings]\nclients = [{NOBODY}]\n{}",
+        ws.display(),
+        cat(r#""{workspace}""#)
+    );
+    let guardd = Guardd::start_with(&policy, &["--socket-group", "nogroup"]);
+    let call = |file: &str| {
+        let mut c = guardd.exec("cat", &[&format!("file={file}")]);
+        c.current_dir(&ws).uid(NOBODY).gid(NOBODY);
+        output(c)
+    };
+    // The control: a project file narrowing to a real directory of the workspace loads.
+    let project = ws.join(".guard/policy.toml");
+    std::fs::write(&project, cat(&format!("\"{}/docs\"", ws.display()))).expect("write");
+    let out = call("docs/readme");
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "inside\n".into()),
+        "{out:?}"
+    );
+    // Through the link: the file widens, and every call of the workspace is blocked.
+    std::fs::write(&project, cat(&format!("\"{}/link\"", ws.display()))).expect("write");
+    let out = call("link/hostname");
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(out.stdout.is_empty(), "read outside the workspace: {out:?}");
+    let said = text(&out.stderr);
+    assert!(said.contains("tools.cat.args.file.within"), "{said}");
+    assert_eq!(
+        call("docs/readme").status.code(),
+        Some(126),
+        "a widening project file blocks its workspace"
+    );
+}

@@ -1,7 +1,9 @@
 //! Whether one policy path reaches no further than another, by meaning rather than text:
 //! `{workspace}/src` is within `/srv/ws` in the workspace `/srv/ws`, and `{cwd}` within
 //! `{workspace}` (a caller's directory is always inside its workspace), while `{path}` is within
-//! `{path}` only: an argument's reach is narrowed by its own `within`, not here.
+//! `{path}` only: an argument's reach is narrowed by its own `within`, not here. An absolute
+//! path is compared as the kernel resolves it, as it is compiled (`validate::arg`): a project's
+//! `{workspace}/link`, `link` pointing out of the workspace, reaches where `link` points.
 
 use std::path::Path;
 
@@ -29,6 +31,14 @@ fn parts(rest: &str) -> Option<Vec<String>> {
     Some(out)
 }
 
+/// The components of absolute `parts` once the file system has resolved them (symlinks in the
+/// longest prefix that exists; the rest as written).
+fn resolved(parts: Vec<String>) -> Option<Spot> {
+    let path: std::path::PathBuf = std::iter::once("/".to_owned()).chain(parts).collect();
+    let real = crate::policy::args::resolve(&path);
+    Some(Spot::Abs(self::parts(&real.to_string_lossy())?))
+}
+
 /// `s` as a [`Spot`] in workspace `ws`; `None` for what cannot be compared (a relative path, a
 /// `..`, a placeholder inside a component).
 fn spot(ws: &Path, s: &str) -> Option<Spot> {
@@ -38,7 +48,7 @@ fn spot(ws: &Path, s: &str) -> Option<Spot> {
         }
         let mut all = parts(&ws.to_string_lossy())?;
         all.extend(parts(rest)?);
-        return Some(Spot::Abs(all));
+        return resolved(all);
     }
     if let Some(rest) = s.strip_prefix("{cwd}") {
         if !(rest.is_empty() || rest.starts_with('/')) {
@@ -52,7 +62,7 @@ fn spot(ws: &Path, s: &str) -> Option<Spot> {
     if !s.starts_with('/') || s.contains(['{', '}']) {
         return None;
     }
-    Some(Spot::Abs(parts(s)?))
+    resolved(parts(s)?)
 }
 
 /// Whether `narrow` reaches nothing `wide` does not, in workspace `ws`.
@@ -118,5 +128,26 @@ mod tests {
         for (n, w) in no {
             assert!(!path_within(ws, n, w), "{n} not within {w}");
         }
+    }
+
+    /// A link in the workspace that points out of it reaches where it points (issue 49: a
+    /// project's `within = ["<ws>/link"]` read outside the workspace).
+    #[test]
+    fn a_symlink_is_compared_where_it_points() {
+        let dir = crate::audit::testdir::TestDir::new("within-link");
+        let ws = std::fs::canonicalize(dir.path()).expect("real");
+        std::os::unix::fs::symlink("/etc", ws.join("link")).expect("symlink");
+        std::fs::create_dir(ws.join("src")).expect("src");
+        let lit = |rest: &str| format!("{}/{rest}", ws.display());
+        assert!(!path_within(&ws, &lit("link"), "{workspace}"));
+        assert!(!path_within(&ws, "{workspace}/link", "{workspace}"));
+        assert!(!path_within(
+            &ws,
+            &lit("link/passwd"),
+            &ws.to_string_lossy()
+        ));
+        assert!(path_within(&ws, &lit("link"), "/etc"));
+        assert!(path_within(&ws, &lit("src"), "{workspace}"));
+        assert!(path_within(&ws, &lit("new/file"), "{workspace}"));
     }
 }
