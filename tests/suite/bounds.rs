@@ -1,0 +1,152 @@
+//! Every caller bounded (issue 49, points 12-14): what a caller sends costs guardd bounded
+//! memory, a bounded metrics text and bounded audit rows, and a caller that writes too much of
+//! the log is refused while root keeps room. The hostile caller is a uid of no user, a client
+//! of the policy, sending raw frames (`guard-testtool send`); each attack beside its control:
+//! the same caller within the limits, another uid, or root.
+
+use std::{
+    fs, os::unix::fs::PermissionsExt as _, process::Command, time::Duration,
+};
+
+use serde_json::{Value, json};
+
+use super::{
+    fair::{as_uid, runnable, timed},
+    support::{self, Guardd, TempDir, output},
+};
+
+/// The caller that sends too much, and a well-behaved one: ids of no user, both clients.
+const HOSTILE: u32 = 40_041;
+const CALLER: u32 = 40_042;
+
+fn policy() -> String {
+    format!(
+        r#"
+[settings]
+clients = [{HOSTILE}, {CALLER}]
+disclose_reasons = true
+
+[tools.exit_with]
+tier = "low"
+command = ["/bin/sh", "-c", "exit \"$0\"", "{{code}}"]
+[tools.exit_with.args.code]
+type = "integer"
+min = 0
+max = 255
+[tools.exit_with.effects]
+exec = ["/bin/sh"]
+"#
+    )
+}
+
+/// guardd with `extra` flags, its socket open to the test's uids.
+fn start(extra: &[&str]) -> Guardd {
+    let guardd = Guardd::start_with(&policy(), extra);
+    fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
+    guardd
+}
+
+/// An `exec` frame.
+fn exec(tool: &str, args: Value, session: Option<&str>) -> Vec<u8> {
+    let mut frame = json!({"v": 1, "type": "exec", "tool": tool, "args": args});
+    if let Some(s) = session {
+        frame["session"] = s.into();
+    }
+    let mut out = serde_json::to_vec(&frame).expect("JSON");
+    out.push(b'\n');
+    out
+}
+
+/// `frame` sent `n` times by `uid`, each on its own connection with the first `@N@` replaced by
+/// its count; the first line of each answer.
+fn send_as(guardd: &Guardd, uid: u32, frame: &[u8], n: usize) -> Vec<Value> {
+    let dir = TempDir::new("guard-bounds");
+    let tool = runnable(&dir, "guard-testtool");
+    let file = dir.join("frame");
+    fs::write(&file, frame).expect("frame");
+    let mut cmd = Command::new(tool);
+    cmd.arg("send")
+        .arg(&guardd.socket)
+        .arg(&file)
+        .arg(n.to_string());
+    as_uid(&mut cmd, uid);
+    let (out, _) = timed(cmd, Duration::from_secs(300)).expect("the sender hung");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:.200}: {e}")))
+        .collect()
+}
+
+/// guardd's resident memory, in bytes.
+fn rss(guardd: &Guardd) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{}/status", guardd.child.id())).expect("status");
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS");
+    kib << 10
+}
+
+/// Root's call runs to its end.
+#[track_caller]
+fn root_is_served(guardd: &Guardd) {
+    let out = output(guardd.exec("exit_with", &["code:=5"]));
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+}
+
+#[track_caller]
+fn all_refused_naming(replies: &[Value], field: &str) {
+    for r in replies {
+        assert_eq!(
+            (&r["type"], &r["field"]),
+            (&json!("error"), &json!(field)),
+            "{r:.300}"
+        );
+    }
+}
+
+#[track_caller]
+fn all_blocked(replies: &[Value]) {
+    for r in replies {
+        assert_eq!(
+            (&r["type"], &r["decision"]),
+            (&json!("decision"), &json!("block")),
+            "{r:.300}"
+        );
+    }
+}
+
+#[test]
+fn bounds_a_long_session_is_refused_by_name_and_costs_guardd_no_memory() {
+    if !support::privileged("bounds_a_long_session_is_refused_by_name_and_costs_guardd_no_memory") {
+        return;
+    }
+    let guardd = start(&[]);
+    root_is_served(&guardd);
+    let before = rss(&guardd);
+    // 300 blocked calls, each with a new 900 kB session: once they took guardd from 12 to 273
+    // MiB, for good.
+    let long = format!("@N@{}", "s".repeat(900_000));
+    let refused = send_as(&guardd, HOSTILE, &exec("nope", json!({}), Some(&long)), 300);
+    // Control: sessions at the limit are taken, and their calls decided.
+    let at_limit = format!("@N@{}", "s".repeat(250));
+    let taken = send_as(
+        &guardd,
+        HOSTILE,
+        &exec("nope", json!({}), Some(&at_limit)),
+        300,
+    );
+    let after = rss(&guardd);
+    assert!(
+        after < before + (48 << 20),
+        "guardd grew from {} to {} MiB",
+        before >> 20,
+        after >> 20
+    );
+    assert_eq!(refused.len(), 300);
+    all_refused_naming(&refused, "session");
+    all_blocked(&taken);
+    root_is_served(&guardd);
+}
