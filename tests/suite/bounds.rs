@@ -5,7 +5,12 @@
 //! the same caller within the limits, another uid, or root.
 
 use std::{
-    fs, os::unix::fs::PermissionsExt as _, process::Command, time::Duration,
+    fs,
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    os::unix::fs::PermissionsExt as _,
+    process::Command,
+    time::{Duration, Instant},
 };
 
 use serde_json::{Value, json};
@@ -149,4 +154,82 @@ fn bounds_a_long_session_is_refused_by_name_and_costs_guardd_no_memory() {
     all_refused_naming(&refused, "session");
     all_blocked(&taken);
     root_is_served(&guardd);
+}
+
+/// `GET path` from the metrics endpoint: the whole answer, or what came before `within`.
+fn get(addr: &str, within: Duration) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(within)).expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+#[test]
+fn bounds_metrics_label_only_the_policys_tools_and_answer_a_few_scrapes_at_once() {
+    if !support::privileged(
+        "bounds_metrics_label_only_the_policys_tools_and_answer_a_few_scrapes_at_once",
+    ) {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let guardd = start(&["--metrics-listen", &addr]);
+    // 100 blocked calls, each of a new tool of 253 bytes: a label each, kept for good, and in
+    // every scrape.
+    let name = format!("@N@{}", "t".repeat(250));
+    let replies = send_as(&guardd, HOSTILE, &exec(&name, json!({}), None), 100);
+    all_blocked(&replies);
+    // A name past a policy's longest is refused, by name.
+    let long = "t".repeat(900_000);
+    all_refused_naming(
+        &send_as(&guardd, HOSTILE, &exec(&long, json!({}), None), 1),
+        "tool",
+    );
+    root_is_served(&guardd);
+    let text = get(&addr, Duration::from_secs(10));
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:.300}");
+    let calls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("guard_calls_total{"))
+        .collect();
+    let unregistered = calls
+        .iter()
+        .find(|l| l.contains("tool=\"(unregistered)\"") && l.contains("decision=\"block\""));
+    assert!(
+        unregistered.is_some_and(|l| l.ends_with(" 100")),
+        "{calls:#?}"
+    );
+    assert!(
+        calls.iter().any(|l| l.contains("tool=\"exit_with\"")),
+        "{calls:#?}"
+    );
+    assert!(!text.contains("tttttttt"), "a caller's name is a label");
+    assert!(text.len() < 16 << 10, "{} bytes", text.len());
+    // Scrapes at once: eight connections that send nothing hold every place, and the next is
+    // told at once instead of waiting behind them.
+    let idle: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let busy = get(&addr, Duration::from_secs(4));
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy:.300}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    drop(idle);
+    // Their places come back once they go.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = get(&addr, Duration::from_secs(10));
+        if text.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text:.300}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
