@@ -233,3 +233,65 @@ fn bounds_metrics_label_only_the_policys_tools_and_answer_a_few_scrapes_at_once(
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The audit log's rows, and the longest line's bytes.
+fn rows_and_longest(guardd: &Guardd) -> (Vec<Value>, usize) {
+    let text = fs::read_to_string(&guardd.audit).expect("audit log");
+    let longest = text.lines().map(str::len).max().unwrap_or_default();
+    (guardd.audit_rows(), longest)
+}
+
+#[test]
+fn bounds_an_audit_row_is_bounded_whatever_the_caller_sends() {
+    if !support::privileged("bounds_an_audit_row_is_bounded_whatever_the_caller_sends") {
+        return;
+    }
+    let guardd = start(&[]);
+    // A 900 kB tool name: refused by name, and no row holds it (it was held three times by a
+    // decision row, and 130 such requests filled a 256 MiB file system in under a second).
+    let long = "t".repeat(900_000);
+    all_refused_naming(
+        &send_as(&guardd, HOSTILE, &exec(&long, json!({}), None), 3),
+        "tool",
+    );
+    // 900 kB of arguments: the call is decided, and its row holds their start and their size
+    // and SHA-256.
+    let args = json!({"content": "a".repeat(900_000), "path": "/x"});
+    all_blocked(&send_as(&guardd, HOSTILE, &exec("nope", args, None), 3));
+    // Control: small arguments are recorded whole.
+    all_blocked(&send_as(
+        &guardd,
+        HOSTILE,
+        &exec("nope", json!({"a": "b"}), None),
+        1,
+    ));
+    root_is_served(&guardd);
+    let (rows, longest) = rows_and_longest(&guardd);
+    assert!(longest < 80 << 10, "a row of {longest} bytes");
+    let decisions: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "decision").collect();
+    assert_eq!(decisions.len(), 5, "{rows:#?}");
+    let cut: Vec<&&Value> = decisions
+        .iter()
+        .filter(|r| !r["args_cut"].is_null())
+        .collect();
+    assert_eq!(cut.len(), 3);
+    for r in cut {
+        assert!(
+            r["args_cut"]["bytes"].as_u64() > Some(900_000),
+            "{:.300}",
+            r["args_cut"]
+        );
+        assert_eq!(r["args_cut"]["sha256"].as_str().map(str::len), Some(64));
+        assert!(
+            r["args"]["content"]
+                .as_str()
+                .is_some_and(|c| c.ends_with('…'))
+        );
+    }
+    assert!(
+        decisions
+            .iter()
+            .any(|r| r["args"] == json!({"a": "b"}) && r["args_cut"].is_null())
+    );
+    guard::audit::verify(&guardd.audit).expect("the chain holds");
+}

@@ -9,6 +9,7 @@
 //! [`read_rows`] reads it back. Any [`AuditError`] means the row is not recorded, and guardd
 //! fails closed.
 
+pub mod bound;
 pub mod chain;
 pub(crate) mod files;
 pub mod read;
