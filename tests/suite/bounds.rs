@@ -295,3 +295,40 @@ fn bounds_an_audit_row_is_bounded_whatever_the_caller_sends() {
     );
     guard::audit::verify(&guardd.audit).expect("the chain holds");
 }
+
+#[test]
+fn bounds_audit_keep_rotated_removes_the_oldest_rotated_files() {
+    if !support::privileged("bounds_audit_keep_rotated_removes_the_oldest_rotated_files") {
+        return;
+    }
+    let guardd = start(&["--audit-rotate-bytes", "4096", "--audit-keep-rotated", "2"]);
+    let args = json!({"content": "a".repeat(2000)});
+    all_blocked(&send_as(&guardd, 0, &exec("nope", args, None), 40));
+    root_is_served(&guardd);
+    let dir = guardd.audit.parent().expect("the log's directory");
+    let name = guardd
+        .audit
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name");
+    let rotated: Vec<String> = fs::read_dir(dir)
+        .expect("list")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            n.strip_prefix(name)
+                .and_then(|r| r.strip_prefix('.'))
+                .is_some_and(|r| r.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    assert_eq!(rotated.len(), 2, "{rotated:?}");
+    // What went is said in the chain, which still holds.
+    let text: String = guard::audit::read_rows(&guardd.audit)
+        .expect("read")
+        .filter_map(Result::ok)
+        .filter(|r| r["kind"] == "pruned")
+        .map(|r| Value::Object(r).to_string())
+        .collect();
+    assert!(!text.is_empty(), "no pruned row");
+    let summary = guard::audit::verify(&guardd.audit).expect("the chain holds");
+    assert_eq!(summary.files, 3, "{summary:?}");
+}
