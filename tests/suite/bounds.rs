@@ -297,6 +297,71 @@ fn bounds_an_audit_row_is_bounded_whatever_the_caller_sends() {
 }
 
 #[test]
+fn bounds_a_caller_past_its_audit_share_is_refused_and_others_are_not() {
+    if !support::privileged("bounds_a_caller_past_its_audit_share_is_refused_and_others_are_not") {
+        return;
+    }
+    let guardd = start(&["--audit-bytes-per-uid", "262144"]);
+    // Rows of about 60 kB: the fifth fills the share of 256 KiB a minute.
+    let args = json!({"content": "a".repeat(60_000)});
+    let replies = send_as(&guardd, HOSTILE, &exec("nope", args.clone(), None), 20);
+    let decided = replies.iter().filter(|r| r["type"] == "decision").count();
+    assert!((3..=6).contains(&decided), "{decided} decided");
+    all_blocked(&replies[..decided]);
+    for r in &replies[decided..] {
+        assert_eq!(r["type"], "error", "{r:.300}");
+        let e = r["error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains(&format!("uid {HOSTILE}")) && e.contains("audit-bytes-per-uid"),
+            "{e}"
+        );
+        assert!(r["retry_after_ms"].as_u64() > Some(0), "{r}");
+    }
+    // Another uid's calls, and root's, are admitted.
+    all_blocked(&send_as(&guardd, CALLER, &exec("nope", args, None), 1));
+    root_is_served(&guardd);
+    let rows = guardd.audit_rows();
+    let decisions = rows.iter().filter(|r| r["kind"] == "decision").count();
+    assert_eq!(decisions, decided + 2);
+}
+
+#[test]
+fn bounds_root_keeps_room_in_a_log_its_callers_filled() {
+    if !support::privileged("bounds_root_keeps_room_in_a_log_its_callers_filled") {
+        return;
+    }
+    // A 24 MiB file system for the log, 8 MiB of which its reserve holds: rows of about 64 kB
+    // fill the rest in some 250 calls.
+    let fs_ = super::audit::Tmpfs::mount("24m");
+    let audit = fs_.path().join("audit.jsonl");
+    let audit_arg = audit.display().to_string();
+    let guardd = start(&["--audit", &audit_arg, "--audit-bytes-per-uid", "0"]);
+    let args = json!({"content": "a".repeat(70_000)});
+    let replies = send_as(&guardd, HOSTILE, &exec("nope", args.clone(), None), 400);
+    // Root's call is admitted and runs (it was refused, 75, with the others'), and its rows are
+    // written.
+    root_is_served(&guardd);
+    let decided = replies.iter().filter(|r| r["type"] == "decision").count();
+    assert!(decided > 100 && decided < 400, "{decided} decided");
+    all_blocked(&replies[..decided]);
+    for r in &replies[decided..] {
+        let e = r["error"].as_str().unwrap_or_default();
+        assert!(e.contains("kept for root's and admins' calls"), "{r:.300}");
+    }
+    // Another caller is refused too: the room left is root's.
+    let other = send_as(&guardd, CALLER, &exec("nope", args, None), 1);
+    assert_eq!(other[0]["type"], "error", "{:.300}", other[0]);
+    let rows = guardd.audit_rows();
+    let root = rows
+        .iter()
+        .filter(|r| r["tool"] == "exit_with")
+        .map(|r| r["kind"].as_str().unwrap_or_default())
+        .collect::<Vec<_>>();
+    assert_eq!(root, ["decision", "finished"], "{root:?}");
+    guard::audit::verify(&audit).expect("the chain holds");
+}
+
+#[test]
 fn bounds_audit_keep_rotated_removes_the_oldest_rotated_files() {
     if !support::privileged("bounds_audit_keep_rotated_removes_the_oldest_rotated_files") {
         return;

@@ -232,6 +232,17 @@ impl Row {
         }
     }
 
+    /// The uid of the caller whose call the row records, when a caller's request wrote it: the
+    /// share it counts in (`super::share`).
+    pub fn caller(&self) -> Option<u32> {
+        match self {
+            Row::Decision { peer, .. } => Some(peer.uid),
+            Row::Held { uid, .. } => Some(*uid),
+            Row::Finished(f) => f.launch.as_ref().map(|l| l.uid),
+            _ => None,
+        }
+    }
+
     /// The row as the JSON object the log seals, of a bounded size: arguments past
     /// [`super::bound::ARGS_IN_ROW`] (a call's, an approver's change to them, a judge's answer)
     /// are cut, and `<field>_cut` beside them says how long they were and their SHA-256.

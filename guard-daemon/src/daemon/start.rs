@@ -142,11 +142,12 @@ fn warn_if_torn(audit: &AuditLog) {
     }
 }
 
-/// The audit log, as the options say it rotates and what it keeps.
+/// The audit log, as the options say it rotates, what it keeps and each uid's share of it.
 fn open_audit(options: &Options) -> Result<AuditLog, StartError> {
     AuditLog::open(audit::Options {
         rotate_bytes: options.audit_rotate_bytes,
         keep_rotated: options.audit_keep_rotated,
+        bytes_per_uid: options.audit_bytes_per_uid,
         ..audit::Options::new(&options.audit)
     })
     .map_err(|e| StartError::Audit {
