@@ -35,7 +35,8 @@ fn metrics_count_decisions_divergences_and_launches_for_a_real_scraper() {
     // touch may be read, not run: its exec is a divergence.
     let effects = "read = [\"/usr/bin\"]\nexec = [\"/usr/bin/true\"]\non_divergence = \"deny\"";
     let guardd = Guardd::start_with(&s.policy(effects, ""), &["--metrics-listen", &addr]);
-    // Allowed twice, blocked once (no such tool), diverged once (an exec it was not given).
+    // Allowed twice, blocked once (no such tool: counted as `(unregistered)`, as every tool the
+    // policy does not name), diverged once (an exec it was not given).
     for _ in 0..2 {
         let out = super::escape::call(&guardd, &["ids"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -74,7 +75,7 @@ fn metrics_count_decisions_divergences_and_launches_for_a_real_scraper() {
     assert_eq!(
         value(
             "guard_calls_total",
-            &[("tool", "no_such_tool"), ("decision", "block")]
+            &[("tool", "(unregistered)"), ("decision", "block")]
         ),
         1.0
     );

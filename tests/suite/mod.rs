@@ -6,6 +6,7 @@ mod approval;
 mod approval_attacks;
 mod approvers;
 mod audit;
+mod bounds;
 mod daemon;
 mod ebpf;
 mod escape;

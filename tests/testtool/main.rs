@@ -633,6 +633,22 @@ fn run(action: &[String]) -> Res {
             println!("unshare ok");
             Ok(())
         }
+        "send" => {
+            // A client of guardd, not a tool: sends the frame FILE holds N times, each on a new
+            // connection with this process's stdin, stdout and stderr (an exec's three
+            // descriptors), the first `@N@` in it replaced by the count (0, 1, ...), and prints
+            // the first line of each answer.
+            let frame = std::fs::read(arg(2)?)?;
+            let at = frame.windows(3).position(|w| w == b"@N@");
+            for i in 0..num(3)? {
+                let frame = match at {
+                    Some(at) => [&frame[..at], i.to_string().as_bytes(), &frame[at + 3..]].concat(),
+                    None => frame.clone(),
+                };
+                println!("{}", send(arg(1)?, &frame)?);
+            }
+            Ok(())
+        }
         "flood" => {
             // A hostile client of guardd, not a tool: holds N connections to SOCKET, the first
             // FOLLOWERS of them following the tool list and never reading, and every REOPEN_MS
@@ -1619,6 +1635,43 @@ fn flood(socket: &str, n: usize, followers: usize, reopen: Duration) -> Res {
             }
         }
     }
+}
+
+/// Sends `frame` on a new connection to `socket` with descriptors 0, 1 and 2, and reads the
+/// first line of the answer.
+fn send(socket: &str, frame: &[u8]) -> Result<String, Fail> {
+    use std::{io::BufRead as _, os::fd::AsRawFd as _, os::unix::net::UnixStream};
+    let s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let fds: [libc::c_int; 3] = [0, 1, 2];
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: frame.as_ptr() as *mut libc::c_void,
+        iov_len: frame.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live buffers below, and the
+    // control message is written within `control` (CMSG_SPACE of three ints is 32 bytes).
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(12) as _;
+        let c = libc::CMSG_FIRSTHDR(&raw const msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(12) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast(), 3);
+        libc::sendmsg(s.as_raw_fd(), &raw const msg, 0)
+    };
+    if sent < 0 {
+        return Err(last_errno());
+    }
+    // The descriptors went with the first bytes; the rest of a long frame follows.
+    (&s).write_all(&frame[sent as usize..])?;
+    let mut line = String::new();
+    io::BufReader::new(&s).read_line(&mut line)?;
+    Ok(line.trim_end().to_owned())
 }
 
 fn errno_name(e: i32) -> &'static str {

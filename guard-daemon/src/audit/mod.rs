@@ -9,12 +9,14 @@
 //! [`read_rows`] reads it back. Any [`AuditError`] means the row is not recorded, and guardd
 //! fails closed.
 
+pub mod bound;
 pub mod chain;
 pub(crate) mod files;
 pub mod read;
 pub mod recover;
 pub mod reserve;
 pub mod row;
+pub mod share;
 #[cfg(test)]
 pub(crate) mod testdir;
 pub use crate::call::ts;
@@ -36,6 +38,7 @@ pub use chain::{Reason, ZERO_HASH};
 pub use read::{Rows, read_recent, read_rows};
 pub use recover::{HOLD_WAIT, Recovery};
 pub use row::{Finished, Interrupted, Launch, Record, Row};
+pub use share::Refusal;
 pub use verify::{VerifyError, VerifySummary, verify};
 
 /// Where guardd keeps its audit log unless configured otherwise.
@@ -77,6 +80,9 @@ pub struct Options {
     /// Rotated files kept (at least 1); older ones are removed, and a chained `pruned` row
     /// says which rows went. `None`: all are kept.
     pub keep_rotated: Option<u64>,
+    /// Bytes of rows a uid's calls may write a minute before its new calls are refused
+    /// ([`share`]); 0: no limit.
+    pub bytes_per_uid: u64,
 }
 
 impl Default for Options {
@@ -92,6 +98,7 @@ impl Options {
             rotate_bytes: DEFAULT_ROTATE_BYTES,
             reserve_bytes: reserve::RESERVE_BYTES,
             keep_rotated: None,
+            bytes_per_uid: share::BYTES_PER_UID,
         }
     }
 }
@@ -129,6 +136,8 @@ fn legacy_reserve(log: &Path) -> PathBuf {
 pub struct AuditLog {
     tx: Option<mpsc::Sender<writer::Request>>,
     reserve: Arc<reserve::Reserve>,
+    /// What each uid's calls wrote lately.
+    shares: Arc<share::Shares>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<writer::Counters>,
     recovery: Recovery,
@@ -160,6 +169,7 @@ impl AuditLog {
             });
         }
         let counters = Arc::new(writer::Counters::default());
+        let shares = Arc::new(share::Shares::new(options.bytes_per_uid));
         let tap = Arc::new(OnceLock::new());
         let writer = writer::Writer {
             base: options.path.clone(),
@@ -176,6 +186,7 @@ impl AuditLog {
             counters: counters.clone(),
             reserve: reserve.clone(),
             reserve_bytes: options.reserve_bytes,
+            shares: Arc::clone(&shares),
             tap: Arc::clone(&tap),
         };
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -198,6 +209,7 @@ impl AuditLog {
         Ok(Self {
             tx: Some(tx),
             reserve,
+            shares,
             thread: Some(thread),
             counters,
             recovery: start.recovery,
@@ -213,20 +225,22 @@ impl AuditLog {
     }
 
     /// Whether new calls may be admitted: the room for running calls' rows is whole, or could
-    /// be made whole now.
+    /// be made whole now (root's and admins' calls may be admitted besides: see [`share`]).
     pub fn admits(&self) -> bool {
-        self.reserve.admits()
+        self.reserve.admits(false)
     }
 
     /// Appends `row` and returns once it is written and fdatasync'ed. If the future is dropped
     /// after the row was queued, the row is still written.
     pub async fn append(&self, row: Map<String, Value>) -> Result<Appended, AuditError> {
-        self.queue(row, None).await?.written().await
+        self.queue(row, None, None).await?.written().await
     }
 
     /// Appends a typed row: see [`append`](Self::append).
     pub async fn record(&self, row: &Row) -> Result<Appended, AuditError> {
-        self.queue(map_of(row)?, None).await?.written().await
+        (self.queue(map_of(row)?, row.caller(), None).await?)
+            .written()
+            .await
     }
 
     /// Queues a typed row and returns at once: the row is durable when [`Durable::written`]
@@ -235,20 +249,28 @@ impl AuditLog {
     /// disk, and shuts when it could not be (a call's process, which cannot await).
     pub async fn submit(&self, row: &Row) -> Result<(Durable, Gate), AuditError> {
         let (gate, opener) = crate::call::gate::new();
-        Ok((self.queue(map_of(row)?, Some(opener)).await?, gate))
+        let by = row.caller();
+        Ok((self.queue(map_of(row)?, by, Some(opener)).await?, gate))
     }
 
+    /// Queues `row`, counted in the share of uid `by` when it is a caller's.
     async fn queue(
         &self,
         row: Map<String, Value>,
+        by: Option<u32>,
         opener: Option<Opener>,
     ) -> Result<Durable, AuditError> {
         check_reserved(&row)?;
         let (ack, done) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or(AuditError::Closed)?;
-        tx.send(writer::Request { row, ack, opener })
-            .await
-            .map_err(|_| AuditError::Closed)?;
+        tx.send(writer::Request {
+            row,
+            by,
+            ack,
+            opener,
+        })
+        .await
+        .map_err(|_| AuditError::Closed)?;
         Ok(Durable(done))
     }
 
@@ -258,9 +280,14 @@ impl AuditLog {
         check_reserved(&row)?;
         let (ack, done) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or(AuditError::Closed)?;
-        let opener = None;
-        tx.blocking_send(writer::Request { row, ack, opener })
-            .map_err(|_| AuditError::Closed)?;
+        let (by, opener) = (None, None);
+        tx.blocking_send(writer::Request {
+            row,
+            by,
+            ack,
+            opener,
+        })
+        .map_err(|_| AuditError::Closed)?;
         done.blocking_recv().map_err(|_| AuditError::Closed)?
     }
 
@@ -320,169 +347,4 @@ fn check_reserved(row: &Map<String, Value>) -> Result<(), AuditError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use serde_json::json;
-
-    use super::{testdir::TestDir, *};
-
-    pub(super) fn row(i: u64) -> Map<String, Value> {
-        let v = json!({"kind": "decision", "call_id": format!("c{i}"), "tool": "ls", "args": ["-l", i]});
-        match v {
-            Value::Object(m) => m,
-            _ => unreachable!("literal object"),
-        }
-    }
-
-    #[test]
-    fn lone_append_costs_one_sync() {
-        let dir = TestDir::new("lone");
-        let log = AuditLog::open(Options::new(dir.path().join("audit.jsonl"))).expect("open");
-        assert_eq!(log.recovery().last_seq, None);
-        let a = log.append_blocking(row(0)).expect("append");
-        assert_eq!(a.seq, 0);
-        assert_eq!(log.stats(), Stats { rows: 1, syncs: 1 });
-        let b = log.append_blocking(row(1)).expect("append");
-        assert_eq!(b.seq, 1);
-        assert_eq!(log.stats(), Stats { rows: 2, syncs: 2 });
-        let summary = verify(log.path()).expect("verify");
-        assert_eq!((summary.rows, summary.last_hash), (2, b.hash));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_appends_share_syncs() {
-        let dir = TestDir::new("group");
-        let log =
-            Arc::new(AuditLog::open(Options::new(dir.path().join("audit.jsonl"))).expect("open"));
-        let tasks: Vec<_> = (0..64)
-            .map(|t| {
-                let log = log.clone();
-                tokio::spawn(async move {
-                    for i in 0..16 {
-                        log.append(row(t * 100 + i)).await.expect("append");
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("task");
-        }
-        let stats = log.stats();
-        assert_eq!(stats.rows, 1024);
-        assert!(stats.syncs < stats.rows, "no group commit: {stats:?}");
-        assert_eq!(verify(log.path()).expect("verify").rows, 1024);
-    }
-
-    #[test]
-    fn a_tap_is_told_of_each_durable_row_as_written() {
-        let dir = TestDir::new("tap");
-        let log = AuditLog::open(Options::new(dir.path().join("audit.jsonl"))).expect("open");
-        let seen = Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
-        let told = Arc::clone(&seen);
-        assert!(log.tap(Box::new(move |lines, rows| {
-            let mut told = told.lock().expect("lock");
-            told.0.extend_from_slice(lines);
-            told.1.extend_from_slice(rows);
-        })));
-        assert!(!log.tap(Box::new(|_, _| {})), "a second tap is refused");
-        let appended = vec![
-            log.append_blocking(row(0)).expect("append"),
-            log.append_blocking(row(1)).expect("append"),
-        ];
-        // The tap runs after the rows' answers: closing the log waits for the writer's end.
-        let path = log.path().to_owned();
-        drop(log);
-        let (lines, rows) = seen.lock().expect("lock").clone();
-        assert_eq!(rows, appended);
-        assert_eq!(lines, std::fs::read(path).expect("read"));
-    }
-
-    #[test]
-    fn a_second_writer_is_refused_until_the_first_closes() {
-        let dir = TestDir::new("lock");
-        let path = dir.path().join("audit.jsonl");
-        let first = AuditLog::open(Options::new(&path)).expect("open");
-        assert!(matches!(
-            AuditLog::open(Options::new(&path)),
-            Err(AuditError::Locked(_))
-        ));
-        drop(first);
-        AuditLog::open(Options::new(&path)).expect("open after close");
-    }
-
-    #[test]
-    fn reserved_fields_are_refused() {
-        let dir = TestDir::new("reserved");
-        let log = AuditLog::open(Options::new(dir.path().join("audit.jsonl"))).expect("open");
-        for field in chain::RESERVED {
-            let mut r = row(0);
-            r.insert(field.into(), json!(1));
-            assert!(matches!(log.append_blocking(r), Err(AuditError::Reserved(f)) if f == field));
-        }
-        assert_eq!(log.stats().rows, 0);
-    }
-
-    #[test]
-    fn reopen_continues_the_chain() {
-        let dir = TestDir::new("reopen");
-        let path = dir.path().join("audit.jsonl");
-        let last = {
-            let log = AuditLog::open(Options::new(&path)).expect("open");
-            let mut last = None;
-            for i in 0..3 {
-                last = Some(log.append_blocking(row(i)).expect("append"));
-            }
-            last.expect("rows")
-        };
-        let log = AuditLog::open(Options::new(&path)).expect("reopen");
-        assert_eq!(
-            log.recovery(),
-            &Recovery {
-                truncated_bytes: 0,
-                last_seq: Some(2),
-                last_hash: last.hash
-            }
-        );
-        assert_eq!(log.append_blocking(row(3)).expect("append").seq, 3);
-        assert_eq!(verify(&path).expect("verify").rows, 4);
-    }
-
-    #[test]
-    fn rotation_keeps_the_chain_and_numbering() {
-        let dir = TestDir::new("rotate");
-        let path = dir.path().join("audit.jsonl");
-        let options = Options {
-            path: path.clone(),
-            rotate_bytes: 1000,
-            ..Options::new("")
-        };
-        {
-            let log = AuditLog::open(options.clone()).expect("open");
-            for i in 0..40 {
-                log.append_blocking(row(i)).expect("append");
-            }
-        }
-        let before = files::segments(&path).expect("list");
-        assert!(before.len() >= 4, "expected rotations, got {before:?}");
-        let log = AuditLog::open(options).expect("reopen");
-        for i in 40..80 {
-            log.append_blocking(row(i)).expect("append");
-        }
-        drop(log);
-        let segments = files::segments(&path).expect("list");
-        let numbers: Vec<_> = segments.iter().filter_map(|s| s.number).collect();
-        assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
-        let summary = verify(&path).expect("verify");
-        assert_eq!((summary.rows, summary.files), (80, segments.len()));
-        let seqs: Vec<u64> = read_rows(&path)
-            .expect("read")
-            .map(|r| r.expect("row")["seq"].as_u64().expect("seq"))
-            .collect();
-        assert_eq!(seqs, (0..80).collect::<Vec<_>>());
-        // Every file but the active one passed the threshold before it was rotated.
-        for s in &segments[..segments.len() - 1] {
-            assert!(std::fs::metadata(&s.path).expect("stat").len() >= 1000);
-        }
-    }
-}
+mod tests;

@@ -86,8 +86,8 @@ impl Reserve {
                 if !self.short.swap(true, Ordering::SeqCst) {
                     tracing::error!(
                         room = self.room(),
-                        "audit log: no room to keep its reserve ({e}); admitting no new call \
-                         until there is"
+                        "audit log: no room to keep its reserve ({e}); admitting new calls of \
+                         root and admins only, while half of it is left, until there is"
                     );
                 }
                 false
@@ -123,12 +123,17 @@ impl Reserve {
     /// Whether a new call may be admitted: the reserve is whole. The writer makes it whole
     /// again after every batch, so it is short only when the file system refused that, and
     /// then it is asked again here: once another writer has taken its free blocks, the room
-    /// left (however large) is the running calls', and new calls wait. No row was written
-    /// since a top-up that succeeded but the batch in flight, so the room is whole then; the
-    /// allocation stays off the admission's path (and out of the journal a row's fdatasync
-    /// commits).
-    pub fn admits(&self) -> bool {
-        !self.short.load(Ordering::SeqCst) || self.top_up()
+    /// left (however large) is kept, and new calls wait. No row was written since a top-up
+    /// that succeeded but the batch in flight, so the room is whole then; the allocation stays
+    /// off the admission's path (and out of the journal a row's fdatasync commits).
+    ///
+    /// A `privileged` caller's (root's, an admin's: see `share`) is admitted on a short
+    /// reserve too, while half of it is left: the callers who filled the file system must not
+    /// lock its operator out, and the other half stays the running calls'.
+    pub fn admits(&self, privileged: bool) -> bool {
+        !self.short.load(Ordering::SeqCst)
+            || self.top_up()
+            || (privileged && self.room() >= self.target / 2)
     }
 
     /// Gives back what `file` has allocated past `len` (a file rotated out): its room is the
@@ -168,7 +173,7 @@ mod tests {
         assert!(meta.blocks() * 512 >= 1 << 20, "{} blocks", meta.blocks());
         assert_eq!(meta.len(), 4);
         assert_eq!(r.room(), 1 << 20);
-        assert!(r.admits());
+        assert!(r.admits(false));
         // Used up to under half: topped up again.
         r.wrote(4 + (600 << 10));
         assert_eq!(r.room(), 1 << 20);

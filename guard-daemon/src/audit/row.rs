@@ -247,14 +247,37 @@ impl Row {
         }
     }
 
-    /// The row as the JSON object the log seals.
-    pub(crate) fn to_map(&self) -> Result<Map<String, Value>, serde_json::Error> {
-        match serde_json::to_value(self)? {
-            Value::Object(map) => Ok(map),
-            other => Err(serde::ser::Error::custom(format!(
-                "an audit row must be a JSON object, not {other}"
-            ))),
+    /// The uid of the caller whose call the row records, when a caller's request wrote it: the
+    /// share it counts in (`super::share`).
+    pub fn caller(&self) -> Option<u32> {
+        match self {
+            Row::Decision { peer, .. } => Some(peer.uid),
+            Row::Held { uid, .. } => Some(*uid),
+            Row::Finished(f) => f.launch.as_ref().map(|l| l.uid),
+            _ => None,
         }
+    }
+
+    /// The row as the JSON object the log seals, of a bounded size: arguments past
+    /// [`super::bound::ARGS_IN_ROW`] (a call's, an approver's change to them, a judge's answer)
+    /// are cut, and `<field>_cut` beside them says how long they were and their SHA-256.
+    pub(crate) fn to_map(&self) -> Result<Map<String, Value>, serde_json::Error> {
+        let mut map = match serde_json::to_value(self)? {
+            Value::Object(map) => map,
+            other => {
+                return Err(serde::ser::Error::custom(format!(
+                    "an audit row must be a JSON object, not {other}"
+                )));
+            }
+        };
+        for field in ["args", "modified_args", "answer"] {
+            let Some((held, cut)) = map.get(field).and_then(super::bound::args) else {
+                continue;
+            };
+            map.insert(field.into(), held);
+            map.insert(format!("{field}_cut"), serde_json::to_value(cut)?);
+        }
+        Ok(map)
     }
 }
 

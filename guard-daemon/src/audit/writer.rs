@@ -27,7 +27,7 @@ use std::{
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Appended, AuditError, Tap, chain, files, reserve::Reserve, ts};
+use super::{Appended, AuditError, Tap, chain, files, reserve::Reserve, share::Shares, ts};
 use crate::call::gate::Opener;
 
 /// Most rows in one batch: bounds the latency of the batch's last row.
@@ -37,6 +37,8 @@ const MAX_BATCH_BYTES: usize = 4 << 20;
 
 pub(super) struct Request {
     pub row: Map<String, Value>,
+    /// The uid whose share the row counts in (`share`), when it is a caller's.
+    pub by: Option<u32>,
     pub ack: oneshot::Sender<Result<Appended, AuditError>>,
     /// Opened with the ack once the row is durable (a call's start waits at its gate).
     pub opener: Option<Opener>,
@@ -80,6 +82,8 @@ pub(super) struct Writer {
     pub reserve: Arc<Reserve>,
     /// The room each active file keeps.
     pub reserve_bytes: u64,
+    /// What each uid's calls wrote, counted once their rows are durable.
+    pub shares: Arc<Shares>,
     /// Told of each batch once it is durable (`AuditLog::tap`).
     pub tap: Arc<OnceLock<Tap>>,
 }
@@ -88,13 +92,16 @@ impl Writer {
     pub fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut buf = Vec::new();
         let mut acks = Vec::new();
+        // The uid and bytes of each caller's row in the batch.
+        let mut spent: Vec<(u32, usize)> = Vec::new();
         while let Some(first) = rx.blocking_recv() {
             let (seq0, hash0) = (self.next_seq, self.last_hash.clone());
             buf.clear();
-            self.seal(first, &mut buf, &mut acks);
+            spent.clear();
+            self.seal(first, &mut buf, &mut acks, &mut spent);
             while acks.len() < MAX_BATCH_ROWS && buf.len() < MAX_BATCH_BYTES {
                 match rx.try_recv() {
-                    Ok(req) => self.seal(req, &mut buf, &mut acks),
+                    Ok(req) => self.seal(req, &mut buf, &mut acks, &mut spent),
                     Err(_) => break,
                 }
             }
@@ -106,6 +113,10 @@ impl Writer {
                     if self.failing {
                         self.failing = false;
                         tracing::info!(path = %self.base.display(), "audit log: writable again");
+                    }
+                    // Before the acks: a caller's next call is admitted on what this one wrote.
+                    for &(uid, bytes) in &spent {
+                        self.shares.wrote(uid, bytes);
                     }
                     let tapped: Option<Vec<Appended>> = self
                         .tap
@@ -144,10 +155,19 @@ impl Writer {
         }
     }
 
-    fn seal(&mut self, req: Request, buf: &mut Vec<u8>, acks: &mut Vec<Ack>) {
+    fn seal(
+        &mut self,
+        req: Request,
+        buf: &mut Vec<u8>,
+        acks: &mut Vec<Ack>,
+        spent: &mut Vec<(u32, usize)>,
+    ) {
         let seq = self.next_seq;
         let sealed = chain::seal(req.row, seq, ts::now(), &self.last_hash);
         buf.extend_from_slice(&sealed.line);
+        if let Some(uid) = req.by {
+            spent.push((uid, sealed.line.len()));
+        }
         self.next_seq += 1;
         self.last_hash.clone_from(&sealed.hash);
         acks.push((

@@ -142,6 +142,20 @@ fn warn_if_torn(audit: &AuditLog) {
     }
 }
 
+/// The audit log, as the options say it rotates, what it keeps and each uid's share of it.
+fn open_audit(options: &Options) -> Result<AuditLog, StartError> {
+    AuditLog::open(audit::Options {
+        rotate_bytes: options.audit_rotate_bytes,
+        keep_rotated: options.audit_keep_rotated,
+        bytes_per_uid: options.audit_bytes_per_uid,
+        ..audit::Options::new(&options.audit)
+    })
+    .map_err(|e| StartError::Audit {
+        path: options.audit.clone(),
+        reason: e.to_string(),
+    })
+}
+
 impl Daemon {
     /// Brings every layer up, or says which one is missing.
     pub fn start(mut options: Options) -> Result<Arc<Self>, StartError> {
@@ -163,14 +177,7 @@ impl Daemon {
 
         let (held, root, cgroup_name, swept) = claim(&options)?;
         let cgroup_path = format!("/{cgroup_name}");
-        let audit = AuditLog::open(audit::Options {
-            rotate_bytes: options.audit_rotate_bytes,
-            ..audit::Options::new(&options.audit)
-        })
-        .map_err(|e| StartError::Audit {
-            path: options.audit.clone(),
-            reason: e.to_string(),
-        })?;
+        let audit = open_audit(&options)?;
         layers.push(Layer::new(
             "cgroup v2",
             LayerState::Active,

@@ -56,6 +56,9 @@ use crate::{
     policy::detect::{Detector, DetectorSet},
 };
 
+/// The longest tool name a policy may give, and a caller send (`protocol::limits`).
+pub const MAX_NAME: usize = 256;
+
 /// Global settings of a policy (`[settings]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {

@@ -1,9 +1,11 @@
 //! The wire protocol between guardd and its clients: newline-delimited JSON, one object per
 //! line, versioned by `"v": 1`. Requests are parsed in two steps, the envelope (`v`, `type`)
-//! and then the request's own struct, so that an error names the field at fault. See
-//! `docs/protocol.md`. The replies are in [`reply`].
+//! and then the request's own struct, so that an error names the field at fault; then each
+//! string a caller chooses is held to its length ([`limits`]). See `docs/protocol.md`. The
+//! replies are in [`reply`].
 
 pub mod conn;
+pub mod limits;
 pub mod reply;
 pub mod status;
 
@@ -310,7 +312,7 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         None => return Err(ProtocolError::new("missing field `type`", Some("type"))),
     };
     let body = Value::Object(map);
-    Ok(match kind.as_str() {
+    let request = match kind.as_str() {
         "exec" => Request::ExecWith(body_of::<ExecFrame>(body)?.into()),
         "check" => Request::Check(body_of(body)?),
         "status" => Request::Status(body_of(body)?),
@@ -333,7 +335,9 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
                 Some("type"),
             ));
         }
-    })
+    };
+    limits::check(&request)?;
+    Ok(request)
 }
 
 fn body_of<T: DeserializeOwned>(body: Value) -> Result<T, ProtocolError> {

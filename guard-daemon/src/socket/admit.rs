@@ -1,12 +1,13 @@
-//! A call's admission, before its review: its three descriptors, room in the audit log, and
-//! its agent's `max_running` and `rate`. Each refusal is told to the caller and published.
+//! A call's admission, before its review: its three descriptors, room (and its caller's share)
+//! in the audit log, and its agent's `max_running` and `rate`. Each refusal is told to the
+//! caller and published.
 
 use std::{io, os::fd::OwnedFd};
 
 use crate::{
     bus::{Event, What},
     call::peer::Peer,
-    callers::agents::Admitted,
+    callers::{access::Role, agents::Admitted},
     daemon::Daemon,
     protocol::{ErrorReply, ExecReply, conn::Conn},
 };
@@ -33,26 +34,34 @@ pub(super) fn busy() -> ErrorReply {
     ErrorReply::new("busy: too many calls queued; try again later")
 }
 
-/// Whether the audit log admits another call; when not, the caller has been told.
+/// Whether the audit log admits another call of `peer`'s: there is room for its rows, and the
+/// caller has not written past its share lately (root and admins keep room when the others
+/// have filled theirs, see `audit::share`); when not, the caller has been told.
 pub(super) async fn admits(
     daemon: &Daemon,
+    peer: &Peer,
     tool: Option<&str>,
     conn: &mut Conn,
 ) -> io::Result<bool> {
-    if daemon.audit.admits() {
+    let privileged =
+        (daemon.access.read().unwrap_or_else(|p| p.into_inner())).permits(peer, Role::Admin);
+    let Err(refused) = daemon.audit.admits_caller(peer.uid, privileged) else {
         return Ok(true);
-    }
-    // Fail closed: the room left is for the rows of the calls already running.
-    let message = "not admitted: the audit log's file system is full, and the room kept for \
-                   running calls' rows is in use; guard admits calls again once it can \
-                   reserve that room";
+    };
+    // Fail closed: the room left is for the rows of the calls already running, and of the
+    // operator's.
+    let message = refused.to_string();
     let what = What::Refused {
-        reason: message.into(),
+        reason: message.clone(),
     };
     daemon.bus.publish(Event::of(None, tool, what));
-    conn.reply(&ExecReply::Error(ErrorReply::new(message)))
-        .await
-        .map(|()| false)
+    let e = ErrorReply {
+        error: message,
+        field: None,
+        retry_after_ms: (refused.retry_after())
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    };
+    conn.reply(&ExecReply::Error(e)).await.map(|()| false)
 }
 
 /// Admits a call of `peer`'s agent within its `max_running` and `rate`: `Some` with what counts

@@ -31,7 +31,7 @@ pub(super) async fn exec(
     let Some(stdio) = admit::stdio(&mut conn).await? else {
         return Ok(());
     };
-    if !admit::admits(daemon, Some(&intent.tool), &mut conn).await? {
+    if !admit::admits(daemon, peer, Some(&intent.tool), &mut conn).await? {
         return Ok(());
     }
     let label = ctx.label.as_deref();
@@ -97,7 +97,7 @@ pub(super) async fn resume(
         return Ok(());
     };
     stages.lap("approval");
-    if !admit::admits(daemon, None, &mut conn).await? {
+    if !admit::admits(daemon, peer, None, &mut conn).await? {
         return Ok(());
     }
     // The caller coming back is the call's agent (`hold::resume`), admitted as for a new call

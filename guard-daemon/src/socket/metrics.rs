@@ -5,6 +5,11 @@
 //! the events they already publish; a burst the bus drops for this reader is counted
 //! (`guard_metrics_events_missed`), never waited for. With the OTLP export on (`crate::export`),
 //! its records sent and dropped are counted too.
+//!
+//! What a scrape costs is bounded whatever callers and scrapers do: labels come from the
+//! policy's own names (a tool it does not name is [`UNREGISTERED`]), so the text grows with the
+//! policy, not with the calls; at most [`SCRAPES`] are answered at once, and a scraper that
+//! sends no request, or reads no answer, within its deadline is dropped.
 
 use std::{
     collections::HashMap,
@@ -20,7 +25,7 @@ use prometheus_client::{
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
-    sync::broadcast::error::RecvError,
+    sync::{Semaphore, broadcast::error::RecvError},
 };
 
 use crate::{
@@ -53,6 +58,17 @@ type Allowed = HashMap<String, Instant>;
 /// At most this many allowed calls are remembered while they wait for their launch: a call held
 /// for a human may never launch.
 const MAX_ALLOWED: usize = 10_000;
+
+/// The `tool` label of the calls of every tool the policy does not name.
+pub const UNREGISTERED: &str = "(unregistered)";
+
+/// Scrapes answered at once; a connection past them gets a 503 at once and is closed.
+const SCRAPES: usize = 4;
+
+/// How long a scraper may take to send its request, and then to read the answer: one that
+/// does not is dropped.
+const READ_DEADLINE: Duration = Duration::from_secs(5);
+const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// guardd's metrics, kept up to date from the bus and at each scrape.
 pub struct Metrics {
@@ -131,9 +147,16 @@ impl Metrics {
         self
     }
 
-    /// Counts what one event says.
-    pub fn observe(&self, event: &Event) {
-        let tool = || event.tool.clone().unwrap_or_default();
+    /// Counts what one event says. A tool is labelled by its name only when `known` says the
+    /// policy names it: a caller may name any tool, and each label kept is a series every
+    /// scrape sends for good, so every call of a tool the policy does not know is counted
+    /// under one label, [`UNREGISTERED`].
+    pub fn observe(&self, event: &Event, known: impl Fn(&str) -> bool) {
+        let tool = || match event.tool.as_deref() {
+            Some(t) if known(t) => t.to_owned(),
+            Some(_) => UNREGISTERED.to_owned(),
+            None => String::new(),
+        };
         match &event.what {
             What::Decision {
                 decision, agent, ..
@@ -228,11 +251,14 @@ pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener) {
     });
     let mut rx = daemon.bus.subscribe();
     {
-        let metrics = Arc::clone(&metrics);
+        let (daemon, metrics) = (Arc::clone(&daemon), Arc::clone(&metrics));
         tokio::spawn(async move {
             loop {
                 match rx.recv().await {
-                    Ok(event) => metrics.observe(&event),
+                    Ok(event) => {
+                        let policy = daemon.policy();
+                        metrics.observe(&event, |t| policy.tool_info(t).is_some());
+                    }
                     Err(RecvError::Lagged(n)) => {
                         metrics.missed.inc_by(n);
                     }
@@ -241,26 +267,44 @@ pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener) {
             }
         });
     }
+    let scrapes = Arc::new(Semaphore::new(SCRAPES));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
+        let Ok(permit) = Arc::clone(&scrapes).try_acquire_owned() else {
+            // Without waiting: a socket just accepted has room for these few bytes.
+            let _ = stream.try_write(BUSY);
+            continue;
+        };
         let (daemon, metrics) = (Arc::clone(&daemon), Arc::clone(&metrics));
         tokio::spawn(async move {
-            if let Err(e) = answer(stream, &daemon, &metrics).await {
+            let render = || metrics.render(&daemon);
+            if let Err(e) = answer(stream, render, WRITE_DEADLINE).await {
                 tracing::debug!("metrics request: {e}");
             }
+            drop(permit);
         });
     }
 }
 
-/// One HTTP request: `GET /metrics` gets the metrics, anything else 404; the connection closes.
-async fn answer(mut stream: TcpStream, daemon: &Daemon, metrics: &Metrics) -> std::io::Result<()> {
+/// The answer to a connection past [`SCRAPES`].
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\
+                      Connection: close\r\n\r\n";
+
+/// One HTTP request: `GET /metrics` gets what `render` makes, anything else 404; the connection
+/// closes. The request must come within [`READ_DEADLINE`] and the answer be read within
+/// `write_deadline`, or the connection is dropped with what it holds.
+async fn answer(
+    mut stream: TcpStream,
+    render: impl FnOnce() -> String,
+    write_deadline: Duration,
+) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    // The request line and headers, within 5 s and 8 KiB: a scraper sends no body.
-    let read = tokio::time::timeout(Duration::from_secs(5), async {
+    // The request line and headers, within 8 KiB: a scraper sends no body.
+    let read = tokio::time::timeout(READ_DEADLINE, async {
         while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
             let n = stream.read(&mut buf).await?;
             if n == 0 {
@@ -277,18 +321,102 @@ async fn answer(mut stream: TcpStream, daemon: &Daemon, metrics: &Metrics) -> st
     let path = line.split(|&b| b == b' ').nth(1).unwrap_or_default();
     let (status, body) =
         if line.starts_with(b"GET ") && (path == b"/metrics" || path.starts_with(b"/metrics?")) {
-            ("200 OK", metrics.render(daemon))
+            ("200 OK", render())
         } else {
             (
                 "404 Not Found",
                 "not found: guardd serves /metrics\n".to_owned(),
             )
         };
-    let reply = format!(
+    let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; \
-         charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(reply.as_bytes()).await?;
-    stream.shutdown().await
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    match tokio::time::timeout(write_deadline, write).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the scraper read no answer for {} s: dropped",
+                write_deadline.as_secs()
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd as _;
+
+    use super::*;
+
+    fn decided(tool: &str) -> Event {
+        let what = What::Decision {
+            decision: Decision::Block,
+            reason: String::new(),
+            uid: 1000,
+            agent: None,
+            would_block: None,
+        };
+        Event::of(None, Some(tool), what)
+    }
+
+    #[test]
+    fn tools_the_policy_does_not_name_share_one_label() {
+        let m = Metrics::default();
+        let known = |t: &str| t == "read_file";
+        m.observe(&decided("read_file"), known);
+        for i in 0..1000 {
+            m.observe(&decided(&format!("{i}{}", "x".repeat(256))), known);
+        }
+        let mut text = String::new();
+        encode(&mut text, &m.registry).expect("encode");
+        let calls: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("guard_calls_total{"))
+            .collect();
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert!(
+            calls
+                .iter()
+                .any(|l| l.contains("tool=\"(unregistered)\"") && l.ends_with(" 1000")),
+            "{calls:?}"
+        );
+        assert!(text.len() < 4096, "{} bytes", text.len());
+    }
+
+    #[tokio::test]
+    async fn a_scraper_that_does_not_read_is_dropped_at_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = std::net::TcpStream::connect(addr).expect("connect");
+        // The least receive buffer: the answer waits in guardd's send buffer, not the client's.
+        let one: libc::c_int = 1;
+        // SAFETY: an int option of a socket of this test, its size passed.
+        unsafe {
+            libc::setsockopt(
+                client.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&raw const one).cast(),
+                std::mem::size_of_val(&one) as libc::socklen_t,
+            )
+        };
+        std::io::Write::write_all(&mut &client, b"GET /metrics HTTP/1.1\r\n\r\n").expect("send");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let started = std::time::Instant::now();
+        let body = || "x".repeat(32 << 20);
+        let e = answer(stream, body, Duration::from_millis(500))
+            .await
+            .expect_err("a scraper that reads nothing");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(client);
+    }
 }

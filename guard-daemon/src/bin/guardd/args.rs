@@ -44,6 +44,10 @@ pub(crate) struct Args {
     /// rows went, so `guardctl audit verify` still holds [default: all]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) audit_keep_rotated: Option<u64>,
+    /// Bytes of audit rows one uid's calls may write a minute; past it, its new calls are
+    /// refused until it is back under (root and admins are not limited; 0: no limit).
+    #[arg(long, default_value_t = guard::audit::share::BYTES_PER_UID)]
+    pub(crate) audit_bytes_per_uid: u64,
     /// Group owning the socket (mode 0660); its members may submit calls unless the policy lists clients.
     #[arg(long, env = "GUARDD_SOCKET_GROUP")]
     pub(crate) socket_group: Option<String>,
@@ -199,6 +203,7 @@ pub(crate) fn settings() -> anyhow::Result<Args> {
     }
     from_file!(
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
+        audit_bytes_per_uid,
         socket_group => Some, cgroup => Some,
         max_calls, max_calls_per_uid, max_queue, max_connections, max_connections_per_uid,
         reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
@@ -232,6 +237,7 @@ pub(crate) fn check_config(args: &Args) -> ExitCode {
     if let Some(k) = args.audit_keep_rotated {
         println!("audit_keep_rotated = {k}");
     }
+    println!("audit_bytes_per_uid = {}", args.audit_bytes_per_uid);
     if let Some(c) = &args.cgroup {
         println!("cgroup = {c:?}");
     }

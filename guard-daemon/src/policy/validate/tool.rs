@@ -26,6 +26,7 @@ const FORBIDDEN_ENV_PREFIXES: &[&str] = &["LD_", "GCONV_PATH", "MALLOC_", "GLIBC
 pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
     let tk = format!("tools.{}", t.name.v);
     if t.name.v.is_empty()
+        || t.name.v.len() > crate::policy::MAX_NAME
         || !t
             .name
             .v
@@ -35,7 +36,10 @@ pub(super) fn tool(d: &mut Diag, t: &RawTool) -> Tool {
         d.err(
             &t.name.at,
             &tk,
-            "tool names are letters, digits and _ - . :",
+            format!(
+                "tool names are letters, digits and _ - . :, at most {} of them",
+                crate::policy::MAX_NAME
+            ),
         );
     }
     let args: Vec<ArgSpec> = t.args.iter().map(|a| arg(d, &tk, a)).collect();
