@@ -251,7 +251,7 @@ impl Row {
     /// share it counts in (`super::share`).
     pub fn caller(&self) -> Option<u32> {
         match self {
-            Row::Decision { peer, .. } => Some(peer.uid),
+            Row::Decision { peer, .. } | Row::Checked { peer, .. } => Some(peer.uid),
             Row::Held { uid, .. } => Some(*uid),
             Row::Finished(f) => f.launch.as_ref().map(|l| l.uid),
             _ => None,

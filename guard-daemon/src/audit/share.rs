@@ -2,8 +2,8 @@
 //! its tool's name and up to [`super::bound::ARGS_IN_ROW`] of its arguments), and the log's
 //! file system is shared with everyone else's rows, and maybe with the host. So:
 //!
-//! - the bytes of the rows written for each uid's calls (their `decision`, `held` and
-//!   `finished` rows) are counted in a bucket that empties at `--audit-bytes-per-uid` bytes a
+//! - the bytes of the rows written for each uid's calls and checks (their `decision`, `held`,
+//!   `finished` and `checked` rows) are counted in a bucket that empties at `--audit-bytes-per-uid` bytes a
 //!   minute; a uid whose bucket holds more than that is refused new calls until it has emptied
 //!   below it, told how long that takes;
 //! - on a full file system the reserve ([`super::reserve`]) is split: a caller that is neither

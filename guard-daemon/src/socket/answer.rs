@@ -84,7 +84,7 @@ pub(super) async fn answer(
             };
             match check(daemon, peer, &intent).await {
                 Ok(checked) => Reply::Decision(Box::new(checked)),
-                Err(e) => Reply::Error(ErrorReply::new(e)),
+                Err(e) => Reply::Error(e),
             }
         }
         Request::Status(_) => Reply::Status(Box::new(status(daemon))),
@@ -124,8 +124,20 @@ pub(super) async fn answer(
 
 /// Decides `intent` without running it, as an exec of it would be decided, and records the
 /// decision: a check decides what a hook lets its agent do itself (Claude Code's Write), and
-/// every probe of a secret is a row. The caller hears what an exec's caller would.
-async fn check(daemon: &Daemon, peer: &Peer, intent: &Intent) -> Result<Checked, String> {
+/// every probe of a secret is a row, within the caller's share of the log (`audit::share`).
+/// The caller hears what an exec's caller would.
+async fn check(daemon: &Daemon, peer: &Peer, intent: &Intent) -> Result<Checked, ErrorReply> {
+    // Its row counts in the caller's share of the log, as a call's do.
+    let privileged =
+        (daemon.access.read().unwrap_or_else(|p| p.into_inner())).permits(peer, Role::Admin);
+    if let Err(refused) = daemon.audit.admits_caller(peer.uid, privileged) {
+        return Err(ErrorReply {
+            error: refused.to_string(),
+            field: None,
+            retry_after_ms: (refused.retry_after())
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        });
+    }
     let policy = daemon.policy_for(intent);
     let mut verdict = policy.decide(intent);
     // What the caller's agent says, as an exec of the same call would hear it.
@@ -140,7 +152,7 @@ async fn check(daemon: &Daemon, peer: &Peer, intent: &Intent) -> Result<Checked,
     };
     if let Err(e) = daemon.audit.record(&row).await {
         tracing::error!("audit log unavailable for a check: {e}");
-        return Err("not checked: the audit log is unavailable".to_owned());
+        return Err(ErrorReply::new("not checked: the audit log is unavailable"));
     }
     let message = policy.caller_message(&verdict);
     Ok(for_caller(verdict, message))
