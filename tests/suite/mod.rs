@@ -21,6 +21,7 @@ mod mcp_calls;
 mod mcp_node;
 mod metrics;
 mod otlp;
+mod planted;
 mod policy;
 mod project;
 mod python;

@@ -14,12 +14,16 @@ use std::{
         fd::{AsFd, AsRawFd as _, OwnedFd},
         unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _},
     },
-    sync::Arc,
 };
 
 use nix::{errno::Errno, fcntl::OFlag, sys::stat::Mode};
 
 use super::landlock::Writable;
+
+mod discover;
+mod planted;
+
+pub use planted::{Absent, Planted};
 
 /// The names kept read-only beneath each writable directory: the union of what careful peers
 /// protect. A name whose parent is not there, or that is a symlink, is not protected (see the
@@ -95,6 +99,48 @@ pub fn invalid(name: &str) -> Option<&'static str> {
     None
 }
 
+/// The protected name that `path` is, or is beneath, wherever it sits (`names`, or [`NAMES`],
+/// matched at every depth, as a repository or project may be anywhere beneath a workspace); a
+/// submodule's or linked worktree's git files (`.git/modules/NAME/hooks`); or a `.git` file, a
+/// pointer to a git directory with hooks of its own. What Claude Code's own Write and Edit are
+/// held to, as a confined call's mount view holds its shell (`client::hook`).
+pub fn named(path: &std::path::Path, names: Option<&[String]>) -> Option<String> {
+    let comps: Vec<&str> = path
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => n.to_str(),
+            _ => None,
+        })
+        .collect();
+    let listed: Vec<&str> = match names {
+        Some(names) => names.iter().map(String::as_str).collect(),
+        None => NAMES.to_vec(),
+    };
+    for i in 0..comps.len() {
+        for name in &listed {
+            let parts: Vec<&str> = name.split('/').collect();
+            if comps[i..].starts_with(&parts) {
+                return Some((*name).to_owned());
+            }
+        }
+        if comps[i] != GIT {
+            continue;
+        }
+        let mut j = i + 1;
+        while j + 1 < comps.len()
+            && NESTED
+                .iter()
+                .any(|n| n.rsplit('/').next() == Some(comps[j]))
+        {
+            j += 2;
+        }
+        if j > i + 1 && comps.get(j).is_some_and(|c| PER_REPOSITORY.contains(c)) {
+            return Some(comps[i..=j].join("/"));
+        }
+    }
+    (comps.last() == Some(&GIT)).then(|| GIT.to_owned())
+}
+
 /// The protected names (`names`, or [`NAMES`]) that exist beneath the directories of
 /// `writable`, and the directories on the way to them, each found by descriptor from its
 /// directory (no symlink followed) and pinned, as a writable place is, ancestors first, as they
@@ -118,24 +164,53 @@ pub fn within(
     let is_dir = |w: &Writable| {
         nix::sys::stat::fstat(&w.pin).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
     };
+    let mut firsts: Vec<&str> = listed
+        .iter()
+        .filter_map(|n| n.split('/').next())
+        .chain([GIT, BARE_HEAD])
+        .collect();
+    firsts.sort_unstable();
+    firsts.dedup();
     for w in writable.iter().filter(|w| !is_tmp(w) && is_dir(w)) {
-        git_files(w, &mut out, &mut absent);
-        let delegated = delegated(w);
-        let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
-        let names = listed.iter().cloned().chain(nested(w));
-        for (i, name) in names.enumerate() {
-            if keep(w, &name, &mut out) == Err(Errno::ENOENT) && i < listed.len() {
-                absent.watch(w, &name);
-            }
-            if let Some(target) = out.last().filter(|k| k.link).map(|k| k.place.path.clone()) {
-                keep_target(writable, &target, &mut out);
-            }
-            if out.len() > MAX {
-                return Err(TooMany(w.path.to_string_lossy().into_owned()));
-            }
+        let (places, walked) = discover::walk(w, &firsts);
+        absent.walks.push(walked);
+        keep_beneath(writable, w, &listed, true, &mut out, &mut absent)?;
+        for place in &places {
+            keep_beneath(writable, place, &listed, false, &mut out, &mut absent)?;
         }
     }
     Ok((out, absent))
+}
+
+/// Keeps the protected names beneath `w` (a writable directory, `top`, or a directory beneath
+/// one that holds a protected entry) and watches those absent. A name of one component absent
+/// beneath a directory below the top is not watched: the walk at the call's end finds it made
+/// (`discover`).
+fn keep_beneath(
+    writable: &[Writable],
+    w: &Writable,
+    listed: &[String],
+    top: bool,
+    out: &mut Vec<Kept>,
+    absent: &mut Absent,
+) -> Result<(), TooMany> {
+    git_files(w, out, absent, top);
+    let delegated = delegated(w);
+    let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
+    let names = listed.iter().cloned().chain(nested(w));
+    for (i, name) in names.enumerate() {
+        let watched = i < listed.len() && (top || name.contains('/'));
+        if keep(w, &name, out) == Err(Errno::ENOENT) && watched {
+            absent.watch(w, &name);
+        }
+        if let Some(target) = out.last().filter(|k| k.link).map(|k| k.place.path.clone()) {
+            keep_target(writable, &target, out);
+        }
+        if out.len() > MAX {
+            return Err(TooMany(w.path.to_string_lossy().into_owned()));
+        }
+    }
+    Ok(())
 }
 
 /// More protected paths beneath a writable directory than a mount view holds.
@@ -258,8 +333,9 @@ fn inside(w: &Writable, rel: &str) -> Option<String> {
 
 /// `.git` beneath `w`: a pointer file kept read-only; a directory's index watched for the
 /// gitlinks a call adds (`gitlinks`); none at all watched for one a call makes; and a `HEAD`
-/// beside it watched where there is none.
-fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
+/// beside it watched where there is none. Beneath a directory below the top, the walk at the
+/// call's end finds those two made instead (`discover`).
+fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent, top: bool) {
     let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
     match nix::sys::stat::fstatat(w.pin.as_fd(), GIT, flags) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
@@ -277,157 +353,14 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent) {
                 absent.indexes.push((index, root));
             }
         }
-        Err(Errno::ENOENT) => absent.watch(w, GIT),
+        Err(Errno::ENOENT) if top => absent.watch(w, GIT),
         _ => return,
     }
     // With `.git` or without: a `HEAD` there (beside `objects/` and `refs/`) makes git take
     // the directory for a bare repository.
-    if nix::sys::stat::fstatat(w.pin.as_fd(), BARE_HEAD, flags) == Err(Errno::ENOENT) {
+    if top && nix::sys::stat::fstatat(w.pin.as_fd(), BARE_HEAD, flags) == Err(Errno::ENOENT) {
         absent.watch(w, BARE_HEAD);
     }
-}
-
-/// The protected names that were not there when a call started, beneath its writable
-/// directories: no mount can keep them from being made, so they are looked at again at the
-/// call's end, and each one made is a divergence on its receipt (`Effect::Planted`).
-#[derive(Debug, Default)]
-pub struct Absent {
-    /// Each name, with its writable directory (pinned, and as shown).
-    /// The names of one directory, watched one after the other, share its descriptor.
-    names: Vec<(Arc<OwnedFd>, String, String)>,
-    /// Each writable directory's repository index, whose new gitlinks' `.git`s are planted too.
-    indexes: Vec<(super::gitlinks::Index, String)>,
-}
-
-/// A protected name made during a call, and what became of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Planted {
-    /// The path it was made at.
-    pub path: String,
-    /// Where it was moved to, so that nothing looking for the name finds it; `Err` says why it
-    /// could not be (it is then still there).
-    pub moved_to: Result<String, String>,
-}
-
-impl Absent {
-    /// Whether there is nothing to look at (no writable directory, or none with a name).
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty() && self.indexes.is_empty()
-    }
-
-    /// Watches `name` beneath `w`.
-    fn watch(&mut self, w: &Writable, name: &str) {
-        let root = w.path.to_string_lossy().into_owned();
-        let dir = match self.names.last() {
-            Some((dir, _, last)) if *last == root => Arc::clone(dir),
-            _ => match w.pin.try_clone() {
-                Ok(dir) => Arc::new(dir),
-                Err(_) => return,
-            },
-        };
-        self.names.push((dir, name.to_owned(), root));
-    }
-
-    /// [`Absent::made_and_moved`] off the runtime (the call's index is read too), and at once
-    /// for a call that writes nowhere.
-    pub async fn settle(self, tag: &str) -> Vec<Planted> {
-        if self.is_empty() {
-            return Vec::new();
-        }
-        let tag = tag.to_owned();
-        tokio::task::spawn_blocking(move || self.made_and_moved(&tag))
-            .await
-            .unwrap_or_default()
-    }
-
-    /// Those made since, each moved aside in its directory (`NAME.guard-planted-TAG-RANDOM`): the
-    /// call's processes are gone, and what it planted does not wait there for git, direnv or
-    /// an agent to run it with the developer's rights.
-    pub fn made_and_moved(&self, tag: &str) -> Vec<Planted> {
-        let made = self.names.iter().filter(|(dir, name, _)| {
-            let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-            nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
-        });
-        let mut out: Vec<Planted> = made
-            .map(|(dir, name, root)| planted(dir, root, name.as_ref(), tag))
-            .collect();
-        for (index, root) in &self.indexes {
-            match index.followed() {
-                Ok(gits) => {
-                    for git in gits {
-                        out.push(planted(index.dir(), root, &git, tag));
-                    }
-                }
-                Err(why) => out.push(Planted {
-                    path: format!("{root}/.git/index"),
-                    moved_to: Err(why.to_owned()),
-                }),
-            }
-        }
-        out
-    }
-}
-
-/// `name` beneath `dir` (the writable directory `root`), made during a call, moved aside.
-fn planted(dir: &OwnedFd, root: &str, name: &std::ffi::OsStr, tag: &str) -> Planted {
-    let shown = |rel: &std::ffi::OsStr| format!("{root}/{}", rel.to_string_lossy());
-    Planted {
-        path: shown(name),
-        moved_to: move_aside(dir, name, tag)
-            .map(|new| shown(&new))
-            .map_err(|e| e.desc().to_owned()),
-    }
-}
-
-/// Renames `name` beneath `dir` to `NAME.guard-planted-TAG-RANDOM` beside itself, each directory on
-/// the way opened without following a link (the call made them, and may have made them links
-/// to anywhere root reaches); never over an existing file. Returns the new relative path.
-fn move_aside(
-    dir: &OwnedFd,
-    name: &std::ffi::OsStr,
-    tag: &str,
-) -> Result<std::ffi::OsString, Errno> {
-    use std::ffi::OsStr;
-    let bytes = name.as_bytes();
-    let (parent, last) = match bytes.iter().rposition(|&b| b == b'/') {
-        Some(i) => (Some(&bytes[..i]), &bytes[i + 1..]),
-        None => (None, bytes),
-    };
-    let mut at: OwnedFd = dir.try_clone().map_err(|_| Errno::EMFILE)?;
-    for part in parent.into_iter().flat_map(|p| p.split(|&b| b == b'/')) {
-        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        at = nix::fcntl::openat(at.as_fd(), OsStr::from_bytes(part), flags, Mode::empty())?;
-    }
-    // A name no one can make first (a call that knew the next one's name could take it, so
-    // that the move fails and the plant stays).
-    let suffix = crate::call::random::hex(6);
-    let mut new = last.to_vec();
-    new.extend_from_slice(format!(".guard-planted-{tag}-{suffix}").as_bytes());
-    let (from, to) = (
-        CString::new(last).map_err(|_| Errno::EINVAL)?,
-        CString::new(new.clone()).map_err(|_| Errno::EINVAL)?,
-    );
-    let fd = at.as_raw_fd();
-    // SAFETY: two NUL-terminated names and a descriptor of ours; renameat2 has no wrapper in
-    // every libc guard builds against (musl's guard-exec links this crate too).
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            fd,
-            from.as_ptr(),
-            fd,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if rc != 0 {
-        return Err(Errno::last());
-    }
-    let path = match parent {
-        Some(p) => [p, b"/", &new].concat(),
-        None => new,
-    };
-    Ok(std::os::unix::ffi::OsStringExt::from_vec(path))
 }
 
 /// The `PER_REPOSITORY` names of each submodule's and linked worktree's git directory beneath

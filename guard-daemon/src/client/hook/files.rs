@@ -20,6 +20,7 @@ use super::{Answer, Guardd, Options, Permission, PreToolUse};
 use crate::{
     call::{decision::Decision, plan::LaunchPlan},
     policy::{args::normalize, glob_match},
+    sandbox::protected,
 };
 
 /// What a file tool does with the path it names.
@@ -112,6 +113,20 @@ fn decide(
             real.display(),
             access.verb(),
             list.join(", ")
+        ));
+    }
+    // The names a confined call's mount view keeps read-only, wherever a repository or project
+    // sits: one list for the shell and for Claude Code's own writes.
+    let names = plan.effects.protected.as_deref();
+    if access == Access::Write
+        && let Some(n) = [&real, &target]
+            .iter()
+            .find_map(|p| protected::named(p, names))
+    {
+        return Err(format!(
+            "guard: {} is a protected name ({n}): git, direnv or an agent run or follow it \
+             later with your rights, so no call changes it; change it yourself if you mean to",
+            real.display()
         ));
     }
     if let Some(user) = &plan.confinement.run_as {
@@ -251,10 +266,15 @@ fn permitted(user: &str, path: &Path, access: Access) -> Result<(), String> {
         (Ok(m), Access::Write) => (m, 0o2),
         // Nothing to read: Claude Code finds no file, as the call would.
         (Err(_), Access::Read) => return Ok(()),
-        // A file still to be made: write and search on its directory.
-        (Err(_), Access::Write) => match path.parent().map(std::fs::metadata) {
-            Some(Ok(m)) => (m, 0o3),
-            _ => return Err(format!("{} does not exist", path.display())),
+        // A file still to be made: write and search on the nearest directory that exists
+        // (Write makes the ones missing between, as `write_file` does).
+        (Err(_), Access::Write) => match path
+            .ancestors()
+            .skip(1)
+            .find_map(|a| std::fs::metadata(a).ok())
+        {
+            Some(m) if m.is_dir() => (m, 0o3),
+            _ => return Err(format!("{} has no directory to be made in", path.display())),
         },
     };
     let mode = meta.mode();

@@ -50,3 +50,120 @@ fn the_call_s_own_temporary_directory_and_files_are_not_looked_in() {
         [ws.display().to_string()]
     );
 }
+
+/// Issue 49: a project beneath the workspace root had none of its names kept, and the
+/// developer's next commit there ran a hook a call wrote.
+#[test]
+fn a_project_beneath_the_writable_directory_has_its_names_kept() {
+    let dir = crate::audit::testdir::TestDir::new("protected-beneath");
+    let ws = dir.path();
+    for d in [
+        "proj/.git/hooks",
+        "proj/.claude",
+        "org/deep/repo/.git/hooks",
+        "node_modules/x/.git/hooks",
+    ] {
+        std::fs::create_dir_all(ws.join(d)).expect("mkdir");
+    }
+    std::fs::write(ws.join("proj/.git/config"), "").expect("config");
+    std::fs::write(ws.join("proj/.envrc"), "").expect("envrc");
+    let (kept, _) = within(&[Writable::at(ws)], None, None).expect("kept");
+    let read_only: Vec<String> = kept
+        .iter()
+        .filter(|k| k.read_only)
+        .map(|k| k.place.path.to_string_lossy().into_owned())
+        .collect();
+    for name in [
+        "proj/.git/hooks",
+        "proj/.git/config",
+        "proj/.claude",
+        "proj/.envrc",
+        "org/deep/repo/.git/hooks",
+    ] {
+        let path = format!("{}/{name}", ws.display());
+        assert!(read_only.contains(&path), "{path} not kept: {read_only:?}");
+    }
+    // A tree programs fill is not walked.
+    assert!(
+        !read_only.iter().any(|p| p.contains("node_modules")),
+        "{read_only:?}"
+    );
+}
+
+/// What a call makes beneath a writable directory is found at its end, wherever it is within
+/// the walk's bounds, and moved aside; a worktree `git worktree add` made is no plant.
+#[test]
+fn names_made_beneath_are_found_at_the_end_but_a_worktree_of_a_known_repository_is_not() {
+    let dir = crate::audit::testdir::TestDir::new("protected-made");
+    let ws = std::fs::canonicalize(dir.path()).expect("real");
+    for d in ["proj/.git/hooks", "proj/src", "old"] {
+        std::fs::create_dir_all(ws.join(d)).expect("mkdir");
+    }
+    std::fs::write(ws.join("old/.envrc"), "").expect("an .envrc before the call");
+    let (_, absent) = within(&[Writable::at(&ws)], None, None).expect("kept");
+    // The call: a repository made in a new project, an .envrc in a directory that was there,
+    // and a worktree of the known repository.
+    std::fs::create_dir_all(ws.join("new/.git/hooks")).expect("git init");
+    std::fs::write(ws.join("proj/src/.envrc"), "evil").expect("envrc");
+    std::fs::create_dir_all(ws.join("proj/.git/worktrees/wt")).expect("admin");
+    std::fs::write(ws.join("proj/.git/worktrees/wt/commondir"), "../..\n").expect("commondir");
+    std::fs::create_dir(ws.join("wt")).expect("wt");
+    let gitdir = format!("gitdir: {}/proj/.git/worktrees/wt\n", ws.display());
+    std::fs::write(ws.join("wt/.git"), &gitdir).expect("wt/.git");
+    // ...and a `.git` file pointing anywhere else.
+    std::fs::create_dir(ws.join("fake")).expect("fake");
+    std::fs::write(ws.join("fake/.git"), "gitdir: ../proj/src\n").expect("fake/.git");
+    let mut planted: Vec<String> = absent
+        .made_and_moved("t")
+        .into_iter()
+        .map(|p| {
+            p.path
+                .strip_prefix(&format!("{}/", ws.display()))
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    planted.sort();
+    assert_eq!(planted, ["fake/.git", "new/.git", "proj/src/.envrc"]);
+    assert!(ws.join("wt/.git").exists(), "the worktree stays");
+    assert!(ws.join("old/.envrc").exists(), "what was there stays");
+    assert!(!ws.join("new/.git").exists(), "moved aside");
+}
+
+#[test]
+fn a_protected_name_is_named_at_any_depth() {
+    let named = |p: &str| named(std::path::Path::new(p), None);
+    for (path, name) in [
+        ("/ws/.git/hooks/pre-commit", ".git/hooks"),
+        ("/ws/proj/.git/hooks/pre-commit", ".git/hooks"),
+        ("/ws/a/b/c/.git/config", ".git/config"),
+        ("/ws/proj/.claude/settings.json", ".claude"),
+        ("/ws/proj/.envrc", ".envrc"),
+        (
+            "/ws/.git/modules/sub/hooks/post-checkout",
+            ".git/modules/sub/hooks",
+        ),
+        (
+            "/ws/.git/modules/a/modules/b/config",
+            ".git/modules/a/modules/b/config",
+        ),
+        (
+            "/ws/.git/worktrees/wt/commondir",
+            ".git/worktrees/wt/commondir",
+        ),
+        ("/ws/wt/.git", ".git"),
+    ] {
+        assert_eq!(named(path).as_deref(), Some(name), "{path}");
+    }
+    for path in [
+        "/ws/src/main.rs",
+        "/ws/.git/index",
+        "/ws/.git/worktrees/wt/HEAD",
+        "/ws/.gitignore",
+        "/ws/docs/hooks/x",
+        "/ws/.github/workflows/ci.yml",
+        "/ws/.git/s/x/hooks",
+    ] {
+        assert_eq!(named(path), None, "{path}");
+    }
+}
