@@ -36,6 +36,11 @@ pub const FLAG_SHADOW: u32 = 1 << 3;
 /// The call's syscalls are traced (`--trace-syscalls`, or shadow): its syscall set, its opens
 /// and the refusals of other layers are reported. Other calls pass the syscall tracepoints by.
 pub const FLAG_TRACED: u32 = 1 << 4;
+/// The call runs in a network namespace of its own, with loopback only (guardd clones it so
+/// when it connects nowhere): its TCP and UDP sockets, binds, connects, sends and packets
+/// reach nothing but the call itself, and are let through. Its other socket families stay
+/// refused.
+pub const FLAG_OWN_NET: u32 = 1 << 5;
 
 /// What a guarded call did that the receipt must learn even when events are lost: counted in
 /// the kernel, per call.

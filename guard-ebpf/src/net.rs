@@ -11,7 +11,7 @@ use aya_ebpf::{
     helpers::generated::bpf_get_socket_cookie, macros::cgroup_sock_addr, programs::SockAddrContext,
 };
 use guard_common::{
-    call::FLAG_SHADOW,
+    call::{FLAG_OWN_NET, FLAG_SHADOW},
     event::{ACTION_ALLOWED, ACTION_DENIED, ACTION_SHADOWED, KIND_BIND, KIND_CONNECT},
     net::{Dest4, Dest6, DnsOrigin, LOOPBACK4, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
@@ -55,9 +55,12 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
 /// kernel's pick, stays allowed, as every client's implicit bind is.
 #[cgroup_sock_addr(bind4)]
 pub fn bind4(ctx: SockAddrContext) -> i32 {
-    let Some((cgroup_id, _)) = current_call() else {
+    let Some((cgroup_id, config)) = current_call() else {
         return ALLOW;
     };
+    if own_net(config.flags) {
+        return ALLOW;
+    }
     let (addr, port, proto) = dest4(&ctx);
     refuse_bind(cgroup_id, AF_INET, port, proto, ip4_bytes(addr))
 }
@@ -65,11 +68,30 @@ pub fn bind4(ctx: SockAddrContext) -> i32 {
 /// As [`bind4`], for IPv6.
 #[cgroup_sock_addr(bind6)]
 pub fn bind6(ctx: SockAddrContext) -> i32 {
-    let Some((cgroup_id, _)) = current_call() else {
+    let Some((cgroup_id, config)) = current_call() else {
         return ALLOW;
     };
+    if own_net(config.flags) {
+        return ALLOW;
+    }
     let (addr, port, proto) = dest6(&ctx);
     refuse_bind(cgroup_id, AF_INET6, port, proto, ip6_bytes(addr))
+}
+
+/// Whether the call has a network namespace of its own (loopback only): what its sockets bind
+/// there, and connect and send to on its loopback, is the call itself.
+#[inline(always)]
+fn own_net(flags: u32) -> bool {
+    flags & FLAG_OWN_NET != 0
+}
+
+/// `::1`, or an IPv4-mapped loopback address (`::ffff:127.x.y.z`), as `user_ip6` holds them
+/// (network order words).
+#[inline(always)]
+fn loopback6(addr: [u32; 4]) -> bool {
+    let mapped = addr[0] == 0 && addr[1] == 0 && u32::from_be(addr[2]) == 0xffff;
+    (addr[0] == 0 && addr[1] == 0 && addr[2] == 0 && u32::from_be(addr[3]) == 1)
+        || (mapped && u32::from_be(addr[3]) >> 24 == 127)
 }
 
 /// Allows a bind to port 0; refuses, and reports, any other.
@@ -149,6 +171,11 @@ fn check4(ctx: &SockAddrContext) -> i32 {
         return ALLOW;
     };
     let (addr, port, proto) = dest4(ctx);
+    // In a network namespace of its own, its loopback is its own; anything else is an
+    // attempt to reach out (which has no route there), judged and seen as any other.
+    if own_net(config.flags) && u32::from_be(addr) >> 24 == 127 {
+        return ALLOW;
+    }
     // A DNS query, to any server: it goes to guardd's responder, which answers the call's
     // approved names only, so no name of the call's choosing leaves the host.
     if proto == PROTO_UDP && port == DNS_PORT && config.dns_port != 0 {
@@ -195,6 +222,9 @@ fn check6(ctx: &SockAddrContext) -> i32 {
         return ALLOW;
     };
     let (addr, port, proto) = dest6(ctx);
+    if own_net(config.flags) && loopback6(addr) {
+        return ALLOW;
+    }
     let key = Dest6::new(cgroup_id, addr, port, proto);
     let exact = ALLOW6.get_ptr_mut(&key);
     if exact.is_none() && in_net6(cgroup_id, addr, port, proto) {

@@ -31,7 +31,7 @@ use aya_ebpf::{
     programs::SkBuffContext,
 };
 use guard_common::{
-    call::FLAG_SHADOW,
+    call::{FLAG_OWN_NET, FLAG_SHADOW},
     event::{ACTION_DENIED, KIND_PACKET},
     net::{Dest4, Dest6, LOOPBACK4, PROTO_TCP, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
@@ -77,6 +77,10 @@ pub fn ingress(ctx: SkBuffContext) -> i32 {
     let Some(config) = (unsafe { CALLS.get(&cgroup_id) }).copied() else {
         return PASS;
     };
+    // A network namespace of its own: its loopback's packets are its own.
+    if config.flags & FLAG_OWN_NET != 0 {
+        return PASS;
+    }
     if seen(&ctx, cgroup_id, config.dns_port, Peer::Source).is_some_and(|s| s.approved) {
         return PASS;
     }
@@ -99,6 +103,9 @@ pub fn egress(ctx: SkBuffContext) -> i32 {
     let Some(config) = (unsafe { CALLS.get(&cgroup_id) }).copied() else {
         return PASS;
     };
+    if config.flags & FLAG_OWN_NET != 0 {
+        return PASS;
+    }
     let seen = seen(&ctx, cgroup_id, config.dns_port, Peer::Destination);
     let shadow = config.flags & FLAG_SHADOW != 0;
     if seen

@@ -1,5 +1,6 @@
 //! A guarded call creates only the sockets it needs: AF_INET and AF_INET6 TCP and UDP sockets
-//! only for a call with connect effects (`FLAG_NET`); never a raw socket, AF_PACKET, AF_NETLINK
+//! only for a call with connect effects (`FLAG_NET`) or a network namespace of its own
+//! (`FLAG_OWN_NET`, loopback only); never a raw socket, AF_PACKET, AF_NETLINK
 //! or any other family, and no other inet protocol of type stream or datagram. The connect and
 //! sendmsg programs see TCP's and UDP's destinations only: the kernel runs no cgroup connect
 //! program for a UDP-Lite socket (its `proto` has no `pre_connect`), whose sends once connected
@@ -21,7 +22,7 @@ use aya_ebpf::{
     programs::{SockContext, TracePointContext},
 };
 use guard_common::{
-    call::{FLAG_NET, FLAG_SHADOW},
+    call::{FLAG_NET, FLAG_OWN_NET, FLAG_SHADOW},
     event::{ACTION_DENIED, ACTION_KILLED, ACTION_SHADOWED, KIND_SOCKET},
 };
 
@@ -122,7 +123,7 @@ fn allowed(flags: u32, family: u32, ty: u32, protocol: u32) -> bool {
     match family {
         AF_UNIX => true,
         AF_INET | AF_INET6 => {
-            flags & FLAG_NET != 0
+            flags & (FLAG_NET | FLAG_OWN_NET) != 0
                 && ((ty == SOCK_STREAM && protocol == IPPROTO_TCP)
                     || (ty == SOCK_DGRAM && protocol == IPPROTO_UDP))
         }

@@ -697,8 +697,10 @@ fn escape_file_metadata_outside_the_write_effects_is_refused() {
         &["utime", theirs_s.as_str()],
         &["setxattr", theirs_s.as_str(), "user.leak", "secret"],
     ] {
+        // The mount view holds it read-only (issue 50: a name's times and modes are set where
+        // the call may write, which tar and shutil.copy2 need; everywhere else EROFS).
         let out = call(&guardd, action);
-        assert_errno(&out, "EPERM");
+        assert_errno(&out, "EROFS");
     }
     let after = fs::metadata(&theirs).expect("stat");
     assert_eq!(after.mode(), before.mode(), "the mode changed");
@@ -1212,12 +1214,12 @@ fn escape_a_double_forked_daemon_dies_with_the_call() {
     let out = call(&guardd, &["daemonize", "60"]);
     // The call itself succeeds: its main process exits 0 after the grandchild is on its own.
     assert_ok(&out);
-    let pid: u32 = text(&out.stdout)
+    let token = text(&out.stdout);
+    let token = token
         .trim()
         .strip_prefix("daemonized ")
-        .and_then(|p| p.parse().ok())
         .expect("daemonized <pid>");
-    assert!(pid > 0);
+    let pid = support::host_pid(token);
     // The cgroup: when the call ends, everything in it is killed and the cgroup removed.
     assert!(
         support::dead(pid, Duration::from_secs(5)),
@@ -1412,8 +1414,8 @@ fn escape_no_process_of_a_call_outlives_a_guardd_killed_under_it() {
     let mut pids: Vec<u32> = (0..2)
         .map(|_| {
             let line = lines.next().expect("a line").expect("read");
-            let pid = line.split_whitespace().nth(2).and_then(|p| p.parse().ok());
-            pid.unwrap_or_else(|| panic!("forked <i> <pid>: {line:?}"))
+            let token = line.split_whitespace().nth(2);
+            support::host_pid(token.unwrap_or_else(|| panic!("forked <i> <pid>: {line:?}")))
         })
         .collect();
     let running = output(guardd.ctl(&["calls", "--running", "--json"]));
@@ -2328,14 +2330,27 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
     let to_other = other.local_addr().expect("addr").to_string();
     let s = Setup::new();
 
-    // A tool with no connect effect that connects: the kernel's sock_create refuses its socket
-    // (seccomp used to, silently), and says so; no --trace-syscalls needed.
-    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
+    // A tool with no connect effect, in the host's network namespace (it has `unix`), that
+    // connects: the kernel's sock_create refuses its socket (seccomp used to, silently), and
+    // says so; no --trace-syscalls needed.
+    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"\nunix = true", ""));
     assert_errno(&call(&guardd, &["connect", &to_approved]), "EPERM");
     let row = last_receipt(&guardd);
     let seen = &row["effects_observed"];
     assert_eq!(seen["verdict"], "diverged", "{row:#}");
     assert_eq!(seen["sockets"][0]["family"], "inet", "{row:#}");
+    drop(guardd);
+    // One that connects nowhere has a network namespace of its own: its loopback is its own
+    // (nothing listens there: refused by nobody's policy, no divergence), and a connect out of
+    // it is an attempt, refused and said.
+    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
+    assert_errno(&call(&guardd, &["connect", &to_approved]), "ECONNREFUSED");
+    assert_verdict(&guardd, "conformed");
+    assert_errno(&call(&guardd, &["connect", "192.0.2.1:80"]), "EPERM");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    assert_eq!(seen["divergences"][0]["effect"], "connect", "{row:#}");
     // Without --trace-syscalls the receipt says what it could not see.
     let refusals = seen["verified"]["refusals"]
         .as_str()
@@ -3138,15 +3153,14 @@ fn diverged_by_packet(row: &serde_json::Value) -> bool {
 /// Whether `/proc/locks` shows a lock on `path`'s inode.
 fn locked_in_proc(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt as _;
-    let ino = fs::metadata(path).expect("stat").ino();
+    let meta = fs::metadata(path).expect("stat");
+    // MAJOR:MINOR:INODE, the device in hex: an inode number alone is any device's.
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
     fs::read_to_string("/proc/locks")
         .expect("/proc/locks")
         .lines()
-        .any(|l| {
-            l.split_whitespace()
-                .nth(5)
-                .is_some_and(|id| id.ends_with(&format!(":{ino}")))
-        })
+        .any(|l| l.split_whitespace().nth(5) == Some(id.as_str()))
 }
 
 #[test]

@@ -23,6 +23,10 @@ command = ["/bin/bash", "-c", "{script}"]
 [tools.sh.args.script]
 type = "string"
 required = true
+# The host's network namespace (a tool that connects nowhere gets one of its own, where its
+# sockets are its own): its inet sockets are the divergences these tests need.
+[tools.sh.effects]
+unix = true
 "#;
 
 /// Sends one `exec` frame with /dev/null as stdio and returns the decision reply; `None` once
@@ -149,7 +153,7 @@ fn follow_shows_attempts_no_layer_hides() {
         other.local_addr().expect("addr").port(),
     );
     let policy = format!(
-        "{POLICY}[tools.sh.effects]\nconnect = [\"127.0.0.1:{port}\"]\nread = [\"/usr\"]\n\
+        "{POLICY}connect = [\"127.0.0.1:{port}\"]\nread = [\"/usr\"]\n\
          exec = [\"/usr/bin/bash\"]\non_divergence = \"deny\"\n"
     );
     let guardd = Guardd::start(&policy);

@@ -262,8 +262,16 @@ fn sandbox_proc_self_shows_the_call_not_the_host() {
         let r = run(&plan(&s, &["read", path], Effects::default()));
         assert_eq!(r.outcome.exit_code, 0, "{path}: {:?}", r.stderr);
     }
-    // The host's mount table and network namespace, which lie beneath /proc/self too: every
-    // mount, every socket with its peer, routes and neighbours.
+    // A call that connects somewhere shares the host's network namespace: the host's mount
+    // table and network namespace, which lie beneath /proc/self too (every mount, every socket
+    // with its peer, routes and neighbours), stay out of its reach.
+    let connects = || Effects {
+        connect: vec![guard::call::plan::Endpoint {
+            host: "127.0.0.1".into(),
+            port: 9,
+        }],
+        ..Effects::default()
+    };
     for path in [
         "/proc/self/mountinfo",
         "/proc/self/mounts",
@@ -273,8 +281,35 @@ fn sandbox_proc_self_shows_the_call_not_the_host() {
         "/proc/thread-self/mountinfo",
         "/proc/thread-self/net/route",
     ] {
-        assert_fails(&s, &["read", path], Effects::default(), "EACCES");
+        assert_fails(&s, &["read", path], connects(), "EACCES");
     }
+    // One that connects nowhere has a network namespace of its own: its whole /proc is its
+    // own, its processes only (the tool is its pid 1; guardd is not there), its network only.
+    let r = run(&plan(
+        &s,
+        &["read", "/proc/self/net/tcp"],
+        Effects::default(),
+    ));
+    assert_eq!(r.outcome.exit_code, 0, "{:?}", r.stderr);
+    assert_eq!(
+        r.stdout.lines().count(),
+        1,
+        "a header, no host socket: {}",
+        r.stdout
+    );
+    let r = run(&plan(&s, &["read", "/proc/1/cmdline"], Effects::default()));
+    assert!(r.stdout.contains("guard-testtool"), "{:?}", r.stdout);
+    let guardd = std::process::id();
+    let r = run(&plan(
+        &s,
+        &["read", &format!("/proc/{guardd}/status")],
+        Effects::default(),
+    ));
+    assert_ne!(
+        r.outcome.exit_code, 0,
+        "the host's process {guardd} is there: {}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -289,14 +324,20 @@ fn sandbox_escape_syscalls_are_eperm() {
         &["unshare-user"],
         &["socket", "packet", "raw"],
         &["socket", "netlink", "dgram"],
-        // No connect effects: no inet sockets at all.
-        &["socket", "inet", "stream"],
         // No `unix` effect: no Unix sockets, so no connect to a pathname socket.
         &["socket", "unix", "stream"],
         &["socketpair-dgram"],
     ] {
         assert_fails(&s, args, Effects::default(), "EPERM");
     }
+    // No connect effects, in the host's network namespace (a `unix` tool shares it): no inet
+    // sockets at all. (One with a network namespace of its own has them: they reach its
+    // loopback only, `sandbox_a_call_that_connects_nowhere_serves_itself_on_its_own_loopback`.)
+    let unix = Effects {
+        unix: true,
+        ..Effects::default()
+    };
+    assert_fails(&s, &["socket", "inet", "stream"], unix, "EPERM");
     // The host's mount table mount by mount (statmount, listmount), as closed as
     // /proc/self/mountinfo: EPERM, where the bare call answers EFAULT or EINVAL.
     for nr in ["457", "458"] {
@@ -514,11 +555,7 @@ fn sandbox_timeout_kills_the_whole_tree() {
     );
     // The forked children are gone from the whole system, not only from the cgroup.
     for line in r.stdout.lines().filter_map(|l| l.strip_prefix("forked ")) {
-        let pid: u32 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .expect("pid");
+        let pid = support::host_pid(line.split_whitespace().nth(1).expect("pid"));
         assert!(dead(pid, Duration::from_secs(2)), "child {pid} still alive");
     }
 }

@@ -105,7 +105,8 @@ const SESSION: &[(&str, &str)] = &[
         "printf 'int main(void) { return 7; }\\n' > t.c && cc -o t t.c && ./t; echo \"exit $?\"",
         ".",
     ),
-    // bash, as Claude Code's own; a temporary file; a socket refused, and the command goes on.
+    // bash, as Claude Code's own; a temporary file; a socket (its own network's), and the
+    // command goes on.
     ("[[ -d .git ]] && echo \"bash ${BASH_VERSINFO[0]}\"", "."),
     (
         "f=$(mktemp) && echo data > \"$f\" && cat \"$f\" && rm \"$f\"",
@@ -263,8 +264,9 @@ fn a_coding_session_runs_as_it_does_without_guard() {
         .filter(|r| r["kind"] == "finished" && r["tool"] == "shell")
         .count();
     assert_eq!(finished, SESSION.len(), "one call per command");
-    // Nothing an ordinary session does is an attempt outside the policy, but the socket the
-    // last command asks for: no receipt cries wolf.
+    // Nothing an ordinary session does is an attempt outside the policy, the socket the last
+    // command asks for included (the shell connects nowhere: its network namespace is its own,
+    // and its sockets reach only it): no receipt cries wolf.
     let diverged: Vec<&serde_json::Value> = rows
         .iter()
         .filter(|r| r["kind"] == "finished" && r["tool"] == "shell")
@@ -276,7 +278,7 @@ fn a_coding_session_runs_as_it_does_without_guard() {
         .flat_map(|e| e["divergences"].as_array().into_iter().flatten())
         .map(|d| &d["effect"])
         .collect();
-    assert_eq!(effects, ["socket"], "{diverged:#?}");
+    assert!(effects.is_empty(), "{diverged:#?}");
 
     // The call's own temporary directory: the developer's, private, and gone with the call.
     let tmp = run(

@@ -287,6 +287,38 @@ pub fn output(mut cmd: std::process::Command) -> std::process::Output {
     child.wait_with_output().expect("wait")
 }
 
+/// The host's pid of a call's process, from the tool's `PID@pid:[INODE]` (its pid in the call's
+/// pid namespace, and that namespace): `u32::MAX`, no process's, once it is gone.
+pub fn host_pid(token: &str) -> u32 {
+    let Some((pid, ns)) = token.split_once('@') else {
+        panic!("PID@pid:[INODE]: {token:?}");
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return u32::MAX;
+    };
+    for entry in entries.flatten() {
+        let Some(host) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let same_ns = std::fs::read_link(entry.path().join("ns/pid"))
+            .is_ok_and(|l| l.to_string_lossy() == ns);
+        let nspid = std::fs::read_to_string(entry.path().join("status"))
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+                line.split_whitespace().last().map(str::to_owned)
+            });
+        if same_ns && nspid.as_deref() == Some(pid) {
+            return host;
+        }
+    }
+    u32::MAX
+}
+
 /// Field `n` of `/proc/PID/stat`, numbered as proc(5) numbers them (3 is the state): counted
 /// after the ")" that ends the command name, which may hold spaces.
 pub fn stat_field(pid: u32, n: usize) -> String {

@@ -301,7 +301,8 @@ fn run(action: &[String]) -> Res {
                 match unsafe { libc::fork() } {
                     -1 => return Err(last_errno()),
                     0 => {
-                        let me = host_pid();
+                        // SAFETY: getpid takes no arguments.
+                        let me = unsafe { libc::getpid() };
                         // SAFETY: writes 4 bytes from this stack; pause is async-signal-safe.
                         unsafe { libc::write(fds[1], (&raw const me).cast(), 4) };
                         loop {
@@ -313,7 +314,7 @@ fn run(action: &[String]) -> Res {
                         let mut pid: libc::pid_t = 0;
                         // SAFETY: reads 4 bytes into a 4-byte integer.
                         unsafe { libc::read(fds[0], (&raw mut pid).cast(), 4) };
-                        println!("forked {i} {pid}");
+                        println!("forked {i} {}", pid_token(pid));
                     }
                 }
             }
@@ -1260,7 +1261,7 @@ fn run(action: &[String]) -> Res {
                     libc::setsid();
                     match libc::fork() {
                         0 => {
-                            let me = host_pid();
+                            let me = libc::getpid();
                             libc::write(fds[1], (&raw const me).cast(), 4);
                             libc::close(fds[1]);
                             libc::sleep(secs);
@@ -1277,7 +1278,7 @@ fn run(action: &[String]) -> Res {
                         libc::waitpid(child, std::ptr::null_mut(), 0);
                         libc::read(fds[0], (&raw mut pid).cast(), 4);
                     }
-                    println!("daemonized {pid}");
+                    println!("daemonized {}", pid_token(pid));
                 }
             }
             Ok(())
@@ -1572,21 +1573,12 @@ fn reap(pid: libc::pid_t) {
     }
 }
 
-/// This process's pid as the host sees it (the tool runs in a pid namespace of its own, where
-/// getpid says otherwise): the target of `/proc/self`. Async-signal-safe: readlink into a stack
-/// buffer.
-fn host_pid() -> libc::pid_t {
-    let mut buf = [0u8; 16];
-    // SAFETY: readlink writes at most buf.len() bytes into buf.
-    let n = unsafe { libc::readlink(c"/proc/self".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    let digits = buf.get(..usize::try_from(n).unwrap_or(0)).unwrap_or(&[]);
-    digits
-        .iter()
-        .try_fold(0 as libc::pid_t, |pid, &d| {
-            d.is_ascii_digit()
-                .then(|| pid * 10 + libc::pid_t::from(d - b'0'))
-        })
-        .unwrap_or(-1)
+/// A pid of the call's as the test can find it on the host: `PID@pid:[INODE]`, its number in
+/// the call's pid namespace and that namespace (`support::host_pid`). The call's own `/proc`
+/// is its pid namespace's, so no number of the host's is there to read.
+fn pid_token(pid: libc::pid_t) -> String {
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+    format!("{pid}@{}", ns.display())
 }
 
 /// The `flood` action: see its arm. Runs until killed; prints `flooding N` once the first N

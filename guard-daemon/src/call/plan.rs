@@ -98,6 +98,15 @@ pub enum Enforce {
     Shadow,
 }
 
+impl LaunchPlan {
+    /// Whether the call gets a network namespace of its own, with loopback only: when it may
+    /// connect nowhere (no connect effect, no `unix`) and is enforced (a call in shadow shares
+    /// the host's, where its attempts and its names are seen).
+    pub fn own_network(&self) -> bool {
+        self.effects.connect.is_empty() && !self.effects.unix && self.enforce == Enforce::Enforce
+    }
+}
+
 impl Enforce {
     /// Whether this is the default, enforcing mode.
     pub fn enforced(&self) -> bool {

@@ -4,7 +4,9 @@
 use std::{collections::HashMap, net::IpAddr, path::PathBuf};
 
 use guard_common::{
-    call::{CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET, FLAG_SHADOW},
+    call::{
+        CallConfig, FLAG_ENFORCE_EXEC, FLAG_KILL_ON_DIVERGENCE, FLAG_NET, FLAG_OWN_NET, FLAG_SHADOW,
+    },
     net::PROTO_TCP,
 };
 
@@ -44,8 +46,12 @@ pub async fn watch_of(plan: &LaunchPlan) -> Result<(Watch, Option<Responder>), W
         flags |= FLAG_KILL_ON_DIVERGENCE;
     }
     if !effects.connect.is_empty() {
-        // Only a call that connects may create inet sockets at all.
+        // Only a call that connects may create inet sockets at all...
         flags |= FLAG_NET;
+    }
+    if plan.own_network() {
+        // ...or one cloned into a network namespace of its own, where they reach itself only.
+        flags |= FLAG_OWN_NET;
     }
     let execs = plan
         .argv

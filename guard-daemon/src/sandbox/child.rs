@@ -29,6 +29,7 @@ pub(super) const STAGES: &[&str] = &[
     "cgroup",
     "limits-cgroup",
     "mounts",
+    "loopback",
     "setsid",
     "stdio",
     "close-fds",
@@ -55,6 +56,7 @@ pub(super) enum Stage {
     Cgroup,
     LimitsCgroup,
     Mounts,
+    Loopback,
     Setsid,
     Stdio,
     CloseFds,
@@ -99,7 +101,14 @@ pub(super) struct ChildCtx<'a> {
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
     pub landlock: &'a landlock::Prepared,
+    /// The call's own `/proc` (mounted in its mount view, for its pid namespace).
     pub proc_self: &'a CStr,
+    /// The call runs in a network namespace of its own, loopback only: its `lo` is brought up,
+    /// and its whole `/proc` is readable (its `net/` is its own).
+    pub own_network: bool,
+    /// Its own temporary directory, among `writable`: its `/tmp`, and its `.shm` its
+    /// `/dev/shm`, in its mount view.
+    pub tmp: Option<&'a landlock::Writable>,
     pub filters: &'a [libc::sock_fprog],
     /// The write-opens filter (`seccomp::write_opens`) and the socket its listener goes to
     /// guardd through.
@@ -152,8 +161,11 @@ pub(super) trait Steps {
     fn join_cgroup(&mut self, procs: RawFd) -> Result<(), Failed>;
     /// Into the v1 limit cgroups.
     fn join_limit_cgroups(&mut self, procs: &[RawFd]) -> Result<(), Failed>;
-    /// The mount view: read-only but for what the call may change (all of it with `view`).
+    /// The mount view: read-only but for what the call may change (all of it with `view`), its
+    /// own `/proc`, and its temporary directory as `/tmp` and `/dev/shm`.
     fn mounts(&mut self, ctx: &ChildCtx) -> Result<(), Failed>;
+    /// Its network namespace's loopback, up.
+    fn loopback(&mut self) -> Result<(), Failed>;
     fn new_session(&mut self) -> Result<(), Failed>;
     fn stdio(&mut self, fds: [RawFd; 3]) -> Result<(), Failed>;
     fn close_fds_at_exec(&mut self) -> Result<(), Failed>;
@@ -167,7 +179,13 @@ pub(super) trait Steps {
     fn no_new_privs(&mut self) -> Result<(), Failed>;
     fn die_with_parent(&mut self, parent: RawFd) -> Result<(), Failed>;
     fn chdir(&mut self, cwd: &CStr) -> Result<(), Failed>;
-    fn landlock(&mut self, prepared: &landlock::Prepared, proc_self: &CStr) -> Result<(), Failed>;
+    fn landlock(
+        &mut self,
+        prepared: &landlock::Prepared,
+        proc_self: &CStr,
+        whole_proc: bool,
+        shm: Option<landlock::Access>,
+    ) -> Result<(), Failed>;
     fn watch_writes(&mut self, filter: &libc::sock_fprog, to: RawFd) -> Result<(), Failed>;
     fn install_seccomp(&mut self, filters: &[libc::sock_fprog]) -> Result<(), Failed>;
     /// Waits until the call's decision row is on disk, or until `deadline`.
@@ -199,6 +217,9 @@ pub(super) fn confine(
     }
     steps.join_limit_cgroups(&ctx.limit_procs)?;
     steps.mounts(ctx)?;
+    if ctx.own_network {
+        steps.loopback()?;
+    }
     steps.new_session()?;
     steps.stdio(ctx.stdio)?;
     steps.close_fds_at_exec()?;
@@ -214,7 +235,8 @@ pub(super) fn confine(
     steps.no_new_privs()?;
     steps.die_with_parent(ctx.parent)?;
     steps.chdir(ctx.cwd)?;
-    steps.landlock(ctx.landlock, ctx.proc_self)?;
+    let shm = ctx.tmp.map(|t| t.access);
+    steps.landlock(ctx.landlock, ctx.proc_self, ctx.own_network, shm)?;
     if let Some((filter, to)) = ctx.watch {
         steps.watch_writes(filter, to)?;
     }

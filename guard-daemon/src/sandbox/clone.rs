@@ -21,6 +21,17 @@ use super::child::{ChildCtx, run};
 /// what it may change (see `child::mounts`).
 const CALL_NAMESPACES: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWNS;
 
+/// The namespaces of a call `ctx` describes: with a network namespace of its own, loopback
+/// only, when it connects nowhere (`LaunchPlan::own_network`): the servers its tests start,
+/// the sockets its tools probe with, are its own and reach nothing else.
+fn namespaces(ctx: &ChildCtx) -> libc::c_int {
+    if ctx.own_network {
+        CALL_NAMESPACES | libc::CLONE_NEWNET
+    } else {
+        CALL_NAMESPACES
+    }
+}
+
 /// The child's stack: the bottom page is a guard, so an overflow faults instead of writing over
 /// the daemon's memory.
 struct Stack {
@@ -104,7 +115,13 @@ pub(super) fn spawn(ctx: &ChildCtx) -> Result<libc::pid_t, Errno> {
     // SAFETY: reads `all`, writes `old`, both on this stack.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
     let arg = std::ptr::from_ref(ctx).cast_mut().cast();
-    let mut cloned = clone_into_cgroup(ctx.cgroup_dir, &stack, entry_in_cgroup, arg);
+    let mut cloned = clone_into_cgroup(
+        ctx.cgroup_dir,
+        namespaces(ctx),
+        &stack,
+        entry_in_cgroup,
+        arg,
+    );
     if matches!(cloned, Err(Errno::ENOSYS | Errno::EINVAL)) {
         // A kernel without clone3 or CLONE_INTO_CGROUP (before 5.7): the child moves itself.
         // SAFETY: the child runs `entry` on its own stack (`stack`, alive until after the clone
@@ -115,7 +132,7 @@ pub(super) fn spawn(ctx: &ChildCtx) -> Result<libc::pid_t, Errno> {
             libc::clone(
                 entry,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | CALL_NAMESPACES | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | namespaces(ctx) | libc::SIGCHLD,
                 arg,
             )
         };
@@ -154,12 +171,13 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 #[cfg(target_arch = "x86_64")]
 fn clone_into_cgroup(
     cgroup_dir: RawFd,
+    namespaces: libc::c_int,
     stack: &Stack,
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *mut libc::c_void,
 ) -> Result<libc::pid_t, Errno> {
     let args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK | CALL_NAMESPACES) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | namespaces) as u64 | CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
         stack: stack.base as u64,
         stack_size: stack.len as u64,
@@ -208,6 +226,7 @@ fn clone_into_cgroup(
 #[cfg(not(target_arch = "x86_64"))]
 fn clone_into_cgroup(
     _: RawFd,
+    _: libc::c_int,
     _: &Stack,
     _: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     _: *mut libc::c_void,
@@ -250,6 +269,7 @@ mod tests {
         // Not the clone(2) fallback: this kernel has clone3 and CLONE_INTO_CGROUP.
         let pid = clone_into_cgroup(
             std::os::fd::AsRawFd::as_raw_fd(&dir),
+            CALL_NAMESPACES,
             &stack,
             in_cgroup,
             arg,

@@ -354,4 +354,7 @@ mod ruleset;
 mod tests;
 
 pub use open::Writable;
+
+/// A set of landlock's file-system rights.
+pub type Access = BitFlags<AccessFs>;
 pub use ruleset::{LandlockStatus, Prepared, kernel_abi, prepare};

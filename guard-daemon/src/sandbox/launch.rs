@@ -215,6 +215,10 @@ pub struct Ready {
     protected: Vec<super::protected::Kept>,
     /// The protected names absent when it was prepared, to be looked at again at its end.
     absent: super::protected::Absent,
+    /// Its own temporary directory, by index into `landlock.writable`: its `/tmp`.
+    tmp: Option<usize>,
+    /// It runs in a network namespace of its own.
+    own_network: bool,
     /// The rules the write-opens filter's opens are judged by.
     writes: WriteRules,
     applied: Applied,
@@ -321,7 +325,9 @@ impl Ready {
             argv: &command.argv,
             envp: &command.envp,
             landlock: &self.landlock,
-            proc_self: c"/proc/self",
+            proc_self: c"/proc",
+            own_network: self.own_network,
+            tmp: self.tmp.map(|i| &self.landlock.writable[i]),
             filters: &filters,
             // In shadow, write-opens are let through, and seen by the open observer instead.
             watch: watch
@@ -371,7 +377,15 @@ impl Ready {
                 abandon(pid);
                 sys("receiving the call's seccomp listener")(e)
             })?;
-            Some((listener, self.writes))
+            let mut writes = self.writes;
+            // Its names are looked up where it looks them up: in its mount view.
+            writes.root = nix::fcntl::open(
+                format!("/proc/{pid}/root").as_str(),
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok();
+            Some((listener, writes))
         };
         Ok(Launched {
             pid,

@@ -28,6 +28,9 @@ use nix::{
 
 use crate::call::plan::LaunchPlan;
 
+/// The call's `/dev/shm`, in its temporary directory (`child::mounts`).
+pub const SHM: &std::ffi::CStr = c".shm";
+
 /// Where the calls' directories go: root's, on `/run` (a tmpfs on a systemd host, so not the
 /// audit log's file system), searchable but not listable by others.
 pub const ROOT: &str = "/run/guard-tmp";
@@ -192,8 +195,12 @@ impl CallTmp {
         let held = Flock::lock(open_dir(dir)?, FlockArg::LockSharedNonblock)
             .map_err(|(_, e)| io::Error::from(e))?;
         let made = Self(Some((dir.clone(), held)));
-        std::os::unix::fs::chown(dir, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        let shm = dir.join(std::ffi::OsStr::from_bytes(SHM.to_bytes()));
+        fs::DirBuilder::new().mode(0o700).create(&shm)?;
+        for d in [&shm, dir] {
+            std::os::unix::fs::chown(d, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
+            fs::set_permissions(d, fs::Permissions::from_mode(0o700))?;
+        }
         Ok(made)
     }
 }
@@ -204,9 +211,12 @@ impl CallTmp {
     /// takes longer; then the removal goes on without the call (its slot and its reply wait no
     /// longer), and the next start sweeps what a stop interrupted.
     pub async fn remove(mut self) {
-        // Most calls leave it empty: then it goes at once, without a thread.
+        // Most calls leave it empty (but for its `.shm`): then it goes at once, without a
+        // thread.
         if let Some((dir, _)) = &self.0
-            && fs::remove_dir(dir).is_ok()
+            && fs::remove_dir(dir.join(std::ffi::OsStr::from_bytes(SHM.to_bytes())))
+                .and_then(|()| fs::remove_dir(dir))
+                .is_ok()
         {
             self.0 = None;
             return;

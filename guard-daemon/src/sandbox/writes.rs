@@ -64,6 +64,9 @@ pub struct WriteRules {
     protected: std::collections::HashSet<Id>,
     /// The call's user and group: the judge looks names up as the call would.
     pub(super) user: (u32, u32),
+    /// The call's `/` (its tool's `/proc/PID/root`): an absolute name is looked up in the call's
+    /// mount view, where `/tmp` and `/dev/shm` are its own (`child::mounts`).
+    pub(super) root: Option<OwnedFd>,
 }
 
 impl WriteRules {
@@ -88,7 +91,14 @@ impl WriteRules {
             by_identity,
             protected,
             user,
+            root: None,
         }
+    }
+
+    /// Grants `access` on the directory `id` too: the call's `/dev/shm`, its temporary
+    /// directory's `.shm` mounted there, whose way up is through that mount, not the directory.
+    pub fn also(&mut self, id: Id, access: BitFlags<AccessFs>) {
+        *self.by_identity.entry(id).or_default() |= access;
     }
 
     /// Whether the rules on the directories of `chain` (root first) grant all of `needed`.
@@ -163,7 +173,11 @@ fn serve_as_user(
     attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
     // Opened once: each open a call makes waits for its judge.
-    let mut slash = Root::slash();
+    let call_root = || {
+        let fd = rules.root.as_ref()?.try_clone().ok()?;
+        Root::new(fd)
+    };
+    let mut slash = call_root().or_else(Root::slash);
     loop {
         let n = match listener.next() {
             Ok(Next::Notification(n)) => n,
@@ -178,7 +192,7 @@ fn serve_as_user(
         if slash.is_none() {
             // Out of descriptors at the call's start, say: try again, and judge nothing granted
             // meanwhile.
-            slash = Root::slash();
+            slash = call_root().or_else(Root::slash);
         }
         if let Some(attempt) = judge(listener, rules, slash.as_ref(), &n) {
             let (recorded, done) = tokio::sync::oneshot::channel();

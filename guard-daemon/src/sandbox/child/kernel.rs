@@ -21,7 +21,10 @@ impl Steps for Kernel {
             .try_for_each(|&fd| join_cgroup(fd, Stage::LimitsCgroup))
     }
     fn mounts(&mut self, ctx: &ChildCtx) -> Result<(), Failed> {
-        mounts(ctx.writable, ctx.protected, ctx.view)
+        mounts(ctx.writable, ctx.protected, ctx.view, ctx.tmp)
+    }
+    fn loopback(&mut self) -> Result<(), Failed> {
+        loopback_up()
     }
     fn new_session(&mut self) -> Result<(), Failed> {
         new_session()
@@ -65,11 +68,19 @@ impl Steps for Kernel {
     fn chdir(&mut self, cwd: &CStr) -> Result<(), Failed> {
         chdir(cwd)
     }
-    fn landlock(&mut self, prepared: &landlock::Prepared, proc_self: &CStr) -> Result<(), Failed> {
-        prepared.restrict_self(proc_self).map_err(|errno| Failed {
-            stage: Stage::Landlock,
-            errno,
-        })
+    fn landlock(
+        &mut self,
+        prepared: &landlock::Prepared,
+        proc_self: &CStr,
+        whole_proc: bool,
+        shm: Option<landlock::Access>,
+    ) -> Result<(), Failed> {
+        prepared
+            .restrict_self(proc_self, whole_proc, shm)
+            .map_err(|errno| Failed {
+                stage: Stage::Landlock,
+                errno,
+            })
     }
     fn watch_writes(&mut self, filter: &libc::sock_fprog, to: RawFd) -> Result<(), Failed> {
         watch_writes(filter, to)
@@ -96,6 +107,35 @@ fn join_cgroup(procs: RawFd, stage: Stage) -> Result<(), Failed> {
     // SAFETY: write on an fd the parent opened, from a static one-byte buffer.
     let rc = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
     check(rc as _, stage)
+}
+
+/// Brings up `lo` in the call's own network namespace (a new one has it down): what the call
+/// serves there, it reaches there, and nothing else is there to reach.
+fn loopback_up() -> Result<(), Failed> {
+    // SAFETY: a datagram socket for the interface ioctls; returns a descriptor or -1.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    check(fd as _, Stage::Loopback)?;
+    // SAFETY: ifreq is plain bytes and integers, valid when zeroed.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    req.ifr_name[..2].copy_from_slice(&[b'l' as libc::c_char, b'o' as libc::c_char]);
+    // SAFETY: SIOCGIFFLAGS fills the flags of the interface named in `req`, on this stack.
+    let mut rc = unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) };
+    if rc == 0 {
+        // SAFETY: the union's flags member, which SIOCGIFFLAGS just set.
+        unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+        // SAFETY: SIOCSIFFLAGS reads `req`, on this stack.
+        rc = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) };
+    }
+    let errno = Errno::last_raw();
+    // SAFETY: the descriptor opened above.
+    unsafe { libc::close(fd) };
+    if rc < 0 {
+        return Err(Failed {
+            stage: Stage::Loopback,
+            errno,
+        });
+    }
+    Ok(())
 }
 
 /// A session of its own: no controlling terminal, and its own process group.

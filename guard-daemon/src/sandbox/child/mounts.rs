@@ -33,10 +33,14 @@ pub(in crate::sandbox) const MAX_WRITABLE: usize = 64;
 ///
 /// Without `view` (a call in shadow) only that last step is taken: the rest of the tree stays
 /// as the host has it, and the protected paths are read-only all the same.
+///
+/// Last, in every mode, the call's own places ([`own_places`]): a `/proc` of its own pid
+/// namespace, and its temporary directory as `/tmp` and `/dev/shm`.
 pub(super) fn mounts(
     writable: &[landlock::Writable],
     protected: &[crate::sandbox::protected::Kept],
     view: bool,
+    tmp: Option<&landlock::Writable>,
 ) -> Result<(), Failed> {
     // SAFETY: mount with a NUL-terminated target and null pointers where none is needed.
     let rc = unsafe {
@@ -71,7 +75,72 @@ pub(super) fn mounts(
         }
         move_over(copy, place)?;
     }
+    own_places(tmp)
+}
+
+/// The call's own `/proc`, made for the pid namespace it was cloned into: it lists the call's
+/// processes only (every other call's and guardd's are not there to name, whatever the call's
+/// user); `ps`, `free` and `uptime` read it. And, when it has a temporary directory (`tmp`),
+/// that directory as its `/tmp`, and the directory's `.shm` as its `/dev/shm` (POSIX shared
+/// memory and semaphores, which Python's multiprocessing uses): private to the call, within
+/// its limits (a tmpfs's pages are its cgroup's), removed with it, and found by landlock and
+/// the write judge as the directory the plan names.
+fn own_places(tmp: Option<&landlock::Writable>) -> Result<(), Failed> {
+    // SAFETY: mount with NUL-terminated strings and no data.
+    let rc = unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    };
+    check(rc as _, Stage::Mounts)?;
+    let Some(tmp) = tmp else {
+        return Ok(());
+    };
+    let place = find(tmp, false)?;
+    bind_over(place, c"", c"/tmp")?;
+    bind_over(place, crate::sandbox::tmp::SHM, c"/dev/shm")?;
+    // SAFETY: the descriptor `find` returned, ours.
+    unsafe { libc::close(place) };
     Ok(())
+}
+
+/// Mounts a copy of `name` in `dir` (`dir` itself when empty) over `target`, a directory; a
+/// target the host lacks is left as it is.
+fn bind_over(dir: RawFd, name: &std::ffi::CStr, target: &std::ffi::CStr) -> Result<(), Failed> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated names; each returns a new descriptor or -1.
+    let (from, onto) = unsafe {
+        (
+            if name.is_empty() {
+                libc::fcntl(dir, libc::F_DUPFD_CLOEXEC, 0)
+            } else {
+                libc::openat(dir, name.as_ptr(), flags)
+            },
+            libc::open(target.as_ptr(), flags),
+        )
+    };
+    let result = if onto < 0 && Errno::last_raw() == libc::ENOENT {
+        Ok(())
+    } else {
+        check(from.min(onto) as _, Stage::Mounts)
+            .and_then(|()| clone_tree(from, false))
+            .and_then(|copy| {
+                let moved = move_over(copy, onto);
+                // SAFETY: the detached copy's descriptor, ours.
+                unsafe { libc::close(copy) };
+                moved
+            })
+    };
+    // SAFETY: the descriptors opened above (or -1, which close refuses harmlessly).
+    unsafe {
+        libc::close(from);
+        libc::close(onto);
+    }
+    result
 }
 
 /// A detached copy of the mount tree at `place` (its submounts too when `recursive`).

@@ -46,6 +46,9 @@ impl Steps for Recorder {
     fn mounts(&mut self, _: &ChildCtx) -> Result<(), Failed> {
         self.step(Stage::Mounts)
     }
+    fn loopback(&mut self) -> Result<(), Failed> {
+        self.step(Stage::Loopback)
+    }
     fn new_session(&mut self) -> Result<(), Failed> {
         self.step(Stage::Setsid)
     }
@@ -82,7 +85,13 @@ impl Steps for Recorder {
     fn chdir(&mut self, _: &CStr) -> Result<(), Failed> {
         self.step(Stage::Cwd)
     }
-    fn landlock(&mut self, _: &landlock::Prepared, _: &CStr) -> Result<(), Failed> {
+    fn landlock(
+        &mut self,
+        _: &landlock::Prepared,
+        _: &CStr,
+        _: bool,
+        _: Option<landlock::Access>,
+    ) -> Result<(), Failed> {
         self.step(Stage::Landlock)
     }
     fn watch_writes(&mut self, _: &libc::sock_fprog, _: RawFd) -> Result<(), Failed> {
@@ -134,7 +143,9 @@ fn confine_with(
         argv: &null,
         envp: &null,
         landlock: &prepared,
-        proc_self: c"/proc/self",
+        proc_self: c"/proc",
+        own_network: true,
+        tmp: None,
         filters: &[],
         watch: watched.then_some((&filter, -1)),
         writable: &[],
@@ -157,6 +168,7 @@ fn all_steps() -> Vec<Stage> {
         Stage::Cgroup,
         Stage::LimitsCgroup,
         Stage::Mounts,
+        Stage::Loopback,
         Stage::Setsid,
         Stage::Stdio,
         Stage::CloseFds,
@@ -185,6 +197,9 @@ fn the_steps_run_in_the_order_each_relies_on() {
     let mut steps = Recorder::default();
     confine_with(&mut steps, false, true, true).expect("confined");
     assert_eq!(steps.done, all_steps());
+    // Its loopback is brought up while it is still root, in the namespace it was cloned into.
+    let at = |s: Stage| steps.done.iter().position(|d| *d == s);
+    assert!(at(Stage::Loopback) < at(Stage::Setuid));
     // What the order is for, said outright: identity dropped before the parent-death signal
     // (setuid clears it), a root tool's capabilities before it enters its working directory
     // (with its own permissions), the filters after landlock, and the wait for the decision

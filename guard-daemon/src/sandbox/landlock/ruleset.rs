@@ -19,27 +19,35 @@ use super::{
     open::{Writable, open_rule},
 };
 
-/// What the child grants itself in `/proc/self`: entry by entry, read, its own status, memory
-/// map, limits, command line, environment, cgroup and descriptors (`fd`, `fdinfo`: listed).
-/// Not the directory as a whole: beneath it lie `mountinfo`, `mounts` and `mountstats` (the
-/// host's mount table) and `net/` and `task/<tid>/net` (every socket, route and neighbour of the
-/// host's network namespace, which calls share), none of which any read effect names. With
-/// Truncate, as read rules have it ([`end_walks_at_read_rules`]).
+/// What the child grants itself in its own `/proc` when the call shares the host's network
+/// namespace: entry by entry, read, its own status, memory map, limits, command line,
+/// environment, cgroup and descriptors (`self/fd`, `self/fdinfo`: listed), and what `free`,
+/// `uptime` and a runtime's CPU count read (`meminfo`, `stat`, `uptime`, `loadavg`, `cpuinfo`).
+/// Not the directory as a whole: beneath it lie `net/` and `self/net` (every socket, route and
+/// neighbour of the host's network namespace) and `mountinfo` (the host's mount table). A call
+/// with a network namespace of its own reads the whole of its `/proc`: its processes only (its
+/// pid namespace's), its own network. With Truncate, as read rules have it
+/// ([`end_walks_at_read_rules`]).
 const PROC_SELF: &[(&CStr, bool)] = &[
-    (c"status", false),
+    (c"self/status", false),
+    (c"self/stat", false),
+    (c"self/statm", false),
+    (c"self/maps", false),
+    (c"self/smaps", false),
+    (c"self/limits", false),
+    (c"self/cmdline", false),
+    (c"self/comm", false),
+    (c"self/environ", false),
+    (c"self/auxv", false),
+    (c"self/cgroup", false),
+    (c"self/io", false),
+    (c"self/fd", true),
+    (c"self/fdinfo", true),
+    (c"meminfo", false),
     (c"stat", false),
-    (c"statm", false),
-    (c"maps", false),
-    (c"smaps", false),
-    (c"limits", false),
-    (c"cmdline", false),
-    (c"comm", false),
-    (c"environ", false),
-    (c"auxv", false),
-    (c"cgroup", false),
-    (c"io", false),
-    (c"fd", true),
-    (c"fdinfo", true),
+    (c"uptime", false),
+    (c"loadavg", false),
+    (c"cpuinfo", false),
 ];
 
 /// The running kernel's landlock ABI version, or a negative errno (-ENOSYS, -EOPNOTSUPP) when
@@ -167,15 +175,22 @@ impl Prepared {
     }
 
     /// In the forked child, after no_new_privs: grants read on entries of the child's own
-    /// `/proc/self` ([`PROC_SELF`]) and enforces the ruleset on the calling thread. Async-signal-safe: raw syscalls only.
+    /// `/proc` ([`PROC_SELF`], or the `whole` of it), `shm` on its own `/dev/shm`, and enforces
+    /// the ruleset on the calling thread. Async-signal-safe: raw syscalls only.
     ///
-    /// Why `/proc/self` is added here: landlock rules attach to inodes, and `/proc/self` is a
-    /// symlink resolved at open time; opened in the parent it would name the *parent's*
-    /// `/proc/<pid>`. Opened in the child it names the child's, which stays the same across
-    /// execve. `proc_self` is the NUL-terminated path, built before fork.
+    /// Why `/proc` is added here: landlock rules attach to inodes, and the call's `/proc` is
+    /// mounted in the child, for its pid namespace (`child::mounts`); `self` in it is a symlink
+    /// resolved at open time, which in the child names the child's own directory, the same
+    /// across execve. `proc_self` is the NUL-terminated path of that `/proc`, built before
+    /// fork.
     ///
     /// Returns the errno of the failing step.
-    pub fn restrict_self(&self, proc_self: &CStr) -> Result<(), i32> {
+    pub fn restrict_self(
+        &self,
+        proc_self: &CStr,
+        whole: bool,
+        shm: Option<super::Access>,
+    ) -> Result<(), i32> {
         let Some(fd) = &self.fd else { return Ok(()) };
         // SAFETY: proc_self is NUL-terminated; open returns a new fd or -1.
         let dir = unsafe {
@@ -187,12 +202,22 @@ impl Prepared {
         if dir < 0 {
             return Err(Errno::last_raw());
         }
-        let added = PROC_SELF
-            .iter()
-            .try_for_each(|&(name, tree)| add_proc_rule(fd, dir, name, tree));
+        let added = if whole {
+            add_proc_rule(fd, dir, c".", true)
+        } else {
+            PROC_SELF
+                .iter()
+                .try_for_each(|&(name, tree)| add_proc_rule(fd, dir, name, tree))
+        };
         // SAFETY: dir is the fd opened above, owned here.
         unsafe { libc::close(dir) };
         added?;
+        // The call's `/dev/shm`, a mount of its temporary directory's `.shm`: landlock walks
+        // a path up through its mounts, so the rule of the directory it is in does not reach it
+        // there.
+        if let Some(access) = shm {
+            add_rule_at(fd, libc::AT_FDCWD, c"/dev/shm", access)?;
+        }
         // SAFETY: fd is a landlock ruleset fd; flags 0.
         if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
             return Err(Errno::last_raw());
@@ -204,6 +229,18 @@ impl Prepared {
 /// Grants read on `name` in the directory `dir` (a tree when `tree`), to the ruleset `ruleset`.
 /// An entry this kernel lacks is skipped. Raw syscalls only: it runs in the child.
 fn add_proc_rule(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, tree: bool) -> Result<(), i32> {
+    let access = if tree { READ_TREE } else { READ_FILE } | AccessFs::Truncate;
+    add_rule_at(ruleset, dir, name, access)
+}
+
+/// Grants `access` on `name` in the directory `dir` to the ruleset `ruleset`; a name that is
+/// not there is skipped. Raw syscalls only: it runs in the child.
+fn add_rule_at(
+    ruleset: &OwnedFd,
+    dir: libc::c_int,
+    name: &CStr,
+    access: super::Access,
+) -> Result<(), i32> {
     // SAFETY: name is NUL-terminated; openat returns a new fd or -1.
     let entry = unsafe { libc::openat(dir, name.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if entry < 0 {
@@ -212,7 +249,6 @@ fn add_proc_rule(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, tree: bool) -
             errno => Err(errno),
         };
     }
-    let access = if tree { READ_TREE } else { READ_FILE } | AccessFs::Truncate;
     let attr = PathBeneathAttr {
         allowed_access: access.bits(),
         parent_fd: entry,

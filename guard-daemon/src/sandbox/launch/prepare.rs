@@ -40,6 +40,10 @@ pub struct Files {
     pub(super) protected: Vec<protected::Kept>,
     /// The protected names absent now, to be looked at again at its end.
     pub(super) absent: protected::Absent,
+    /// Its own temporary directory, by index into `landlock.writable`.
+    pub(super) tmp: Option<usize>,
+    /// It runs in a network namespace of its own (`LaunchPlan::own_network`).
+    pub(super) own_network: bool,
 }
 
 impl Files {
@@ -63,7 +67,16 @@ impl Files {
         let names = plan.effects.protected.as_deref();
         let tmp = plan.confinement.tmp.as_deref();
         let (protected, absent) = protected::within(&prepared.writable, names, tmp)?;
+        let tmp = tmp.filter(|_| !under_host_tmp(plan)).and_then(|t| {
+            let t = t.as_os_str().as_encoded_bytes();
+            prepared
+                .writable
+                .iter()
+                .position(|w| w.path.as_bytes() == t)
+        });
         Ok(Self {
+            tmp,
+            own_network: plan.own_network(),
             user,
             skipped: rules.skipped,
             widened: rules.widened,
@@ -73,6 +86,19 @@ impl Files {
             absent,
         })
     }
+}
+
+/// Whether a path `plan` names (an effect, its working directory, its program) is in the host's
+/// `/tmp` or `/dev/shm`: then the call keeps them, read-only but for its effects, rather than
+/// its own (`child::mounts`), which would hide that path from it.
+fn under_host_tmp(plan: &LaunchPlan) -> bool {
+    let e = &plan.effects;
+    let named = e.read.iter().chain(&e.write).chain(&e.exec);
+    let named = named.chain(&plan.confinement.cwd).map(PathBuf::as_path);
+    let program = plan.argv.first().map(std::path::Path::new);
+    named
+        .chain(program)
+        .any(|p| p.starts_with("/tmp") || p.starts_with("/dev/shm"))
 }
 
 /// Resolves the user a call runs as. Never root unless the plan says `run_as = "root"`.
@@ -176,6 +202,8 @@ impl Ready {
             shadow,
             protected,
             absent,
+            tmp,
+            own_network,
         } = files;
         let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
         // RLIMIT_NPROC counts every process of the user: a call as a user of its own (a
@@ -186,7 +214,14 @@ impl Ready {
         {
             bound.limits.rlimits.nproc = Some(n.saturating_add(processes_of(uid)));
         }
-        let writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
+        let mut writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
+        // Its `/dev/shm` is its temporary directory's `.shm`, reached through its own mount.
+        if let Some(tmp) = tmp.map(|i| &landlock.writable[i]) {
+            let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+            if let Ok(st) = nix::sys::stat::fstatat(&tmp.pin, crate::sandbox::tmp::SHM, flags) {
+                writes.also((st.st_dev, st.st_ino), tmp.access);
+            }
+        }
         let capabilities = (uid == 0).then_some(bound.capabilities);
         let applied = Applied {
             landlock_abi: landlock.abi,
@@ -211,6 +246,8 @@ impl Ready {
             shadow,
             protected,
             absent,
+            tmp,
+            own_network,
             writes,
             applied,
         }

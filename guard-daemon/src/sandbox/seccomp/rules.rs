@@ -44,7 +44,13 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
 
     rules.extend(clone_rules(allowed));
     rules.extend(truncating_opens(allowed));
-    rules.extend(metadata_rules(allowed, !plan.effects.write.is_empty()));
+    // An enforced call has its mount view: read-only but for what it may change.
+    let view = plan.enforce.enforced();
+    rules.extend(metadata_rules(
+        allowed,
+        !plan.effects.write.is_empty(),
+        view,
+    ));
     let terminal = TERMINAL_IOCTLS.iter().filter(|_| !allowed("ioctl"));
     rules.extend(
         terminal
@@ -146,20 +152,25 @@ fn truncating_opens(allowed: impl Fn(&str) -> bool) -> Vec<Rule> {
 
 /// The rules of [`METADATA_BY_NAME`] and [`utimensat_by_name`], and for a call that `writes`
 /// nothing [`METADATA_BY_DESCRIPTOR`], all of `utimensat` and [`INODE_FLAG_IOCTLS`]; less what
-/// the plan allows.
-fn metadata_rules(allowed: impl Fn(&str) -> bool, writes: bool) -> Vec<Rule> {
+/// the plan allows. A call that writes and has its mount `view` (every enforced call) may set
+/// times, modes and attributes by name: every file it may not write is on a read-only mount
+/// there (EROFS), so by name it reaches what it may write and nothing else (`tar -x`,
+/// `shutil.copy2`, `os.utime` need it). Never a set-id bit.
+fn metadata_rules(allowed: impl Fn(&str) -> bool, writes: bool, view: bool) -> Vec<Rule> {
     let by_descriptor = if writes {
         &[][..]
     } else {
         METADATA_BY_DESCRIPTOR
     };
-    let mut rules: Vec<Rule> = METADATA_BY_NAME
+    let bounded = writes && view;
+    let by_name = if bounded { &[][..] } else { METADATA_BY_NAME };
+    let mut rules: Vec<Rule> = by_name
         .iter()
         .chain(by_descriptor)
         .filter(|name| !allowed(name))
         .filter_map(|&name| Some(always(name, sysname::number(name)?, EPERM)))
         .collect();
-    if !allowed("utimensat") {
+    if !allowed("utimensat") && !bounded {
         rules.push(if writes {
             utimensat_by_name()
         } else {

@@ -120,10 +120,39 @@ fn deny_list_denies_escape_syscalls_with_eperm() {
     );
 }
 
+/// An enforced call that writes may change metadata by name: its mount view holds every file
+/// it may not write read-only (EROFS), so by name it reaches only what it may write. Never a
+/// set-id bit.
+#[test]
+fn metadata_changes_by_name_are_allowed_where_the_mount_view_bounds_them() {
+    let mut writes = plan();
+    writes.effects.write.push("/srv/out".into());
+    let t = table(&writes, false).expect("table");
+    for &name in METADATA_BY_NAME {
+        if let Some(nr) = sysname::number(name) {
+            assert_eq!(t.verdict(nr, NONE), Action::Allow, "{name}");
+        }
+    }
+    let named = [libc::AT_FDCWD as u64, 0x7fff_0000_1000, 0, 0, 0, 0];
+    assert_eq!(t.verdict(libc::SYS_utimensat, named), Action::Allow);
+    let setuid = [libc::AT_FDCWD as u64, 0x7fff_0000_1000, 0o4755, 0, 0, 0];
+    assert_eq!(t.verdict(libc::SYS_fchmodat, setuid), EPERM_);
+    // Without writes, or without the view (in shadow), denied.
+    let mut shadow = writes.clone();
+    shadow.enforce = crate::call::plan::Enforce::Shadow;
+    for p in [plan(), shadow] {
+        let t = table(&p, false).expect("table");
+        assert_eq!(t.verdict(libc::SYS_utimensat, named), EPERM_);
+        assert_eq!(t.verdict(libc::SYS_fchmodat, NONE), EPERM_);
+    }
+}
+
 #[test]
 fn metadata_changes_by_name_are_denied_and_through_a_descriptor_allowed() {
     let mut writes = plan();
     writes.effects.write.push("/srv/out".into());
+    // In shadow: no mount view bounds a name.
+    writes.enforce = crate::call::plan::Enforce::Shadow;
     let t = table(&writes, false).expect("table");
     for &name in METADATA_BY_NAME {
         if let Some(nr) = sysname::number(name) {

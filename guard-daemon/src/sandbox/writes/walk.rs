@@ -134,11 +134,13 @@ fn fails<T, E>(r: Result<T, E>) -> Result<T, Lost> {
     r.map_err(|_| Lost::Fails)
 }
 
-/// The thread group (the process) of thread `tid`, whose directory procfs's `self` names.
-fn thread_group(tid: i32) -> Option<i32> {
+/// Thread `tid`'s process (`NStgid`) or its own id (`NSpid`), as the call's own procfs numbers
+/// them: the innermost pid namespace's, which the call's `/proc` was mounted for
+/// (`child::mounts`). `tid` is guardd's number of the thread.
+fn in_call(tid: i32, key: &str) -> Option<i32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("Tgid:"))?;
-    line.trim().parse().ok()
+    let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+    line.split_whitespace().last()?.parse().ok()
 }
 
 impl Walker<'_> {
@@ -168,14 +170,13 @@ impl Walker<'_> {
     /// resolves it (a thread's own `/proc/TID` has its own working directory and, unshared,
     /// descriptors), `thread-self` the thread's; other names are themselves.
     fn procfs_name(&self, name: OsString) -> Result<OsString, Lost> {
-        match name.as_bytes() {
-            b"self" => {
-                let tgid = thread_group(self.pid).ok_or(Lost::Unfollowed)?;
-                Ok(OsString::from(tgid.to_string()))
-            }
-            b"thread-self" => Ok(OsString::from(self.pid.to_string())),
-            _ => Ok(name),
-        }
+        let key = match name.as_bytes() {
+            b"self" => "NStgid:",
+            b"thread-self" => "NSpid:",
+            _ => return Ok(name),
+        };
+        let id = in_call(self.pid, key).ok_or(Lost::Unfollowed)?;
+        Ok(OsString::from(id.to_string()))
     }
 
     /// Finds what `name` names: from the root when it is absolute, else from `start` (the
