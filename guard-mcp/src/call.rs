@@ -341,6 +341,12 @@ fn ended(exit: Exit, out: (String, u64), err: (String, u64)) -> CallToolResult {
 }
 
 /// The result: `isError` unless the tool ran and exited 0 within its approval.
+/// The result of a call whose arguments do not fit its tool (`params`), saying why; nothing
+/// reached guardd.
+pub fn malformed(why: String) -> CallToolResult {
+    result(Vec::new(), Outcome::failed(why), None)
+}
+
 fn result(
     mut content: Vec<ContentBlock>,
     outcome: Outcome,

@@ -77,7 +77,7 @@ impl Guard {
     /// it (or there is none) against a listing asked for now: a list a reload changed a moment
     /// ago never refuses a call. Without a listing (guardd unreachable) the call goes on, to
     /// fail as it does then.
-    async fn check(&self, tool: &str, args: &JsonObject) -> Result<(), ErrorData> {
+    async fn check(&self, tool: &str, args: &JsonObject) -> Result<(), params::Malformed> {
         let followed = self
             .followed
             .lock()
@@ -86,7 +86,7 @@ impl Guard {
         if followed.is_some_and(|list| params::check(&list, tool, args).is_ok()) {
             return Ok(());
         }
-        match &self.fetch().await? {
+        match &self.fetch().await.map_err(params::Malformed::Tool)? {
             Ok(list) => params::check(list, tool, args),
             Err(_) => Ok(()),
         }
@@ -145,7 +145,12 @@ impl ServerHandler for Guard {
         };
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
-        self.check(&tool, &args).await?;
+        match self.check(&tool, &args).await {
+            Ok(()) => {}
+            Err(params::Malformed::Tool(e)) => return Err(e),
+            // The model corrects what it sent: a result it reads, not a protocol error.
+            Err(params::Malformed::Arguments(why)) => return Ok(call::malformed(why).into()),
+        }
         let cwd = self.roots.cwd(&context.peer).await;
         let cancel = context.ct.cancelled();
         Ok(call::run(&self.socket, (tool, args, cwd), progress, cancel)

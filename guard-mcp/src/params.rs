@@ -1,8 +1,11 @@
-//! A `tools/call`'s name and arguments against the tool as guardd lists it. What the MCP
-//! specification calls invalid parameters (an unknown tool, an unknown or a missing argument, a
-//! value of the wrong JSON type) is a JSON-RPC error (-32602) for the client to fix, not a call:
-//! nothing reaches guardd. Whether a well-typed value may be used (a pattern, an enum's values,
-//! a path's `within`, a rule, a detector) is the policy's to decide, as a call guardd records.
+//! A `tools/call`'s name and arguments against the tool as guardd lists it, before anything
+//! reaches guardd. A tool it does not list is a JSON-RPC error (-32602, invalid params), as the
+//! MCP specification (2025-11-25) keeps protocol errors; arguments that do not fit the tool (an
+//! unknown or a missing one, a value of the wrong JSON type) are a tool result with `isError`,
+//! naming what is wrong, since the specification makes input validation errors tool execution
+//! errors (SEP-1303): the model reads them and corrects the call. Whether a well-typed value may
+//! be used (a pattern, an enum's values, a path's `within`, a rule, a detector) is the policy's
+//! to decide, as a call guardd records.
 
 use guard::{
     policy::{ArgType, StdinSpec, ToolSpec},
@@ -11,11 +14,20 @@ use guard::{
 use rmcp::{ErrorData, model::JsonObject};
 use serde_json::{Value, json};
 
-/// Checks a call of `tool` with `args` against `list`; the error to answer with when it is
-/// malformed.
-pub fn check(list: &ToolList, tool: &str, args: &JsonObject) -> Result<(), ErrorData> {
+/// Why a call is not sent to guardd.
+#[derive(Debug)]
+pub enum Malformed {
+    /// A tool guard does not offer: a protocol error.
+    Tool(ErrorData),
+    /// Arguments that do not fit the tool: a tool result with `isError`, saying this.
+    Arguments(String),
+}
+
+/// Checks a call of `tool` with `args` against `list`: what to answer when it is malformed.
+pub fn check(list: &ToolList, tool: &str, args: &JsonObject) -> Result<(), Malformed> {
     let Some(spec) = list.tools.iter().find(|t| t.name == tool) else {
-        return Err(invalid(format!("unknown tool '{tool}'"), tool, None));
+        let why = format!("unknown tool '{tool}'");
+        return Err(Malformed::Tool(invalid(why, tool, None)));
     };
     if spec.stdin == Some(StdinSpec::Caller) {
         // Not offered (see `offered`): its input would be an empty stdin.
@@ -23,30 +35,36 @@ pub fn check(list: &ToolList, tool: &str, args: &JsonObject) -> Result<(), Error
             "tool '{tool}' reads its caller's stdin, which an MCP client cannot give; it is \
              not offered over MCP"
         );
-        return Err(invalid(why, tool, None));
+        return Err(Malformed::Tool(invalid(why, tool, None)));
     }
+    arguments(spec, args).map_err(Malformed::Arguments)
+}
+
+/// Whether `args` fit `spec`'s arguments: why not.
+fn arguments(spec: &ToolSpec, args: &JsonObject) -> Result<(), String> {
+    let tool = &spec.name;
     if let Some(name) = args
         .keys()
         .find(|k| !spec.args.iter().any(|a| a.name == **k))
     {
-        let why = format!("tool '{tool}': unknown argument '{name}'");
-        return Err(invalid(why, tool, Some(name)));
+        return Err(format!("tool '{tool}': unknown argument '{name}'"));
     }
     for arg in &spec.args {
         // guardd reads a null as an argument left out.
         let value = args.get(&arg.name).filter(|v| !v.is_null());
         match value {
             None if arg.required => {
-                let why = format!("tool '{tool}': missing required argument '{}'", arg.name);
-                return Err(invalid(why, tool, Some(&arg.name)));
+                return Err(format!(
+                    "tool '{tool}': missing required argument '{}'",
+                    arg.name
+                ));
             }
             Some(v) if !typed(arg.ty, v) => {
-                let why = format!(
+                return Err(format!(
                     "tool '{tool}': argument '{}' must be {}",
                     arg.name,
                     expected(arg.ty)
-                );
-                return Err(invalid(why, tool, Some(&arg.name)));
+                ));
             }
             _ => {}
         }
@@ -125,7 +143,7 @@ mod tests {
         }
     }
 
-    fn call(tool: &str, args: Value) -> Result<(), ErrorData> {
+    fn call(tool: &str, args: Value) -> Result<(), Malformed> {
         let Value::Object(args) = args else {
             panic!("an object")
         };
@@ -133,10 +151,22 @@ mod tests {
     }
 
     #[test]
-    fn malformed_calls_are_invalid_params_naming_what_is_wrong() {
+    fn a_tool_not_offered_is_invalid_params() {
+        for (tool, says) in [
+            ("nope", "unknown tool 'nope'"),
+            ("cat", "reads its caller's stdin"),
+        ] {
+            let Err(Malformed::Tool(e)) = call(tool, json!({})) else {
+                panic!("{tool}: not a protocol error");
+            };
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{says}");
+            assert!(e.message.contains(says), "{} lacks {says}", e.message);
+        }
+    }
+
+    #[test]
+    fn arguments_that_do_not_fit_are_a_tool_error_naming_what_is_wrong() {
         for (tool, args, says) in [
-            ("nope", json!({}), "unknown tool 'nope'"),
-            ("cat", json!({}), "reads its caller's stdin"),
             ("t", json!({"s": "a", "x": 1}), "unknown argument 'x'"),
             ("t", json!({}), "missing required argument 's'"),
             ("t", json!({"s": null}), "missing required argument 's'"),
@@ -149,9 +179,10 @@ mod tests {
                 "'b' must be true or false",
             ),
         ] {
-            let e = call(tool, args).expect_err(says);
-            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{says}");
-            assert!(e.message.contains(says), "{} lacks {says}", e.message);
+            let Err(Malformed::Arguments(e)) = call(tool, args) else {
+                panic!("{says}: not an arguments error");
+            };
+            assert!(e.contains(says), "{e} lacks {says}");
         }
     }
 

@@ -2,9 +2,10 @@
 //! input is an argument guardd writes to the tool's stdin (the default policy's `write_file`
 //! writes the content given, never an empty stdin); a tool that reads its caller's stdin is
 //! neither listed nor run; every result's `structuredContent` has the keys and types of the
-//! tool's `outputSchema`; a malformed call is a JSON-RPC invalid params error (-32602) while a
-//! well-typed value the policy refuses stays a recorded decision; the log is plain text when
-//! stderr is no terminal.
+//! tool's `outputSchema`; arguments that do not fit the tool are an error result the model can
+//! correct and an unknown tool a JSON-RPC invalid params error (-32602), while a well-typed
+//! value the policy refuses stays a recorded decision; the log is plain text when stderr is no
+//! terminal.
 
 use serde_json::{Value, json};
 
@@ -83,8 +84,15 @@ fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offere
 
     assert_eq!(steps[1]["isError"], false, "{}", steps[1]);
     assert_eq!(std::fs::read_to_string(&notes).expect("notes"), content);
-    // Without its content the call is malformed, and nothing is written.
-    assert_eq!(steps[2]["error"]["code"], -32602, "{}", steps[2]);
+    // Without its content the call does not fit the tool: an error result the model reads
+    // (the specification's input validation error), and nothing is written.
+    assert_eq!(steps[2]["isError"], true, "{}", steps[2]);
+    let said = steps[2]["texts"][0].as_str().unwrap_or_default();
+    assert!(
+        said.contains("missing required argument 'content'"),
+        "{}",
+        steps[2]
+    );
     assert!(!ws.join("other.md").exists());
     // The caller-stdin tool is not run: an MCP client has no stdin to give it.
     assert_eq!(steps[3]["error"]["code"], -32602, "{}", steps[3]);
@@ -126,7 +134,7 @@ run_as = "no-such-user-here"
 "#;
 
 #[test]
-fn mcp_structured_content_fits_the_output_schema_and_malformed_calls_are_invalid_params() {
+fn mcp_structured_content_fits_the_output_schema_and_malformed_arguments_are_error_results() {
     if !support::privileged("mcp_structured_content_fits_the_output_schema") {
         return;
     }
@@ -182,18 +190,25 @@ fn mcp_structured_content_fits_the_output_schema_and_malformed_calls_are_invalid
     assert_eq!(steps[3]["isError"], true, "{}", steps[3]);
     assert!(steps[3]["structured"]["error"].is_string(), "{}", steps[3]);
 
-    // Malformed: JSON-RPC errors naming what is wrong, never tool results.
-    for (step, says) in steps[4..].iter().zip([
+    // Arguments that do not fit: error results naming what is wrong, for the model to correct
+    // (MCP 2025-11-25, SEP-1303); an unknown tool stays a JSON-RPC error.
+    for (step, says) in steps[4..8].iter().zip([
         "'words' must be a string",
         "missing required argument 'words'",
         "unknown argument 'colour'",
         "'times' must be an integer",
-        "unknown tool 'nope'",
     ]) {
-        assert_eq!(step["error"]["code"], -32602, "{step}");
-        let message = step["error"]["message"].as_str().expect("message");
-        assert!(message.contains(says), "{message} lacks {says}");
+        assert_eq!(step["isError"], true, "{step}");
+        assert!(
+            step["structured"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(says)),
+            "{step}"
+        );
     }
+    assert_eq!(steps[8]["error"]["code"], -32602, "{}", steps[8]);
+    let message = steps[8]["error"]["message"].as_str().expect("message");
+    assert!(message.contains("unknown tool 'nope'"), "{message}");
     // Only the calls that were calls reached guardd, each with its decision row.
     let rows = guardd.audit_rows();
     let decisions = rows.iter().filter(|r| r["kind"] == "decision").count();
