@@ -768,6 +768,9 @@ command = ["/bin/true"]
 /// A call held when guardd restarts stays held on guardd's disk: guard-mcp comes back for it
 /// (`resume`), as guard-exec does, rather than telling the client it was stopped while the admin
 /// still sees it waiting; approved after the restart, it runs and the client gets its output.
+/// It is listed to the admin only once its caller (guard-mcp) has been told it is held: a restart at
+/// that moment (the test's own, at the listing) finds guard-mcp knowing the call's id, and it
+/// resumes it (this failed under load when the listing came first).
 #[test]
 fn mcp_held_call_survives_a_guardd_restart() {
     if !support::privileged("mcp_held_call_survives_a_guardd_restart") {
@@ -811,4 +814,11 @@ type = "string"
         "{call}"
     );
     assert_eq!(call["structured"]["call_id"], id.as_str(), "{call}");
+    // The approved call runs its program by descriptor; its receipt names the program, not
+    // the descriptor's `/dev/fd/N` (which `policy suggest` then proposed).
+    assert_eq!(
+        call["structured"]["receipt"]["execs"],
+        json!(["/bin/echo"]),
+        "{call}"
+    );
 }

@@ -90,6 +90,10 @@ pub struct Record {
 struct Entry {
     record: Record,
     waiter: Option<oneshot::Sender<Resolution>>,
+    /// Its caller has been told it is held (or it came from the store): listed to admins. A
+    /// call held and not yet told is its caller's to learn of first, so that a guardd stopped
+    /// between the two leaves no caller that an admin's answer overtook.
+    told: bool,
 }
 
 /// Why a held call could not be answered or collected.
@@ -183,6 +187,7 @@ impl Approvals {
                 Entry {
                     record,
                     waiter: None,
+                    told: true,
                 },
             );
         }
@@ -203,9 +208,17 @@ impl Approvals {
             Entry {
                 record,
                 waiter: None,
+                told: false,
             },
         );
         Ok(())
+    }
+
+    /// Lists held call `call_id` to admins: its caller has been told it is held (or is gone).
+    pub fn told(&self, call_id: &str) {
+        if let Some(e) = self.lock().get_mut(call_id) {
+            e.told = true;
+        }
     }
 
     /// Makes `uid` the waiter of held call `call_id`.
@@ -343,10 +356,11 @@ impl Approvals {
         self.lock().get(call_id).map(|e| e.record.form.clone())
     }
 
-    /// The held calls, oldest id first.
+    /// The held calls whose callers have been told, oldest id first.
     pub fn list(&self) -> Vec<Held> {
         self.lock()
             .values()
+            .filter(|e| e.told)
             .map(|e| e.record.held.clone())
             .collect()
     }

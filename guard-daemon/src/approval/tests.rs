@@ -48,6 +48,9 @@ fn waiting(a: &Approvals, id: &str) -> oneshot::Receiver<Resolution> {
 fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
     let a = Approvals::new(2, Duration::from_secs(60), None);
     a.hold(record("c1")).expect("hold");
+    // Not listed to admins until its caller has been told.
+    assert!(a.list().is_empty());
+    a.told("c1");
     let mut rx = waiting(&a, "c1");
     assert_eq!(a.list().len(), 1);
     a.check("c1", Some(0), None, false).expect("may approve");

@@ -282,6 +282,10 @@ impl Call<'_, '_> {
                 files: daemon.options.trace_syscalls || shadow,
                 shadow,
                 masks: secrecy.masks(),
+                pinned: (self.start.as_ref())
+                    .and_then(|s| s.program.as_ref())
+                    .and_then(|_| self.plan.argv.first())
+                    .map(|p| p.to_string_lossy().into_owned()),
             },
         );
         let (stdio, masked) = secrecy

@@ -149,12 +149,17 @@ pub struct ReceiptFor {
     /// The masks of a call given a secret: what it did (a path, a name it asked) may hold a
     /// value, and its divergences are published masked.
     pub masks: Option<std::sync::Arc<crate::policy::secrets::mask::Masks>>,
+    /// The program an approved held call runs, exec'd by descriptor (`Ready::pin`): its first
+    /// exec is named as this, not as the `/dev/fd/N` the kernel reports.
+    pub pinned: Option<String>,
 }
 
 /// A receipt being written: the call it is for and what was seen so far.
 struct Draft {
     call: ReceiptFor,
     receipt: Receipt,
+    /// Execs seen so far: the first is the launch's.
+    execs_seen: u64,
 }
 
 impl Draft {
@@ -210,7 +215,14 @@ impl Draft {
         let receipt = &mut self.receipt;
         let effect = match event.kind {
             KIND_EXEC => {
-                let path = c_str(&event.path);
+                let mut path = c_str(&event.path);
+                self.execs_seen += 1;
+                if let Some(program) = &self.call.pinned
+                    && self.execs_seen == 1
+                    && path.starts_with("/dev/fd/")
+                {
+                    path.clone_from(program);
+                }
                 keep(&mut receipt.execs, path.clone());
                 Effect::Exec { path }
             }
@@ -300,7 +312,12 @@ impl Receipts {
             processes: 1,
             ..Receipt::default()
         };
-        self.lock().insert(cgroup_id, Draft { call, receipt });
+        let draft = Draft {
+            call,
+            receipt,
+            execs_seen: 0,
+        };
+        self.lock().insert(cgroup_id, draft);
     }
 
     /// Stops following the call and hands back its receipt.

@@ -11,6 +11,7 @@ fn call() -> ReceiptFor {
         files: false,
         shadow: false,
         masks: None,
+        pinned: None,
     }
 }
 

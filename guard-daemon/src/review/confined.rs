@@ -99,6 +99,7 @@ async fn run_in(
             files: daemon.options.trace_syscalls,
             shadow: false,
             masks: None,
+            pinned: None,
         },
     );
     daemon

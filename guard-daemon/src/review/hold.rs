@@ -130,6 +130,9 @@ pub async fn hold(
     };
     record_held(daemon, &held, timeout_s).await;
     let told = conn.reply(&ExecReply::Pending(waiting)).await;
+    // Listed to admins once its caller knows its id (a guardd stopped before that leaves a
+    // caller that cannot resume it, and an answer nobody is told of).
+    daemon.approvals.told(&call_id);
     let what = What::Held {
         decision,
         reason: h.message,
