@@ -1,5 +1,7 @@
 //! A receipt's unit tests: how each kind of effect and count folds in, and what it publishes.
 
+use guard_common::event::{ACTION_ALLOWED, ACTION_DENIED, KIND_CONNECT, KIND_PACKET, KIND_SOCKET};
+
 use super::*;
 
 fn call() -> ReceiptFor {
