@@ -3,6 +3,7 @@
 use guard_common::event::{ACTION_ALLOWED, ACTION_DENIED, KIND_CONNECT, KIND_PACKET, KIND_SOCKET};
 
 use super::*;
+use crate::bus::{Action, What};
 
 fn call() -> ReceiptFor {
     ReceiptFor {
