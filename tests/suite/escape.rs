@@ -346,8 +346,11 @@ fn escape_execveat_and_the_dynamic_loader_are_killed() {
     );
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     assert_verdict(&guardd, "diverged");
-    // A program outside every exec rule: landlock refuses the execve itself.
-    assert_errno(&call(&guardd, &["exec", "/bin/sh", "-c", "true"]), "EACCES");
+    // A program outside every exec rule: landlock refuses the execve itself, and the call's
+    // exec judge saw it try: diverged, and killed as any divergence of a call that kills.
+    let out = call(&guardd, &["exec", "/bin/sh", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_verdict(&guardd, "diverged");
 }
 
 #[test]
@@ -3244,4 +3247,45 @@ fn escape_two_calls_cannot_talk_through_locks_on_a_file_they_may_only_read() {
     let out = call(&guardd, &["flock", &shared_s, "ex"]);
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     assert!(!text(&out.stdout).contains("flocked"), "{out:?}");
+}
+
+/// An exec of a program the call may not read is seen (issue 50, issue 31): landlock refuses it
+/// (EACCES) before the kernel's exec check could, and the receipt once said `conformed`; the
+/// call's exec judge sees it stop in its seccomp filter, and the receipt, the events and the
+/// caller say it diverged. Beside it, the control: an exec of its own program conforms.
+#[test]
+fn escape_an_exec_landlock_refuses_is_a_divergence() {
+    if !support::privileged("escape_an_exec_landlock_refuses_is_a_divergence") {
+        return;
+    }
+    let s = Setup::new();
+    let hidden = s.subdir("hidden", 0o755).join("hello");
+    fs::copy("/bin/true", &hidden).expect("copy");
+    fs::set_permissions(&hidden, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
+    // The control: the tool runs itself again.
+    let me = s.tool.display().to_string();
+    assert_ok(&call(&guardd, &["exec", &me, "ids"]));
+    assert_verdict(&guardd, "conformed");
+    // A program it may not read: EACCES, and seen.
+    let hidden_s = hidden.display().to_string();
+    let out = call(&guardd, &["exec", &hidden_s]);
+    assert_errno(&out, "EACCES");
+    let row = last_receipt(&guardd);
+    let seen = &row["effects_observed"];
+    assert_eq!(seen["verdict"], "diverged", "{row:#}");
+    let d = &seen["divergences"][0];
+    assert_eq!(
+        (
+            d["effect"].as_str(),
+            d["path"].as_str(),
+            d["layer"].as_str()
+        ),
+        (Some("exec"), Some(hidden_s.as_str()), Some("landlock")),
+        "{row:#}"
+    );
+    assert!(
+        text(&out.stderr).contains("not approved to do"),
+        "the caller is told: {out:?}"
+    );
 }

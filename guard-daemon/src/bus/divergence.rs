@@ -24,8 +24,14 @@ pub struct Divergence {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "effect", rename_all = "snake_case")]
 pub enum Effect {
-    /// An exec of a program outside its exec effects.
-    Exec { path: String },
+    /// An exec of a program outside its exec effects: killed by the kernel's exec check, or,
+    /// for a program the call may not read (`by_landlock`, not on the wire: its `layer` says
+    /// it), refused by landlock and seen by the call's exec judge (`sandbox::writes`).
+    Exec {
+        path: String,
+        #[serde(skip)]
+        by_landlock: bool,
+    },
     /// A connect or send outside its connect effects.
     Connect {
         addr: String,
@@ -169,7 +175,7 @@ impl Effect {
     /// What it reached for: the address, the path, the socket, the syscall, the name.
     pub fn target(&self) -> String {
         match self {
-            Effect::Exec { path }
+            Effect::Exec { path, .. }
             | Effect::Open { path, .. }
             | Effect::WriteOpen { path, .. }
             | Effect::Planted { path, .. } => path.clone(),
@@ -205,6 +211,9 @@ impl Effect {
     /// resolver.
     pub fn layer(&self) -> &'static str {
         match self {
+            Effect::Exec {
+                by_landlock: true, ..
+            } => "landlock",
             Effect::Exec { .. } => "eBPF exec tracepoint",
             Effect::Connect { .. } => "eBPF cgroup connect/sendmsg",
             Effect::Socket { .. } => "eBPF socket check",

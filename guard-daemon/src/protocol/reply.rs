@@ -323,7 +323,10 @@ mod tests {
         // named like those made a frame with two keys alike, which guardctl refused, and
         // every follower stopped at a call's first socket or DNS divergence.
         let effects = [
-            Effect::Exec { path: "/x".into() },
+            Effect::Exec {
+                path: "/x".into(),
+                by_landlock: false,
+            },
             Effect::Connect {
                 addr: "10.1.2.3".into(),
                 port: 443,

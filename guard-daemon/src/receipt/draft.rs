@@ -90,7 +90,10 @@ impl Draft {
                     path.clone_from(program);
                 }
                 keep(&mut receipt.execs, path.clone());
-                Effect::Exec { path }
+                Effect::Exec {
+                    path,
+                    by_landlock: false,
+                }
             }
             KIND_CONNECT => {
                 let seen = ConnectSeen {

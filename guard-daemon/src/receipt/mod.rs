@@ -284,9 +284,16 @@ impl Receipts {
     /// refused by the kernel, and a divergence, ending the call where divergences do.
     pub fn attempted(&self, cgroup_id: u64, attempt: crate::sandbox::writes::Attempt, bus: &Bus) {
         if let Some(draft) = self.lock().get_mut(&cgroup_id) {
-            let effect = Effect::WriteOpen {
-                path: attempt.path,
-                flags: attempt.flags,
+            let effect = if attempt.exec {
+                Effect::Exec {
+                    path: attempt.path,
+                    by_landlock: true,
+                }
+            } else {
+                Effect::WriteOpen {
+                    path: attempt.path,
+                    flags: attempt.flags,
+                }
             };
             draft.diverge(effect, Some(attempt.pid), false, bus);
         }

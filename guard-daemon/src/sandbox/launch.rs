@@ -168,9 +168,9 @@ pub struct Launched {
     pub stages: Stages,
     /// Keeps the v1 limit cgroups until the call is over.
     limits: CallLimits,
-    /// The listener of its write-opens filter and the rules they are judged by, until
-    /// [`run_to_end`] serves them.
-    pub(super) writes: Option<(OwnedFd, WriteRules)>,
+    /// The attempts its write-opens and execs judge finds (`writes`), served since before its
+    /// clone, until [`run_to_end`] records them.
+    pub(super) attempts: Option<tokio::sync::mpsc::UnboundedReceiver<super::writes::Reported>>,
 }
 
 impl Launched {
@@ -220,7 +220,7 @@ pub struct Ready {
     /// It runs in a network namespace of its own.
     own_network: bool,
     /// The rules the write-opens filter's opens are judged by.
-    writes: WriteRules,
+    writes: std::sync::Arc<WriteRules>,
     applied: Applied,
 }
 
@@ -297,6 +297,9 @@ impl Ready {
         let filters = sock_fprogs(&self.bound.programs);
         let watch = sock_fprogs(&self.bound.write_opens);
         let (listener, listener_w) = super::writes::channel().map_err(sys("socketpair"))?;
+        // Served from now: the child's own exec of the tool stops in its filter too.
+        let attempts = (!self.shadow)
+            .then(|| super::writes::start(listener, std::sync::Arc::clone(&self.writes)));
         let command = &self.bound.command;
         // The child checks through it that the daemon is alive (closed in the child at exec).
         let daemon = pidfd_open(Pid::this()).ok_or_else(|| SandboxError::Sys {
@@ -355,7 +358,7 @@ impl Ready {
             mount_ns,
             started,
             stages,
-            listener,
+            attempts,
         })
     }
 
@@ -367,26 +370,8 @@ impl Ready {
             mount_ns,
             started,
             stages,
-            listener,
+            attempts,
         } = cloned;
-        // Without its listener the tool's write-opens would fail, unjudged: it is killed.
-        let writes = if self.shadow {
-            None
-        } else {
-            let listener = super::writes::receive(&listener).map_err(|e| {
-                abandon(pid);
-                sys("receiving the call's seccomp listener")(e)
-            })?;
-            let mut writes = self.writes;
-            // Its names are looked up where it looks them up: in its mount view.
-            writes.root = nix::fcntl::open(
-                format!("/proc/{pid}/root").as_str(),
-                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .ok();
-            Some((listener, writes))
-        };
         Ok(Launched {
             pid,
             pidfd,
@@ -395,7 +380,7 @@ impl Ready {
             started,
             stages,
             limits: self.bound.limits,
-            writes,
+            attempts,
         })
     }
 }
@@ -408,14 +393,14 @@ pub enum Gated {
     Closed(Box<Ready>, [OwnedFd; 3]),
 }
 
-/// A child that has exec'd the tool, and the socket its write-opens listener comes through.
+/// A child that has exec'd the tool, and the attempts its judge finds.
 struct Cloned {
     pid: Pid,
     pidfd: Option<OwnedFd>,
     mount_ns: Option<MountNs>,
     started: Instant,
     stages: Stages,
-    listener: OwnedFd,
+    attempts: Option<tokio::sync::mpsc::UnboundedReceiver<super::writes::Reported>>,
 }
 
 /// Waits for the child's report: EOF means `execve` succeeded; 8 bytes are the (stage, errno)

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::{
     launch::{Launched, SandboxError, io_sys},
-    writes::{self, Attempt},
+    writes::Attempt,
 };
 use crate::sandbox::cgroup::Cgroup;
 
@@ -111,22 +111,19 @@ const JUDGE_GONE: Duration = Duration::from_secs(2);
 
 /// Waits for the call to end; when `timeout` runs out first, kills its whole cgroup. Either way,
 /// whatever the tool left running in its cgroup is killed: the call is over when its main
-/// process is. Meanwhile its write-opens are judged (`writes`), each one outside its rules
-/// handed to `attempted` as it happens. The v1 limit cgroups are removed on return.
+/// process is. Meanwhile its write-opens and execs are judged (`writes`), each one outside its
+/// rules handed to `attempted` as it happens. The v1 limit cgroups are removed on return.
 pub async fn run_to_end(
     mut launched: Launched,
     cgroup: &Cgroup,
     timeout: Duration,
     attempted: impl Fn(Attempt),
 ) -> Result<Outcome, SandboxError> {
-    let (tx, mut attempts) = tokio::sync::mpsc::unbounded_channel();
-    match launched.writes.take() {
-        Some((listener, rules)) => {
-            tokio::task::spawn_blocking(move || writes::serve(listener, &rules, &tx));
-        }
-        // Nothing to judge: nothing will come.
-        None => drop(tx),
-    }
+    // Nothing judged (a call in shadow): nothing will come.
+    let mut attempts = launched
+        .attempts
+        .take()
+        .unwrap_or_else(|| tokio::sync::mpsc::unbounded_channel().1);
     let (status, timed_out) = {
         let ended = end(&launched, cgroup, timeout);
         tokio::pin!(ended);

@@ -1,8 +1,12 @@
-//! A call's write-opens, as guardd sees them: every one stops in the call's seccomp filter
-//! (`seccomp::write_opens`) until guardd has judged it and answered "go on". The answer never
-//! refuses: landlock and the read-only mount view still decide, as they would without this.
-//! What it adds is that an open they will refuse is seen: the call tried to write where it was
-//! not approved to, an attempt, and its receipt says so.
+//! A call's write-opens and execs, as guardd sees them: every one stops in the call's seccomp
+//! filter (`seccomp::write_opens`) until guardd has judged it and answered "go on". The answer
+//! never refuses: landlock and the read-only mount view still decide, as they would without
+//! this. What it adds is that an open or an exec they will refuse is seen: the call tried to
+//! write where it was not approved to, or to run a program it may not (landlock's EACCES, which
+//! the kernel's exec check never meets), an attempt, and its receipt says so.
+//!
+//! The listener is served from before the call's child is cloned (its own exec of the tool
+//! stops there too, while the launching thread waits for it), on a thread of its own.
 //!
 //! The judgement mirrors landlock's: the file (or, for one to be created, its directory) is
 //! found as the thread would find it ([`walk`]), and each directory on the way down to it is
@@ -52,6 +56,8 @@ pub struct Attempt {
     pub path: String,
     /// The open's flags.
     pub flags: u32,
+    /// An exec, not an open.
+    pub exec: bool,
 }
 
 /// The rights a call's landlock rules grant, by the identity (device, inode) of each rule's
@@ -64,9 +70,8 @@ pub struct WriteRules {
     protected: std::collections::HashSet<Id>,
     /// The call's user and group: the judge looks names up as the call would.
     pub(super) user: (u32, u32),
-    /// The call's `/` (its tool's `/proc/PID/root`): an absolute name is looked up in the call's
-    /// mount view, where `/tmp` and `/dev/shm` are its own (`child::mounts`).
-    pub(super) root: Option<OwnedFd>,
+    /// The identities of the rules that grant Execute.
+    executable: std::collections::HashSet<Id>,
 }
 
 impl WriteRules {
@@ -74,6 +79,7 @@ impl WriteRules {
     /// `protected` path, for a call as `user`.
     pub fn of(
         writable: &[Writable],
+        executable: &[Id],
         protected: &[crate::sandbox::protected::Kept],
         user: (u32, u32),
     ) -> Self {
@@ -91,8 +97,14 @@ impl WriteRules {
             by_identity,
             protected,
             user,
-            root: None,
+            executable: executable.iter().copied().collect(),
         }
+    }
+
+    /// Whether a rule on the directories of `chain` (the file's own last) grants Execute. A
+    /// protected name does not stop it: git runs the developer's hooks in a call.
+    fn runs(&self, chain: &[Id]) -> bool {
+        chain.iter().any(|at| self.executable.contains(at))
     }
 
     /// Grants `access` on the directory `id` too: the call's `/dev/shm`, its temporary
@@ -131,13 +143,14 @@ pub(super) fn channel() -> nix::Result<(OwnedFd, OwnedFd)> {
     )
 }
 
-/// The listener the child sent through `socket` before its exec (ENOMSG when none came).
+/// The listener the child sends through `socket` before its exec, waited for (ENOMSG when the
+/// child ended without sending one).
 pub(super) fn receive(socket: &OwnedFd) -> nix::Result<OwnedFd> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut byte = [0u8; 1];
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
     let mut space = nix::cmsg_space!(std::os::fd::RawFd);
-    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
+    let flags = MsgFlags::MSG_CMSG_CLOEXEC;
     let received = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut space), flags)?;
     let fd = received.cmsgs()?.find_map(|c| match c {
         ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
@@ -151,17 +164,40 @@ pub(super) fn receive(socket: &OwnedFd) -> nix::Result<OwnedFd> {
 /// An attempt on its way to the call's receipt, and the word that it was recorded.
 pub(super) type Reported = (Attempt, tokio::sync::oneshot::Sender<()>);
 
-/// Serves the call's listener until no process of it is left: judges each write-open, sends
-/// each attempt to `attempts` and waits until it is recorded (so a call that a divergence ends
-/// is killed before the open goes on, and never sees its refusal), and lets the kernel go on.
-/// Blocking: run it on its own thread.
+/// Serves the listener that comes through `socket` ([`serve`]) on a thread of its own, from now
+/// (before the child is cloned: its exec stops there too); the attempts, as they come.
+pub(super) fn start(
+    socket: OwnedFd,
+    rules: std::sync::Arc<WriteRules>,
+) -> tokio::sync::mpsc::UnboundedReceiver<Reported> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let work = move || serve(socket, &rules, &tx);
+    // The runtime's blocking threads where there is a runtime (guardd); a thread of its own
+    // otherwise (a test's launch).
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(work)),
+        Err(_) => drop(std::thread::spawn(work)),
+    }
+    rx
+}
+
+/// Waits for the listener the call's child sends through `socket`, then serves it until no
+/// process of the call is left: judges each write-open and exec, sends each attempt to
+/// `attempts` and waits until it is recorded (so a call that a divergence ends is killed before
+/// the open goes on, and never sees its refusal), and lets the kernel go on. Blocking: run it
+/// on its own thread, from before the child is cloned.
 pub(super) fn serve(
-    listener: OwnedFd,
+    socket: OwnedFd,
     rules: &WriteRules,
     attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
     super::name_blocking_thread();
-    let listener = Listener::new(listener);
+    let listener = match receive(&socket) {
+        Ok(fd) => Listener::new(fd),
+        // The child ended before it had one: nothing will come.
+        Err(_) => return,
+    };
+    drop(socket);
     let (uid, gid) = rules.user;
     super::as_user(uid, gid, || serve_as_user(&listener, rules, attempts));
 }
@@ -172,12 +208,15 @@ fn serve_as_user(
     rules: &WriteRules,
     attempts: &tokio::sync::mpsc::UnboundedSender<Reported>,
 ) {
-    // Opened once: each open a call makes waits for its judge.
-    let call_root = || {
-        let fd = rules.root.as_ref()?.try_clone().ok()?;
-        Root::new(fd)
+    // The call's `/`, opened once, from the first thread that stops: an absolute name is
+    // looked up in the call's mount view, where `/tmp` and `/dev/shm` are its own
+    // (`child::mounts`). Each open a call makes waits for its judge.
+    let call_root = |pid: i32| {
+        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::open(format!("/proc/{pid}/root").as_str(), flags, Mode::empty());
+        Root::new(fd.ok()?)
     };
-    let mut slash = call_root().or_else(Root::slash);
+    let mut slash: Option<Root> = None;
     loop {
         let n = match listener.next() {
             Ok(Next::Notification(n)) => n,
@@ -190,9 +229,9 @@ fn serve_as_user(
             }
         };
         if slash.is_none() {
-            // Out of descriptors at the call's start, say: try again, and judge nothing granted
-            // meanwhile.
-            slash = call_root().or_else(Root::slash);
+            // The first, or out of descriptors at the call's start, say: try again, and judge
+            // nothing granted meanwhile.
+            slash = call_root(n.pid);
         }
         if let Some(attempt) = judge(listener, rules, slash.as_ref(), &n) {
             let (recorded, done) = tokio::sync::oneshot::channel();
@@ -217,6 +256,9 @@ fn judge(
     slash: Option<&Root>,
     n: &Notification,
 ) -> Option<Attempt> {
+    if matches!(n.nr, libc::SYS_execve | libc::SYS_execveat) {
+        return judge_exec(listener, rules, slash, n);
+    }
     let open = open_args(n)?;
     let name = read_cstr(n.pid, open.name_at, PATH_MAX)?;
     // The pid names the thread that asked only while its syscall waits.
@@ -233,6 +275,7 @@ fn judge(
         pid: n.pid,
         path: String::from_utf8_lossy(&name).into_owned(),
         flags: flags as u32,
+        exec: false,
     };
     let in_root;
     let root = if open.in_root {
@@ -273,6 +316,50 @@ fn judge(
         pid: n.pid,
         path: shown(&reached, name.as_deref()),
         flags: flags as u32,
+        exec: false,
+    })
+}
+
+/// The exec `n` asks for (`execve`, or `execveat` by name), judged against the rules that grant
+/// Execute while its thread waits: an attempt when the program is found and none of them
+/// reaches it (landlock will refuse it, EACCES). An exec of a descriptor (`AT_EMPTY_PATH`), a
+/// name that leads nowhere, or one the judge cannot follow is left to the kernel's exec check.
+fn judge_exec(
+    listener: &Listener,
+    rules: &WriteRules,
+    slash: Option<&Root>,
+    n: &Notification,
+) -> Option<Attempt> {
+    let [a0, a1, _, _, a4, _] = n.args;
+    let (dirfd, name_at, flags) = if n.nr == libc::SYS_execve {
+        (libc::AT_FDCWD, a0, 0)
+    } else {
+        (a0 as i32, a1, a4 as i32)
+    };
+    let name = read_cstr(n.pid, name_at, PATH_MAX)?;
+    if !listener.pending(n.id) || name.is_empty() {
+        return None;
+    }
+    let start = (!name.starts_with(b"/"))
+        .then(|| dir_of(n.pid, dirfd))
+        .flatten();
+    let walker = Walker {
+        pid: n.pid,
+        root: slash?,
+    };
+    let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+    let Ok(Found::File { fd, stat, chain }) = walker.find(start, &name, nofollow) else {
+        return None;
+    };
+    // Not a regular file: the exec fails for a reason of its own, and no program was asked for.
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG || rules.runs(&chain) {
+        return None;
+    }
+    Some(Attempt {
+        pid: n.pid,
+        path: shown(&fd, None),
+        flags: 0,
+        exec: true,
     })
 }
 

@@ -94,6 +94,9 @@ pub struct Prepared {
     pub status: LandlockStatus,
     /// What the call may change, as the rules found it: writable in its mount view.
     pub writable: Vec<Writable>,
+    /// The identity (device, inode) of each rule that grants Execute: what the call's exec
+    /// judge holds its execs to (`writes`).
+    pub executable: Vec<(u64, u64)>,
 }
 
 /// `struct landlock_path_beneath_attr` (packed in the uapi).
@@ -120,6 +123,7 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
                 abi,
                 status: LandlockStatus::Disabled,
                 writable,
+                executable: Vec::new(),
             });
         }
         return Err(LandlockError::TooOld { abi });
@@ -139,10 +143,16 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         // The child sets no_new_privs itself, before restricting.
         .no_new_privs(false);
     let mut writable = Vec::new();
+    let mut executable = Vec::new();
     for rule in &rules.fs {
         let fd = open_rule(rule)?;
         if rule.access.intersects(changes()) {
             writable.push(Writable::of(&fd, rule)?);
+        }
+        if rule.access.contains(AccessFs::Execute)
+            && let Ok(st) = nix::sys::stat::fstat(&fd)
+        {
+            executable.push((st.st_dev, st.st_ino));
         }
         created = created.add_rule(PathBeneath::new(fd, rule.access))?;
     }
@@ -160,6 +170,7 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         abi,
         status,
         writable,
+        executable,
     })
 }
 

@@ -214,7 +214,8 @@ impl Ready {
         {
             bound.limits.rlimits.nproc = Some(n.saturating_add(processes_of(uid)));
         }
-        let mut writes = WriteRules::of(&landlock.writable, &protected, (uid, gid));
+        let executable = &landlock.executable;
+        let mut writes = WriteRules::of(&landlock.writable, executable, &protected, (uid, gid));
         // Its `/dev/shm` is its temporary directory's `.shm`, reached through its own mount.
         if let Some(tmp) = tmp.map(|i| &landlock.writable[i]) {
             let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
@@ -248,7 +249,7 @@ impl Ready {
             absent,
             tmp,
             own_network,
-            writes,
+            writes: std::sync::Arc::new(writes),
             applied,
         }
     }

@@ -323,6 +323,10 @@ pub fn write_opens(plan: &LaunchPlan) -> SeccompTable {
         })
         .collect();
     rules.push(always("creat", libc::SYS_creat, Action::Notify));
+    // Execs too: one of a program the call may not read is landlock's EACCES, which the
+    // kernel's exec check never meets.
+    rules.push(always("execve", libc::SYS_execve, Action::Notify));
+    rules.push(always("execveat", libc::SYS_execveat, Action::Notify));
     if plan.confinement.allows_syscall(landlock::OPEN_HOW) {
         rules.push(always(
             landlock::OPEN_HOW,
