@@ -54,6 +54,8 @@ fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offere
         {"call": "wc", "arguments": {}},
         // More than a pipe holds, to a tool that never reads it: the call still ends.
         {"call": "sink", "arguments": {"data": "x".repeat(100_000)}},
+        // A large file in directories still to be made: a line back, not the content.
+        {"call": "write_file", "arguments": {"path": "src/new/big.txt", "content": "y".repeat(20_000)}},
     ]);
     let server = json!({
         "command": support::bin("guard-mcp"),
@@ -84,6 +86,21 @@ fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offere
 
     assert_eq!(steps[1]["isError"], false, "{}", steps[1]);
     assert_eq!(std::fs::read_to_string(&notes).expect("notes"), content);
+    // The model is told what was written, not the content it sent (issue 50).
+    let said = steps[1]["texts"][0].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with(&format!("wrote {} bytes to ", content.len())) && !said.contains("Notes"),
+        "{said:?}"
+    );
+    assert_eq!(steps[5]["isError"], false, "{}", steps[5]);
+    let big =
+        std::fs::read_to_string(ws.join("src/new/big.txt")).expect("made with its directories");
+    assert_eq!(big.len(), 20_000);
+    let said = steps[5]["texts"][0].as_str().unwrap_or_default();
+    assert!(
+        said.len() < 300 && said.contains("wrote 20000 bytes"),
+        "{said:?}"
+    );
     // Without its content the call does not fit the tool: an error result the model reads
     // (the specification's input validation error), and nothing is written.
     assert_eq!(steps[2]["isError"], true, "{}", steps[2]);
@@ -109,7 +126,7 @@ fn mcp_write_file_writes_the_content_given_and_a_caller_stdin_tool_is_not_offere
         .collect();
     assert_eq!(
         tools_decided,
-        [&json!("write_file"), &json!("sink")],
+        [&json!("write_file"), &json!("sink"), &json!("write_file")],
         "{rows:?}"
     );
 }

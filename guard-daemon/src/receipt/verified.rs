@@ -24,8 +24,11 @@ impl Verified {
     pub fn of(traced: bool) -> Self {
         Self {
             exec: "kernel: every exec of a file the call may read, by file identity \
-                   (sched_process_exec), each unapproved one killed and reported; an exec of a \
-                   file it may not read is refused by landlock, unseen"
+                   (sched_process_exec), each unapproved one killed and reported; and guardd's \
+                   seccomp listener: every execve and execveat, judged by path before the \
+                   kernel went on, one of a file the call may not read (refused by landlock) \
+                   reported. Not observed: an exec of a descriptor, or of a name another thread \
+                   of the call rewrote while its exec waited, that landlock refused"
                 .into(),
             connect: "kernel: every connect, send, bind and inet socket (cgroup sock_addr, \
                       sock_create), each unapproved one refused and reported; every packet it \
