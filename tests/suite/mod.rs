@@ -35,3 +35,4 @@ mod suggest;
 mod systemd;
 mod terminal;
 mod walk_through;
+mod why;

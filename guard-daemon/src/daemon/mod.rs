@@ -64,6 +64,8 @@ pub struct Daemon {
     pub violations: Violations,
     /// Callers whose arguments held secrets' values, barred at a limit.
     pub probes: crate::callers::probes::Probes,
+    /// Why recent calls did not run as asked, for their callers (`why`).
+    pub reasons: crate::callers::reasons::Reasons,
     /// The guard's cgroup; each call gets a child.
     pub root: Cgroup,
     /// The same, relative to the v2 mount (as /proc/PID/cgroup shows it), e.g. `/guard`.

@@ -221,6 +221,7 @@ impl Daemon {
             sessions,
             violations: Violations::default(),
             probes: Default::default(),
+            reasons: Default::default(),
             root,
             cgroup_path,
             cgroup_name,

@@ -38,12 +38,25 @@ pub(crate) use super::template::ArgValue;
 pub(crate) struct ArgError {
     pub arg: String,
     pub reason: String,
+    /// What was sent does not fit the tool's form (unknown, missing, of the wrong type, a NUL,
+    /// a relative path without a base, no url at all): a mistake its caller is told of, where
+    /// a constraint it broke (a pattern, `within`, a host) is the policy's to keep.
+    pub form: bool,
 }
 
 fn fail(arg: &str, reason: impl Into<String>) -> ArgError {
     ArgError {
         arg: arg.to_string(),
         reason: reason.into(),
+        form: false,
+    }
+}
+
+/// [`fail`] for what does not fit the tool's form.
+fn misfit(arg: &str, reason: impl Into<String>) -> ArgError {
+    ArgError {
+        form: true,
+        ..fail(arg, reason)
     }
 }
 
@@ -76,16 +89,19 @@ pub(crate) fn check(
 ) -> Result<Vec<Option<ArgValue>>, ArgError> {
     for (k, v) in args {
         if !specs.iter().any(|s| s.name == *k) {
-            return Err(fail(k, format!("unknown argument '{}'", k.escape_debug())));
+            return Err(misfit(
+                k,
+                format!("unknown argument '{}'", k.escape_debug()),
+            ));
         }
         if has_nul(v) {
-            return Err(fail(k, format!("argument '{k}' contains a NUL byte")));
+            return Err(misfit(k, format!("argument '{k}' contains a NUL byte")));
         }
     }
     specs
         .iter()
         .map(|spec| match args.get(&spec.name) {
-            None | Some(Json::Null) if spec.required => Err(fail(
+            None | Some(Json::Null) if spec.required => Err(misfit(
                 &spec.name,
                 format!("missing required argument '{}'", spec.name),
             )),
@@ -116,7 +132,7 @@ impl ArgSpec {
     fn check(&self, v: &Json, ctx: &Context) -> Result<ArgValue, ArgError> {
         let n = &self.name;
         let wrong = || {
-            fail(
+            misfit(
                 n,
                 format!("argument '{n}' must be of type {}", self.ty.name()),
             )
@@ -159,7 +175,7 @@ impl ArgSpec {
     fn check_path(&self, s: &str, ctx: &Context) -> Result<PathBuf, ArgError> {
         let n = &self.name;
         if s.is_empty() {
-            return Err(fail(n, format!("argument '{n}' is an empty path")));
+            return Err(misfit(n, format!("argument '{n}' is an empty path")));
         }
         let p = Path::new(s);
         let abs = if p.is_absolute() {
@@ -167,7 +183,7 @@ impl ArgSpec {
         } else if let Some(base) = self.base.as_ref().and_then(|b| root(b, ctx)) {
             normalize(&base.join(p))
         } else {
-            return Err(fail(
+            return Err(misfit(
                 n,
                 format!("argument '{n}' is a relative path and has no base"),
             ));
@@ -191,7 +207,7 @@ impl ArgSpec {
     fn check_url(&self, s: &str) -> Result<ArgValue, ArgError> {
         let n = &self.name;
         let u = parse_url(s)
-            .map_err(|why| fail(n, format!("argument '{n}' is not an acceptable url: {why}")))?;
+            .map_err(|why| misfit(n, format!("argument '{n}' is not an acceptable url: {why}")))?;
         if !self.schemes.is_empty() && !self.schemes.contains(&u.scheme) {
             return Err(fail(
                 n,

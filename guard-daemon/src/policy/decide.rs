@@ -25,14 +25,36 @@ use crate::{
 /// A call's arguments, checked, aligned with its tool's.
 type Checked = Vec<Option<ArgValue>>;
 
+/// The `check_name` of a call whose arguments do not fit its tool's form (`args::ArgError`):
+/// an argument missing, unknown, of the wrong type... What breaks a constraint of the policy's
+/// (a pattern, `within`, a host) is `argument_validator`.
+pub const ARGUMENT_FORM: &str = "argument_form";
+
+/// The checks whose reasons the caller hears whatever `disclose_reasons` says: what it sent or
+/// where it called from does not fit (its working directory in no workspace, none at all; an
+/// argument missing, unknown or of the wrong type), its caller's stdin, its agent, its
+/// workspace's own policy (the workspace owner's file). None names a rule or a constraint.
+pub const TOLD: &[&str] = &[
+    "workspace",
+    ARGUMENT_FORM,
+    // `review::STDIN_CHECK` and `callers::agents::CHECK`, which live above this module (a
+    // test there holds them to these).
+    "stdin",
+    "agent",
+    crate::policy::project::CHECK,
+];
+
 impl Policy {
     /// What the caller (the agent) is told. Generic unless `disclose_reasons`: explaining a
     /// block teaches a model how to massage the call past it, and a reason can carry injected
     /// text back into the model (the MCP quarantine issue).
     /// A quarantined call's caller hears `held for review` whatever `disclose_reasons` says:
-    /// the reason names what the DLP found, and is the audit row's alone.
+    /// the reason names what the DLP found, and is the audit row's alone. A setup mistake is
+    /// told whatever it says (`TOLD`): the caller needs to know what to change, and it says
+    /// nothing of the policy's rules. Every other reason its owner reads with `guardctl why`.
     pub fn caller_message(&self, v: &Verdict) -> String {
-        if self.settings.disclose_reasons && v.row.decision != Decision::Quarantine {
+        let told = TOLD.contains(&v.row.check_name.as_str());
+        if (self.settings.disclose_reasons || told) && v.row.decision != Decision::Quarantine {
             return v.row.reason.clone();
         }
         match v.row.decision {
@@ -179,7 +201,12 @@ impl Policy {
             let mut m = meta(Stage::Arguments);
             m.arg = Some(e.arg);
             let reason = format!("tool '{name}': {}", e.reason);
-            Box::new(row("argument_validator", Decision::Block, reason, m))
+            let check = if e.form {
+                ARGUMENT_FORM
+            } else {
+                "argument_validator"
+            };
+            Box::new(row(check, Decision::Block, reason, m))
         })?;
         Ok((place, vals))
     }

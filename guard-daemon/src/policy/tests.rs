@@ -118,15 +118,15 @@ required = false
         decide(&p, "t", json!({"n": 3})).plan.expect("plan").argv,
         ["/bin/echo", "3"]
     );
-    for bad in [
-        json!({}),
-        json!({"n": 9}),
-        json!({"n": "3"}),
-        json!({"n": 1, "other": 1}),
+    for (bad, check) in [
+        (json!({}), "argument_form"),
+        (json!({"n": 9}), "argument_validator"),
+        (json!({"n": "3"}), "argument_form"),
+        (json!({"n": 1, "other": 1}), "argument_form"),
     ] {
         let v = decide(&p, "t", bad.clone());
         assert_eq!(v.row.decision, Decision::Block, "{bad}");
-        assert_eq!(v.row.check_name, "argument_validator");
+        assert_eq!(v.row.check_name, check, "{bad}");
     }
 }
 

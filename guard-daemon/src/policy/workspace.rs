@@ -37,7 +37,12 @@ impl Place {
             return Ok(None);
         }
         let Some(asked) = &intent.cwd else {
-            return Err("it works in a workspace, and its caller sent no working directory".into());
+            return Err(
+                "it works in a workspace, and its caller sent no working directory: \
+                        call it from inside one (guard-exec sends its own; guard-mcp its client's \
+                        roots, else the directory it was started in; the hook Claude Code's cwd)"
+                    .into(),
+            );
         };
         if !asked.is_absolute() {
             return Err(format!(
@@ -59,8 +64,10 @@ impl Place {
         }
         let workspace = policy.workspace_of(&cwd).ok_or_else(|| {
             format!(
-                "working directory {} is in none of the [workspaces] roots",
-                cwd.display()
+                "working directory {} is in none of the policy's workspaces: call it from a \
+                 directory inside one of [workspaces] roots ({})",
+                cwd.display(),
+                policy.workspace_roots().join(", ")
             )
         })?;
         let owner = if dry {
@@ -125,6 +132,12 @@ fn owner(workspace: &Path, uid: u32) -> Result<String, String> {
 }
 
 impl Policy {
+    /// `[workspaces] roots`, as written.
+    pub(crate) fn workspace_roots(&self) -> Vec<String> {
+        let roots = self.settings.workspaces.iter();
+        roots.map(|r| r.display().to_string()).collect()
+    }
+
     /// The workspace that holds `cwd` (a real path): the first `[workspaces]` root whose
     /// components match `cwd`'s first ones, as that prefix of `cwd`.
     pub(crate) fn workspace_of(&self, cwd: &Path) -> Option<PathBuf> {
@@ -259,7 +272,7 @@ read = ["{{file}}"]
         // Outside every workspace, or no directory at all: blocked.
         let v = call("shell", shell.clone(), &root, 65534);
         assert!(
-            v.row.reason.contains("none of the [workspaces]"),
+            v.row.reason.contains("none of the policy's workspaces"),
             "{}",
             v.row.reason
         );

@@ -42,6 +42,7 @@ pub(super) fn check(request: &Request) -> Result<(), ProtocolError> {
         }
         Request::Check(c) => call(&c.tool, &c.args, c.cwd.as_deref()),
         Request::Resume(r) => at_most("call_id", Some(&r.call_id), CALL_ID),
+        Request::Why(r) => at_most("call_id", Some(&r.call_id), CALL_ID),
         Request::Approve(a) => {
             at_most("call_id", Some(&a.call_id), CALL_ID)?;
             at_most("digest", a.digest.as_deref(), DIGEST)

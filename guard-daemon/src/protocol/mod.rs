@@ -39,6 +39,15 @@ pub enum Request {
     Sessions(SessionsRequest),
     ClearSession(ClearSessionRequest),
     Agents(AgentsRequest),
+    Why(WhyRequest),
+}
+
+/// Why a call of the caller's own did not run as asked: its decision's reason, which the call's
+/// caller was not told (clients; an admin may ask of any call).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WhyRequest {
+    pub call_id: String,
 }
 
 /// Wait for, and run, a call held earlier (`exec` with `no_wait`, or one whose guardd
@@ -326,11 +335,12 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, ProtocolError> {
         "sessions" => Request::Sessions(body_of(body)?),
         "clear_session" => Request::ClearSession(body_of(body)?),
         "agents" => Request::Agents(body_of(body)?),
+        "why" => Request::Why(body_of(body)?),
         other => {
             return Err(ProtocolError::new(
                 format!(
                     "unknown request type `{other}`; expected exec, resume, check, status, \
-                     tools, subscribe, pending, approve, deny, reload, sessions, clear_session or agents"
+                     tools, subscribe, pending, approve, deny, reload, sessions, clear_session, agents or why"
                 ),
                 Some("type"),
             ));

@@ -35,14 +35,7 @@ use judge::{ProposedCall, Subject};
 
 /// The `check_name` of a call refused because its tool reads the caller's stdin and the
 /// caller has none to give.
-const STDIN_CHECK: &str = "stdin";
-
-/// The `check_name` of a call its caller's agent may not make (`[agents]`).
-const AGENT_CHECK: &str = crate::callers::agents::CHECK;
-
-/// The `check_name` of a call its workspace's own policy blocks: that file is the workspace
-/// owner's, and its errors are theirs to fix, so the caller hears them.
-const PROJECT_CHECK: &str = crate::policy::project::CHECK;
+pub const STDIN_CHECK: &str = "stdin";
 
 /// What comes after the review.
 #[derive(Debug)]
@@ -145,15 +138,8 @@ impl Review<'_> {
         }
         stages.lap("audit_decision");
         let decision = verdict.row.decision;
-        // The stdin refusal names a field of the caller's own request, and an agent's refusal
-        // what the caller itself may call, no secret of the policy (the tool's listing says as
-        // much): the caller hears what to change.
-        let told = [STDIN_CHECK, AGENT_CHECK, PROJECT_CHECK];
-        let message = if told.contains(&verdict.row.check_name.as_str()) {
-            verdict.row.reason.clone()
-        } else {
-            policy.caller_message(&verdict)
-        };
+        (self.daemon.reasons).keep(call_id, &self.intent.tool, self.peer.uid, &verdict.row);
+        let message = policy.caller_message(&verdict);
         let Some(plan) = verdict.plan.clone() else {
             self.blocked(decision);
             let terminated = verdict.row.check_name == "session";
@@ -434,5 +420,16 @@ impl Review<'_> {
             });
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The refusals the caller hears whatever the policy discloses name these checks.
+    #[test]
+    fn the_told_checks_are_the_review_s_and_the_agents() {
+        let told = crate::policy::TOLD;
+        assert!(told.contains(&super::STDIN_CHECK));
+        assert!(told.contains(&crate::callers::agents::CHECK));
     }
 }

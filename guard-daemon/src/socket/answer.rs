@@ -47,6 +47,7 @@ pub(super) fn permitted(
         | Request::Resume(_)
         | Request::Check(_)
         | Request::Status(_)
+        | Request::Why(_)
         | Request::Tools(_) => Role::Client,
     };
     let access = daemon.access.read().unwrap_or_else(|p| p.into_inner());
@@ -104,6 +105,7 @@ pub(super) async fn answer(
             sessions: daemon.sessions.list(),
         }),
         Request::Agents(_) => listing::agents(daemon),
+        Request::Why(req) => why(daemon, peer, &req.call_id),
         Request::ClearSession(req) => clear_session(daemon, peer, req.session).await,
         Request::Reload(_) => match daemon.reload(Some(peer.uid)).await {
             Ok(tools) => Reply::Reloaded(Reloaded {
@@ -210,6 +212,25 @@ async fn resolve(
             };
             conn.write(&protocol::error_frame(&e)).await
         }
+    }
+}
+
+/// Why a recent call of the caller's (an admin: anyone's) did not run as asked.
+fn why(daemon: &Daemon, peer: &Peer, call_id: &str) -> Reply {
+    let admin =
+        (daemon.access.read().unwrap_or_else(|p| p.into_inner())).permits(peer, Role::Admin);
+    match daemon.reasons.of(call_id, peer.uid, admin) {
+        Some(why) => Reply::Why(why),
+        None => Reply::Error(ErrorReply {
+            error: format!(
+                "no recent call {call_id} of uid {} was refused or held: it ran, it is older \
+                 than guardd's last {} such calls or its restart, or it is another uid's (an \
+                 admin reads every call in the audit log: guardctl show {call_id})",
+                peer.uid, 1024
+            ),
+            field: Some("call_id".into()),
+            retry_after_ms: None,
+        }),
     }
 }
 

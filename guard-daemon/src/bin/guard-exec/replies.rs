@@ -138,11 +138,12 @@ pub(crate) fn answer(reply: ExecReply) -> Option<ExitCode> {
         }
         ExecReply::Decision(d) => {
             let message = d.message.as_deref().unwrap_or("blocked by policy");
-            // The id, even when the policy discloses no reason: an operator can look it up
-            // (`guardctl show ID`).
+            // The id, even when the policy discloses no reason: its caller reads the reason
+            // with `guardctl why ID`, an operator in the log (`guardctl show ID`).
+            let id = &d.call_id;
             Some(fail(
                 EXIT_BLOCKED,
-                format!("{message} (call {})", d.call_id),
+                format!("{message} (call {id}; its reason: guardctl why {id})"),
             ))
         }
         ExecReply::Exit(exit) => {

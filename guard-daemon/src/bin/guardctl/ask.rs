@@ -5,7 +5,7 @@ use std::{path::Path, process::ExitCode};
 
 use guard::{
     client::{self, Client},
-    protocol::{Reply, Request, StatusRequest, reply::Status},
+    protocol::{Reply, Request, StatusRequest, WhyRequest, reply::Status},
 };
 
 /// Connects or explains, in one line, why not: 75 when guardd is there and busy, 69 when it
@@ -70,4 +70,46 @@ pub fn audit_path(
         );
         guard::audit::DEFAULT_PATH.into()
     })
+}
+
+/// `guardctl why ID`: a recent call's reason, for its own caller.
+pub fn why(socket: Option<std::path::PathBuf>, call_id: &str, as_json: bool) -> ExitCode {
+    let socket = client::socket_path(socket);
+    let mut client = match connect(&socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let request = Request::Why(WhyRequest {
+        call_id: call_id.to_owned(),
+    });
+    match client.request(&request) {
+        Ok(Reply::Why(why)) if as_json => {
+            crate::print_json(&why);
+            ExitCode::SUCCESS
+        }
+        Ok(Reply::Why(why)) => {
+            let by = if why.check.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", why.check)
+            };
+            crate::term::say!(
+                "call {} ({}): {}{by}: {}",
+                why.call_id,
+                why.tool,
+                why.decision,
+                why.reason
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Reply::Error(e)) => {
+            crate::term::say_err!("guardctl: {}", e.error);
+            ExitCode::FAILURE
+        }
+        Ok(other) => {
+            crate::term::say_err!("guardctl: {}", client::unexpected(&other));
+            ExitCode::FAILURE
+        }
+        Err(e) => failed(&e),
+    }
 }

@@ -49,6 +49,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Why a call of yours was refused or held (its reason, which the agent was not told):
+    /// guardd keeps the last 1024 such calls; an admin may ask of anyone's.
+    Why {
+        /// The call's id (guard-exec and guard-mcp name it).
+        call_id: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// The audit log.
     Audit {
         #[command(subcommand)]
@@ -302,6 +311,7 @@ fn main() -> ExitCode {
             json,
         } => check(p, &tool, args.as_deref(), cwd, json),
         Command::Audit { command } => audit::run(command),
+        Command::Why { call_id, json } => ask::why(cli.socket, &call_id, json),
         Command::Status { json } => live::status(cli.socket, json),
         Command::Events {
             follow,
