@@ -77,6 +77,8 @@ fn sha256(bytes: &[u8]) -> String {
 struct Manifest {
     files: BTreeMap<PathBuf, String>,
     dirs: Vec<PathBuf>,
+    /// The socket's group, when install made it.
+    group: Option<String>,
 }
 
 impl Manifest {
@@ -92,6 +94,7 @@ impl Manifest {
                     m.files.insert(p.into(), sum.into());
                 }
                 (Some("dir"), Some(p), None) => m.dirs.push(p.into()),
+                (Some("group"), Some(g), None) => m.group = Some(g.into()),
                 (Some(w), ..) if w.starts_with('#') => {}
                 _ => bail!(
                     "{}:{}: not a manifest line: {line:?}",
@@ -107,6 +110,9 @@ impl Manifest {
         let mut out = String::from(
             "# written by `cargo xtask install`; `cargo xtask uninstall` removes exactly these\n",
         );
+        if let Some(g) = &self.group {
+            out.push_str(&format!("group {g}\n"));
+        }
         for d in &self.dirs {
             out.push_str(&format!("dir {}\n", d.display()));
         }
@@ -219,6 +225,7 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
         let policy = fs::read(repo::root().join("policies/default.toml"))?;
         w.file(Path::new(POLICY_PATH), &policy, 0o640)?;
     }
+    socket_group(&opts.root, &mut w.manifest)?;
     if let Some(dir) = manifest_at.parent() {
         w.dirs(dir)?;
     }
@@ -227,6 +234,41 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
     println!(
         "install: done; as root: `systemctl daemon-reload && systemctl enable --now guardd`; \
          `cargo xtask uninstall` with the same --prefix and --root removes it"
+    );
+    Ok(())
+}
+
+/// The socket's group (`GUARDD_SOCKET_GROUP` in the unit), made as a system group when the
+/// host has none, and recorded so that `uninstall` removes it; a staged install (`--root`)
+/// only says so.
+fn socket_group(root: &Path, manifest: &mut Manifest) -> Result<()> {
+    const GROUP: &str = "guard";
+    let exists = Command::new("getent")
+        .args(["group", GROUP])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if root != Path::new("/") {
+        println!(
+            "install: the socket's group is `{GROUP}`; make it on the host (groupadd --system {GROUP})"
+        );
+        return Ok(());
+    }
+    if !exists {
+        let made = Command::new("groupadd")
+            .args(["--system", GROUP])
+            .status()
+            .context("running groupadd")?;
+        if !made.success() {
+            bail!("groupadd --system {GROUP} failed");
+        }
+        manifest.group = Some(GROUP.into());
+        println!("install: made the system group {GROUP}");
+    }
+    println!(
+        "install: the socket's group is `{GROUP}`: a user submits calls once in it \
+         (`usermod -aG {GROUP} USER`, in effect at their next login); admins are root and \
+         the policy's [approvals] admins"
     );
     Ok(())
 }
@@ -256,6 +298,13 @@ pub fn uninstall(opts: &UninstallOptions) -> Result<()> {
         }
     }
     fs::remove_file(&manifest_at)?;
+    if let Some(group) = &manifest.group {
+        let removed = Command::new("groupdel").arg(group).status();
+        match removed {
+            Ok(s) if s.success() => println!("uninstall: the group {group}"),
+            _ => println!("uninstall: kept the group {group} (groupdel failed)"),
+        }
+    }
     // Deepest first; a directory something else put files in stays.
     let mut dirs = manifest.dirs.clone();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));

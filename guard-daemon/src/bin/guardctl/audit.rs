@@ -12,18 +12,18 @@ pub enum AuditCommand {
     /// Exits 0 when the chain holds, 1 naming the first broken row, 2 when the log cannot be
     /// read.
     Verify {
-        /// The active log file; rotated files FILE.1, FILE.2, … are found beside it.
-        #[arg(default_value = audit::DEFAULT_PATH)]
-        file: PathBuf,
+        /// The active log file; rotated files FILE.1, FILE.2, … are found beside it [default:
+        /// the one guardd writes, else /var/lib/guard/audit.jsonl]
+        file: Option<PathBuf>,
         /// One JSON object: `ok`, and the summary or the error.
         #[arg(long)]
         json: bool,
     },
 }
 
-pub fn run(command: AuditCommand) -> ExitCode {
+pub fn run(command: AuditCommand, socket: Option<PathBuf>) -> ExitCode {
     match command {
-        AuditCommand::Verify { file, json } => verify(&file, json),
+        AuditCommand::Verify { file, json } => verify(&crate::ask::audit_path(socket, file), json),
     }
 }
 

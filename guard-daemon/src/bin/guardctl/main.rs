@@ -310,7 +310,7 @@ fn main() -> ExitCode {
             cwd,
             json,
         } => check(p, &tool, args.as_deref(), cwd, json),
-        Command::Audit { command } => audit::run(command),
+        Command::Audit { command } => audit::run(command, cli.socket),
         Command::Why { call_id, json } => ask::why(cli.socket, &call_id, json),
         Command::Status { json } => live::status(cli.socket, json),
         Command::Events {

@@ -18,11 +18,14 @@ fn cstring(bytes: &[u8], what: &'static str) -> Result<CString, SandboxError> {
     CString::new(bytes).map_err(|_| SandboxError::Nul { what })
 }
 
-/// The clean environment of `plan`: [`BASE_ENV`], overridden or extended by `confinement.env`.
-pub(super) fn environment(plan: &LaunchPlan) -> Result<Vec<CString>, SandboxError> {
+/// The clean environment of `plan`, run as `user`: [`BASE_ENV`] with `USER` and `LOGNAME`
+/// (scripts and tools that ask who they are: git's and ssh's defaults, `whoami`-less shells),
+/// overridden or extended by `confinement.env`.
+pub(super) fn environment(plan: &LaunchPlan, user: &str) -> Result<Vec<CString>, SandboxError> {
     let mut vars: Vec<(String, String)> = BASE_ENV
         .iter()
         .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+        .chain(["USER", "LOGNAME"].map(|k| (k.to_owned(), user.to_owned())))
         .collect();
     for (k, v) in &plan.confinement.env {
         if k.is_empty() || k.contains('=') {
@@ -53,8 +56,9 @@ pub(super) struct Command {
 unsafe impl Send for Command {}
 
 impl Command {
-    /// Checks argv[0] is an absolute path and that no string holds a NUL.
-    pub(super) fn new(plan: &LaunchPlan) -> Result<Self, SandboxError> {
+    /// Checks argv[0] is an absolute path and that no string holds a NUL; `user` is whom it
+    /// runs as.
+    pub(super) fn new(plan: &LaunchPlan, user: &str) -> Result<Self, SandboxError> {
         let program_path = plan.argv.first().ok_or(SandboxError::EmptyArgv)?;
         if !Path::new(program_path).is_absolute() {
             return Err(SandboxError::RelativeProgram(program_path.into()));
@@ -65,7 +69,7 @@ impl Command {
             .iter()
             .map(|a| cstring(a.as_bytes(), "argv"))
             .collect::<Result<_, _>>()?;
-        let env_c = environment(plan)?;
+        let env_c = environment(plan, user)?;
         let cwd_path = plan.confinement.cwd.as_deref().unwrap_or(Path::new("/"));
         let cwd = cstring(cwd_path.as_os_str().as_bytes(), "cwd")?;
         Ok(Self {

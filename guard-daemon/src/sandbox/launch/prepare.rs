@@ -158,7 +158,8 @@ impl Bound {
         opts: &LaunchOptions,
     ) -> Result<Self, SandboxError> {
         let mut stages = Stages::start();
-        let command = Command::new(plan)?;
+        let user = plan.confinement.run_as.as_deref();
+        let command = Command::new(plan, user.unwrap_or(&opts.default_user))?;
         stages.lap("prepare");
         let table = seccomp::table(plan, opts.kernel_watches)?;
         let programs = seccomp::compiled(&table)?;

@@ -17,17 +17,27 @@ fn plan() -> LaunchPlan {
 fn environment_is_clean_and_extended() {
     let mut p = plan();
     p.confinement.env = vec![("LANG".into(), "C".into()), ("X".into(), "1".into())];
-    let env: Vec<String> = environment(&p)
+    let env: Vec<String> = environment(&p, "dev")
         .expect("env")
         .into_iter()
         .map(|c| c.into_string().expect("utf8"))
         .collect();
     assert_eq!(
         env,
-        ["PATH=/usr/bin:/bin", "HOME=/nonexistent", "LANG=C", "X=1"]
+        [
+            "PATH=/usr/bin:/bin",
+            "HOME=/nonexistent",
+            "USER=dev",
+            "LOGNAME=dev",
+            "LANG=C",
+            "X=1"
+        ]
     );
     p.confinement.env = vec![("A=B".into(), "1".into())];
-    assert!(matches!(environment(&p), Err(SandboxError::EnvName(_))));
+    assert!(matches!(
+        environment(&p, "dev"),
+        Err(SandboxError::EnvName(_))
+    ));
 }
 
 #[test]
