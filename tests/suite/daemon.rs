@@ -963,10 +963,17 @@ fn guardd_leaves_a_cpu_to_its_callers_and_its_background_threads_are_batch_threa
     // which lets go of every view it was given. (A tool that exits before guardd has taken its
     // view, within microseconds of its exec, tears it down itself: this one naps.)
     assert!(output(guardd.exec("nap", &[])).status.success());
-    assert_eq!(
-        policy(&threads(&guardd), "guardd-teardown").as_deref(),
-        Some("3")
-    );
+    // The thread is made at the first teardown, and names itself once it runs: under load,
+    // a moment after the call's end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let teardown = loop {
+        let now = threads(&guardd);
+        if now.iter().any(|(c, _)| c == "guardd-teardown") || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(policy(&teardown, "guardd-teardown").as_deref(), Some("3"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while held_mount_namespaces(&guardd) > 0 {
         assert!(

@@ -504,21 +504,26 @@ fn mcp_a_client_that_stops_reading_costs_it_no_cpu() {
             to_server.write_all(all.as_bytes()).expect("pings");
             to_server
         });
-        // Until its answers fill what the client's end holds, and then a second unread.
+        // Until its answers fill what the client's end holds (three still tenths of a second in
+        // a row: on a loaded host one still tenth can be a wait for a CPU, not the stall), and
+        // then a second unread.
         let mut before = cpu_ticks(server.id());
-        for _ in 0..50 {
+        let mut still = 0;
+        for _ in 0..100 {
             std::thread::sleep(std::time::Duration::from_millis(100));
             let now = cpu_ticks(server.id());
-            if now == before {
+            still = if now == before { still + 1 } else { 0 };
+            before = now;
+            if still == 3 {
                 break;
             }
-            before = now;
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
         let spent = cpu_ticks(server.id()) - before;
-        // A server retrying its write would spend the whole second (100 ticks).
+        // A server retrying its write spends the whole second (100 ticks; 93 were seen), half
+        // of it on a CPU it shares: 30 is far from both that and a server at rest.
         assert!(
-            spent <= 10,
+            spent <= 30,
             "sockets={sockets}: {spent} ticks in a second unread"
         );
         let mut pongs = 0;
