@@ -25,173 +25,10 @@ use serde_json::{Value, json};
 
 use super::support::{self, Guardd, NOBODY, output};
 
-/// `$cmd` with git's dates fixed, so that each way makes the same commits (the same hashes).
-macro_rules! dated {
-    ($cmd:literal) => {
-        concat!(
-            "export GIT_AUTHOR_DATE=2026-01-02T00:00:00Z GIT_COMMITTER_DATE=2026-01-02T00:00:00Z; ",
-            $cmd
-        )
-    };
-}
+#[path = "../agentday/day.rs"]
+mod day;
 
-/// What [`dated!`] puts before a command.
-const DATES: &str = dated!("");
-
-/// The day: each command and the directory it runs in, beneath the workspace's root.
-const DAY: &[(&str, &str)] = &[
-    // Python: tests with processes (fork and spawn, a pool, a queue, locks: semaphores in
-    // /dev/shm), a server on 127.0.0.1 and its client, temporary directories and files.
-    ("pyproj", "python3 -m unittest -v"),
-    // A venv (pip and setuptools from ensurepip; wheel from the system's site-packages) and
-    // the project installed into it, editable, without an index.
-    (
-        "pyproj",
-        "python3 -m venv --system-site-packages .venv && \
-         .venv/bin/pip install -q --disable-pip-version-check --no-index --no-build-isolation -e . && \
-         .venv/bin/python -c 'import daytools; print(daytools.square(7), daytools.__file__)'",
-    ),
-    (
-        "pyproj",
-        ".venv/bin/pip list --disable-pip-version-check --format=freeze | grep -i daytools",
-    ),
-    ("pyproj", ".venv/bin/python -m unittest -q"),
-    (
-        "pyproj",
-        "python3 -m compileall -q src tests && find src tests -name '*.pyc' | sort",
-    ),
-    (
-        "pyproj",
-        "python3 -c 'from multiprocessing import shared_memory as s; m = s.SharedMemory(create=True, size=8); \
-         m.buf[0] = 7; print(m.buf[0]); m.close(); m.unlink()'",
-    ),
-    // Node: npm without the registry, node's test runner (a process per file) and tests that
-    // spawn, execFile and fork.
-    ("nodeproj", "npm init -y"),
-    (
-        "nodeproj",
-        "npm pkg set scripts.test='node --test' && npm pkg get scripts",
-    ),
-    ("nodeproj", "node --test"),
-    ("nodeproj", "npm test"),
-    (
-        "nodeproj",
-        "npm pack --silent && tar -tzf nodeproj-1.0.0.tgz | sort",
-    ),
-    (
-        "nodeproj",
-        "node -e \"const fs = require('fs'), os = require('os'), path = require('path'); \
-         const d = fs.mkdtempSync(path.join(os.tmpdir(), 'day-')); fs.writeFileSync(path.join(d, 'f'), 'x'); \
-         console.log(fs.readdirSync(d)); fs.rmSync(d, { recursive: true })\"",
-    ),
-    // C with make.
-    ("cproj", "make"),
-    ("cproj", "make test"),
-    ("cproj", "./wc < Makefile && make clean && ls"),
-    // Archives: times and modes kept on the way back.
-    ("", "tar -czf data.tgz data && tar -tzf data.tgz | sort"),
-    (
-        "",
-        "mkdir restored && tar -xzf data.tgz -C restored && \
-         find restored/data | sort | xargs stat -c '%n %Y %a'",
-    ),
-    (
-        "",
-        "tar -cf data.tar data && mkdir kept && tar -xpf data.tar -C kept && \
-         stat -c '%n %Y %a' kept/data kept/data/sub kept/data/run.sh",
-    ),
-    (
-        "",
-        "gzip -k data/a.txt && gunzip -c data/a.txt.gz && gzip -df data/a.txt.gz && \
-         gzip -9 < data/b.txt > b.gz && gunzip -t b.gz && echo intact && ls data",
-    ),
-    (
-        "",
-        "zip -qr data.zip data && unzip -q data.zip -d unzipped && \
-         find unzipped -type f | sort | xargs stat -c '%n %Y' && unzip -l data.zip | tail -1",
-    ),
-    (
-        "",
-        "python3 -m zipfile -c py.zip data && python3 -m zipfile -e py.zip pyunzipped && \
-         find pyunzipped | sort",
-    ),
-    // git, in a repository whose pre-commit hook is the developer's own.
-    ("repo", "git status --short --branch"),
-    (
-        "repo",
-        "echo 'line 3' >> notes.txt && echo new > new.txt && git add -A && git status --short",
-    ),
-    ("repo", dated!("git commit -m 'more notes'")),
-    // The hook refuses this one, as it would the developer's.
-    (
-        "repo",
-        "echo FIXME >> notes.txt && git add notes.txt && git commit -qm fixme",
-    ),
-    (
-        "repo",
-        "git restore --staged notes.txt && git restore notes.txt && git status --short",
-    ),
-    (
-        "repo",
-        dated!(
-            "git branch feature && git switch -q feature && echo feat > feat.txt && \
-             git add feat.txt && git commit -qm feature && git switch -q main && \
-             echo main2 >> README.md && git commit -qam 'main moves' && git branch --list"
-        ),
-    ),
-    (
-        "repo",
-        "echo wip >> README.md && git stash && git stash list && git status --short && \
-         git stash pop -q && git status --short && git checkout -- README.md",
-    ),
-    (
-        "repo",
-        dated!(
-            "git switch -q feature && git rebase main && git log --format=%s && git switch -q main"
-        ),
-    ),
-    (
-        "repo",
-        "git worktree add -q -b topic ../repo-wt && git -C ../repo-wt status --short --branch && \
-         git worktree list | awk '{print $1, $3}'",
-    ),
-    (
-        "repo-wt",
-        dated!(
-            "echo wt > wt.txt && git add wt.txt && git commit -qm 'in the worktree' && \
-             git log -1 --format=%s"
-        ),
-    ),
-    ("repo", "git log --graph --format=%s --all"),
-    ("repo", "git log -4 --format='%h %an <%ae> %s'"),
-    // Everyday commands.
-    (
-        "",
-        "ps -o user=,comm= -p $$ && ps -e > /dev/null && ps aux | head -1 | tr -s ' '",
-    ),
-    (
-        "",
-        "free -m | head -1 && free -b | awk 'NR == 2 {print $1, ($2 > 0)}'",
-    ),
-    (
-        "",
-        "uptime | grep -o 'load average' && uptime -p | cut -d' ' -f1",
-    ),
-    (
-        "",
-        "ls /tmp > /dev/null && f=/tmp/agentday-$$.txt && echo hi > $f && \
-         ls /tmp | grep -c \"^agentday-$$.txt$\" && cat $f && rm $f",
-    ),
-    (
-        "",
-        "f=/dev/shm/agentday-$$ && echo shm > $f && cat $f && ls /dev/shm | grep -c \"^agentday-$$$\" && rm $f",
-    ),
-    (
-        "",
-        "f=$(mktemp) && d=$(mktemp -d) && echo data > \"$f\" && cp \"$f\" \"$d/\" && ls \"$d\" | wc -l && \
-         cat \"$f\" && echo \"$f\" && rm -r \"$f\" \"$d\"",
-    ),
-];
+use day::{DATES, DAY, PRE_COMMIT};
 
 /// How a command is run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -253,55 +90,27 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The developer's pre-commit hook, in `.git/hooks` of the repository: refuses a commit whose
-/// staged changes hold FIXME.
-const PRE_COMMIT: &str = "#!/bin/sh\n\
-if git diff --cached | grep -q FIXME; then\n\
-  echo 'pre-commit: FIXME in the staged changes' >&2\n\
-  exit 1\n\
-fi\n\
-echo 'pre-commit: ok' >&2\n";
-
 /// Lays the projects out afresh beneath `ws` (the workspace's root), all of it the
-/// developer's: the fixtures of `tests/agentday/`, the developer's `~/.gitconfig` and
-/// `~/.npmrc` (HOME is the workspace), a data directory with fixed times, and a git repository
-/// with one commit and the developer's hook.
+/// developer's: the projects of `tests/agentday/`, the developer's `~/.gitconfig` and
+/// `~/.npmrc` (HOME is the workspace), and what [`day::lay_out_script`] makes.
 fn lay_out(ws: &Path) {
     let _ = std::fs::remove_dir_all(ws);
-    copy_tree(&support::workspace().join("tests/agentday"), ws);
-    std::fs::write(
-        ws.join(".gitconfig"),
-        "[user]\n\tname = Dev\n\temail = dev@example.com\n[init]\n\tdefaultBranch = main\n",
-    )
-    .expect("~/.gitconfig");
-    // No update check against the registry: the day runs without network.
-    std::fs::write(
-        ws.join(".npmrc"),
-        "update-notifier=false\nfund=false\naudit=false\n",
-    )
-    .expect("~/.npmrc");
+    for project in day::PROJECTS {
+        copy_tree(
+            &support::workspace().join("tests/agentday").join(project),
+            &ws.join(project),
+        );
+    }
+    std::fs::write(ws.join(".gitconfig"), day::GITCONFIG).expect("~/.gitconfig");
+    std::fs::write(ws.join(".npmrc"), day::NPMRC).expect("~/.npmrc");
     let chown = output({
         let mut c = Command::new("chown");
         c.args(["-hR", &format!("{NOBODY}:{NOBODY}")]).arg(ws);
         c
     });
     assert!(chown.status.success(), "{chown:?}");
-    let script = format!(
-        "set -e\n\
-         mkdir -p data/sub\n\
-         for f in a b c; do echo \"file $f\" > data/$f.txt; done\n\
-         echo deep > data/sub/d.txt\n\
-         printf '#!/bin/sh\\necho run\\n' > data/run.sh && chmod 0750 data/run.sh\n\
-         chmod 0640 data/c.txt\n\
-         touch -d '2025-03-04 05:06:07' data/*.txt data/run.sh data/sub/d.txt data/sub data\n\
-         git init -q repo && cd repo\n\
-         echo '# repo' > README.md && printf 'line 1\\nline 2\\n' > notes.txt\n\
-         git add -A && {DATES}git commit -qm initial\n\
-         cat > .git/hooks/pre-commit <<'EOF'\n{PRE_COMMIT}EOF\n\
-         chmod +x .git/hooks/pre-commit\n"
-    );
     let mut bash = Command::new("/bin/bash");
-    bash.args(["-c", &script]).current_dir(ws);
+    bash.args(["-c", &day::lay_out_script()]).current_dir(ws);
     direct_env(&mut bash, ws);
     as_developer(&mut bash);
     let out = output(bash);
@@ -745,6 +554,15 @@ fn refusals(guardd: &Guardd, ws: &Path, via: Via) -> Vec<Refusal> {
     REFUSED
         .iter()
         .zip(direct_codes)
+        .filter(|((_, command, expect), _)| {
+            // npm asks the host's resolver first: one on loopback answers within the call's
+            // own network (nothing refused), and the name does not resolve.
+            let off_host = !matches!(expect, Refused::Connect) || resolver_off_host();
+            if !off_host {
+                eprintln!("`{command}`: not checked, the host's resolver is on loopback");
+            }
+            off_host
+        })
         .map(|((dir, command, expect), direct_code)| {
             let before = finished_rows(guardd).len();
             let out = run(guardd, ws, via, command, &ws.join(dir));
@@ -764,6 +582,17 @@ fn refusals(guardd: &Guardd, ws: &Path, via: Via) -> Vec<Refusal> {
             }
         })
         .collect()
+}
+
+/// Whether /etc/resolv.conf names a resolver off the host (glibc asks 127.0.0.1 when it names
+/// none).
+fn resolver_off_host() -> bool {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .map(str::trim)
+        .any(|ns| !ns.starts_with("127.") && ns != "::1")
 }
 
 /// A refusal explained: guard-exec's notice names what was refused (the `.git` moved aside and
@@ -806,30 +635,71 @@ fn agentday_open_a_file_named_head_is_not_taken_for_a_repository() {
     let make = "mkdir -p t/proj/logs && echo ref > t/proj/HEAD && echo l > t/proj/logs/HEAD && \
                 tar -cf heads.tar -C t proj && rm -r t";
     let command = "mkdir -p x && tar -xf heads.tar -C x && mkdir -p notes && echo n > notes/HEAD";
-    let look = "find x notes | sort";
+    let (_, left, wrong) = three_ways(&guardd, &ws, "", make, command, "find x notes | sort");
+    assert_eq!(
+        left.stdout,
+        "notes\nnotes/HEAD\nx\nx/proj\nx/proj/HEAD\nx/proj/logs\nx/proj/logs/HEAD\n"
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A C project's tests built with AddressSanitizer pass through guard as they do directly.
+/// Today its leak check, on at every exit (LeakSanitizer stops the process's threads with
+/// ptrace), dies: "LeakSanitizer has encountered a fatal error ... does not work under ptrace",
+/// exit 1, where the developer's run exits 0, and the receipt says the call conformed (a
+/// seccomp refusal is not observed) while guard-exec says nothing.
+#[test]
+#[ignore = "open: the default shell's seccomp refuses ptrace, and every -fsanitize=address program exits 1 at its leak check, unreported"]
+fn agentday_open_a_c_test_built_with_addresssanitizer_passes() {
+    if !support::privileged("agentday_open_a_c_test_built_with_addresssanitizer_passes") {
+        return;
+    }
+    let root = Root::new();
+    let ws = workspace(&root);
+    let guardd = guardd_in(&ws);
+    let (direct, _, wrong) = three_ways(&guardd, &ws, "cproj", "true", "make -s test-asan", "true");
+    assert_eq!(direct.code, Some(0), "{direct:#?}");
+    assert_eq!(direct.stdout, "2 lines, 3 words\n", "{direct:#?}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `command` in `dir` three ways, each on fresh projects after the developer ran `setup` at the
+/// workspace's root: the direct run's end, what the developer's `look` (at the root) shows
+/// after it, and what is wrong with each guarded run against the direct one ([`judge`]) and
+/// with what `look` shows after it.
+fn three_ways(
+    guardd: &Guardd,
+    ws: &Path,
+    dir: &str,
+    setup: &str,
+    command: &str,
+    look: &str,
+) -> (Ended, Ended, Vec<String>) {
     let mut ends = Vec::new();
     for via in [Via::Direct, Via::Guard, Via::Hook] {
-        lay_out(&ws);
-        let made = run(&guardd, &ws, Via::Direct, make, &ws);
+        lay_out(ws);
+        let made = run(guardd, ws, Via::Direct, setup, ws);
         assert!(made.status.success(), "{made:?}");
-        let before = finished_rows(&guardd).len();
-        let out = run(&guardd, &ws, via, command, &ws);
+        let before = finished_rows(guardd).len();
+        let out = run(guardd, ws, via, command, &ws.join(dir));
         let rows = if via == Via::Direct {
             Vec::new()
         } else {
-            new_finished(&guardd, before)
+            new_finished(guardd, before)
         };
-        let listed = run(&guardd, &ws, Via::Direct, look, &ws);
-        ends.push((via, Ended::of(&out), Ended::of(&listed), rows));
+        let left = run(guardd, ws, Via::Direct, look, ws);
+        ends.push((via, Ended::of(&out), Ended::of(&left), rows));
     }
-    let (_, direct, direct_listed, _) = &ends[0];
-    assert_eq!(
-        direct_listed.stdout,
-        "notes\nnotes/HEAD\nx\nx/proj\nx/proj/HEAD\nx/proj/logs\nx/proj/logs/HEAD\n"
-    );
-    for (via, end, listed, rows) in &ends[1..] {
-        let wrong = judge(command, *via, direct, end, rows);
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-        assert_eq!(listed, direct_listed, "{via:?}: what is left afterwards");
+    let mut ends = ends.into_iter();
+    let (_, direct, direct_left, _) = ends.next().expect("the direct run");
+    let mut wrong = Vec::new();
+    for (via, end, left, rows) in ends {
+        wrong.extend(judge(command, via, &direct, &end, &rows));
+        if left != direct_left {
+            wrong.push(format!(
+                "{via:?} `{command}`: `{look}` afterwards shows {left:?}, directly {direct_left:?}"
+            ));
+        }
     }
+    (direct, direct_left, wrong)
 }
