@@ -6,7 +6,8 @@
 //!    and 64 clients against a bare Unix-socket echo server, 3. launching /bin/true through guard
 //!    against fork+exec, bwrap and firejail, 4. syscall loops of a process guard does not watch,
 //!    guardd running or not, 5. the same loops inside a guarded call against the same binary
-//!    bare, 6. many calls in flight at once.
+//!    bare, 6. many calls in flight at once, 7. a coding agent's session, 8. the agent-day
+//!    suite's commands (`agentday`).
 //!
 //! Every loop is bounded by a count or a deadline; only loopback traffic.
 #![allow(
@@ -14,6 +15,7 @@
     reason = "each benchmark reads as its protocol, baseline beside guard"
 )]
 
+mod agentday;
 mod client;
 mod daemon;
 mod export;
@@ -65,6 +67,9 @@ pub(crate) struct Scale {
     flight_calls: usize,
     /// Rounds of the agent session, each way.
     session_rounds: usize,
+    /// Rounds of the agent-day suite's whole day, each way (three times as many of its bulk
+    /// rows).
+    day_rounds: usize,
 }
 
 const FULL: Scale = Scale {
@@ -80,6 +85,7 @@ const FULL: Scale = Scale {
     connect_n: 2_000,
     flight_calls: 1000,
     session_rounds: 5,
+    day_rounds: 3,
 };
 
 const QUICK: Scale = Scale {
@@ -94,17 +100,20 @@ const QUICK: Scale = Scale {
     connect_n: 500,
     flight_calls: 200,
     session_rounds: 2,
+    day_rounds: 1,
 };
 
 const USAGE: &str = "usage: guard-bench [--quick] [--only PHASE] [--bin-dir DIR] [--out FILE]
   --quick     a smaller, faster run
-  --only      one phase: decide, check, launch, export, flight or session (its goals alone are
-              counted; launch includes export)
+  --only      one phase: decide, check, launch, export, flight, session or agentday (its goals
+              alone are counted; launch includes export)
   --bin-dir   where guardd, guard-exec and guard-testtool are [default: this binary's directory]
   --out       the JSON report [default: target/bench/report.json]";
 
 /// The phases `--only` can pick, in the order a whole run takes them.
-const PHASES: &[&str] = &["decide", "check", "launch", "export", "flight", "session"];
+const PHASES: &[&str] = &[
+    "decide", "check", "launch", "export", "flight", "session", "agentday",
+];
 
 struct Opts {
     quick: bool,
@@ -167,31 +176,35 @@ fn main() -> Result<()> {
 
     let runs = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
     if runs("decide") {
-        phase("1/7 decision in process");
+        phase("1/8 decision in process");
         decide_in_process(scale, &mut report)?;
     }
     if runs("check") {
-        phase("2/7 check over the socket");
+        phase("2/8 check over the socket");
         check_over_socket(&o, scale, &mut report)?;
     }
     if runs("launch") {
-        phase("3-5/7 launch and syscall loops");
+        phase("3-5/8 launch and syscall loops");
         launch_and_loops(&o, scale, &mut report)?;
-        phase("3/7 launch from a client");
+        phase("3/8 launch from a client");
         client::launch_from_a_client(&o.bin_dir, scale, &mut report)?;
         client::latency_under_a_flood(&o.bin_dir, scale, &mut report)?;
     }
     if runs("launch") || runs("export") {
-        phase("3/7 launch with OTLP export");
+        phase("3/8 launch with OTLP export");
         export::launch_with_export(&o.bin_dir, scale, &mut report)?;
     }
     if runs("flight") {
-        phase("6/7 calls in flight");
+        phase("6/8 calls in flight");
         in_flight(&o, scale, &mut report)?;
     }
     if runs("session") {
-        phase("7/7 an agent session");
+        phase("7/8 an agent session");
         session::agent_session(&o.bin_dir, scale.session_rounds, &mut report)?;
+    }
+    if runs("agentday") {
+        phase("8/8 the agent-day suite");
+        agentday::agent_day(&o.bin_dir, scale.day_rounds, &mut report)?;
     }
     phase("done");
 

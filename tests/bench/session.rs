@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// The workspace's owner, the developer (nobody): calls of the `shell` tool run as it.
-const OWNER: u32 = 65534;
+pub(crate) const OWNER: u32 = 65534;
 
 /// The session, each command run from the repository's root: what an agent reads, searches,
 /// writes and runs. Repeatable: a round leaves the workspace as the next one needs it.
@@ -81,7 +81,7 @@ const TRACE: &[&str] = &[
 ];
 
 /// The environment the default policy gives a `shell` call, for the direct runs too.
-fn env(ws: &Path) -> Value {
+pub(crate) fn env(ws: &Path) -> Value {
     json!({
         "HOME": ws,
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -120,7 +120,7 @@ fn clone_into(root: &Path, ws: &Path) -> Result<()> {
     Ok(())
 }
 
-fn as_owner(cmd: &mut Command) -> &mut Command {
+pub(crate) fn as_owner(cmd: &mut Command) -> &mut Command {
     // SAFETY: setgroups, setgid and setuid between fork and exec are async-signal-safe (std
     // sets its uid before the hooks run, after which setgroups is refused).
     unsafe {
@@ -138,7 +138,7 @@ fn as_owner(cmd: &mut Command) -> &mut Command {
 
 /// One command run as `cmd` says, its output read and dropped; its wall time in ms and whether
 /// it exited 0.
-fn timed(mut cmd: Command) -> Result<(f64, bool)> {
+pub(crate) fn timed(mut cmd: Command) -> Result<(f64, bool)> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -151,13 +151,13 @@ fn timed(mut cmd: Command) -> Result<(f64, bool)> {
 /// `tests/python/direct_runner.py`, started once as the owner, which spawns each one itself
 /// (vfork and exec). This driver, as root, would fork itself for each (to change identity), a
 /// spawn some milliseconds slower than an agent's that made the baseline look slower than it is.
-struct Runner {
+pub(crate) struct Runner {
     child: Child,
     reply: BufReader<ChildStdout>,
 }
 
 impl Runner {
-    fn start() -> Result<Self> {
+    pub(crate) fn start() -> Result<Self> {
         let source = std::fs::read_to_string(repository()?.join("tests/python/direct_runner.py"))?;
         let mut cmd = Command::new("/usr/bin/python3");
         cmd.arg("-c")
@@ -174,7 +174,12 @@ impl Runner {
     /// `command` run by bash in `ws`: its time in ms, measured by the runner, and whether it
     /// exited 0.
     fn run(&mut self, command: &str, ws: &Path) -> Result<(f64, bool)> {
-        let step = json!({"run": ["/bin/bash", "-c", command], "cwd": ws, "env": env(ws)});
+        self.run_in(command, ws, ws)
+    }
+
+    /// `command` run by bash in `dir` of the workspace `ws` (HOME): as [`Runner::run`].
+    pub(crate) fn run_in(&mut self, command: &str, dir: &Path, ws: &Path) -> Result<(f64, bool)> {
+        let step = json!({"run": ["/bin/bash", "-c", command], "cwd": dir, "env": env(ws)});
         let stdin = self.child.stdin.as_mut().context("the runner's stdin")?;
         writeln!(stdin, "{step}")?;
         stdin.flush()?;
@@ -266,7 +271,7 @@ fn via_guard_exec(bin_dir: &Path, guardd: &Guardd, ws: &Path, rounds: usize) -> 
 }
 
 /// The calls whose finished row in the audit log at `path` says other than `conformed`.
-fn not_conformed(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn not_conformed(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path)?;
     let mut wrong = Vec::new();
     for line in text.lines() {
@@ -355,7 +360,7 @@ fn via_mcp(
 }
 
 /// This repository's root (the bench is its `tests/` crate).
-fn repository() -> Result<PathBuf> {
+pub(crate) fn repository() -> Result<PathBuf> {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_owned)

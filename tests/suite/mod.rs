@@ -1,6 +1,7 @@
 mod support;
 
 mod abuse;
+mod agentday;
 mod agents;
 mod approval;
 mod approval_attacks;

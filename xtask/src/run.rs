@@ -50,7 +50,7 @@ pub struct BenchOptions {
     /// A smaller run (about a minute), without the divan benches.
     #[arg(long)]
     pub quick: bool,
-    /// One phase of guard-bench: decide, check, launch, export, flight or session.
+    /// One phase of guard-bench: decide, check, launch, export, flight, session or agentday.
     #[arg(long)]
     pub only: Option<String>,
 }

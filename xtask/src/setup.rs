@@ -18,6 +18,9 @@ use crate::{
 
 /// Debian packages of the peers `cargo xtask bench` compares guard with.
 const BENCH_PACKAGES: &[&str] = &["bubblewrap", "firejail", "hyperfine"];
+/// Debian packages the agent-day suite's commands use (`tests/suite/agentday.rs`): zip and
+/// unzip, and the system Python's venv with wheel, for an editable install without an index.
+const AGENT_DAY_PACKAGES: &[&str] = &["zip", "unzip", "python3-venv", "python3-wheel"];
 /// The unprivileged user that confined tools run as by default.
 pub const TOOL_USER: &str = "guard-tool";
 
@@ -215,6 +218,7 @@ fn debian_packages(ctx: &Ctx) -> Result<Outcome> {
         // The toolchain check above said why; nothing to build bpf-linker for yet.
         None => Vec::new(),
     };
+    wanted.extend(AGENT_DAY_PACKAGES.iter().map(|p| p.to_string()));
     if ctx.bench {
         wanted.extend(BENCH_PACKAGES.iter().map(|p| p.to_string()));
     }
