@@ -13,9 +13,7 @@
 //! Where the policy refuses something a developer's own command does, the refusal must be seen
 //! (guard-exec says so, the receipt names it) and explained:
 //! [`agentday_what_the_policy_refuses_is_seen_on_stderr_and_the_receipt`]. What fails today is
-//! kept, asserting the right behaviour, in the `open:` tests below (`--include-ignored`): a
-//! refusal's notice names no effect; a file named HEAD is moved aside; AddressSanitizer's leak
-//! check dies (no ptrace); a project's own Unix sockets are refused, unreported.
+//! kept, asserting the right behaviour, in the `open:` tests below (`--include-ignored`).
 
 use std::{
     os::unix::process::CommandExt as _,
@@ -598,12 +596,11 @@ fn resolver_off_host() -> bool {
 }
 
 /// A refusal explained: guard-exec's notice names what was refused (the `.git` moved aside and
-/// where to, the connect and its address), as the receipt does. Today it says only that the
-/// call "tried something it was not approved to do; it was denied": an agent (or its
-/// developer) reading it cannot tell that the repository it just made is gone, or why npm's
-/// check failed.
+/// where to, the connect and its address), as the receipt does: it said only that the call
+/// "tried something it was not approved to do; it was denied", and an agent (or its
+/// developer) reading it could not tell that the repository it just made was gone, or why
+/// npm's check failed.
 #[test]
-#[ignore = "open: guard-exec's notice of a refusal names no effect (issue 50: a refusal is seen and explained)"]
 fn agentday_open_a_refusal_is_explained_on_stderr() {
     if !support::privileged("agentday_open_a_refusal_is_explained_on_stderr") {
         return;
@@ -621,12 +618,11 @@ fn agentday_open_a_refusal_is_explained_on_stderr() {
 }
 
 /// A file named `HEAD` made beneath the workspace, away from any `.git`, is no repository
-/// (git takes a directory for a bare one only with `objects/` and `refs/` beside its `HEAD`),
-/// yet at the call's end it is taken for a planted one and moved aside: an archive that holds
-/// one (a copy of a repository's git directory, a `logs/HEAD`) extracts without it, and a note
-/// an agent writes to `notes/HEAD` is gone, where the developer's own commands keep them.
+/// (git takes a directory for a bare one only with `objects/` and `refs/` beside its `HEAD`):
+/// an archive that holds one (a copy of a repository's git directory, a `logs/HEAD`) extracts
+/// with it, and a note an agent writes to `notes/HEAD` stays, as the developer's own commands
+/// keep them (each was taken for a planted repository and moved aside).
 #[test]
-#[ignore = "open: every file named HEAD a call makes beneath the workspace is moved aside (protected::BARE_HEAD is walked at every depth)"]
 fn agentday_open_a_file_named_head_is_not_taken_for_a_repository() {
     if !support::privileged("agentday_open_a_file_named_head_is_not_taken_for_a_repository") {
         return;
@@ -646,12 +642,10 @@ fn agentday_open_a_file_named_head_is_not_taken_for_a_repository() {
 }
 
 /// A C project's tests built with AddressSanitizer pass through guard as they do directly.
-/// Today its leak check, on at every exit (LeakSanitizer stops the process's threads with
-/// ptrace), dies: "LeakSanitizer has encountered a fatal error ... does not work under ptrace",
-/// exit 1, where the developer's run exits 0, and the receipt says the call conformed (a
-/// seccomp refusal is not observed) while guard-exec says nothing.
+/// Its leak check, on at every exit (LeakSanitizer stops the process's threads with ptrace),
+/// died: "LeakSanitizer has encountered a fatal error ... does not work under ptrace", exit 1,
+/// where the developer's run exits 0 (the default shell now allows ptrace: see its policy).
 #[test]
-#[ignore = "open: the default shell's seccomp refuses ptrace, and every -fsanitize=address program exits 1 at its leak check, unreported"]
 fn agentday_open_a_c_test_built_with_addresssanitizer_passes() {
     if !support::privileged("agentday_open_a_c_test_built_with_addresssanitizer_passes") {
         return;

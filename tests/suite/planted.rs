@@ -230,3 +230,64 @@ fn claude_codes_own_writes_keep_off_every_projects_protected_names() {
         assert_eq!(s.hook(proj, "Write", input), "allow", "{file}");
     }
 }
+
+/// Issue 49, an outside pass: one call made 4,100 directories sorting before the projects,
+/// and the next call's walk stopped before them and wrote a project's hook; another moved
+/// the project into `node_modules` (not walked) and left a link at its name. Now the walk goes
+/// a level at a time and reads past such decoys, a project and the directories above it cannot
+/// be moved, and a workspace with more directories than a walk reads is refused, saying why.
+#[test]
+fn decoys_and_moves_do_not_take_a_project_out_of_the_walk() {
+    if !support::privileged("decoys_and_moves_do_not_take_a_project_out_of_the_walk") {
+        return;
+    }
+    let s = setup();
+    let ws = &s.ws;
+    let plant = "printf '#!/bin/sh\\ntouch ../../PWNED\\n' > proj/.git/hooks/pre-commit \
+                 && chmod +x proj/.git/hooks/pre-commit && echo planted";
+    let decoys = s.shell(
+        ws,
+        "mkdir aaa && cd aaa && for i in $(seq 1 4100); do mkdir d$i; done; echo made",
+    );
+    assert!(String::from_utf8_lossy(&decoys.stdout).contains("made"), "{decoys:?}");
+    let out = s.shell(ws, plant);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("planted"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Read-only file system"),
+        "{out:?}"
+    );
+
+    // The move, and a move of a directory holding it.
+    let out = s.shell(
+        ws,
+        "mkdir -p node_modules org && mv proj node_modules/proj; echo moved-$?",
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("moved-1"), "{out:?}");
+    assert!(ws.join("proj/.git/hooks").is_dir(), "the project stays");
+    let commit = git(&s.proj, &["commit", "--allow-empty", "-qm", "after"]);
+    assert!(commit.status.success(), "{commit:?}");
+    assert!(!ws.join("PWNED").exists(), "a planted hook ran");
+
+    // More directories than a walk reads: the next call is refused, saying why; the call
+    // that made them is a divergence (what lies past was not looked at).
+    let out = s.shell(
+        ws,
+        "mkdir -p zzz && cd zzz && for i in $(seq 1 100); do mkdir d$i && (cd d$i && \
+         mkdir $(seq 1 130)); done; echo made",
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("made"), "{out:?}");
+    let finished = s.guardd.audit_rows();
+    let last = finished
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .expect("finished")
+        .to_string();
+    assert!(last.contains("was not looked at"), "{last}");
+    let out = s.shell(ws, "echo ran");
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("directories beneath"), "{out:?}");
+}

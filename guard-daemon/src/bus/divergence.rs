@@ -175,10 +175,18 @@ impl Effect {
     /// What it reached for: the address, the path, the socket, the syscall, the name.
     pub fn target(&self) -> String {
         match self {
-            Effect::Exec { path, .. }
-            | Effect::Open { path, .. }
-            | Effect::WriteOpen { path, .. }
-            | Effect::Planted { path, .. } => path.clone(),
+            Effect::Exec { path, .. } | Effect::Open { path, .. } | Effect::WriteOpen { path, .. } => {
+                path.clone()
+            }
+            Effect::Planted {
+                path,
+                moved_to,
+                kept,
+            } => match (moved_to, kept) {
+                (Some(to), _) => format!("{path}, moved to {to}"),
+                (None, Some(why)) => format!("{path}, left there: {why}"),
+                (None, None) => path.clone(),
+            },
             Effect::Connect { addr, port, proto } | Effect::Bind { addr, port, proto } => {
                 format!("{addr}:{port}/{}", proto.as_str())
             }

@@ -1,9 +1,10 @@
 //! Callers whose arguments held a secret's value. Each such call tells its caller one thing of
 //! the value, that something in it matched (the call is held, where one without would run), so
 //! a caller that does it [`LIMIT`] times within [`WINDOW`] has every call and check refused
-//! until [`WINDOW`] has passed since the last: what a caller can learn of a secret by trying is
-//! a few bits, never the value, and the operator sees it happen (a warning in the journal, each
-//! refusal a decision row with `check_name = "probes"`).
+//! until [`WINDOW`] has passed since the last. A match needs half the value (`secrets::mask`),
+//! so matching is not how a caller learns a value; but a caller that matches holds half of one,
+//! or is trying to, and the operator hears of each (a warning in the journal), and each refusal
+//! is a decision row with `check_name = "probes"`.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -62,6 +63,13 @@ impl Probes {
             hits.pop_front();
         }
         hits.push_back(now);
+        tracing::warn!(
+            uid,
+            "uid {uid}'s arguments held half a secret's value or more ({} of {LIMIT} within {} \
+             minutes before its calls are refused)",
+            hits.len(),
+            WINDOW.as_secs() / 60
+        );
         if hits.len() >= LIMIT {
             tracing::warn!(
                 uid,

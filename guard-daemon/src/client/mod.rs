@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod hook;
+pub mod term;
 
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},

@@ -124,13 +124,15 @@ static IPV6: LazyLock<Regex> =
 static AWS: LazyLock<Regex> = LazyLock::new(|| re(r"(?:AKIA|ASIA)[A-Z2-7]{16}"));
 static GITHUB: LazyLock<Regex> =
     LazyLock::new(|| re(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"));
-// A whole block first; else the BEGIN line alone. Nothing between BEGIN and END but header
-// lines and base64 lines: a redaction must never swallow text that is not the key (an
-// approver once saw `echo ok # [REDACTED:private_key]` over a hidden `touch` on the next line).
+// A whole block first; else the BEGIN line alone. Nothing between BEGIN and END but RFC 1421's
+// two header lines, as OpenSSL writes them, and base64 lines: a redaction must never swallow
+// text that is not the key (an approver once saw `echo ok # [REDACTED:private_key]` over a
+// hidden `touch` on the next line; then the log showed one over `Proc-Type: x; id`, a header
+// line to the regex and a command to bash). `pem_body_ok` checks the lines are a key's.
 static PEM: LazyLock<Regex> = LazyLock::new(|| {
     re(concat!(
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----\r?\n",
-        r"(?:(?:[A-Za-z][A-Za-z-]*: [ -~]*\r?\n)+\r?\n)?",
+        r"(?:Proc-Type: 4,ENCRYPTED\r?\nDEK-Info: [A-Z0-9-]{1,32},[0-9A-F]{16,64}\r?\n\r?\n)?",
         r"(?:[A-Za-z0-9+/=]{1,100}\r?\n)+",
         r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
         r"|-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
@@ -221,8 +223,11 @@ impl Detector {
         };
         for m in shape.find_iter(text) {
             let mut r = m.range();
-            if self == Detector::PrivateKey && !pem_labels_agree(m.as_str()) {
-                // A block ending with another key's label: its BEGIN line alone is known.
+            if self == Detector::PrivateKey
+                && !(pem_labels_agree(m.as_str()) && pem_body_ok(m.as_str()))
+            {
+                // A block ending with another key's label, or whose lines are no key's: its
+                // BEGIN line alone is known.
                 r.end = r.start + pem_begin_line(m.as_str()).len();
             }
             if !self.bounded(b, &r) || !self.check(m.as_str()) {
@@ -294,6 +299,38 @@ fn pem_labels_agree(s: &str) -> bool {
         Some(i) => begin.is_some() && begin == label(&s[i + "-----END ".len()..]),
         None => true,
     }
+}
+
+/// Whether the base64 lines of a find of [`PEM`] are a key's as programs write one: lines of
+/// one length (48 to 76: OpenSSL's 64, OpenSSH's 70), the last no longer, a multiple of 4 in
+/// all, padding only at the end, and
+/// at least 64 characters in all (the shortest key, an Ed25519 one, has more). A line that is
+/// a command (`/usr/bin/id`) fails this; a 64-character path of base64's letters would not,
+/// and is then also in the receipt's execs, which no detector redacts.
+fn pem_body_ok(s: &str) -> bool {
+    let Some(end) = s.rfind("-----END ") else {
+        return true;
+    };
+    let lines: Vec<&str> = s[..end]
+        .lines()
+        .skip(1)
+        .map(|l| l.trim_end_matches('\r'))
+        .skip_while(|l| l.contains(':') || l.is_empty())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let Some((last, full)) = lines.split_last() else {
+        return false;
+    };
+    let width = full.first().map_or(last.len(), |l| l.len());
+    let total: usize = lines.iter().map(|l| l.len()).sum();
+    let padded = lines.iter().rev().skip(1).any(|l| l.contains('='))
+        || last.trim_end_matches('=').contains('=');
+    (48..=76).contains(&width)
+        && full.iter().all(|l| l.len() == width)
+        && last.len() <= width
+        && total >= 64
+        && total % 4 == 0
+        && !padded
 }
 
 /// `-----BEGIN ... PRIVATE KEY-----`, the first line of a find of [`PEM`].

@@ -48,7 +48,7 @@ pub enum SandboxError {
     #[error("argv is empty")]
     EmptyArgv,
     #[error(transparent)]
-    Protected(#[from] super::protected::TooMany),
+    Protected(#[from] super::protected::Unkept),
     #[error("argv[0] {0:?} is not an absolute path")]
     RelativeProgram(PathBuf),
     #[error("NUL byte in {what}")]

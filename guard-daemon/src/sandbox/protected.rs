@@ -6,7 +6,8 @@
 //! it, and a mount point can be neither written through, renamed nor removed. The directories
 //! on the way to one (`.git` for `.git/hooks`) are mounted over themselves too, writable: a
 //! call may change what git changes there, but may not move `.git` aside and put a copy of its
-//! own, with hooks, in its place.
+//! own, with hooks, in its place; and so are a project beneath the workspace that holds one and
+//! the directories above it, which a call may not move where no walk looks.
 
 use std::{
     ffi::CString,
@@ -152,7 +153,7 @@ pub fn within(
     writable: &[Writable],
     names: Option<&[String]>,
     tmp: Option<&std::path::Path>,
-) -> Result<(Vec<Kept>, Absent), TooMany> {
+) -> Result<(Vec<Kept>, Absent), Unkept> {
     let mut out: Vec<Kept> = Vec::new();
     let mut absent = Absent::default();
     let listed: Vec<String> = match names {
@@ -173,13 +174,47 @@ pub fn within(
     firsts.dedup();
     for w in writable.iter().filter(|w| !is_tmp(w) && is_dir(w)) {
         let (places, walked) = discover::walk(w, &firsts);
+        if walked.cut() {
+            return Err(Unkept::Unwalked(w.path.to_string_lossy().into_owned()));
+        }
         absent.walks.push(walked);
         keep_beneath(writable, w, &listed, true, &mut out, &mut absent)?;
         for place in &places {
+            pin_the_way(w, place, &mut out);
             keep_beneath(writable, place, &listed, false, &mut out, &mut absent)?;
         }
     }
     Ok((out, absent))
+}
+
+/// Pins `place` (a directory beneath `w` holding a protected entry) and each directory between
+/// `w` and it as mount points, ancestors first: a call can neither rename a project nor the
+/// directory holding it (into `node_modules`, where the walk does not look, and leave a link
+/// in its place) to write its hooks in the next call.
+fn pin_the_way(w: &Writable, place: &Writable, out: &mut Vec<Kept>) {
+    let Some(rel) = place
+        .path
+        .as_bytes()
+        .strip_prefix(w.path.as_bytes())
+        .and_then(|r| r.strip_prefix(b"/"))
+        .and_then(|r| std::str::from_utf8(r).ok())
+    else {
+        return;
+    };
+    let ends = rel.match_indices('/').map(|(i, _)| i).chain([rel.len()]);
+    for end in ends {
+        let Ok((dir, false)) = beneath(w, &rel[..end]) else {
+            return;
+        };
+        let known = |k: &Kept| (k.place.dev, k.place.ino) == (dir.dev, dir.ino);
+        if !out.iter().any(known) {
+            out.push(Kept {
+                place: dir,
+                read_only: false,
+                link: false,
+            });
+        }
+    }
 }
 
 /// Keeps the protected names beneath `w` (a writable directory, `top`, or a directory beneath
@@ -193,7 +228,7 @@ fn keep_beneath(
     top: bool,
     out: &mut Vec<Kept>,
     absent: &mut Absent,
-) -> Result<(), TooMany> {
+) -> Result<(), Unkept> {
     git_files(w, out, absent, top);
     let delegated = delegated(w);
     let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
@@ -207,19 +242,32 @@ fn keep_beneath(
             keep_target(writable, &target, out);
         }
         if out.len() > MAX {
-            return Err(TooMany(w.path.to_string_lossy().into_owned()));
+            return Err(Unkept::TooMany(w.path.to_string_lossy().into_owned()));
         }
     }
     Ok(())
 }
 
-/// More protected paths beneath a writable directory than a mount view holds.
+/// Why the protected names beneath a writable directory cannot all be kept: the call is not
+/// launched with some of them writable.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "more than {MAX} protected paths beneath {0} (submodules' and worktrees' git files \
-     included): the call is not launched with some of them writable"
-)]
-pub struct TooMany(pub String);
+pub enum Unkept {
+    /// More protected paths than a mount view holds.
+    #[error(
+        "more than {MAX} protected paths beneath {0} (submodules' and worktrees' git files \
+         included): the call is not launched with some of them writable"
+    )]
+    TooMany(String),
+    /// More directories than the walk reads: a repository may lie past them.
+    #[error(
+        "more than {max} directories beneath {0} outside the trees programs fill (node_modules, \
+         target, .venv, ...): guard cannot see every repository there, so no call that \
+         writes there is launched; make them fewer (a generated tree may take one of those \
+         names) or give the tool another directory to write",
+        max = discover::MAX_DIRS
+    )]
+    Unwalked(String),
+}
 
 /// Keeps `name` beneath `w` read-only and the directories on the way to it in place, each
 /// once; ENOENT when it is not there.
@@ -358,7 +406,7 @@ fn git_files(w: &Writable, out: &mut Vec<Kept>, absent: &mut Absent, top: bool) 
     }
     // With `.git` or without: a `HEAD` there (beside `objects/` and `refs/`) makes git take
     // the directory for a bare repository.
-    if top && nix::sys::stat::fstatat(w.pin.as_fd(), BARE_HEAD, flags) == Err(Errno::ENOENT) {
+    if top && !discover::is_bare(w.pin.as_fd()) {
         absent.watch(w, BARE_HEAD);
     }
 }

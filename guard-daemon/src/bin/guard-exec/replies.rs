@@ -114,6 +114,29 @@ fn reconnect(
     None
 }
 
+/// Divergences named on stderr at most: the rest are counted, and `guardctl show` has them.
+const TOLD: usize = 8;
+
+/// Each divergence of the call on a line of its own (what it reached for, the layer that
+/// refused it, what guard did), so that an agent reading stderr knows what failed and why;
+/// caller-influenced text (a path, a name) escaped as guardctl escapes it.
+fn tell_divergences(receipt: Option<&guard::receipt::Receipt>, id: &str) {
+    let Some(receipt) = receipt else {
+        return;
+    };
+    for d in receipt.divergences.iter().take(TOLD) {
+        eprintln!("guard-exec:   {}", guard::client::term::printable(&d.describe()));
+    }
+    let all = usize::try_from(receipt.denied + receipt.let_through).unwrap_or(usize::MAX);
+    let told = receipt.divergences.len().min(TOLD);
+    if all > told {
+        eprintln!(
+            "guard-exec:   and {} more (guardctl show {id})",
+            all - told
+        );
+    }
+}
+
 /// What guard-exec does with one reply: `None` to read the next one, else its exit.
 pub(crate) fn answer(reply: ExecReply) -> Option<ExitCode> {
     match reply {
@@ -164,6 +187,9 @@ pub(crate) fn answer(reply: ExecReply) -> Option<ExitCode> {
                         "it was denied"
                     }
                 );
+            }
+            if exit.diverged || exit.stopped {
+                tell_divergences(exit.receipt.as_deref(), &exit.call_id);
             }
             if let Some(error) = exit.error {
                 return Some(fail(EXIT_SOFTWARE, error));

@@ -66,11 +66,22 @@ fn github_tokens() {
 
 #[test]
 fn private_keys() {
-    let k = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----";
-    assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k]);
-    let encrypted = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\
-                     DEK-Info: AES-128-CBC,0A1B\n\nMIIEow+/=\nAB\n-----END RSA PRIVATE KEY-----";
-    assert_eq!(finds(Detector::PrivateKey, encrypted), [encrypted]);
+    let line = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun";
+    let k = format!("-----BEGIN RSA PRIVATE KEY-----\n{line}\n{line}\nVLPHCo==\n-----END RSA PRIVATE KEY-----");
+    assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k.as_str()]);
+    let encrypted = format!(
+        "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\
+         DEK-Info: AES-128-CBC,0A1B2C3D4E5F60718293A4B5C6D7E8F9\n\n{line}\n\
+         -----END RSA PRIVATE KEY-----"
+    );
+    assert_eq!(finds(Detector::PrivateKey, &encrypted), [encrypted.as_str()]);
+    // OpenSSH's 70-character lines, and an Ed25519 key's one line.
+    let ssh = format!(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n{}\n{}\n-----END OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+        "QyNTUxOQAAACBPa3ZlcmUgbm90IGEga2V5IGp1c3QgYSB0ZXN0AAAAAA=="
+    );
+    assert_eq!(finds(Detector::PrivateKey, &ssh), [ssh.as_str()]);
     assert!(finds(Detector::PrivateKey, "-----BEGIN PUBLIC KEY-----\nabc").is_empty());
 }
 
@@ -89,6 +100,14 @@ fn a_private_key_find_covers_the_key_and_nothing_else() {
     // An END of another label: the BEGIN line alone.
     let mixed = format!("{begin}\nMIIE\n-----END RSA PRIVATE KEY-----\nrm x");
     assert_eq!(finds(Detector::PrivateKey, &mixed), [begin]);
+    // An outside pass: a "header line" and a "base64 line" bash runs as commands.
+    let header = format!(
+        "{begin}\nProc-Type: 4,ENCRYPTED; echo HIDDEN > hidden.txt; id\n\n/usr/bin/uname\n\
+         -----END PRIVATE KEY-----"
+    );
+    assert_eq!(finds(Detector::PrivateKey, &header), [begin]);
+    let command = format!("{begin}\n/usr/bin/uname\n-----END PRIVATE KEY-----");
+    assert_eq!(finds(Detector::PrivateKey, &command), [begin]);
 }
 
 #[test]

@@ -2,20 +2,35 @@
 //! argument or a receipt on its way to the audit log. Each value is looked for as it is and in
 //! the forms a program prints it without meaning to hide it (hex, base64 in either alphabet at
 //! each of its three alignments, percent-encoded in either case, JSON-escaped), and so is every
-//! run of [`MIN_FORM`] characters of each form (a value printed in pieces: paged, wrapped,
-//! split between stdout and stderr), each replaced by `[secret:NAME]`, across chunk
+//! run of [`run_len`] bytes of the value in each form (a value printed in pieces: paged,
+//! wrapped, split between stdout and stderr), each replaced by `[secret:NAME]`, across chunk
 //! boundaries. What is let through never depends on whether it could begin a value: the last
 //! bytes are held back until more output or its end, whatever they are, so the timing of the
 //! output tells nothing of the value.
+//!
+//! A run is half the value, never less than [`RUN_MIN`] bytes: whether a text holds a run is
+//! what a caller learns when it chooses the text (an argument is quarantined, an output it
+//! echoes is masked), so a run short enough to guess (8 characters: a few million tries, a
+//! character at a time after that) made the masks an oracle that read a value back. Guessing
+//! a run of half a value is guessing half the value.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use super::Secret;
 
-/// The shortest run of a form looked for: shorter runs would match ordinary text. A value
-/// printed in pieces shorter than this is not masked (masking is a second line: see
-/// `secrets`).
-pub const MIN_FORM: usize = 8;
+/// The fewest bytes of a value a run holds (the whole value when it is shorter): 96 bits of
+/// the alphabet of tokens, beyond any guessing.
+pub const RUN_MIN: usize = 12;
+/// The most bytes a run needs to hold however long the value (a key's 3,000): 32 bytes are
+/// beyond guessing too, and the patterns stay few.
+const RUN_MAX: usize = 32;
+
+/// The bytes of a value of `len` bytes that a run holds: half of it, within [`RUN_MIN`] and
+/// [`RUN_MAX`], and never more than the value. A value printed in pieces shorter than this is
+/// not masked (masking is a second line: see `secrets`).
+pub fn run_len(len: usize) -> usize {
+    len.div_ceil(2).clamp(RUN_MIN, RUN_MAX).min(len)
+}
 
 /// What is looked for, built once per policy: every form of every secret's value.
 #[derive(Debug)]
@@ -37,13 +52,15 @@ impl Masks {
         let mut of = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (i, s) in secrets.iter().enumerate() {
-            for form in forms(s.value.bytes()) {
-                let runs = form.windows(MIN_FORM.min(form.len())).map(<[u8]>::to_vec);
-                for p in std::iter::once(form.clone()).chain(runs) {
-                    if seen.insert(p.clone()) {
-                        patterns.push(p);
-                        of.push(i);
-                    }
+            let value = s.value.bytes();
+            // Each form of the whole value, then of each run of it: every form is made byte by
+            // byte (base64 of the bits each byte alone decides), so a run's form is a run of
+            // the value's form.
+            let runs = value.windows(run_len(value.len()).max(1));
+            for p in std::iter::once(value).chain(runs).flat_map(forms) {
+                if seen.insert(p.clone()) {
+                    patterns.push(p);
+                    of.push(i);
                 }
             }
         }
@@ -202,7 +219,8 @@ fn forms(value: &[u8]) -> Vec<Vec<u8>> {
     out.push(percent(value, b"0123456789ABCDEF"));
     out.push(percent(value, b"0123456789abcdef"));
     out.extend(json_escaped(value));
-    out.retain(|f| f.len() >= MIN_FORM.min(value.len()));
+    // A base64 form of a short value is shorter than it, and would match ordinary text.
+    out.retain(|f| f.len() >= value.len().min(RUN_MIN));
     out
 }
 
@@ -344,6 +362,28 @@ mod tests {
         let json = serde_json::json!({"n": 12345678, "s": "x ghp_A1b2/C3d4+E5f6G7h8"});
         let digits = Masks::new(&[secret("pin", b"12345678")]).expect("masks");
         assert_eq!(digits.mask_json(json)["n"], "[secret:pin]");
+    }
+
+    #[test]
+    fn a_run_is_half_the_value_so_that_guessing_a_run_is_guessing_half() {
+        let token = b"ghp_zddppObTpqP9rmBKgzroLD9LFMqIvAwd5Ve2";
+        let masks = Masks::new(&[secret("gh", token)]).expect("masks");
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).expect("ascii");
+        // What a caller who knows the prefix tries one character at a time: no answer.
+        for n in 5..20 {
+            let piece = text(&token[..n]);
+            assert_eq!(masks.first_in(&piece), None, "{piece}");
+            let hex: String = token[..n].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(masks.first_in(&hex), None, "{hex}");
+        }
+        for at in [0, 7, 20] {
+            let piece = text(&token[at..at + 20]);
+            assert_eq!(masks.first_in(&piece), Some("gh"), "{piece}");
+        }
+        assert_eq!(run_len(40), 20);
+        assert_eq!(run_len(10), 10);
+        assert_eq!(run_len(16), 12);
+        assert_eq!(run_len(3000), 32);
     }
 
     #[test]

@@ -24,14 +24,12 @@ use nix::{fcntl::OFlag, sys::stat::Mode};
 
 use super::super::landlock::Writable;
 
-/// How deep beneath a writable directory the walk looks.
-pub const MAX_DEPTH: usize = 6;
+/// Directories one walk reads at most (about a quarter of a second): past them, the rest is not
+/// looked in, and the walk is [`Walked::cut`].
+pub const MAX_DIRS: usize = 16_384;
 
-/// Directories one walk reads at most: past them, the rest is not looked in (a receipt of a
-/// call that made a protected name there does not show it; see the README's security table).
-pub const MAX_DIRS: usize = 4096;
-
-/// Trees that programs fill and no developer works in: not walked.
+/// Trees that programs fill and no developer works in: not walked. A repository the walk found
+/// cannot be moved into one (`protected::within` pins it and the directories above it).
 const FILLED: &[&str] = &[
     "node_modules",
     "target",
@@ -53,20 +51,22 @@ pub struct Walked {
     root: Option<(OwnedFd, String)>,
     /// The protected first components looked for.
     firsts: Vec<Vec<u8>>,
-    /// Each protected entry seen: its directory's identity and its name.
-    seen: HashSet<(Id, Vec<u8>)>,
+    /// Each protected entry seen: its directory's identity, its name and its own inode (a
+    /// directory removed and made again may get its inode back, an entry too, but not both
+    /// with the same entry in it).
+    seen: HashSet<(Id, Vec<u8>, u64)>,
     /// Each directory read.
     read: HashSet<Id>,
     /// The `.git` directories met: the repositories a worktree's `.git` file may point into.
     repositories: HashSet<Id>,
-    /// Whether the bounds stopped the walk (`MAX_DIRS`).
+    /// Whether the bound stopped the walk (`MAX_DIRS`).
     cut: bool,
 }
 
 /// A directory beneath the root that holds a protected entry: pinned, as a writable place.
 pub type Place = Writable;
 
-/// One directory on the walk's stack.
+/// One directory on the walk's queue.
 struct Dir {
     fd: OwnedFd,
     path: Vec<u8>,
@@ -98,6 +98,16 @@ pub fn walk(root: &Writable, firsts: &[&str]) -> (Vec<Place>, Walked) {
 }
 
 impl Walked {
+    /// Whether the walk stopped at [`MAX_DIRS`], leaving directories unread.
+    pub fn cut(&self) -> bool {
+        self.cut
+    }
+
+    /// The writable directory walked, as shown.
+    pub fn shown(&self) -> &str {
+        self.root.as_ref().map_or("", |(_, shown)| shown)
+    }
+
     /// Reads each directory beneath the root (`pin`, shown as `shown`) within the bounds, and
     /// calls `found` with each one and the protected entries in it; records what it read and
     /// saw.
@@ -110,12 +120,12 @@ impl Walked {
         let Some(start) = reopen(pin, c".") else {
             return;
         };
-        let mut stack = vec![Dir {
+        let mut queue = std::collections::VecDeque::from([Dir {
             fd: start,
             path: shown.to_vec(),
             depth: 0,
-        }];
-        while let Some(dir) = stack.pop() {
+        }]);
+        while let Some(dir) = queue.pop_front() {
             if self.read.len() >= MAX_DIRS {
                 self.cut = true;
                 return;
@@ -129,14 +139,10 @@ impl Walked {
             }
             let (names, subdirs) = self.entries(&dir);
             for name in &names {
-                self.seen.insert((id, name.clone()));
+                self.seen.insert((id, name.clone(), entry_ino(dir.fd.as_fd(), name)));
             }
             found(&dir, &names);
-            if dir.depth >= MAX_DEPTH {
-                continue;
-            }
-            // In reverse, so that the stack reads them in name order.
-            for name in subdirs.into_iter().rev() {
+            for name in subdirs {
                 let Ok(c) = CString::new(name.clone()) else {
                     continue;
                 };
@@ -144,7 +150,7 @@ impl Walked {
                     let mut path = dir.path.clone();
                     path.push(b'/');
                     path.extend_from_slice(&name);
-                    stack.push(Dir {
+                    queue.push_back(Dir {
                         fd,
                         path,
                         depth: dir.depth + 1,
@@ -170,6 +176,9 @@ impl Walked {
                 continue;
             }
             if self.firsts.iter().any(|f| f == name) {
+                if name == super::BARE_HEAD.as_bytes() && !is_bare(dir.fd.as_fd()) {
+                    continue;
+                }
                 names.push(name.to_vec());
                 if name == b".git"
                     && let Some(st) = stat_at(dir.fd.as_fd(), name)
@@ -198,12 +207,12 @@ impl Walked {
     }
 
     /// The protected entries made beneath the root since [`walk`] (the call has ended): each
-    /// with the directory it is in (pinned), that directory as shown, and its name. An entry
-    /// counts as made when the launch's walk read its directory and did not see it there, or
-    /// when its directory is one that walk did not read (made since) and that walk was whole.
-    pub fn made(&self) -> Vec<(OwnedFd, String, Vec<u8>)> {
+    /// with the directory it is in (pinned), that directory as shown, and its name; and whether
+    /// this walk stopped at [`MAX_DIRS`] (what lies past was not looked at). An entry counts
+    /// as made when the launch's walk did not see it in its directory.
+    pub fn made(&self) -> (Vec<(OwnedFd, String, Vec<u8>)>, bool) {
         let Some((pin, shown)) = &self.root else {
-            return Vec::new();
+            return (Vec::new(), false);
         };
         let mut again = Walked {
             firsts: self.firsts.clone(),
@@ -219,12 +228,9 @@ impl Walked {
                 return;
             };
             let id = (st.st_dev, st.st_ino);
-            let known_dir = self.read.contains(&id);
-            if !known_dir && self.cut {
-                return;
-            }
             for name in names {
-                if self.seen.contains(&(id, name.clone())) {
+                let ino = entry_ino(dir.fd.as_fd(), name);
+                if self.seen.contains(&(id, name.clone(), ino)) {
                     continue;
                 }
                 if name == b".git" && self.is_worktree_link(&dir.fd) {
@@ -236,7 +242,7 @@ impl Walked {
                 }
             }
         });
-        out
+        (out, again.cut)
     }
 
     /// Whether the `.git` in `dir` is a file that makes `dir` a linked worktree of a repository
@@ -270,6 +276,20 @@ impl Walked {
         let common = std::fs::read_to_string(admin.join("commondir"));
         known && common.is_ok_and(|c| c.trim() == "../..")
     }
+}
+
+/// Whether `dir` is what git takes for a bare repository: `HEAD` with `objects/` and `refs/`
+/// beside it (a file named `HEAD` alone is a file: a log's, an archive's).
+pub(super) fn is_bare(dir: std::os::fd::BorrowedFd) -> bool {
+    let is_dir = |name: &[u8]| {
+        stat_at(dir, name).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+    };
+    stat_at(dir, super::BARE_HEAD.as_bytes()).is_some() && is_dir(b"objects") && is_dir(b"refs")
+}
+
+/// The inode of `name` in `dir`, no link followed; 0 when it is gone.
+fn entry_ino(dir: std::os::fd::BorrowedFd, name: &[u8]) -> u64 {
+    stat_at(dir, name).map_or(0, |st| st.st_ino)
 }
 
 /// `name` in `dir`, opened as a directory to read, no link followed.

@@ -76,19 +76,35 @@ impl Absent {
     pub fn made_and_moved(&self, tag: &str) -> Vec<Planted> {
         let made = self.names.iter().filter(|(dir, name, _)| {
             let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+            if name == super::BARE_HEAD {
+                return discover::is_bare(dir.as_fd());
+            }
             nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), flags).is_ok()
         });
         let mut out: Vec<Planted> = made
             .map(|(dir, name, root)| planted(dir, root, name.as_ref(), tag))
             .collect();
         for walked in &self.walks {
-            for (dir, shown, name) in walked.made() {
+            let (made, cut) = walked.made();
+            for (dir, shown, name) in made {
                 out.push(planted(
                     &dir,
                     &shown,
                     std::ffi::OsStr::from_bytes(&name),
                     tag,
                 ));
+            }
+            if cut {
+                // Nothing can be said of what lies past: a divergence, and the next launch
+                // there is refused until the directories are fewer.
+                out.push(Planted {
+                    path: walked.shown().to_owned(),
+                    moved_to: Err(format!(
+                        "the call left more than {} directories beneath it: past them, what \
+                         it made was not looked at",
+                        discover::MAX_DIRS
+                    )),
+                });
             }
         }
         for (index, root) in &self.indexes {

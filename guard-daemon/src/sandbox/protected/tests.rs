@@ -167,3 +167,71 @@ fn a_protected_name_is_named_at_any_depth() {
         assert_eq!(named(path), None, "{path}");
     }
 }
+
+/// Issue 49: a call made 4,100 directories sorting before the projects, the walk stopped
+/// there, and the next call wrote a project's hooks; or moved a project into `node_modules`
+/// and left a link, and wrote its hooks there. Now a workspace the walk cannot read whole is
+/// refused, a repository at any depth is found, and it and the directories above it are pinned.
+#[test]
+fn a_workspace_the_walk_cannot_read_whole_is_refused_and_a_project_cannot_be_moved() {
+    let dir = crate::audit::testdir::TestDir::new("protected-walk");
+    let ws = std::fs::canonicalize(dir.path()).expect("real");
+    std::fs::create_dir_all(ws.join("org/team/proj/.git/hooks")).expect("mkdir");
+    std::fs::create_dir_all(ws.join("a/b/c/d/e/f/g/deep/.git/hooks")).expect("mkdir");
+    let (kept, _) = within(&[Writable::at(&ws)], None, None).expect("kept");
+    let shown = |k: &Kept| {
+        let path = k.place.path.to_string_lossy().into_owned();
+        path.strip_prefix(&format!("{}/", ws.display()))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let pinned: Vec<String> = kept.iter().filter(|k| !k.read_only).map(shown).collect();
+    let (org, team, proj) = (
+        pinned.iter().position(|p| p == "org"),
+        pinned.iter().position(|p| p == "org/team"),
+        pinned.iter().position(|p| p == "org/team/proj"),
+    );
+    assert!(org < team && team < proj && org.is_some(), "ancestors first: {pinned:?}");
+    let hooks = kept
+        .iter()
+        .position(|k| shown(k) == "org/team/proj/.git/hooks")
+        .expect("hooks kept");
+    assert!(proj < Some(hooks), "a place before what is beneath it: {pinned:?}");
+    assert!(
+        kept.iter().any(|k| k.read_only && shown(k) == "a/b/c/d/e/f/g/deep/.git/hooks"),
+        "a repository eight levels down is found"
+    );
+    // Decoys beyond the walk's reach: refused, naming the directory.
+    for i in 0..discover::MAX_DIRS {
+        std::fs::create_dir_all(ws.join(format!("aaa/{}/{}", i / 128, i % 128))).expect("mkdir");
+    }
+    let e = within(&[Writable::at(&ws)], None, None).expect_err("cut");
+    assert!(matches!(e, Unkept::Unwalked(_)), "{e}");
+    assert!(e.to_string().contains(&ws.display().to_string()), "{e}");
+}
+
+/// A file named `HEAD` (a log's, an archive's) is no bare repository; with `objects/` and
+/// `refs/` beside it, made during a call, it is, and is moved aside.
+#[test]
+fn a_head_is_a_bare_repository_only_beside_objects_and_refs() {
+    let dir = crate::audit::testdir::TestDir::new("protected-head");
+    let ws = std::fs::canonicalize(dir.path()).expect("real");
+    std::fs::create_dir_all(ws.join("notes")).expect("mkdir");
+    std::fs::create_dir_all(ws.join("bare")).expect("mkdir");
+    let (_, absent) = within(&[Writable::at(&ws)], None, None).expect("kept");
+    for d in ["", "notes/", "bare/"] {
+        std::fs::write(ws.join(format!("{d}HEAD")), "n\n").expect("HEAD");
+    }
+    std::fs::create_dir_all(ws.join("notes/logs")).expect("logs");
+    std::fs::write(ws.join("notes/logs/HEAD"), "n\n").expect("HEAD");
+    for d in ["bare/objects", "bare/refs"] {
+        std::fs::create_dir_all(ws.join(d)).expect("mkdir");
+    }
+    let planted: Vec<String> = absent
+        .made_and_moved("t")
+        .into_iter()
+        .map(|p| p.path)
+        .collect();
+    assert_eq!(planted, [format!("{}/bare/HEAD", ws.display())]);
+    assert!(ws.join("HEAD").exists() && ws.join("notes/logs/HEAD").exists());
+}

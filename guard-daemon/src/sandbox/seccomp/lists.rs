@@ -112,6 +112,9 @@ pub(super) const MODE_SETTERS: &[(&str, u8)] = &[
     ("fchmod", 1),
     ("fchmodat", 2),
     ("fchmodat2", 2),
+    // A regular file made with its mode, bits and all (an outside pass made `-rwsr-sr-x`).
+    ("mknod", 1),
+    ("mknodat", 2),
 ];
 
 /// The descriptor forms of the same changes, denied to a call without write effects: the
