@@ -601,8 +601,8 @@ fn resolver_off_host() -> bool {
 /// developer) reading it could not tell that the repository it just made was gone, or why
 /// npm's check failed.
 #[test]
-fn agentday_open_a_refusal_is_explained_on_stderr() {
-    if !support::privileged("agentday_open_a_refusal_is_explained_on_stderr") {
+fn agentday_a_refusal_is_explained_on_stderr() {
+    if !support::privileged("agentday_a_refusal_is_explained_on_stderr") {
         return;
     }
     let root = Root::new();
@@ -623,8 +623,8 @@ fn agentday_open_a_refusal_is_explained_on_stderr() {
 /// with it, and a note an agent writes to `notes/HEAD` stays, as the developer's own commands
 /// keep them (each was taken for a planted repository and moved aside).
 #[test]
-fn agentday_open_a_file_named_head_is_not_taken_for_a_repository() {
-    if !support::privileged("agentday_open_a_file_named_head_is_not_taken_for_a_repository") {
+fn agentday_a_file_named_head_is_not_taken_for_a_repository() {
+    if !support::privileged("agentday_a_file_named_head_is_not_taken_for_a_repository") {
         return;
     }
     let root = Root::new();
@@ -646,8 +646,8 @@ fn agentday_open_a_file_named_head_is_not_taken_for_a_repository() {
 /// died: "LeakSanitizer has encountered a fatal error ... does not work under ptrace", exit 1,
 /// where the developer's run exits 0 (the default shell now allows ptrace: see its policy).
 #[test]
-fn agentday_open_a_c_test_built_with_addresssanitizer_passes() {
-    if !support::privileged("agentday_open_a_c_test_built_with_addresssanitizer_passes") {
+fn agentday_a_c_test_built_with_addresssanitizer_passes() {
+    if !support::privileged("agentday_a_c_test_built_with_addresssanitizer_passes") {
         return;
     }
     let root = Root::new();

@@ -199,7 +199,7 @@ fn blocked_calls_exit_126_and_an_absent_daemon_69() {
         );
         // The call's id, so an operator can find its audit row whatever the policy discloses.
         let id = guardd.last_decision_id();
-        assert!(stderr.contains(&format!("(call {id})")), "{stderr}");
+        assert!(stderr.contains(&format!("(call {id};")), "{stderr}");
     }
     assert!(!marker.exists());
     let socket = guardd.socket.clone();
