@@ -396,7 +396,7 @@ pub fn agent_session(bin_dir: &Path, rounds: usize, report: &mut Report) -> Resu
     if python.exists() {
         via_mcp(&python, bin_dir, &guardd, &ws, rounds)?.rows(
             "guard-mcp",
-            1.15,
+            1.3,
             note("guard-mcp, one MCP session of the official SDK,"),
             report,
         );

@@ -249,9 +249,15 @@ fn decoys_and_moves_do_not_take_a_project_out_of_the_walk() {
         ws,
         "mkdir aaa && cd aaa && for i in $(seq 1 4100); do mkdir d$i; done; echo made",
     );
-    assert!(String::from_utf8_lossy(&decoys.stdout).contains("made"), "{decoys:?}");
+    assert!(
+        String::from_utf8_lossy(&decoys.stdout).contains("made"),
+        "{decoys:?}"
+    );
     let out = s.shell(ws, plant);
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("planted"), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("planted"),
+        "{out:?}"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Read-only file system"),
         "{out:?}"
@@ -276,7 +282,10 @@ fn decoys_and_moves_do_not_take_a_project_out_of_the_walk() {
         "mkdir -p zzz && cd zzz && for i in $(seq 1 100); do mkdir d$i && (cd d$i && \
          mkdir $(seq 1 130)); done; echo made",
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("made"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("made"),
+        "{out:?}"
+    );
     let finished = s.guardd.audit_rows();
     let last = finished
         .iter()
@@ -287,7 +296,10 @@ fn decoys_and_moves_do_not_take_a_project_out_of_the_walk() {
     assert!(last.contains("was not looked at"), "{last}");
     let out = s.shell(ws, "echo ran");
     assert_ne!(out.status.code(), Some(0), "{out:?}");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("ran"),
+        "{out:?}"
+    );
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("directories beneath"), "{out:?}");
 }

@@ -175,9 +175,9 @@ impl Effect {
     /// What it reached for: the address, the path, the socket, the syscall, the name.
     pub fn target(&self) -> String {
         match self {
-            Effect::Exec { path, .. } | Effect::Open { path, .. } | Effect::WriteOpen { path, .. } => {
-                path.clone()
-            }
+            Effect::Exec { path, .. }
+            | Effect::Open { path, .. }
+            | Effect::WriteOpen { path, .. } => path.clone(),
             Effect::Planted {
                 path,
                 moved_to,

@@ -125,15 +125,15 @@ fn tell_divergences(receipt: Option<&guard::receipt::Receipt>, id: &str) {
         return;
     };
     for d in receipt.divergences.iter().take(TOLD) {
-        eprintln!("guard-exec:   {}", guard::client::term::printable(&d.describe()));
+        eprintln!(
+            "guard-exec:   {}",
+            guard::client::term::printable(&d.describe())
+        );
     }
     let all = usize::try_from(receipt.denied + receipt.let_through).unwrap_or(usize::MAX);
     let told = receipt.divergences.len().min(TOLD);
     if all > told {
-        eprintln!(
-            "guard-exec:   and {} more (guardctl show {id})",
-            all - told
-        );
+        eprintln!("guard-exec:   and {} more (guardctl show {id})", all - told);
     }
 }
 

@@ -67,14 +67,22 @@ fn github_tokens() {
 #[test]
 fn private_keys() {
     let line = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun";
-    let k = format!("-----BEGIN RSA PRIVATE KEY-----\n{line}\n{line}\nVLPHCo==\n-----END RSA PRIVATE KEY-----");
-    assert_eq!(finds(Detector::PrivateKey, &format!("x {k} y")), [k.as_str()]);
+    let k = format!(
+        "-----BEGIN RSA PRIVATE KEY-----\n{line}\n{line}\nVLPHCo==\n-----END RSA PRIVATE KEY-----"
+    );
+    assert_eq!(
+        finds(Detector::PrivateKey, &format!("x {k} y")),
+        [k.as_str()]
+    );
     let encrypted = format!(
         "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\
          DEK-Info: AES-128-CBC,0A1B2C3D4E5F60718293A4B5C6D7E8F9\n\n{line}\n\
          -----END RSA PRIVATE KEY-----"
     );
-    assert_eq!(finds(Detector::PrivateKey, &encrypted), [encrypted.as_str()]);
+    assert_eq!(
+        finds(Detector::PrivateKey, &encrypted),
+        [encrypted.as_str()]
+    );
     // OpenSSH's 70-character lines, and an Ed25519 key's one line.
     let ssh = format!(
         "-----BEGIN OPENSSH PRIVATE KEY-----\n{}\n{}\n-----END OPENSSH PRIVATE KEY-----",

@@ -139,7 +139,8 @@ impl Walked {
             }
             let (names, subdirs) = self.entries(&dir);
             for name in &names {
-                self.seen.insert((id, name.clone(), entry_ino(dir.fd.as_fd(), name)));
+                self.seen
+                    .insert((id, name.clone(), entry_ino(dir.fd.as_fd(), name)));
             }
             found(&dir, &names);
             for name in subdirs {

@@ -191,14 +191,21 @@ fn a_workspace_the_walk_cannot_read_whole_is_refused_and_a_project_cannot_be_mov
         pinned.iter().position(|p| p == "org/team"),
         pinned.iter().position(|p| p == "org/team/proj"),
     );
-    assert!(org < team && team < proj && org.is_some(), "ancestors first: {pinned:?}");
+    assert!(
+        org < team && team < proj && org.is_some(),
+        "ancestors first: {pinned:?}"
+    );
     let hooks = kept
         .iter()
         .position(|k| shown(k) == "org/team/proj/.git/hooks")
         .expect("hooks kept");
-    assert!(proj < Some(hooks), "a place before what is beneath it: {pinned:?}");
     assert!(
-        kept.iter().any(|k| k.read_only && shown(k) == "a/b/c/d/e/f/g/deep/.git/hooks"),
+        proj < Some(hooks),
+        "a place before what is beneath it: {pinned:?}"
+    );
+    assert!(
+        kept.iter()
+            .any(|k| k.read_only && shown(k) == "a/b/c/d/e/f/g/deep/.git/hooks"),
         "a repository eight levels down is found"
     );
     // Decoys beyond the walk's reach: refused, naming the directory.
