@@ -23,8 +23,8 @@ use crate::{bus::Effect, sandbox::resolve::normalize};
 /// Distinct opens kept per receipt; the count goes on.
 const LISTED: usize = 64;
 const AT_FDCWD: i32 = -100;
-/// Written by every program that discards output; landlock's base set grants it.
 
+/// The files a call opened: how many, and the first distinct ones.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct FilesSeen {
     /// Every open the call attempted.
@@ -47,12 +47,15 @@ pub struct FileSeen {
     pub result: String,
 }
 
-/// Whether an open could change the file.
+/// What an open could do to the file.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum FileAccess {
     Read,
     Write,
+    /// A directory opened to read its names (`O_DIRECTORY`): a listing, not a read of what
+    /// lies beneath, which `policy suggest` must not propose as a `read` of the whole tree.
+    List,
 }
 
 impl FilesSeen {
@@ -64,18 +67,13 @@ impl FilesSeen {
             self.diverged += 1;
         }
         let requested = c_str(&event.path);
-        let writes = is_write(event.open_flags);
         let resolved = resolve(&requested, event.dirfd, event.tid);
         let seen = FileSeen {
             path: match &resolved {
                 Some(p) => p.display().to_string(),
                 None => format!("?/{requested}"),
             },
-            access: if writes {
-                FileAccess::Write
-            } else {
-                FileAccess::Read
-            },
+            access: access(event.open_flags),
             result: if event.ret >= 0 {
                 "ok".into()
             } else {
@@ -92,6 +90,17 @@ impl FilesSeen {
             self.paths.push(seen);
         }
         effect
+    }
+}
+
+/// What an open with `flags` could do.
+fn access(flags: u32) -> FileAccess {
+    if is_write(flags) {
+        FileAccess::Write
+    } else if flags as i32 & libc::O_DIRECTORY != 0 {
+        FileAccess::List
+    } else {
+        FileAccess::Read
     }
 }
 
@@ -185,6 +194,9 @@ mod tests {
         assert_eq!(files.paths[2].result, "EACCES");
         assert_eq!(files.paths[0].access, FileAccess::Read);
         assert_eq!(files.paths[1].access, FileAccess::Write);
+        // A directory opened for its names is a listing.
+        files.record(&open("/etc", libc::O_RDONLY | libc::O_DIRECTORY, 3));
+        assert_eq!(files.paths.last().map(|f| f.access), Some(FileAccess::List));
     }
 
     #[test]

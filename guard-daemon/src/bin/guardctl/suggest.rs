@@ -33,6 +33,9 @@ struct Seen {
     dns: Calls,
     read: Calls,
     write: Calls,
+    /// Directories whose names were read: never proposed (a `read` of a directory grants
+    /// everything beneath it), said in a comment.
+    listed: Calls,
     refused: Calls,
     /// Calls whose opens were not traced.
     untraced: BTreeSet<String>,
@@ -136,6 +139,7 @@ impl Seen {
                     let access = f["access"].as_str().unwrap_or("?");
                     match f["result"].as_str() {
                         Some("ok") if access == "read" => by(&mut self.read, path),
+                        Some("ok") if access == "list" => by(&mut self.listed, path),
                         Some("ok") => by(&mut self.write, path),
                         // Refused by a layer (what no such file answers is no attempt's end).
                         Some(errno @ ("EACCES" | "EPERM" | "EROFS")) => {
@@ -261,6 +265,15 @@ impl Seen {
         for line in &p.withheld {
             let _ = writeln!(out, "# {line}");
         }
+        for (dir, ids) in &self.listed {
+            let dir = printable(dir);
+            let _ = writeln!(
+                out,
+                "# listed, not proposed (a read of a directory grants all beneath it): {dir}  \
+                 # {}",
+                listed(ids)
+            );
+        }
         for (what, ids) in &self.refused {
             let what = printable(what);
             let _ = writeln!(out, "# refused, not granted: {what}  # {}", listed(ids));
@@ -383,7 +396,8 @@ mod tests {
                 {"path": "/etc", "access": "read", "result": "ok"},
                 {"path": "/etc/hostname", "access": "read", "result": "ok"},
                 {"path": "/var/lib/guard/audit.jsonl", "access": "write", "result": "ok"},
-                {"path": "/srv/ws/out", "access": "write", "result": "ok"}]},
+                {"path": "/srv/ws/out", "access": "write", "result": "ok"},
+                {"path": "/srv/ws/src", "access": "list", "result": "ok"}]},
         });
         s.add("c1", &receipt, true);
         let text = s.effects("t", &fence());
@@ -403,6 +417,7 @@ mod tests {
             "# not proposed: read /etc: a top-level directory, as a whole  # c1",
             "# not proposed: write /var/lib/guard/audit.jsonl: guard's state (/var/lib/guard)  # c1",
             "# not proposed: exec /srv/ws/\\u{202e}gnp.sh: it holds characters",
+            "# listed, not proposed (a read of a directory grants all beneath it): /srv/ws/src  # c1",
         ] {
             assert!(text.contains(said), "{said} not in:\n{text}");
         }
