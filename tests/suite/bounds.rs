@@ -366,7 +366,14 @@ fn bounds_audit_keep_rotated_removes_the_oldest_rotated_files() {
     if !support::privileged("bounds_audit_keep_rotated_removes_the_oldest_rotated_files") {
         return;
     }
-    let guardd = start(&["--audit-rotate-bytes", "4096", "--audit-keep-rotated", "2"]);
+    let guardd = start(&[
+        "--audit-rotate-bytes",
+        "4096",
+        "--audit-keep-rotated",
+        "2",
+        "--audit-keep-rotated-seconds",
+        "0",
+    ]);
     let args = json!({"content": "a".repeat(2000)});
     all_blocked(&send_as(&guardd, 0, &exec("nope", args, None), 40));
     root_is_served(&guardd);

@@ -1066,6 +1066,11 @@ fn guardd_reads_its_settings_file_and_each_flag_overrides_its_key() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("max_calls = 9"), "{stdout}");
     assert!(stdout.contains("audit_keep_rotated = 3"), "{stdout}");
+    // A week, unless configured: a flood does not rotate evidence out.
+    assert!(
+        stdout.contains("audit_keep_rotated_seconds = 604800"),
+        "{stdout}"
+    );
     assert!(stdout.contains("worker_threads = 3"), "{stdout}");
     assert!(stdout.contains("from-file.sock"), "{stdout}");
     // A flag overrides the file's key: guardd listens where the flag says.

@@ -27,6 +27,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{Arc, OnceLock, atomic::Ordering},
     thread::JoinHandle,
+    time::Duration,
 };
 
 use serde_json::{Map, Value};
@@ -45,6 +46,8 @@ pub use verify::{VerifyError, VerifySummary, verify};
 pub const DEFAULT_PATH: &str = "/var/lib/guard/audit.jsonl";
 /// Size past which the active file is rotated, unless configured otherwise.
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 << 20;
+/// How long a rotated file is kept under `keep_rotated`, unless configured otherwise: a week.
+pub const DEFAULT_KEEP_ROTATED_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Rows that may wait for the writer before `append` itself waits (backpressure).
 const QUEUE: usize = 4096;
 
@@ -80,6 +83,10 @@ pub struct Options {
     /// Rotated files kept (at least 1); older ones are removed, and a chained `pruned` row
     /// says which rows went. `None`: all are kept.
     pub keep_rotated: Option<u64>,
+    /// A rotated file is removed only once its last row is this old: a caller that floods the
+    /// log cannot push the evidence of an earlier call out of it (the disk fills instead, and
+    /// callers are refused for want of room, see [`reserve`]).
+    pub keep_rotated_for: Duration,
     /// Bytes of rows a uid's calls may write a minute before its new calls are refused
     /// ([`share`]); 0: no limit.
     pub bytes_per_uid: u64,
@@ -98,6 +105,7 @@ impl Options {
             rotate_bytes: DEFAULT_ROTATE_BYTES,
             reserve_bytes: reserve::RESERVE_BYTES,
             keep_rotated: None,
+            keep_rotated_for: DEFAULT_KEEP_ROTATED_FOR,
             bytes_per_uid: share::BYTES_PER_UID,
         }
     }
@@ -183,6 +191,7 @@ impl AuditLog {
             next_rotation: start.next_rotation,
             rotate_bytes: options.rotate_bytes,
             keep_rotated: options.keep_rotated.map(|k| k.max(1)),
+            keep_rotated_for: options.keep_rotated_for,
             counters: counters.clone(),
             reserve: reserve.clone(),
             reserve_bytes: options.reserve_bytes,

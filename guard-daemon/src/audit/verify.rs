@@ -221,6 +221,7 @@ mod tests {
             path: path.clone(),
             rotate_bytes: 600,
             keep_rotated: Some(2),
+            keep_rotated_for: std::time::Duration::ZERO,
             ..Options::new("")
         })
         .expect("open");
@@ -244,6 +245,32 @@ mod tests {
         fs::remove_file(&rotated[0].path).expect("remove");
         let err = verify(&path).expect_err("a gap nobody vouched for");
         assert!(matches!(err.reason, Reason::Missing(_)), "{err}");
+    }
+
+    /// An outside pass's L1: with `keep_rotated` alone, a caller's flood of rows rotated an
+    /// earlier call's out of the log. A file younger than `keep_rotated_for` stays.
+    #[test]
+    fn a_flood_does_not_prune_files_younger_than_their_keep() {
+        let dir = TestDir::new("young");
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(Options {
+            path: path.clone(),
+            rotate_bytes: 600,
+            keep_rotated: Some(2),
+            ..Options::new("")
+        })
+        .expect("open");
+        for i in 0..40 {
+            log.append_blocking(row(i)).expect("append");
+        }
+        drop(log);
+        assert!(files::rotated(&path, 1).exists(), "the first file was pruned");
+        let rows: Vec<_> = crate::audit::read_rows(&path)
+            .expect("read")
+            .filter_map(Result::ok)
+            .collect();
+        assert!(rows.iter().all(|r| r["kind"] != "pruned"), "{rows:?}");
+        assert_eq!(verify(&path).expect("verifies").rows, 40);
     }
 
     #[test]

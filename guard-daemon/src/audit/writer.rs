@@ -77,6 +77,8 @@ pub(super) struct Writer {
     pub rotate_bytes: u64,
     /// Rotated files kept (at least 1), or all.
     pub keep_rotated: Option<u64>,
+    /// How long a rotated file is kept whatever `keep_rotated` says.
+    pub keep_rotated_for: std::time::Duration,
     pub counters: Arc<Counters>,
     /// Room kept for running calls' rows, past the active file's end.
     pub reserve: Arc<Reserve>,
@@ -292,9 +294,10 @@ impl Writer {
         self.prune();
     }
 
-    /// Removes the oldest rotated files beyond `keep_rotated`. First a `pruned` row, chained
-    /// like any other, names the last row that goes (the row before the first one kept), so
-    /// that `verify` can tell retention from a file removed by hand; then the files go.
+    /// Removes the oldest rotated files beyond `keep_rotated` that were last written longer
+    /// than `keep_rotated_for` ago. First a `pruned` row, chained like any other, names the
+    /// last row that goes (the row before the first one kept), so that `verify` can tell
+    /// retention from a file removed by hand; then the files go.
     fn prune(&mut self) {
         let Some(keep) = self.keep_rotated else {
             return;
@@ -304,9 +307,21 @@ impl Writer {
         };
         let rotated: Vec<&files::Segment> =
             segments.iter().filter(|s| s.number.is_some()).collect();
-        let Some(excess) = rotated.len().checked_sub(keep as usize).filter(|&n| n > 0) else {
+        let Some(excess) = rotated.len().checked_sub(keep as usize) else {
             return;
         };
+        // Oldest first: the first file too young to go keeps every newer one.
+        let old = |s: &&&files::Segment| {
+            fs::metadata(&s.path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= self.keep_rotated_for)
+        };
+        let excess = rotated[..excess].iter().take_while(old).count();
+        if excess == 0 {
+            return;
+        }
         let Some((seq, hash)) = first_link(&rotated[excess].path) else {
             tracing::warn!(path = %rotated[excess].path.display(), "audit log: cannot read the first row kept; pruning nothing");
             return;

@@ -38,6 +38,8 @@ pub struct Options {
     pub audit_rotate_bytes: u64,
     /// Rotated audit files kept (`None`: all).
     pub audit_keep_rotated: Option<u64>,
+    /// How long a rotated audit file is kept whatever `audit_keep_rotated` says.
+    pub audit_keep_rotated_for: Duration,
     /// Bytes of audit rows a uid's calls may write a minute (`audit::share`; 0: no limit).
     pub audit_bytes_per_uid: u64,
 }

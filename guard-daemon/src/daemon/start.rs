@@ -147,6 +147,7 @@ fn open_audit(options: &Options) -> Result<AuditLog, StartError> {
     AuditLog::open(audit::Options {
         rotate_bytes: options.audit_rotate_bytes,
         keep_rotated: options.audit_keep_rotated,
+        keep_rotated_for: options.audit_keep_rotated_for,
         bytes_per_uid: options.audit_bytes_per_uid,
         ..audit::Options::new(&options.audit)
     })

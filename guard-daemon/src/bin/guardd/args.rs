@@ -44,6 +44,11 @@ pub(crate) struct Args {
     /// rows went, so `guardctl audit verify` still holds [default: all]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) audit_keep_rotated: Option<u64>,
+    /// Seconds a rotated audit file is kept whatever --audit-keep-rotated says, so that a
+    /// caller flooding the log cannot rotate an earlier call's rows out of it (a full disk
+    /// refuses calls instead) [default: a week]
+    #[arg(long, default_value_t = guard::audit::DEFAULT_KEEP_ROTATED_FOR.as_secs())]
+    pub(crate) audit_keep_rotated_seconds: u64,
     /// Bytes of audit rows one uid's calls may write a minute; past it, its new calls are
     /// refused until it is back under (root and admins are not limited; 0: no limit).
     #[arg(long, default_value_t = guard::audit::share::BYTES_PER_UID)]
@@ -203,7 +208,7 @@ pub(crate) fn settings() -> anyhow::Result<Args> {
     }
     from_file!(
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
-        audit_bytes_per_uid,
+        audit_keep_rotated_seconds, audit_bytes_per_uid,
         socket_group => Some, cgroup => Some,
         max_calls, max_calls_per_uid, max_queue, max_connections, max_connections_per_uid,
         reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
@@ -236,6 +241,10 @@ pub(crate) fn check_config(args: &Args) -> ExitCode {
     println!("audit_rotate_bytes = {}", args.audit_rotate_bytes);
     if let Some(k) = args.audit_keep_rotated {
         println!("audit_keep_rotated = {k}");
+        println!(
+            "audit_keep_rotated_seconds = {}",
+            args.audit_keep_rotated_seconds
+        );
     }
     println!("audit_bytes_per_uid = {}", args.audit_bytes_per_uid);
     if let Some(c) = &args.cgroup {

@@ -19,6 +19,7 @@ pub struct FileConfig {
     pub audit: Option<PathBuf>,
     pub audit_rotate_bytes: Option<u64>,
     pub audit_keep_rotated: Option<u64>,
+    pub audit_keep_rotated_seconds: Option<u64>,
     pub audit_bytes_per_uid: Option<u64>,
     pub socket_group: Option<String>,
     pub cgroup: Option<String>,

@@ -165,6 +165,7 @@ async fn serve(args: Args) -> ExitCode {
         allow_writes_on_audit_fs: args.allow_writes_on_audit_fs,
         audit_rotate_bytes: args.audit_rotate_bytes,
         audit_keep_rotated: args.audit_keep_rotated,
+        audit_keep_rotated_for: Duration::from_secs(args.audit_keep_rotated_seconds),
         audit_bytes_per_uid: args.audit_bytes_per_uid,
     };
     let daemon = match daemon::Daemon::start(options) {
