@@ -264,7 +264,10 @@ mod tests {
             log.append_blocking(row(i)).expect("append");
         }
         drop(log);
-        assert!(files::rotated(&path, 1).exists(), "the first file was pruned");
+        assert!(
+            files::rotated(&path, 1).exists(),
+            "the first file was pruned"
+        );
         let rows: Vec<_> = crate::audit::read_rows(&path)
             .expect("read")
             .filter_map(Result::ok)
