@@ -30,6 +30,10 @@ const UNIT: &str = include_str!("guardd.service");
 const UNIT_PATH: &str = "/etc/systemd/system/guardd.service";
 const POLICY_PATH: &str = "/etc/guard/policy.toml";
 const POLICY_DIR: &str = "/etc/guard/policies";
+/// guardd's settings file, and the two places the default policy's verdict on it depends on.
+const SETTINGS_PATH: &str = "/etc/guard/guardd.toml";
+const AUDIT_DIR: &str = "/var/lib/guard";
+const WORKSPACE: &str = "/srv/agent/workspace";
 
 #[derive(clap::Args)]
 pub struct InstallOptions {
@@ -224,6 +228,7 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
     } else {
         let policy = fs::read(repo::root().join("policies/default.toml"))?;
         w.file(Path::new(POLICY_PATH), &policy, 0o640)?;
+        settings(&mut w)?;
     }
     socket_group(&opts.root, &mut w.manifest)?;
     if let Some(dir) = manifest_at.parent() {
@@ -236,6 +241,52 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
          `cargo xtask uninstall` with the same --prefix and --root removes it"
     );
     Ok(())
+}
+
+/// On a host of one file system, the default policy's workspace shares the audit log's, and
+/// guardd refuses to start unless the operator opts in: install writes that opt-in, with why,
+/// into a new `guardd.toml` (guardd warns of it at each start), rather than leave a unit that
+/// fails. A staged install cannot know its host: it only says so.
+fn settings(w: &mut Writer) -> Result<()> {
+    let (audit, workspace) = (Path::new(AUDIT_DIR), Path::new(WORKSPACE));
+    if w.root != Path::new("/") {
+        println!(
+            "install: where {AUDIT_DIR} and {WORKSPACE} share a file system, guardd starts \
+             only with `allow_writes_on_audit_fs = true` in {SETTINGS_PATH} (or the audit log \
+             on a file system of its own)"
+        );
+        return Ok(());
+    }
+    if Path::new(SETTINGS_PATH).exists() || !one_file_system(audit, workspace)? {
+        return Ok(());
+    }
+    let text = format!(
+        "# Written by `cargo xtask install`: on this host the audit log ({AUDIT_DIR}) and the\n\
+         # default policy's workspace ({WORKSPACE}) share a file system, and guardd starts\n\
+         # only with this opt-in. A call that fills that file system would leave no room for\n\
+         # later rows; guardd keeps room for the rows of running calls either way, and warns\n\
+         # of this setting at each start. Better: put {AUDIT_DIR} on a file system of its own\n\
+         # and remove this line.\n\
+         allow_writes_on_audit_fs = true\n"
+    );
+    w.file(Path::new(SETTINGS_PATH), text.as_bytes(), 0o644)?;
+    println!(
+        "install: {AUDIT_DIR} and {WORKSPACE} share a file system: {SETTINGS_PATH} opts in \
+         to writes there (read its comment)"
+    );
+    Ok(())
+}
+
+/// Whether `a` and `b` (or their nearest existing directories) lie on one file system.
+fn one_file_system(a: &Path, b: &Path) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = |p: &Path| -> Result<u64> {
+        let existing = p.ancestors().find(|d| d.exists()).unwrap_or(Path::new("/"));
+        Ok(fs::metadata(existing)
+            .with_context(|| format!("reading {}", existing.display()))?
+            .dev())
+    };
+    Ok(dev(a)? == dev(b)?)
 }
 
 /// The socket's group (`GUARDD_SOCKET_GROUP` in the unit), made as a system group when the
@@ -315,4 +366,18 @@ pub fn uninstall(opts: &UninstallOptions) -> Result<()> {
         println!("uninstall: {kept} changed file(s) kept");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_file_system_is_judged_at_the_nearest_existing_directory() {
+        let here = repo::root();
+        let absent = here.join("no/such/dir");
+        assert!(one_file_system(&here, &absent).expect("stat"));
+        // /proc is a file system of its own on every Linux host.
+        assert!(!one_file_system(Path::new("/proc/self"), &here).expect("stat"));
+    }
 }

@@ -91,7 +91,16 @@ pub(crate) fn check_audit_fs(policy: &Policy, options: &Options) -> Result<(), S
 /// `guardd --check-config` says it before a start does.
 pub fn audit_fs_conflict(policy: &Policy, audit: &Path, allowed: bool) -> Result<(), String> {
     let shared = writes_on_audit_fs(policy, audit);
-    if shared.is_empty() || allowed {
+    if shared.is_empty() {
+        return Ok(());
+    }
+    if allowed {
+        tracing::warn!(
+            audit = %audit.display(),
+            writes = %shared.join(", "),
+            "allow_writes_on_audit_fs: these write effects share the audit log's file system; \
+             a call that fills it leaves no room for later rows (running calls' rows are reserved)"
+        );
         return Ok(());
     }
     Err(format!(
