@@ -2359,6 +2359,12 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
         .as_str()
         .expect("verified.refusals");
     assert!(refusals.starts_with("not observed"), "{row:#}");
+    // Nor the reads landlock refused: it says so, and what would list them.
+    let read = seen["verified"]["read"].as_str().expect("verified.read");
+    assert!(
+        read.contains("Not observed") && read.contains("--trace-syscalls"),
+        "{row:#}"
+    );
     drop(guardd);
 
     // A syscall seccomp refuses (ptrace): only the sys_exit observer of --trace-syscalls sees
@@ -2380,6 +2386,12 @@ fn escape_an_attempt_another_layer_stopped_is_a_divergence_in_the_receipt() {
     );
     assert!(
         seen["verified"]["refusals"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("kernel")),
+        "{row:#}"
+    );
+    assert!(
+        seen["verified"]["read"]
             .as_str()
             .is_some_and(|v| v.starts_with("kernel")),
         "{row:#}"

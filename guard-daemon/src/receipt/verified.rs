@@ -13,6 +13,9 @@ pub struct Verified {
     pub exec: Cow<'static, str>,
     pub connect: Cow<'static, str>,
     pub write: Cow<'static, str>,
+    /// Reads outside the call's read effects: refused by landlock, and seen only when traced.
+    #[serde(default)]
+    pub read: Cow<'static, str>,
     pub refusals: Cow<'static, str>,
     /// The call's DNS: what its responder judged, and what it did not.
     #[serde(default)]
@@ -49,6 +52,17 @@ impl Verified {
                  landlock) reported. Not observed: the errno each got, a name another thread of \
                  the call rewrote while its open waited, and removals, renames, links and \
                  directories landlock refused (--trace-syscalls lists them, and every open)"
+            }
+            .into(),
+            // A listener on every read-open would cost each import and library load of every
+            // call; the tracepoint costs every process on the host, so it is the operator's.
+            read: if traced {
+                "kernel's open observer: every open with its result; a read landlock refused \
+                 (outside the read effects) is listed in files with EACCES, not a divergence"
+            } else {
+                "landlock refuses every read outside the call's read effects (EACCES). Not \
+                 observed: which reads were attempted and refused (--trace-syscalls lists every \
+                 open and its result)"
             }
             .into(),
             refusals: if traced {
