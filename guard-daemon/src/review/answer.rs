@@ -87,9 +87,14 @@ impl AnswerError {
     pub fn field(&self) -> Option<&'static str> {
         match self {
             Self::Refused(ApprovalError::Digest { .. }) => Some("digest"),
-            Self::Refused(ApprovalError::Full(_) | ApprovalError::Store(_)) | Self::Unrecorded => {
-                None
-            }
+            Self::Refused(
+                ApprovalError::Full(_)
+                | ApprovalError::PerUid { .. }
+                | ApprovalError::Reserved { .. }
+                | ApprovalError::TooLarge { .. }
+                | ApprovalError::Store(_),
+            )
+            | Self::Unrecorded => None,
             Self::Refused(_) | Self::Barred { .. } => Some("call_id"),
         }
     }
