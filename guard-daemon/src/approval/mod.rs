@@ -11,6 +11,7 @@
 
 pub mod bounds;
 pub mod digest;
+pub mod input;
 pub mod sessions;
 pub mod store;
 
@@ -73,9 +74,14 @@ pub struct Held {
     /// What the caller said it is within its agent (`--label`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
-    /// An argument held a secret's value: the call is kept masked and can only be denied.
+    /// An argument (or the held input) held a secret's value: the call is kept masked and can
+    /// only be denied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holds_secret: bool,
+    /// The input its tool will read, read from the caller's stream when the call was held
+    /// (`stdin = "caller"`): its size, digest and beginning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<input::Shown>,
 }
 
 /// A held call as stored: what admins see, and the call whole.
@@ -232,7 +238,8 @@ impl Approvals {
         let text = store::encode(&record).map_err(|e| ApprovalError::Store(e.to_string()))?;
         Bounds::fits(text.len())?;
         if let Some(s) = &self.store {
-            (s.write(&record.held.call_id, &text)).map_err(|e| ApprovalError::Store(e.to_string()))?;
+            (s.write(&record.held.call_id, &text))
+                .map_err(|e| ApprovalError::Store(e.to_string()))?;
         }
         let id = record.held.call_id.clone();
         map.insert(

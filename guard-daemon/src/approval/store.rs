@@ -146,6 +146,9 @@ impl Store {
                 Ok(r) if r.form.digest() != r.held.digest => {
                     bad.push((name, "does not match its digest".to_owned()));
                 }
+                Ok(r) if r.form.input.as_ref().is_some_and(|i| !i.intact()) => {
+                    bad.push((name, "its input does not match its SHA-256".to_owned()));
+                }
                 Ok(r) => records.push(r),
                 Err(e) => bad.push((name, e)),
             }

@@ -31,6 +31,7 @@ fn record(id: &str) -> Record {
             agent: None,
             label: None,
             holds_secret: false,
+            input: None,
         },
         form,
         expires: 0,
@@ -73,7 +74,10 @@ fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
 fn capacity_is_bounded_and_an_ended_call_cannot_be_approved() {
     let a = Approvals::new(1, Duration::from_secs(60), None);
     a.hold(record("c1"), false).expect("hold");
-    assert_eq!(a.hold(record("c2"), false).err(), Some(ApprovalError::Full(1)));
+    assert_eq!(
+        a.hold(record("c2"), false).err(),
+        Some(ApprovalError::Full(1))
+    );
     let mut rx = waiting(&a, "c1");
     a.end("c1", "the caller left").expect("end");
     assert_eq!(
@@ -224,7 +228,8 @@ fn one_uid_cannot_take_every_held_slot_and_root_keeps_the_reserve() {
     for id in ["a1", "r1", "r2"] {
         a.end(id, "denied").expect("end");
     }
-    a.hold(record_of("a4", 1000), false).expect("room in its share again");
+    a.hold(record_of("a4", 1000), false)
+        .expect("room in its share again");
 }
 
 #[test]
@@ -248,7 +253,9 @@ fn a_record_larger_than_its_bound_is_refused_and_not_stored() {
         "nothing written"
     );
     let mut fits = record("c2");
-    fits.form.args.insert("body".into(), Value::String("x".repeat(64 << 10)));
+    fits.form
+        .args
+        .insert("body".into(), Value::String("x".repeat(64 << 10)));
     a.hold(fits, false).expect("a call within the bound");
     assert!(dir.join("audit.jsonl.pending/c2.json").exists());
     let _ = std::fs::remove_dir_all(&dir);

@@ -194,7 +194,8 @@ pub fn spawn_sweeper(daemon: &Arc<Daemon>) {
 pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
     if held.holds_secret {
         return Some(
-            "an argument held a secret's value, and nothing runs with one (it is kept masked)"
+            "an argument or its input held a secret's value, and nothing runs with one (it is \
+             kept masked)"
                 .to_owned(),
         );
     }
