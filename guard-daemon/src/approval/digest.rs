@@ -105,11 +105,17 @@ impl CallForm {
         format!("sha256:{}", sha256_hex(canonical(&value).as_bytes()))
     }
 
-    /// The plan to run, with what its serialised form leaves out, and the held input in place
-    /// of the caller's stream.
-    pub fn launch_plan(&self) -> LaunchPlan {
+    /// The plan as the policy decided it, with what its serialised form leaves out: what a
+    /// policy in force since must still grant.
+    pub fn decided_plan(&self) -> LaunchPlan {
         let mut plan = self.plan.clone();
         plan.effects.beneath.clone_from(&self.beneath);
+        plan
+    }
+
+    /// The plan to run: as decided, with the held input in place of the caller's stream.
+    pub fn launch_plan(&self) -> LaunchPlan {
+        let mut plan = self.decided_plan();
         if let Some(input) = &self.input {
             plan.confinement.stdin = Stdin::Held(input.bytes.clone());
         }
@@ -175,6 +181,8 @@ mod tests {
             Stdin::Held(b"approved".to_vec())
         );
         assert_eq!(plain.launch_plan().confinement.stdin, Stdin::Passed);
+        // What a later policy is held to is the plan it would decide: the caller's stream.
+        assert_eq!(held.decided_plan().confinement.stdin, Stdin::Caller);
         // The record keeps them, and reads them back.
         let back: CallForm =
             serde_json::from_str(&serde_json::to_string(&held).expect("json")).expect("back");

@@ -222,7 +222,9 @@ pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<St
     }
     let verdict = policy.decide(&intent);
     match verdict.plan {
-        Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
+        Some(plan) if verdict.row.decision != Decision::Block && plan == form.decided_plan() => {
+            None
+        }
         _ => Some(format!(
             "the policy changed since the call was held ({} then, {} now), and no longer \
              grants it as held",
