@@ -208,12 +208,22 @@ fn a_held_call_runs_only_while_the_policy_in_force_still_grants_it_as_held() {
 
 /// guard-exec as the [`CALLER`], with `flags` before the tool.
 fn exec_as(guardd: &Guardd, flags: &[&str], tool_args: &[&str]) -> std::process::Command {
+    exec_as_uid(guardd, CALLER, flags, tool_args)
+}
+
+/// guard-exec as `uid`, of the socket's group (the [`CALLER`]'s), with `flags` before the tool.
+fn exec_as_uid(
+    guardd: &Guardd,
+    uid: u32,
+    flags: &[&str],
+    tool_args: &[&str],
+) -> std::process::Command {
     let mut cmd = std::process::Command::new(support::bin("guard-exec"));
     cmd.arg("--socket")
         .arg(&guardd.socket)
         .args(flags)
         .args(tool_args);
-    std::os::unix::process::CommandExt::uid(&mut cmd, CALLER);
+    std::os::unix::process::CommandExt::uid(&mut cmd, uid);
     std::os::unix::process::CommandExt::gid(&mut cmd, CALLER);
     cmd
 }
@@ -296,6 +306,79 @@ fn a_call_that_cannot_be_held_is_refused_with_a_row() {
                 .is_some_and(|w| w.contains("too many calls"))),
         "no row says why call {id} was not held: {answers:#?}"
     );
+}
+
+/// A client of the socket group that is not [`CALLER`].
+const OTHER: u32 = 40_049;
+
+#[test]
+fn one_uid_cannot_take_every_held_slot_nor_fill_the_store_with_one_call() {
+    if !support::privileged("one_uid_cannot_take_every_held_slot_nor_fill_the_store_with_one_call")
+    {
+        return;
+    }
+    let guardd = start(DEPLOY, &["--max-held-per-uid", "2"]);
+    // One uid leaves as many calls held as it may...
+    for target in ["target=a1", "target=a2"] {
+        let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", target]));
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+    }
+    // ...and its next one is refused, naming the bound, not held, never run, with a row.
+    let out = output(exec_as(&guardd, &["--no-wait"], &["deploy", "target=a3"]));
+    assert!(!matches!(out.status.code(), Some(0 | 75)), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(&format!("uid {CALLER} already has 2 calls"))
+            && said.contains("max_held_per_uid"),
+        "{said}"
+    );
+    held(&guardd, 2);
+    let id = guardd.last_decision_id();
+    assert!(
+        approval_rows(&guardd)
+            .iter()
+            .any(|r| r["call_id"] == id.as_str()
+                && r["approved"] == false
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("max_held_per_uid"))),
+        "no row says why call {id} was not held"
+    );
+
+    // Another uid's call is still held, and runs once approved.
+    let other = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        exec_as_uid(&guardd, OTHER, &[], &["deploy", "target=b1"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("guard-exec")
+    };
+    let calls = held(&guardd, 3);
+    let theirs = calls
+        .iter()
+        .find(|c| c["uid"] == OTHER)
+        .and_then(|c| c["call_id"].as_str())
+        .expect("the other uid's call is held");
+    assert!(ctl(&guardd, &["approve", theirs]).status.success());
+    let out = other.wait_with_output().expect("guard-exec");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "deployed b1\n");
+
+    // A call whose record would be too large is refused rather than held (its argument is
+    // kept three times: as sent, as shown and in the command).
+    let large = format!("target={}", "x".repeat(100_000));
+    let out = output(exec_as_uid(
+        &guardd,
+        OTHER,
+        &["--no-wait"],
+        &["deploy", &large],
+    ));
+    assert!(!matches!(out.status.code(), Some(0 | 75)), "{out:?}");
+    assert!(text(&out.stderr).contains("too large to hold"), "{out:?}");
+    held(&guardd, 2);
 }
 
 #[test]

@@ -478,3 +478,90 @@ fn a_held_record_refused_or_gone_at_a_start_is_answered_once_in_the_log() {
     guardd.restart();
     assert_eq!(answers(&guardd).len(), rows.len());
 }
+
+/// `review` reads its caller's stream and is held for a human.
+const REVIEW: &str = r#"
+[settings]
+max_allowed_tier = "high"
+escalation_threshold = "high"
+disclose_reasons = true
+
+[tools.review]
+tier = "high"
+irreversible = true
+command = ["/bin/cat"]
+stdin = "caller"
+"#;
+
+/// Runs `cmd` with `input` on its stdin (a pipe, closed once written), to its end.
+fn piped(mut cmd: std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        cmd.spawn().expect("spawn")
+    };
+    let mut stdin = child.stdin.take().expect("stdin");
+    // A guardd that refused the input may have stopped reading it.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn a_held_calls_input_is_read_when_held_shown_and_run_as_approved() {
+    if !support::privileged("a_held_calls_input_is_read_when_held_shown_and_run_as_approved") {
+        return;
+    }
+    let guardd = start(REVIEW, &[]);
+    let approved = b"approved input\n\x1b[2J";
+    let out = piped(
+        exec_as_caller(&guardd, &["--no-wait"], &["review"]),
+        approved,
+    );
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    // The admin sees the input, its size and digest, before anything runs.
+    let calls = held(&guardd, 1);
+    let input = &calls[0]["input"];
+    assert_eq!(input["bytes"], approved.len(), "{calls:?}");
+    assert_eq!(input["text"], text(approved), "{calls:?}");
+    assert!(
+        input["sha256"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "{calls:?}"
+    );
+    let listed = text(&ctl(&guardd, &["pending"]).stdout);
+    assert!(
+        listed.contains(&format!("input {} bytes", approved.len()))
+            && listed.contains(r"approved input\u{a}\u{1b}[2J"),
+        "shown, escaped: {listed}"
+    );
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    // The caller comes back with another stream: the tool reads what was approved.
+    let out = piped(
+        exec_as_caller(&guardd, &["--resume", &id], &[]),
+        b"SWAPPED AFTER APPROVAL",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, approved, "{out:?}");
+
+    // An input over the bound is refused, nothing held, with a row.
+    let out = piped(
+        exec_as_caller(&guardd, &["--no-wait"], &["review"]),
+        &[b'x'; 70_000],
+    );
+    assert!(!matches!(out.status.code(), Some(0 | 75)), "{out:?}");
+    assert!(text(&out.stderr).contains("at most 65536 bytes"), "{out:?}");
+    held(&guardd, 0);
+    let rows = approval_rows(&guardd);
+    assert!(
+        rows.iter()
+            .any(|r| r["approved"] == false
+                && r["reason"].as_str().is_some_and(|w| w.contains("65536"))),
+        "{rows:#?}"
+    );
+}

@@ -1,13 +1,17 @@
 //! What an approval binds to: a held call's canonical form (tool, arguments as sent, the plan it
-//! will run with its resolved command, the identity of its program, the policy's version) and
-//! the SHA-256 of that form. The admin is shown the digest, the approval names it, and the call
+//! will run with its resolved command, the identity of its program, the policy's version, the
+//! input it reads when its tool reads the caller's stream) and the SHA-256 of that form. The admin is shown the digest, the approval names it, and the call
 //! runs only while the program on disk is still the one held.
 
 use std::{io, path::PathBuf};
 
+use super::input::HeldInput;
 use crate::{
     audit::chain::canonical,
-    call::{hash::sha256_hex, plan::LaunchPlan},
+    call::{
+        hash::sha256_hex,
+        plan::{LaunchPlan, Stdin},
+    },
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -32,6 +36,11 @@ pub struct CallForm {
     /// (after a reload) is placed where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
+    /// The caller's stream as read when the call was held (`stdin = "caller"`): the bytes the
+    /// approved call reads, whatever the caller sends then. Absent from the canonical form
+    /// when there is none, so the digests of other calls stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<HeldInput>,
 }
 
 /// A program by content.
@@ -86,6 +95,7 @@ impl CallForm {
             program: Program::identify(program)?,
             cwd: None,
             policy: policy.to_owned(),
+            input: None,
         })
     }
 
@@ -95,10 +105,20 @@ impl CallForm {
         format!("sha256:{}", sha256_hex(canonical(&value).as_bytes()))
     }
 
-    /// The plan to run, with what its serialised form leaves out.
-    pub fn launch_plan(&self) -> LaunchPlan {
+    /// The plan as the policy decided it, with what its serialised form leaves out: what a
+    /// policy in force since must still grant.
+    pub fn decided_plan(&self) -> LaunchPlan {
         let mut plan = self.plan.clone();
         plan.effects.beneath.clone_from(&self.beneath);
+        plan
+    }
+
+    /// The plan to run: as decided, with the held input in place of the caller's stream.
+    pub fn launch_plan(&self) -> LaunchPlan {
+        let mut plan = self.decided_plan();
+        if let Some(input) = &self.input {
+            plan.confinement.stdin = Stdin::Held(input.bytes.clone());
+        }
         plan
     }
 }
@@ -139,5 +159,34 @@ mod tests {
         let mut e = a.clone();
         e.program.sha256 = "0".into();
         assert!(e.program.changed().is_some_and(|w| w.contains("changed")));
+    }
+
+    #[test]
+    fn the_digest_covers_a_held_input_and_the_call_runs_with_it() {
+        let plain = form();
+        let mut held = form();
+        held.plan.confinement.stdin = Stdin::Caller;
+        let without = held.digest();
+        held.input = Some(HeldInput::new(b"approved".to_vec()));
+        assert_ne!(held.digest(), without, "the input is under the digest");
+        let mut other = held.clone();
+        other.input = Some(HeldInput::new(b"swapped".to_vec()));
+        assert_ne!(held.digest(), other.digest());
+        // A form with no input is digested as before this field was (no `input` key).
+        let text = serde_json::to_string(&plain).expect("json");
+        assert!(!text.contains("\"input\""), "{text}");
+        // What runs reads the held bytes, not the caller's stream.
+        assert_eq!(
+            held.launch_plan().confinement.stdin,
+            Stdin::Held(b"approved".to_vec())
+        );
+        assert_eq!(plain.launch_plan().confinement.stdin, Stdin::Passed);
+        // What a later policy is held to is the plan it would decide: the caller's stream.
+        assert_eq!(held.decided_plan().confinement.stdin, Stdin::Caller);
+        // The record keeps them, and reads them back.
+        let back: CallForm =
+            serde_json::from_str(&serde_json::to_string(&held).expect("json")).expect("back");
+        assert_eq!(back, held);
+        assert_eq!(back.digest(), held.digest());
     }
 }

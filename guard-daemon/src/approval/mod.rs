@@ -9,7 +9,9 @@
 //! withdraw it by leaving. Every answer is an audit row before anyone acts on it (see
 //! `crate::review::hold`).
 
+pub mod bounds;
 pub mod digest;
+pub mod input;
 pub mod sessions;
 pub mod store;
 
@@ -23,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use self::{digest::CallForm, store::Store};
+use self::{bounds::Bounds, digest::CallForm, store::Store};
 use crate::call::decision::Decision;
 
 /// What a waiting caller learns.
@@ -72,9 +74,14 @@ pub struct Held {
     /// What the caller said it is within its agent (`--label`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
-    /// An argument held a secret's value: the call is kept masked and can only be denied.
+    /// An argument (or the held input) held a secret's value: the call is kept masked and can
+    /// only be denied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holds_secret: bool,
+    /// The input its tool will read, read from the caller's stream when the call was held
+    /// (`stdin = "caller"`): its size, digest and beginning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<input::Shown>,
 }
 
 /// A held call as stored: what admins see, and the call whole.
@@ -103,6 +110,21 @@ pub enum ApprovalError {
     NotHeld(String),
     #[error("too many calls are waiting for approval ({0}); try again later")]
     Full(usize),
+    #[error(
+        "uid {uid} already has {bound} calls waiting for approval, as many as one uid may \
+         (guardd's max_held_per_uid): have one answered, or withdraw one, first"
+    )]
+    PerUid { uid: u32, bound: usize },
+    #[error(
+        "too many calls are waiting for approval: the last {reserve} of {capacity} are kept for \
+         root and admins (guardd's max_queue, max_held_per_uid); try again later"
+    )]
+    Reserved { capacity: usize, reserve: usize },
+    #[error(
+        "the call is too large to hold for approval: its record would be {size} bytes, more than \
+         the {bound} a held call may take; send smaller arguments or input"
+    )]
+    TooLarge { size: usize, bound: usize },
     #[error(
         "call {0} was submitted by your own uid, and an approver may not be its submitter \
          (the policy's [approvals] allow_self says otherwise)"
@@ -144,7 +166,7 @@ pub fn now_ms() -> u64 {
 pub struct Approvals {
     held: Mutex<BTreeMap<String, Entry>>,
     store: Option<Store>,
-    capacity: usize,
+    bounds: Bounds,
     /// How long a call waits for an answer, and an approved one for its caller.
     pub timeout: Duration,
     /// Serialises every answer (admin, clock, caller leaving) with the audit row it writes, so
@@ -153,16 +175,27 @@ pub struct Approvals {
 }
 
 impl Approvals {
-    /// At most `capacity` calls are held at once, each waiting at most `timeout`; `store`
-    /// keeps them across restarts (`None`: in memory only, for tests).
+    /// At most `capacity` calls are held at once, [`bounds::DEFAULT_PER_UID`] of one uid's
+    /// ([`Approvals::per_uid`]), each waiting at most `timeout`; `store` keeps them across
+    /// restarts (`None`: in memory only, for tests).
     pub fn new(capacity: usize, timeout: Duration, store: Option<Store>) -> Self {
         Self {
             held: Mutex::new(BTreeMap::new()),
             store,
-            capacity,
+            bounds: Bounds {
+                capacity,
+                per_uid: bounds::DEFAULT_PER_UID,
+            },
             timeout,
             answering: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// At most `per_uid` calls of one uid that is not root or an admin are held at once.
+    #[must_use]
+    pub fn per_uid(mut self, per_uid: usize) -> Self {
+        self.bounds.per_uid = per_uid;
+        self
     }
 
     /// Takes in the records a previous guardd left; returns the files that are no valid
@@ -194,14 +227,20 @@ impl Approvals {
         Ok(bad)
     }
 
-    /// Holds a call, durably, before its caller hears that it is held.
-    pub fn hold(&self, mut record: Record) -> Result<(), ApprovalError> {
+    /// Holds a call, durably, before its caller hears that it is held, within the bounds of
+    /// held calls ([`bounds`]); `privileged`: its caller is root or an admin.
+    pub fn hold(&self, mut record: Record, privileged: bool) -> Result<(), ApprovalError> {
         let mut map = self.lock();
-        if map.len() >= self.capacity {
-            return Err(ApprovalError::Full(self.capacity));
-        }
+        let uids: Vec<u32> = map.values().map(|e| e.record.held.uid).collect();
+        (self.bounds).admit(&uids, record.held.uid, privileged)?;
         record.expires = now_ms() + u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        self.save(&record)?;
+        // Measured as the store writes it, store or not, so that a bound is the same in tests.
+        let text = store::encode(&record).map_err(|e| ApprovalError::Store(e.to_string()))?;
+        Bounds::fits(text.len())?;
+        if let Some(s) = &self.store {
+            (s.write(&record.held.call_id, &text))
+                .map_err(|e| ApprovalError::Store(e.to_string()))?;
+        }
         let id = record.held.call_id.clone();
         map.insert(
             id,

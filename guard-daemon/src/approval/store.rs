@@ -32,6 +32,11 @@ fn written_by_guardd(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A record as the store writes it.
+pub fn encode(record: &Record) -> io::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(record).map_err(io::Error::other)
+}
+
 /// What [`Store::load`] found: the records, and the files that are no record (name, why).
 pub type Loaded = (Vec<Record>, Vec<(String, String)>);
 
@@ -82,16 +87,20 @@ impl Store {
 
     /// Writes a record durably, replacing the call's previous one.
     pub fn save(&self, record: &Record) -> io::Result<()> {
-        let text = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        let path = self.path(&record.held.call_id);
-        let tmp = self.dir.join(format!(".{}.tmp", record.held.call_id));
+        self.write(&record.held.call_id, &encode(record)?)
+    }
+
+    /// Writes call `call_id`'s record, `text` ([`encode`]d), durably, replacing its previous one.
+    pub fn write(&self, call_id: &str, text: &[u8]) -> io::Result<()> {
+        let path = self.path(call_id);
+        let tmp = self.dir.join(format!(".{call_id}.tmp"));
         let mut f = fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(&text)?;
+        f.write_all(text)?;
         f.sync_all()?;
         fs::rename(&tmp, &path)?;
         crate::audit::files::sync_dir(&self.dir)
@@ -136,6 +145,9 @@ impl Store {
                 }
                 Ok(r) if r.form.digest() != r.held.digest => {
                     bad.push((name, "does not match its digest".to_owned()));
+                }
+                Ok(r) if r.form.input.as_ref().is_some_and(|i| !i.intact()) => {
+                    bad.push((name, "its input does not match its SHA-256".to_owned()));
                 }
                 Ok(r) => records.push(r),
                 Err(e) => bad.push((name, e)),

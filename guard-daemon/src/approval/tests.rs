@@ -31,6 +31,7 @@ fn record(id: &str) -> Record {
             agent: None,
             label: None,
             holds_secret: false,
+            input: None,
         },
         form,
         expires: 0,
@@ -47,7 +48,7 @@ fn waiting(a: &Approvals, id: &str) -> oneshot::Receiver<Resolution> {
 #[test]
 fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
     let a = Approvals::new(2, Duration::from_secs(60), None);
-    a.hold(record("c1")).expect("hold");
+    a.hold(record("c1"), false).expect("hold");
     // Not listed to admins until its caller has been told.
     assert!(a.list().is_empty());
     a.told("c1");
@@ -72,8 +73,11 @@ fn an_approval_reaches_its_waiter_and_the_call_is_taken_once() {
 #[test]
 fn capacity_is_bounded_and_an_ended_call_cannot_be_approved() {
     let a = Approvals::new(1, Duration::from_secs(60), None);
-    a.hold(record("c1")).expect("hold");
-    assert_eq!(a.hold(record("c2")).err(), Some(ApprovalError::Full(1)));
+    a.hold(record("c1"), false).expect("hold");
+    assert_eq!(
+        a.hold(record("c2"), false).err(),
+        Some(ApprovalError::Full(1))
+    );
     let mut rx = waiting(&a, "c1");
     a.end("c1", "the caller left").expect("end");
     assert_eq!(
@@ -83,7 +87,7 @@ fn capacity_is_bounded_and_an_ended_call_cannot_be_approved() {
         })
     );
     assert!(a.check("c1", Some(0), None, false).is_err());
-    a.hold(record("c3")).expect("room again");
+    a.hold(record("c3"), false).expect("room again");
     // Not approved: nothing to take.
     assert!(a.take("c3").is_err());
 }
@@ -91,7 +95,7 @@ fn capacity_is_bounded_and_an_ended_call_cannot_be_approved() {
 #[test]
 fn the_submitter_may_deny_but_not_approve_its_own_call_unless_the_policy_says_so() {
     let a = Approvals::new(4, Duration::from_secs(60), None);
-    a.hold(record("c1")).expect("hold");
+    a.hold(record("c1"), false).expect("hold");
     assert_eq!(
         a.check("c1", Some(1000), None, false),
         Err(ApprovalError::SelfApproval("c1".into()))
@@ -105,7 +109,7 @@ fn an_approval_binds_to_the_digest_and_only_the_submitter_resumes() {
     let a = Approvals::new(4, Duration::from_secs(60), None);
     let r = record("c1");
     let digest = r.held.digest.clone();
-    a.hold(r).expect("hold");
+    a.hold(r, false).expect("hold");
     assert!(matches!(
         a.check("c1", Some(0), Some("sha256:other"), false),
         Err(ApprovalError::Digest { .. })
@@ -136,8 +140,8 @@ fn held_calls_survive_in_the_store_and_a_tampered_record_is_refused() {
         Duration::from_secs(60),
         Some(Store::beside(&audit).unwrap()),
     );
-    a.hold(record("c1")).expect("hold");
-    a.hold(record("c2")).expect("hold");
+    a.hold(record("c1"), false).expect("hold");
+    a.hold(record("c2"), false).expect("hold");
     a.approve("c2", 0).expect("approve");
     let mut tampered = record("c3");
     tampered.form.plan.argv.push("--more".into());
@@ -181,5 +185,78 @@ fn held_calls_survive_in_the_store_and_a_tampered_record_is_refused() {
     );
     c.load().expect("load");
     assert_eq!(c.list().len(), 1, "a taken call is gone from the store");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn record_of(id: &str, uid: u32) -> Record {
+    let mut r = record(id);
+    r.held.uid = uid;
+    r
+}
+
+#[test]
+fn one_uid_cannot_take_every_held_slot_and_root_keeps_the_reserve() {
+    let a = Approvals::new(6, Duration::from_secs(60), None).per_uid(2);
+    a.hold(record_of("a1", 1000), false).expect("hold");
+    a.hold(record_of("a2", 1000), false).expect("hold");
+    let refused = a.hold(record_of("a3", 1000), false).err();
+    assert_eq!(
+        refused,
+        Some(ApprovalError::PerUid {
+            uid: 1000,
+            bound: 2
+        })
+    );
+    let message = refused.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("max_held_per_uid"), "{message}");
+    assert!(a.get("a3").is_none(), "a refused call is not held");
+    // Another uid's call is still held, up to the reserve (2 of 6: the last two).
+    a.hold(record_of("b1", 1001), false).expect("another uid");
+    a.hold(record_of("c1", 1002), false).expect("a third uid");
+    assert!(matches!(
+        a.hold(record_of("d1", 1003), false),
+        Err(ApprovalError::Reserved { .. })
+    ));
+    // Root (and an admin) is refused by the total alone.
+    a.hold(record_of("r1", 0), true).expect("root");
+    a.hold(record_of("r2", 0), true).expect("root");
+    assert_eq!(
+        a.hold(record_of("r3", 0), true).err(),
+        Some(ApprovalError::Full(6))
+    );
+    // Answered calls give their slots back: the uid's own, and the shared ones.
+    for id in ["a1", "r1", "r2"] {
+        a.end(id, "denied").expect("end");
+    }
+    a.hold(record_of("a4", 1000), false)
+        .expect("room in its share again");
+}
+
+#[test]
+fn a_record_larger_than_its_bound_is_refused_and_not_stored() {
+    let dir = std::env::temp_dir().join(format!("guard-store-large-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let store = Store::beside(&dir.join("audit.jsonl")).expect("store");
+    let a = Approvals::new(4, Duration::from_secs(60), Some(store));
+    let mut large = record("c1");
+    let big = "x".repeat(bounds::MAX_RECORD_BYTES);
+    large.form.args.insert("body".into(), Value::String(big));
+    let refused = a.hold(large, true).err();
+    assert!(
+        matches!(refused, Some(ApprovalError::TooLarge { bound, .. }) if bound == bounds::MAX_RECORD_BYTES),
+        "{refused:?}"
+    );
+    assert!(a.get("c1").is_none());
+    assert!(
+        !dir.join("audit.jsonl.pending/c1.json").exists(),
+        "nothing written"
+    );
+    let mut fits = record("c2");
+    fits.form
+        .args
+        .insert("body".into(), Value::String("x".repeat(64 << 10)));
+    a.hold(fits, false).expect("a call within the bound");
+    assert!(dir.join("audit.jsonl.pending/c2.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

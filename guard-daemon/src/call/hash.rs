@@ -14,6 +14,36 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The bytes of `text`, hex of either case; `None` when it is not an even run of hex digits.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let b = text.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+/// Bytes in a JSON record as one hex string (a held input: any bytes, in a text record).
+pub mod hex_bytes {
+    use serde::{Deserialize as _, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::hex(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        super::unhex(&text).ok_or_else(|| D::Error::custom("not a string of hex digit pairs"))
+    }
+}
+
 /// The SHA-256 of `bytes`, in lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
@@ -28,5 +58,8 @@ mod tests {
             super::sha256_hex(b""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+        assert_eq!(super::unhex("000fA0ff"), Some(vec![0, 0x0f, 0xa0, 0xff]));
+        assert_eq!(super::unhex("abc"), None);
+        assert_eq!(super::unhex("zz"), None);
     }
 }

@@ -176,6 +176,10 @@ pub enum Stdin {
     /// This input, which guardd writes to a pipe of its own that is the tool's stdin
     /// (`stdin = { arg = "NAME" }`: the argument's value); the caller's descriptor is not given.
     Input(String),
+    /// The caller's stream as guardd read it when the call was held for a human (`stdin =
+    /// "caller"`, escalated or quarantined): what was approved is what the tool reads, written
+    /// as an `Input` is, whatever the caller's stream holds when the call runs.
+    Held(#[serde(with = "super::hash::hex_bytes")] Vec<u8>),
 }
 
 impl Stdin {

@@ -17,8 +17,11 @@ pub struct Options {
     pub max_calls: usize,
     /// Of those, calls of one caller uid at once; its others wait behind its own.
     pub max_calls_per_uid: usize,
-    /// Calls waiting for a slot before new ones are refused as busy.
+    /// Calls waiting for a slot before new ones are refused as busy; and calls held for
+    /// approval at once.
     pub max_queue: usize,
+    /// Calls of one uid (not root or an admin) held for approval at once.
+    pub max_held_per_uid: usize,
     /// How long shutdown waits for running calls before killing them.
     pub drain: Duration,
     /// Run without the kernel layers (logged, and recorded in every audit row).

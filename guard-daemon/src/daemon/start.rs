@@ -261,7 +261,8 @@ fn held_calls(options: &Options) -> Result<(Approvals, Vec<(String, String)>), S
         reason,
     };
     let store = Store::beside(&options.audit).map_err(|e| fail(format!("held calls: {e}")))?;
-    let approvals = Approvals::new(options.max_queue, options.approval_timeout, Some(store));
+    let approvals = Approvals::new(options.max_queue, options.approval_timeout, Some(store))
+        .per_uid(options.max_held_per_uid);
     let bad = approvals.load().map_err(|e| fail(e.to_string()))?;
     for (file, why) in &bad {
         tracing::error!(

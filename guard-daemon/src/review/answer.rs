@@ -87,9 +87,14 @@ impl AnswerError {
     pub fn field(&self) -> Option<&'static str> {
         match self {
             Self::Refused(ApprovalError::Digest { .. }) => Some("digest"),
-            Self::Refused(ApprovalError::Full(_) | ApprovalError::Store(_)) | Self::Unrecorded => {
-                None
-            }
+            Self::Refused(
+                ApprovalError::Full(_)
+                | ApprovalError::PerUid { .. }
+                | ApprovalError::Reserved { .. }
+                | ApprovalError::TooLarge { .. }
+                | ApprovalError::Store(_),
+            )
+            | Self::Unrecorded => None,
             Self::Refused(_) | Self::Barred { .. } => Some("call_id"),
         }
     }
@@ -189,7 +194,8 @@ pub fn spawn_sweeper(daemon: &Arc<Daemon>) {
 pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<String> {
     if held.holds_secret {
         return Some(
-            "an argument held a secret's value, and nothing runs with one (it is kept masked)"
+            "an argument or its input held a secret's value, and nothing runs with one (it is \
+             kept masked)"
                 .to_owned(),
         );
     }
@@ -216,7 +222,9 @@ pub(super) fn barred(daemon: &Daemon, held: &Held, form: &CallForm) -> Option<St
     }
     let verdict = policy.decide(&intent);
     match verdict.plan {
-        Some(plan) if verdict.row.decision != Decision::Block && plan == form.launch_plan() => None,
+        Some(plan) if verdict.row.decision != Decision::Block && plan == form.decided_plan() => {
+            None
+        }
         _ => Some(format!(
             "the policy changed since the call was held ({} then, {} now), and no longer \
              grants it as held",

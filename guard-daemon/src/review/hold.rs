@@ -4,16 +4,21 @@
 //! is an audit row before anyone acts on it; an approved call is taken out of the store just
 //! before it runs, and only while its program is still the one held.
 
-use std::{io, sync::Arc};
+use std::{io, os::fd::OwnedFd, sync::Arc};
 
 use serde_json::{Map, Value};
 
 use super::answer::{Answer, barred, record_answer, withdraw};
 use crate::{
-    approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm},
+    approval::{ApprovalError, Attached, Held, Record, Resolution, digest::CallForm, input::Shown},
     audit::Row,
     bus::What,
-    call::{decision::Decision, peer::Peer, plan::LaunchPlan},
+    call::{
+        decision::Decision,
+        peer::Peer,
+        plan::{LaunchPlan, Stdin},
+    },
+    callers::access::Role,
     daemon::Daemon,
     protocol::{
         ExecReply,
@@ -78,36 +83,34 @@ async fn refuse(
 }
 
 /// Holds a call, durably, tells its caller and the operator's notifier, and waits with the
-/// caller for the answer (unless the caller said `no_wait`).
+/// caller for the answer (unless the caller said `no_wait`). `stdin` is the caller's stream,
+/// read whole now when the tool reads it.
 pub async fn hold(
     daemon: &Arc<Daemon>,
     peer: &Peer,
-    h: ToHold,
+    mut h: ToHold,
     conn: &mut Conn,
+    stdin: &OwnedFd,
 ) -> io::Result<Waited> {
     let (call_id, decision) = (h.call_id.clone(), h.decision);
-    let form = match CallForm::new(&h.plan.tool, &h.args, &h.plan, &h.policy) {
-        Ok(form) => CallForm {
-            cwd: h.cwd.clone(),
-            ..form
-        },
-        Err(e) => {
-            let program = h
-                .plan
-                .argv
-                .first()
-                .map(|p| p.to_string_lossy().into_owned());
-            let why = format!("not held: its program {program:?} cannot be read: {e}");
+    let (form, input) = match form_of(daemon, &mut h, stdin).await {
+        Ok(form) => form,
+        Err(why) => {
+            let why = format!("not held: {why}");
             record_answer(daemon, &call_id, &h.plan.tool, Answer::nobody(&why, None)).await;
             return refuse(conn, &call_id, decision, why)
                 .await
                 .map(|()| Waited::Done);
         }
     };
-    let rec = record_of(peer.uid, &h, form);
+    let mut rec = record_of(peer.uid, &h, form);
+    rec.held.input = input;
     let held = rec.held.clone();
     let digest = held.digest.clone();
-    if let Err(e) = daemon.approvals.hold(rec) {
+    // Root and admins are held within the total alone: their calls keep the reserve.
+    let privileged =
+        (daemon.access.read().unwrap_or_else(|p| p.into_inner())).permits(peer, Role::Admin);
+    if let Err(e) = daemon.approvals.hold(rec, privileged) {
         // Not held, so never run: a row says why, as for every other end of a held call.
         let why = format!("not held: {e}");
         let answer = Answer::nobody(&why, Some(held.digest.clone()));
@@ -164,6 +167,30 @@ pub async fn hold(
     }
 }
 
+/// The form of a call about to be held, with its input read from the caller's stream when its
+/// tool reads it (and what admins are shown of that input); why it cannot be held otherwise.
+/// An input that held a secret's value marks the call as holding one.
+async fn form_of(
+    daemon: &Daemon,
+    h: &mut ToHold,
+    stdin: &OwnedFd,
+) -> Result<(CallForm, Option<Shown>), String> {
+    let mut form = CallForm::new(&h.plan.tool, &h.args, &h.plan, &h.policy).map_err(|e| {
+        let program = h.plan.argv.first().map(|p| p.to_string_lossy());
+        format!("its program {program:?} cannot be read: {e}")
+    })?;
+    form.cwd.clone_from(&h.cwd);
+    if h.plan.confinement.stdin != Stdin::Caller {
+        return Ok((form, None));
+    }
+    let read = super::input::read(daemon, stdin)
+        .await
+        .map_err(|e| e.to_string())?;
+    h.holds_secret |= read.holds_secret;
+    form.input = Some(read.input);
+    Ok((form, Some(read.shown)))
+}
+
 /// The record of a call about to be held.
 fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
     let held = Held {
@@ -182,6 +209,7 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
         agent: h.agent.clone(),
         label: h.label.clone(),
         holds_secret: h.holds_secret,
+        input: None,
     };
     Record {
         held,

@@ -10,6 +10,7 @@ pub mod answer;
 pub mod approver;
 pub mod confined;
 pub mod hold;
+pub mod input;
 pub mod judge;
 pub mod notifier;
 

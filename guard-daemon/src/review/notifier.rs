@@ -9,7 +9,12 @@
 
 use std::sync::Arc;
 
-use crate::{approval::Held, audit::Row, daemon::Daemon, review::confined};
+use crate::{
+    approval::{Held, input::Shown},
+    audit::Row,
+    daemon::Daemon,
+    review::confined,
+};
 
 /// Runs the policy's notifier for `held`, whose arguments the log keeps as `redacted`, if it has
 /// one, in the background.
@@ -18,8 +23,16 @@ pub fn spawn(daemon: &Arc<Daemon>, held: &Held, redacted: serde_json::Value) {
         return;
     };
     let daemon = Arc::clone(daemon);
+    // A held input's text goes through no detector's redaction (an approver sees what runs):
+    // the notifier, whose message leaves the host, is given its size and digest alone.
+    let input = held.input.clone().map(|i| Shown {
+        text: String::new(),
+        truncated: i.bytes > 0,
+        ..i
+    });
     let held = Held {
         args: redacted,
+        input,
         ..held.clone()
     };
     tokio::spawn(async move {

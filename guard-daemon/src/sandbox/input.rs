@@ -1,4 +1,5 @@
-//! The input guardd writes to a call's stdin (a tool's `stdin = { arg = "NAME" }`): a pipe of
+//! The input guardd writes to a call's stdin (a tool's `stdin = { arg = "NAME" }`, or the
+//! caller's stream as it was held for a human, `Stdin::Held`): a pipe of
 //! guardd's own, whose read end becomes the tool's fd 0 in place of the caller's descriptor,
 //! and whose write end a task of the runtime fills without blocking it. The writer stops when
 //! the tool closes its end (EPIPE: guardd ignores SIGPIPE, as every Rust program does), and is
@@ -29,8 +30,10 @@ pub fn attach(
     stdin: &Stdin,
     stdio: [OwnedFd; 3],
 ) -> Result<([OwnedFd; 3], Option<Feed>), SandboxError> {
-    let Stdin::Input(text) = stdin else {
-        return Ok((stdio, None));
+    let bytes = match stdin {
+        Stdin::Input(text) => text.clone().into_bytes(),
+        Stdin::Held(bytes) => bytes.clone(),
+        Stdin::Passed | Stdin::Caller => return Ok((stdio, None)),
     };
     let (read, write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|source| SandboxError::Sys {
@@ -39,7 +42,6 @@ pub fn attach(
         })?;
     // Non-blocking on guardd's end only: the tool's end stays as a program expects its stdin.
     let mut sender = pipe::Sender::from_owned_fd(write).map_err(io_sys("stdin pipe"))?;
-    let bytes = text.clone().into_bytes();
     let task = tokio::spawn(async move {
         // A tool that exits or closes its stdin before reading it all ends the write (EPIPE).
         if let Err(e) = sender.write_all(&bytes).await {
@@ -95,6 +97,22 @@ mod tests {
             .read_to_end(&mut got)
             .expect("read");
         assert!(!got.is_empty() && got.len() < 300_000, "{}", got.len());
+    }
+
+    #[tokio::test]
+    async fn a_held_input_is_written_as_held_not_the_callers_stream() {
+        let held = vec![0u8, 0xff, b'\n', b'x'];
+        let (io, feed) = attach(&Stdin::Held(held.clone()), stdio()).expect("attach");
+        let [stdin, ..] = io;
+        let read = tokio::task::spawn_blocking(move || {
+            let mut got = Vec::new();
+            std::fs::File::from(stdin)
+                .read_to_end(&mut got)
+                .expect("read");
+            got
+        });
+        assert_eq!(read.await.expect("reader"), held);
+        drop(feed);
     }
 
     #[test]

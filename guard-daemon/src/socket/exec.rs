@@ -58,7 +58,9 @@ pub(super) async fn exec(
         review::Next::Hold(h) => {
             // A call waiting for a human takes no slot: running calls are what slots bound.
             drop(admission);
-            let hold::Waited::Approved(by) = hold::hold(daemon, peer, *h, &mut conn).await? else {
+            let hold::Waited::Approved(by) =
+                hold::hold(daemon, peer, *h, &mut conn, &stdio[0]).await?
+            else {
                 return Ok(());
             };
             stages.lap("approval");

@@ -57,12 +57,27 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
         say!("  {}", call.reason);
         say!("  program {}", call.program);
         say!("  args {}", call.args);
+        if let Some(input) = &call.input {
+            say_input(input);
+        }
         say!("  {} ({state})", call.digest);
     }
     if calls.is_empty() && !as_json {
         say!("no call is waiting for approval");
     }
     ExitCode::SUCCESS
+}
+
+/// The input a held call's tool will read (`stdin = "caller"`, read when it was held): its
+/// size and digest, then its text, escaped (a line break shows as `\u{a}`, on one line).
+fn say_input(input: &guard::approval::input::Shown) {
+    let part = if input.truncated {
+        format!(", the first {} shown", input.text.len())
+    } else {
+        String::new()
+    };
+    say!("  input {} bytes{part}, {}", input.bytes, input.sha256);
+    say!("    {}", input.text);
 }
 
 /// Approves a held call, bound to `digest`, or else to the digest of the call as it is
@@ -94,6 +109,9 @@ pub fn approve(
                     call.program,
                     call.args
                 );
+                if let Some(input) = &call.input {
+                    say_input(input);
+                }
                 say!("  {}", call.digest);
             }
             call.digest

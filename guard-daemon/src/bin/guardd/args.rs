@@ -68,9 +68,15 @@ pub(crate) struct Args {
     /// behind its own, so one caller's long calls delay no other's.
     #[arg(long, default_value_t = 0)]
     pub(crate) max_calls_per_uid: usize,
-    /// Calls waiting for a slot before new ones get a "busy" reply.
+    /// Calls waiting for a slot before new ones get a "busy" reply; also the calls held for
+    /// approval at once.
     #[arg(long, default_value_t = 1024)]
     pub(crate) max_queue: usize,
+    /// Calls of one uid held for approval at once (root and admins: --max-queue alone); the
+    /// last of --max-queue's held slots, as many (at most half), are kept for root and admins.
+    /// 0: no other uid's call is held (each is refused, with a row, as over its bound).
+    #[arg(long, default_value_t = guard::approval::bounds::DEFAULT_PER_UID)]
+    pub(crate) max_held_per_uid: usize,
     /// Connections open at once beyond each uid's reserve, all uids together (the shared pool).
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_connections: usize,
@@ -210,7 +216,8 @@ pub(crate) fn settings() -> anyhow::Result<Args> {
         policy => Some, socket, audit, audit_rotate_bytes, audit_keep_rotated => Some,
         audit_keep_rotated_seconds, audit_bytes_per_uid,
         socket_group => Some, cgroup => Some,
-        max_calls, max_calls_per_uid, max_queue, max_connections, max_connections_per_uid,
+        max_calls, max_calls_per_uid, max_queue, max_held_per_uid, max_connections,
+        max_connections_per_uid,
         reserved_connections_per_uid, max_followers_per_uid, idle_timeout, write_timeout,
         keepalive, drain_seconds, allow_unenforced, trace_syscalls, event_ring_bytes,
         approval_timeout, allow_writes_on_audit_fs, worker_threads => Some,
@@ -257,6 +264,7 @@ pub(crate) fn check_config(args: &Args) -> ExitCode {
         "max_calls = {}\nmax_calls_per_uid = {}\nmax_queue = {}\nmax_connections = {}",
         args.max_calls, args.max_calls_per_uid, args.max_queue, args.max_connections
     );
+    println!("max_held_per_uid = {}", args.max_held_per_uid);
     println!(
         "max_connections_per_uid = {}\nreserved_connections_per_uid = {}\nmax_followers_per_uid = {}",
         args.max_connections_per_uid, args.reserved_connections_per_uid, args.max_followers_per_uid

@@ -26,6 +26,7 @@ pub struct FileConfig {
     pub max_calls: Option<usize>,
     pub max_calls_per_uid: Option<usize>,
     pub max_queue: Option<usize>,
+    pub max_held_per_uid: Option<usize>,
     pub max_connections: Option<usize>,
     pub max_connections_per_uid: Option<usize>,
     pub reserved_connections_per_uid: Option<usize>,

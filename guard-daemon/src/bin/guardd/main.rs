@@ -157,6 +157,7 @@ async fn serve(args: Args) -> ExitCode {
             n => n,
         },
         max_queue: args.max_queue,
+        max_held_per_uid: args.max_held_per_uid,
         drain: Duration::from_secs(args.drain_seconds),
         approval_timeout: Duration::from_secs(args.approval_timeout),
         allow_unenforced: args.allow_unenforced,
