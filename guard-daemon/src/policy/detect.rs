@@ -329,7 +329,7 @@ fn pem_body_ok(s: &str) -> bool {
         && full.iter().all(|l| l.len() == width)
         && last.len() <= width
         && total >= 64
-        && total % 4 == 0
+        && total.is_multiple_of(4)
         && !padded
 }
 
