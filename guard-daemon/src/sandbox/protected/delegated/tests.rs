@@ -16,7 +16,7 @@ fn hooks(config: &str) -> Vec<String> {
 /// Each way the line-splitting reader before this one read a hooks path wrongly (M4).
 #[test]
 fn the_hooks_path_is_read_whatever_the_layout() {
-    for config in [
+    let layouts = [
         "[core]\n\thooksPath = .githooks ; x\n",
         "[core]\n\thooksPath = .githooks # x\n",
         "[core]\n\thooksPath = \".git\"hooks\n",
@@ -26,9 +26,12 @@ fn the_hooks_path_is_read_whatever_the_layout() {
         "[core]\n\thooksPath = /w/.githooks\n",
         "[core]\n\thooksPath = sub/../.githooks\n",
         "[core]\n\thooksPath = :(optional).githooks\n",
-    ] {
-        assert_eq!(hooks(config), [".githooks"], "{config:?}");
-    }
+    ];
+    let missed: Vec<_> = layouts
+        .iter()
+        .filter(|config| hooks(config) != [".githooks"])
+        .collect();
+    assert!(missed.is_empty(), "{missed:#?}");
     // What is not a hooks path: another section's key, a subsection's, one outside, a home's.
     for config in [
         "[core \"x\"]\n\thooksPath = .githooks\n",
