@@ -122,8 +122,8 @@ impl Delegated {
     }
 }
 
-/// What the repository at `top` (shown as `root`) hands to its worktree; `read` gives a file
-/// beneath it by its relative name, or nothing.
+/// What the repository whose top is `root` hands to its worktree; `read` gives the text of a
+/// file beneath it by its relative name, or nothing.
 pub fn of(root: &Path, read: impl Fn(&str) -> Option<String>) -> Delegated {
     let mut out = Delegated::default();
     let mut queue: VecDeque<(String, usize)> = CONFIGS.iter().map(|c| (c.to_string(), 0)).collect();
