@@ -13,6 +13,7 @@ mod ebpf;
 mod escape;
 mod events;
 mod fair;
+mod gitconfig;
 mod held;
 mod hook;
 mod install;

@@ -12,8 +12,8 @@
 use std::{
     ffi::CString,
     os::{
-        fd::{AsFd, AsRawFd as _, OwnedFd},
-        unix::{ffi::OsStrExt as _, fs::OpenOptionsExt as _},
+        fd::{AsFd, OwnedFd},
+        unix::ffi::OsStrExt as _,
     },
 };
 
@@ -21,9 +21,12 @@ use nix::{errno::Errno, fcntl::OFlag, sys::stat::Mode};
 
 use super::landlock::Writable;
 
+mod delegated;
 mod discover;
+mod gitconfig;
 mod planted;
 
+pub use delegated::handed;
 pub use planted::{Absent, Planted};
 
 /// The names kept read-only beneath each writable directory: the union of what careful peers
@@ -230,11 +233,14 @@ fn keep_beneath(
     absent: &mut Absent,
 ) -> Result<(), Unkept> {
     git_files(w, out, absent, top);
-    let delegated = delegated(w);
+    // What the repository's config hands to its worktree (`delegated`) is watched at every
+    // depth: the walk at the call's end does not know its names.
+    let delegated = delegated::names(w);
+    let ours = listed.len();
     let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
     let names = listed.iter().cloned().chain(nested(w));
     for (i, name) in names.enumerate() {
-        let watched = i < listed.len() && (top || name.contains('/'));
+        let watched = i < listed.len() && (top || i >= ours || name.contains('/'));
         if keep(w, &name, out) == Err(Errno::ENOENT) && watched {
             absent.watch(w, &name);
         }
@@ -308,75 +314,6 @@ fn keep_target(writable: &[Writable], link: &CString, out: &mut Vec<Kept>) {
             return;
         }
     }
-}
-
-/// What the repository's own config at `w` hands git's hooks and config to inside the
-/// worktree (`core.hooksPath = .githooks`, `include.path = ../.gitconfig`, `includeIf`'s
-/// `path`): kept as the config itself is, or watched where absent. Read from `.git/config`
-/// found without following a link; a value outside `w`, in a home (`~`) or not plain, is
-/// left out.
-fn delegated(w: &Writable) -> Vec<String> {
-    let Ok((place, false)) = beneath(w, ".git/config") else {
-        return Vec::new();
-    };
-    // A regular file only, read without blocking and bounded: a call may have left a FIFO.
-    let regular = nix::sys::stat::fstat(&place.pin)
-        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
-    let path = format!("/proc/self/fd/{}", place.pin.as_raw_fd());
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path);
-    let mut text = String::new();
-    let read = opened.and_then(|f| {
-        use std::io::Read as _;
-        f.take(1 << 20).read_to_string(&mut text)
-    });
-    if !regular || read.is_err() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    let mut section = String::new();
-    for line in text.lines().map(str::trim) {
-        if let Some(header) = line.strip_prefix('[') {
-            section = header
-                .split(|c: char| c == ']' || c.is_whitespace() || c == '"')
-                .next()
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        let key = key.trim().to_ascii_lowercase();
-        let value = value.trim().trim_matches('"');
-        // hooksPath is taken from the worktree's root, an include from the config's directory.
-        let rel = match (section.as_str(), key.as_str()) {
-            ("core", "hookspath") => value.to_owned(),
-            ("include" | "includeif", "path") if !value.starts_with('/') => {
-                format!(".git/{value}")
-            }
-            ("include" | "includeif", "path") => value.to_owned(),
-            _ => continue,
-        };
-        if let Some(name) = inside(w, &rel) {
-            out.push(name);
-        }
-    }
-    out
-}
-
-/// `rel` (relative to `w`, or absolute) as a protected name beneath `w`: `..` applied, and
-/// `None` outside `w`, through `~`, or with nothing left.
-fn inside(w: &Writable, rel: &str) -> Option<String> {
-    if rel.starts_with('~') || rel.contains(['*', '?', '[', '\0']) {
-        return None;
-    }
-    let root = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
-    let path = super::resolve::normalize(&root.join(rel));
-    let name = path.strip_prefix(root).ok()?.to_str()?.to_owned();
-    (!name.is_empty() && invalid(&name).is_none()).then_some(name)
 }
 
 /// `.git` beneath `w`: a pointer file kept read-only; a directory's index watched for the

@@ -129,6 +129,18 @@ fn decide(
             real.display()
         ));
     }
+    // And what a repository's own config hands git's hooks, config or commands to
+    // (`core.hooksPath = .githooks`), as the mount view keeps it.
+    if access == Access::Write
+        && let Some(n) = [&real, &target].iter().find_map(|p| protected::handed(p))
+    {
+        return Err(format!(
+            "guard: {} is what a repository's config hands git's hooks, config or commands \
+             to ({n}): git runs or reads it later with your rights, so no call changes it; \
+             change it yourself if you mean to",
+            real.display()
+        ));
+    }
     if let Some(user) = &plan.confinement.run_as {
         permitted(user, &real, access).map_err(|why| format!("guard: {why}"))?;
     }
