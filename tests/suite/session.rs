@@ -434,15 +434,16 @@ fn the_files_programs_outside_guard_run_stay_read_only_to_a_call_and_git_still_c
 /// A protected name absent at a call's start can be made (no mount keeps it): at the call's
 /// end it is moved aside (`NAME.guard-planted-ID`) and is a divergence on its receipt, so the
 /// developer's git, direnv or agent never finds it. Here: `.git/commondir` redirecting git to
-/// a directory whose config runs a program on `git status`, Claude Code's `.mcp.json`, and the `HEAD` that
-/// makes git take the workspace for a bare repository once `.git` is unusable.
+/// a directory whose config runs a program on `git status`, Claude Code's `.mcp.json`, and the
+/// `HEAD` that, beside a `commondir` naming that directory, makes git take the workspace for a
+/// bare repository once `.git` is unusable (a `HEAD` alone is a file: it is left).
 fn what_a_call_plants_is_moved_aside_and_git_runs_none_of_it(guardd: &Guardd, ws: &Path) {
     let mark = ws.join("MARK");
     let plant = format!(
         "mkdir -p evil/objects evil/refs && \
          printf '[core]\\n\\tfsmonitor = \"touch {mark}\"\\n' > evil/config && \
          echo ../evil > .git/commondir && echo '{{}}' > .mcp.json && \
-         printf 'ref: refs/heads/main\\n' > HEAD",
+         printf 'ref: refs/heads/main\\n' > HEAD && echo evil > commondir",
         mark = mark.display()
     );
     let out = run(guardd, ws, Via::Guard, &plant, ws);

@@ -113,11 +113,16 @@ impl CallForm {
         plan
     }
 
-    /// The plan to run: as decided, with the held input in place of the caller's stream.
+    /// The plan to run: as decided, with the held input in place of the caller's stream. A
+    /// tool that reads no input gets an empty one, not the caller's descriptor as it is when
+    /// the call runs, which nobody approved (an outside pass's F4: text sent after the
+    /// approval was read by the approved call).
     pub fn launch_plan(&self) -> LaunchPlan {
         let mut plan = self.decided_plan();
         if let Some(input) = &self.input {
             plan.confinement.stdin = Stdin::Held(input.bytes.clone());
+        } else if matches!(plan.confinement.stdin, Stdin::Passed) {
+            plan.confinement.stdin = Stdin::Held(Vec::new());
         }
         plan
     }
@@ -180,7 +185,12 @@ mod tests {
             held.launch_plan().confinement.stdin,
             Stdin::Held(b"approved".to_vec())
         );
-        assert_eq!(plain.launch_plan().confinement.stdin, Stdin::Passed);
+        // One that reads no input gets an empty one, not the caller's descriptor at run time.
+        assert_eq!(plain.decided_plan().confinement.stdin, Stdin::Passed);
+        assert_eq!(
+            plain.launch_plan().confinement.stdin,
+            Stdin::Held(Vec::new())
+        );
         // What a later policy is held to is the plan it would decide: the caller's stream.
         assert_eq!(held.decided_plan().confinement.stdin, Stdin::Caller);
         // The record keeps them, and reads them back.

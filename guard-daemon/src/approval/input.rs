@@ -6,13 +6,15 @@
 //! approved call reads exactly those bytes from a pipe of guardd's (`Stdin::Held`).
 
 use std::{
-    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd},
     time::{Duration, Instant},
 };
 
 use nix::{
     errno::Errno,
+    fcntl::OFlag,
     poll::{PollFd, PollFlags, PollTimeout, poll},
+    sys::stat::Mode,
 };
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +44,12 @@ pub enum InputError {
     Unended(u64),
     #[error("reading the caller's stdin: {0}")]
     Read(Errno),
+    #[error(
+        "its tool reads the caller's stdin (stdin = \"caller\"), which guardd reads whole when \
+         it holds the call: give it a pipe, a file or a socket (a terminal or another kind of \
+         stream cannot be read without waiting)"
+    )]
+    Kind,
 }
 
 /// A held input, whole: in the call's form, under its digest.
@@ -86,25 +94,44 @@ pub struct Shown {
 impl Shown {
     /// `input` shown as `masked` (its bytes with each secret's value masked).
     pub fn of(input: &HeldInput, masked: &[u8]) -> Self {
-        let text = String::from_utf8_lossy(masked);
-        let mut end = text.len().min(SHOWN);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = masked.len().min(SHOWN);
         Self {
             bytes: input.bytes.len(),
             sha256: input.sha256.clone(),
-            text: text[..end].to_owned(),
-            truncated: end < text.len(),
+            text: escaped(&masked[..end]),
+            truncated: end < masked.len(),
         }
     }
 }
 
+/// `bytes` as text that reads back to them alone: a backslash doubled, a byte that is no UTF-8
+/// as `\xNN`. (Lossy text showed every bad byte as one U+FFFD, and guardctl's escapes of
+/// controls, `\u{a}`, could be typed: an outside pass's input showed a line break that was
+/// none, and a "comment" ran.)
+fn escaped(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => text.push_str("\\\\"),
+                c => text.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            text.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    text
+}
+
 /// Reads the caller's stream `fd` to its end: at most `max` bytes, within `wait`. Blocking (run
-/// it off the runtime), but never in a read that can wait: each read takes only the bytes the
-/// kernel says are there (`FIONREAD`), so a process of the caller's draining the same stream
-/// between the poll and the read cannot park a thread of guardd's.
+/// it off the runtime), but never in a read that can wait: a pipe is read through a
+/// non-blocking description of its own, a socket with `MSG_DONTWAIT`, a file as it is; any
+/// other stream (a terminal, an eventfd) is refused. A read on the caller's own blocking
+/// description could be parked for good by a process of the caller's that drained the stream
+/// between the poll and the read (an outside pass did, two times in three).
 pub fn read(fd: BorrowedFd<'_>, max: usize, wait: Duration) -> Result<Vec<u8>, InputError> {
+    let source = Source::of(fd)?;
     let deadline = Instant::now() + wait;
     let mut bytes = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
@@ -113,22 +140,15 @@ pub fn read(fd: BorrowedFd<'_>, max: usize, wait: Duration) -> Result<Vec<u8>, I
         if left.is_zero() {
             return Err(InputError::Unended(wait.as_secs()));
         }
-        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [PollFd::new(source.fd(), PollFlags::POLLIN)];
         let ms = PollTimeout::try_from(left.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
         match poll(&mut fds, ms) {
             Ok(0) | Err(Errno::EINTR) => continue,
             Ok(_) => {}
             Err(e) => return Err(InputError::Read(e)),
         }
-        // A stream that says ready with nothing to read has ended (a pipe's writers closed, a
-        // terminal's end of file); a file or device that cannot say reads as it comes.
-        let ready = match available(fd) {
-            Some(0) => return Ok(bytes),
-            Some(n) => n,
-            None => buf.len(),
-        };
-        let room = (max + 1 - bytes.len()).min(ready).min(buf.len());
-        match nix::unistd::read(fd, &mut buf[..room]) {
+        let room = (max + 1 - bytes.len()).min(buf.len());
+        match source.read(&mut buf[..room]) {
             Ok(0) => return Ok(bytes),
             Ok(n) => bytes.extend_from_slice(&buf[..n]),
             Err(Errno::EINTR | Errno::EAGAIN) => continue,
@@ -140,16 +160,53 @@ pub fn read(fd: BorrowedFd<'_>, max: usize, wait: Duration) -> Result<Vec<u8>, I
     }
 }
 
-/// The bytes `fd` holds ready to read, when it can say (pipes, sockets, terminals, files).
-fn available(fd: BorrowedFd<'_>) -> Option<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer, which points at `n`; the
-    // descriptor is borrowed for the call.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
-    if rc < 0 {
-        return None;
+/// A caller's stream, as guardd reads it without ever waiting in a read.
+enum Source<'a> {
+    /// A regular file or `/dev/null`: a read never waits.
+    File(BorrowedFd<'a>),
+    /// A pipe or FIFO, opened again non-blocking: a description of guardd's own, whose flags
+    /// the caller cannot change.
+    Pipe(OwnedFd),
+    /// A socket, read with `MSG_DONTWAIT`.
+    Socket(BorrowedFd<'a>),
+}
+
+impl<'a> Source<'a> {
+    fn of(fd: BorrowedFd<'a>) -> Result<Self, InputError> {
+        let st = nix::sys::stat::fstat(fd).map_err(InputError::Read)?;
+        let null = libc::makedev(1, 3);
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => Ok(Self::File(fd)),
+            libc::S_IFCHR if st.st_rdev == null => Ok(Self::File(fd)),
+            libc::S_IFSOCK => Ok(Self::Socket(fd)),
+            libc::S_IFIFO => {
+                let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+                let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+                nix::fcntl::open(path.as_str(), flags, Mode::empty())
+                    .map(Self::Pipe)
+                    .map_err(InputError::Read)
+            }
+            _ => Err(InputError::Kind),
+        }
     }
-    usize::try_from(n).ok()
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Self::File(fd) | Self::Socket(fd) => *fd,
+            Self::Pipe(fd) => fd.as_fd(),
+        }
+    }
+
+    fn read(&self, buf: &mut [u8]) -> Result<usize, Errno> {
+        match self {
+            Self::Socket(fd) => nix::sys::socket::recv(
+                fd.as_raw_fd(),
+                buf,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ),
+            _ => nix::unistd::read(self.fd(), buf),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -185,12 +242,61 @@ mod tests {
         let got = read(r.as_fd(), 64, Duration::from_millis(200));
         assert_eq!(got, Err(InputError::Unended(0)));
         drop(w);
-        // A file reads to its end; /dev/null is an empty input.
+        // A file reads to its end; /dev/null is an empty input; an eventfd is no stream.
         let null = std::fs::File::open("/dev/null").expect("/dev/null");
         assert_eq!(
             read(null.as_fd(), 8, Duration::from_secs(5)),
             Ok(Vec::new())
         );
+        // SAFETY: eventfd takes no pointer; the descriptor it returns is owned here.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(efd >= 0, "eventfd");
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        let efd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
+        assert_eq!(
+            read(efd.as_fd(), 8, Duration::from_secs(5)),
+            Err(InputError::Kind)
+        );
+    }
+
+    /// An outside pass's F2: the caller drained its pipe between guardd's poll and read, and a
+    /// read on the caller's blocking description parked guardd's thread for good. Here a
+    /// reader of the caller's drains at once, and the wait still runs out.
+    #[test]
+    fn a_drained_pipe_never_parks_the_reader() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        };
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let mut w = std::fs::File::from(w);
+        let mut drainer = std::fs::File::from(r.try_clone().expect("dup"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let draining = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                use std::io::Read as _;
+                let mut b = [0u8; 64];
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = drainer.read(&mut b);
+                }
+            })
+        };
+        let started = Instant::now();
+        let writing = std::thread::spawn(move || {
+            for _ in 0..200 {
+                let _ = w.write_all(b"x");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            w
+        });
+        let got = read(r.as_fd(), 1 << 20, Duration::from_millis(300));
+        assert_eq!(got, Err(InputError::Unended(0)));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let w = writing.join().expect("writer");
+        stop.store(true, Ordering::Relaxed);
+        drop(w);
+        draining.join().expect("drainer");
     }
 
     #[test]
@@ -204,5 +310,15 @@ mod tests {
         let mut tampered = input.clone();
         tampered.bytes[0] = b'b';
         assert!(!tampered.intact());
+    }
+
+    /// An outside pass's F3: typed escapes and bad bytes read as themselves, not as the
+    /// controls and characters they name.
+    #[test]
+    fn what_admins_see_reads_back_to_the_bytes_alone() {
+        let shown = |b: &[u8]| Shown::of(&HeldInput::new(b.to_vec()), b).text;
+        assert_eq!(shown(b"echo ok \\u{a}# x"), "echo ok \\\\u{a}# x");
+        assert_ne!(shown(b"a\nb"), shown(b"a\\u{a}b"));
+        assert_eq!(shown(b"\xff\xfe\xef\xbf\xbd"), "\\xff\\xfe\u{fffd}");
     }
 }

@@ -227,6 +227,14 @@ impl Approvals {
         Ok(bad)
     }
 
+    /// Whether a call of `uid` could be held now ([`bounds`]): asked before its input is
+    /// read, so a uid at its bound costs guardd no read (`hold` asks again).
+    pub fn may_hold(&self, uid: u32, privileged: bool) -> Result<(), ApprovalError> {
+        let map = self.lock();
+        let uids: Vec<u32> = map.values().map(|e| e.record.held.uid).collect();
+        self.bounds.admit(&uids, uid, privileged)
+    }
+
     /// Holds a call, durably, before its caller hears that it is held, within the bounds of
     /// held calls ([`bounds`]); `privileged`: its caller is root or an admin.
     pub fn hold(&self, mut record: Record, privileged: bool) -> Result<(), ApprovalError> {

@@ -56,6 +56,8 @@ pub enum FileAccess {
     /// A directory opened to read its names (`O_DIRECTORY`): a listing, not a read of what
     /// lies beneath, which `policy suggest` must not propose as a `read` of the whole tree.
     List,
+    /// An `O_PATH` open: a name looked up, nothing read (landlock does not check it either).
+    Path,
 }
 
 impl FilesSeen {
@@ -95,7 +97,9 @@ impl FilesSeen {
 
 /// What an open with `flags` could do.
 fn access(flags: u32) -> FileAccess {
-    if is_write(flags) {
+    if flags as i32 & libc::O_PATH != 0 {
+        FileAccess::Path
+    } else if is_write(flags) {
         FileAccess::Write
     } else if flags as i32 & libc::O_DIRECTORY != 0 {
         FileAccess::List
@@ -197,6 +201,8 @@ mod tests {
         // A directory opened for its names is a listing.
         files.record(&open("/etc", libc::O_RDONLY | libc::O_DIRECTORY, 3));
         assert_eq!(files.paths.last().map(|f| f.access), Some(FileAccess::List));
+        files.record(&open("/etc/ssh", libc::O_PATH | libc::O_DIRECTORY, 3));
+        assert_eq!(files.paths.last().map(|f| f.access), Some(FileAccess::Path));
     }
 
     #[test]

@@ -93,7 +93,17 @@ pub async fn hold(
     stdin: &OwnedFd,
 ) -> io::Result<Waited> {
     let (call_id, decision) = (h.call_id.clone(), h.decision);
-    let (form, input) = match form_of(daemon, &mut h, stdin).await {
+    // Root and admins are held within the total alone: their calls keep the reserve.
+    let privileged =
+        (daemon.access.read().unwrap_or_else(|p| p.into_inner())).permits(peer, Role::Admin);
+    // A uid at its bound is refused before guardd reads any input for it (an outside pass's
+    // F5: each of its connections kept a read going for 10 s before its refusal).
+    let admitted = daemon.approvals.may_hold(peer.uid, privileged);
+    let formed = match admitted {
+        Ok(()) => form_of(daemon, &mut h, stdin).await,
+        Err(e) => Err(e.to_string()),
+    };
+    let (form, input) = match formed {
         Ok(form) => form,
         Err(why) => {
             let why = format!("not held: {why}");
@@ -107,9 +117,6 @@ pub async fn hold(
     rec.held.input = input;
     let held = rec.held.clone();
     let digest = held.digest.clone();
-    // Root and admins are held within the total alone: their calls keep the reserve.
-    let privileged =
-        (daemon.access.read().unwrap_or_else(|p| p.into_inner())).permits(peer, Role::Admin);
     if let Err(e) = daemon.approvals.hold(rec, privileged) {
         // Not held, so never run: a row says why, as for every other end of a held call.
         let why = format!("not held: {e}");

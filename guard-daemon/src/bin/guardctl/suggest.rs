@@ -36,6 +36,8 @@ struct Seen {
     /// Directories whose names were read: never proposed (a `read` of a directory grants
     /// everything beneath it), said in a comment.
     listed: Calls,
+    /// Names looked up with `O_PATH`, nothing read: never proposed, said in a comment.
+    looked_up: Calls,
     refused: Calls,
     /// Calls whose opens were not traced.
     untraced: BTreeSet<String>,
@@ -140,6 +142,7 @@ impl Seen {
                     match f["result"].as_str() {
                         Some("ok") if access == "read" => by(&mut self.read, path),
                         Some("ok") if access == "list" => by(&mut self.listed, path),
+                        Some("ok") if access == "path" => by(&mut self.looked_up, path),
                         Some("ok") => by(&mut self.write, path),
                         // Refused by a layer (what no such file answers is no attempt's end).
                         Some(errno @ ("EACCES" | "EPERM" | "EROFS")) => {
@@ -196,6 +199,17 @@ impl Seen {
                 kept
             };
         let path = |p: &str| fence.refuses(p);
+        // A directory opened without O_DIRECTORY (`openat(fd, ".")`, a plain open, a link
+        // named like a file) is a directory all the same: a read of it grants all beneath it.
+        let file = |p: &str| {
+            fence.refuses(p).or_else(|| {
+                Path::new(p).is_dir().then(|| {
+                    "a directory (a read of it grants all beneath it; its files are proposed \
+                     one by one)"
+                        .to_owned()
+                })
+            })
+        };
         let shows = |s: &str| {
             s.chars()
                 .any(hidden)
@@ -206,7 +220,7 @@ impl Seen {
         let traced = self.untraced.is_empty();
         let (read, write) = if traced {
             (
-                fenced("read", &self.read, &path),
+                fenced("read", &self.read, &file),
                 fenced("write", &self.write, &path),
             )
         } else {
@@ -271,6 +285,14 @@ impl Seen {
                 out,
                 "# listed, not proposed (a read of a directory grants all beneath it): {dir}  \
                  # {}",
+                listed(ids)
+            );
+        }
+        for (name, ids) in &self.looked_up {
+            let name = printable(name);
+            let _ = writeln!(
+                out,
+                "# looked up (O_PATH), nothing read, not proposed: {name}  # {}",
                 listed(ids)
             );
         }
@@ -397,7 +419,9 @@ mod tests {
                 {"path": "/etc/hostname", "access": "read", "result": "ok"},
                 {"path": "/var/lib/guard/audit.jsonl", "access": "write", "result": "ok"},
                 {"path": "/srv/ws/out", "access": "write", "result": "ok"},
-                {"path": "/srv/ws/src", "access": "list", "result": "ok"}]},
+                {"path": "/srv/ws/src", "access": "list", "result": "ok"},
+                {"path": "/usr/share", "access": "read", "result": "ok"},
+                {"path": "/etc/ssh", "access": "path", "result": "ok"}]},
         });
         s.add("c1", &receipt, true);
         let text = s.effects("t", &fence());
@@ -418,6 +442,8 @@ mod tests {
             "# not proposed: write /var/lib/guard/audit.jsonl: guard's state (/var/lib/guard)  # c1",
             "# not proposed: exec /srv/ws/\\u{202e}gnp.sh: it holds characters",
             "# listed, not proposed (a read of a directory grants all beneath it): /srv/ws/src  # c1",
+            "# not proposed: read /usr/share: a directory",
+            "# looked up (O_PATH), nothing read, not proposed: /etc/ssh  # c1",
         ] {
             assert!(text.contains(said), "{said} not in:\n{text}");
         }

@@ -280,12 +280,14 @@ impl Walked {
 }
 
 /// Whether `dir` is what git takes for a bare repository: `HEAD` with `objects/` and `refs/`
-/// beside it (a file named `HEAD` alone is a file: a log's, an archive's).
+/// beside it, or with a `commondir` file, which names where git looks for them instead (a file
+/// named `HEAD` alone is a file: a log's, an archive's).
 pub(super) fn is_bare(dir: std::os::fd::BorrowedFd) -> bool {
     let is_dir = |name: &[u8]| {
         stat_at(dir, name).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
     };
-    stat_at(dir, super::BARE_HEAD.as_bytes()).is_some() && is_dir(b"objects") && is_dir(b"refs")
+    stat_at(dir, super::BARE_HEAD.as_bytes()).is_some()
+        && (stat_at(dir, b"commondir").is_some() || (is_dir(b"objects") && is_dir(b"refs")))
 }
 
 /// The inode of `name` in `dir`, no link followed; 0 when it is gone.

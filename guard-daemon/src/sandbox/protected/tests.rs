@@ -225,20 +225,30 @@ fn a_head_is_a_bare_repository_only_beside_objects_and_refs() {
     let ws = std::fs::canonicalize(dir.path()).expect("real");
     std::fs::create_dir_all(ws.join("notes")).expect("mkdir");
     std::fs::create_dir_all(ws.join("bare")).expect("mkdir");
+    std::fs::create_dir_all(ws.join("common")).expect("mkdir");
     let (_, absent) = within(&[Writable::at(&ws)], None, None).expect("kept");
-    for d in ["", "notes/", "bare/"] {
+    for d in ["", "notes/", "bare/", "common/"] {
         std::fs::write(ws.join(format!("{d}HEAD")), "n\n").expect("HEAD");
     }
+    // A commondir names where git finds objects/ and refs/: beside a HEAD, a repository.
+    std::fs::write(ws.join("common/commondir"), "../bare\n").expect("commondir");
     std::fs::create_dir_all(ws.join("notes/logs")).expect("logs");
     std::fs::write(ws.join("notes/logs/HEAD"), "n\n").expect("HEAD");
     for d in ["bare/objects", "bare/refs"] {
         std::fs::create_dir_all(ws.join(d)).expect("mkdir");
     }
-    let planted: Vec<String> = absent
+    let mut planted: Vec<String> = absent
         .made_and_moved("t")
         .into_iter()
         .map(|p| p.path)
         .collect();
-    assert_eq!(planted, [format!("{}/bare/HEAD", ws.display())]);
+    planted.sort();
+    assert_eq!(
+        planted,
+        [
+            format!("{}/bare/HEAD", ws.display()),
+            format!("{}/common/HEAD", ws.display())
+        ]
+    );
     assert!(ws.join("HEAD").exists() && ws.join("notes/logs/HEAD").exists());
 }
