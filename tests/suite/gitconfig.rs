@@ -6,14 +6,16 @@
 //! developer uses git, and the project's other files are the call's.
 
 use std::{
-    os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Output},
 };
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::support::{self, Guardd, NOBODY, TempDir, output};
+use super::{
+    planted::{git, hook, shell},
+    support::{self, Guardd, NOBODY, TempDir, output},
+};
 
 /// A workspace owned by the developer ([`NOBODY`]) with a repository `proj` beneath it whose
 /// `.git/config` ends with `config`, the files `files` (path, text, executable) in it, and
@@ -23,21 +25,6 @@ struct Setup {
     ws: PathBuf,
     proj: PathBuf,
     guardd: Guardd,
-}
-
-/// `git ARGS` in `dir` as the developer, directly (not through guard).
-fn git(dir: &Path, args: &[&str]) -> Output {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
-        .env("GIT_COMMITTER_NAME", "dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
-        .uid(NOBODY)
-        .gid(NOBODY);
-    output(c)
 }
 
 fn setup(config: &str, files: &[(&str, &str, bool)]) -> Setup {
@@ -76,9 +63,7 @@ fn setup(config: &str, files: &[(&str, &str, bool)]) -> Setup {
 impl Setup {
     /// The default `shell` tool through guard-exec, as the developer, from the project.
     fn shell(&self, command: &str) -> Output {
-        let mut c = self.guardd.exec("shell", &[&format!("command={command}")]);
-        c.current_dir(&self.proj).uid(NOBODY).gid(NOBODY);
-        output(c)
+        shell(&self.guardd, &self.proj, command)
     }
 
     /// Whether the call `command` (which says `wrote` once done) went through.
@@ -93,34 +78,8 @@ impl Setup {
 
     /// Claude Code's PreToolUse hook for a Write of `path` in the project: its decision.
     fn hook_write(&self, path: &str) -> String {
-        let event = json!({
-            "session_id": "s",
-            "transcript_path": "/tmp/t.jsonl",
-            "cwd": self.proj,
-            "hook_event_name": "PreToolUse",
-            "tool_name": "Write",
-            "tool_input": {"file_path": self.proj.join(path), "content": "x"},
-        });
-        let mut c = Command::new(support::bin("guard-exec"));
-        c.args(["hook", "claude-code", "--socket"])
-            .arg(&self.guardd.socket)
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped());
-        let mut child = c.spawn().expect("hook");
-        std::io::Write::write_all(
-            child.stdin.as_mut().expect("stdin"),
-            event.to_string().as_bytes(),
-        )
-        .expect("event");
-        drop(child.stdin.take());
-        let out = child.wait_with_output().expect("hook ran");
-        let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        answer["hookSpecificOutput"]["permissionDecision"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{out:?}"))
-            .to_owned()
+        let input = json!({"file_path": self.proj.join(path), "content": "x"});
+        hook(&self.guardd, &self.proj, "Write", input)
     }
 }
 

@@ -26,7 +26,7 @@ struct Setup {
 }
 
 /// `git ARGS` in `dir` as the developer, directly (not through guard).
-fn git(dir: &Path, args: &[&str]) -> Output {
+pub(super) fn git(dir: &Path, args: &[&str]) -> Output {
     let mut c = Command::new("git");
     c.current_dir(dir)
         .args(args)
@@ -74,42 +74,53 @@ fn setup() -> Setup {
 impl Setup {
     /// The default `shell` tool through guard-exec, as the developer, from `dir`.
     fn shell(&self, dir: &Path, command: &str) -> Output {
-        let mut c = self.guardd.exec("shell", &[&format!("command={command}")]);
-        c.current_dir(dir).uid(NOBODY).gid(NOBODY);
-        output(c)
+        shell(&self.guardd, dir, command)
     }
 
     /// Claude Code's PreToolUse hook for `tool` with `input`, from `cwd`: its decision.
     fn hook(&self, cwd: &Path, tool: &str, input: Value) -> String {
-        let event = json!({
-            "session_id": "s",
-            "transcript_path": "/tmp/t.jsonl",
-            "cwd": cwd,
-            "hook_event_name": "PreToolUse",
-            "tool_name": tool,
-            "tool_input": input,
-        });
-        let mut c = Command::new(support::bin("guard-exec"));
-        c.args(["hook", "claude-code", "--socket"])
-            .arg(&self.guardd.socket)
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped());
-        let mut child = c.spawn().expect("hook");
-        std::io::Write::write_all(
-            child.stdin.as_mut().expect("stdin"),
-            event.to_string().as_bytes(),
-        )
-        .expect("event");
-        drop(child.stdin.take());
-        let out = child.wait_with_output().expect("hook ran");
-        let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        answer["hookSpecificOutput"]["permissionDecision"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{out:?}"))
-            .to_owned()
+        hook(&self.guardd, cwd, tool, input)
     }
+}
+
+/// The default `shell` tool of `guardd` through guard-exec, as the developer, from `dir`.
+pub(super) fn shell(guardd: &Guardd, dir: &Path, command: &str) -> Output {
+    let mut c = guardd.exec("shell", &[&format!("command={command}")]);
+    c.current_dir(dir).uid(NOBODY).gid(NOBODY);
+    output(c)
+}
+
+/// Claude Code's PreToolUse hook for `tool` with `input`, from `cwd`, as the developer: the
+/// decision `guardd` gave.
+pub(super) fn hook(guardd: &Guardd, cwd: &Path, tool: &str, input: Value) -> String {
+    let event = json!({
+        "session_id": "s",
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": cwd,
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": input,
+    });
+    let mut c = Command::new(support::bin("guard-exec"));
+    c.args(["hook", "claude-code", "--socket"])
+        .arg(&guardd.socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("hook");
+    std::io::Write::write_all(
+        child.stdin.as_mut().expect("stdin"),
+        event.to_string().as_bytes(),
+    )
+    .expect("event");
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("hook ran");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    answer["hookSpecificOutput"]["permissionDecision"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out:?}"))
+        .to_owned()
 }
 
 #[test]
