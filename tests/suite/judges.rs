@@ -260,6 +260,20 @@ fn a_judges_reasoning_reaches_the_caller_only_when_reasons_are_disclosed() {
         !stderr.contains("secret") && !stderr.contains("judge"),
         "{stderr}"
     );
+    // Its own caller (root here) reads the judge's reasons over the socket (`guardctl why`).
+    let id = stderr
+        .split("(call ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .expect("the call's id")
+        .to_owned();
+    let why = output(guardd.ctl(&["why", &id]));
+    assert!(why.status.success(), "{why:?}");
+    let said = text(&why.stdout);
+    assert!(
+        said.contains("it reads a secret") && said.contains("judge:"),
+        "{said}"
+    );
     let rows = judged(&guardd);
     assert!(
         rows.iter()

@@ -39,38 +39,52 @@ impl Reasons {
         // caller, they would tell it which guess matched.
         let admins_only = row.metadata.stage == Some(Stage::Secret)
             || row.check_name == crate::callers::probes::CHECK;
-        let reason = if admins_only {
-            "held for an admin, who has its reason (guardctl show ID)".to_owned()
-        } else {
-            let mut r = row.reason.clone();
-            if r.len() > REASON_BYTES {
-                let mut end = REASON_BYTES;
-                while !r.is_char_boundary(end) {
-                    end -= 1;
-                }
-                r.truncate(end);
-                r.push('…');
-            }
-            r
+        let why = Why {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            decision: row.decision,
+            check: if admins_only {
+                String::new()
+            } else {
+                row.check_name.clone()
+            },
+            reason: if admins_only {
+                "held for an admin, who has its reason (guardctl show ID)".to_owned()
+            } else {
+                row.reason.clone()
+            },
         };
+        self.push(uid, why);
+    }
+
+    /// Remembers that judge `judge` rejected call `call_id` of `tool`, made by `uid`, and why
+    /// (the policy allowed it; the judge blocked it after that decision was kept, if at all).
+    pub fn judged(&self, call_id: &str, tool: &str, uid: u32, judge: &str, reason: String) {
+        let why = Why {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            decision: Decision::Block,
+            check: format!("judge:{judge}"),
+            reason,
+        };
+        self.push(uid, why);
+    }
+
+    /// Keeps `why` for `uid`, its reason bounded, the oldest call going when full.
+    fn push(&self, uid: u32, mut why: Why) {
+        if why.reason.len() > REASON_BYTES {
+            let mut end = REASON_BYTES;
+            while !why.reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            why.reason.truncate(end);
+            why.reason.push('…');
+        }
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() >= KEPT {
             kept.pop_front();
         }
-        kept.push_back(Kept {
-            uid,
-            why: Why {
-                call_id: call_id.to_owned(),
-                tool: tool.to_owned(),
-                decision: row.decision,
-                check: if admins_only {
-                    String::new()
-                } else {
-                    row.check_name.clone()
-                },
-                reason,
-            },
-        });
+        kept.push_back(Kept { uid, why });
     }
 
     /// Why call `call_id` did not run as asked, for `uid` (`admin`: any call's); `None` when it
@@ -124,5 +138,13 @@ mod tests {
             "{secret:?}"
         );
         assert_eq!(r.of("c3", 7, false), None, "it ran");
+        // Allowed, then rejected by a judge: the judge's reason is its caller's to read.
+        r.judged("c3", "t", 7, "safety", "deletes the repository".into());
+        let judged = r.of("c3", 7, false).expect("kept");
+        assert_eq!(
+            (judged.check.as_str(), judged.reason.as_str()),
+            ("judge:safety", "deletes the repository")
+        );
+        assert_eq!(judged.decision, Decision::Block);
     }
 }

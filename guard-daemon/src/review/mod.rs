@@ -411,14 +411,18 @@ impl Review<'_> {
             if v.allowed {
                 continue;
             }
+            let why = v.reason.unwrap_or_default();
+            let why = match v.reasoning.filter(|r| !r.is_empty()) {
+                Some(r) => format!("{why}: {r}"),
+                None => why,
+            };
+            // The call's own uid reads it (`guardctl why`); the agent only when disclosed.
+            let (tool, uid) = (&self.intent.tool, self.peer.uid);
+            (self.daemon.reasons).judged(self.call_id, tool, uid, &j.name, why.clone());
             if !policy.settings().disclose_reasons {
                 return Some("blocked by policy".to_owned());
             }
-            let why = v.reason.unwrap_or_default();
-            return Some(match v.reasoning.filter(|r| !r.is_empty()) {
-                Some(r) => format!("{why}: {r}"),
-                None => why,
-            });
+            return Some(why);
         }
         None
     }
