@@ -239,3 +239,75 @@ fn claude_codes_own_writes_keep_off_what_the_config_hands_to_the_worktree() {
         assert_eq!(s.hook_write(path), "allow", "{path}");
     }
 }
+
+/// An outside pass's F1, F2, F3 and F5: a hooks path beside the project, in the workspace
+/// (`../etc/hooks`), reached through a link of the developer's (`etc -> conf`); a script an
+/// interpreter runs, named without a `/` (`sh fsm.sh`); and the same script in a linked
+/// worktree, whose `.git` is a file and whose config is its main repository's. Each is kept as
+/// the config is, the link too; the developer's git runs only the developer's.
+#[test]
+fn what_a_config_names_beside_the_project_through_a_link_or_a_worktree_is_kept() {
+    if !support::privileged("what_a_config_names_beside_the_project_through_a_link") {
+        return;
+    }
+    let fsm = "#!/bin/sh\necho ran >> ../dev-fsm\nexit 1\n";
+    let s = setup(
+        "[core]\n\thooksPath = ../etc/hooks\n\tfsmonitor = sh fsm.sh\n",
+        &[
+            ("../conf/hooks/pre-commit", DEV_HOOK, true),
+            ("fsm.sh", fsm, false),
+        ],
+    );
+    let link = s.ws.join("etc");
+    std::os::unix::fs::symlink("conf", &link).expect("link");
+    std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).expect("lchown");
+    for args in [
+        &["add", "fsm.sh"][..],
+        &["commit", "-qm", "fsm"],
+        &["worktree", "add", "-q", "../wt"],
+    ] {
+        let out = git(&s.proj, args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let wt = s.ws.join("wt");
+    assert!(s.wrote("echo x > other.sh"), "the control");
+    let attacks = [
+        format!("{PLANT} > ../conf/hooks/pre-commit"),
+        format!("{PLANT} > ../etc/hooks/post-commit && chmod +x ../etc/hooks/post-commit"),
+        format!(
+            "mkdir -p ../evil/hooks && {PLANT} > ../evil/hooks/pre-commit && \
+             chmod +x ../evil/hooks/pre-commit && rm ../etc && ln -s evil ../etc"
+        ),
+        format!("{PLANT} > fsm.sh"),
+    ];
+    let wrote: Vec<&String> = attacks.iter().filter(|a| s.wrote(a)).collect();
+    let in_wt = shell(&s.guardd, &wt, &format!("{PLANT} > fsm.sh && echo wrote"));
+    // The developer's git, in the project and in the worktree.
+    for dir in [&s.proj, &wt] {
+        let status = git(dir, &["status", "--short"]);
+        assert!(status.status.success(), "{status:?}");
+        let commit = git(dir, &["commit", "--allow-empty", "-qm", "two"]);
+        assert!(commit.status.success(), "{commit:?}");
+    }
+    assert!(!s.ws.join("PWNED").exists(), "git ran what a call planted");
+    let ran = std::fs::read_to_string(s.ws.join("dev-hook")).unwrap_or_default();
+    assert_eq!(
+        ran.lines().count(),
+        3,
+        "the developer's hook at each commit: {ran:?}"
+    );
+    assert!(
+        std::fs::read_to_string(s.ws.join("dev-fsm")).is_ok_and(|t| t.contains("ran")),
+        "git runs the developer's fsmonitor"
+    );
+    assert!(wrote.is_empty(), "written through: {wrote:?}");
+    assert!(
+        !String::from_utf8_lossy(&in_wt.stdout).contains("wrote"),
+        "the worktree's script written: {in_wt:?}"
+    );
+    assert_eq!(s.read("fsm.sh"), fsm);
+    assert_eq!(
+        std::fs::read_to_string(wt.join("fsm.sh")).ok().as_deref(),
+        Some(fsm)
+    );
+}

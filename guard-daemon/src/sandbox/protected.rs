@@ -235,12 +235,13 @@ fn keep_beneath(
     git_files(w, out, absent, top);
     // What the repository's config hands to its worktree (`delegated`) is watched at every
     // depth: the walk at the call's end does not know its names.
-    let delegated = delegated::names(w);
-    let ours = listed.len();
-    let listed: Vec<String> = listed.iter().cloned().chain(delegated).collect();
+    let base = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
+    for name in delegated::names(w) {
+        keep_path(writable, &base.join(name), out, absent, 0);
+    }
     let names = listed.iter().cloned().chain(nested(w));
     for (i, name) in names.enumerate() {
-        let watched = i < listed.len() && (top || i >= ours || name.contains('/'));
+        let watched = i < listed.len() && (top || name.contains('/'));
         if keep(w, &name, out) == Err(Errno::ENOENT) && watched {
             absent.watch(w, &name);
         }
@@ -295,6 +296,59 @@ fn keep(w: &Writable, name: &str, out: &mut Vec<Kept>) -> Result<(), Errno> {
         }
     }
     Ok(())
+}
+
+/// The path `path` a repository's config names (`delegated`), kept where a call may write it:
+/// beneath whichever of `writable` holds it, in the project or beside it (`../shared-hooks`),
+/// watched where absent. A link on the way (`etc -> conf`, `etc/hooks`) is kept itself, so a
+/// call cannot point it elsewhere, and the path it leads to is kept in turn.
+fn keep_path(
+    writable: &[Writable],
+    path: &std::path::Path,
+    out: &mut Vec<Kept>,
+    absent: &mut Absent,
+    links: usize,
+) {
+    let holder = writable.iter().filter_map(|w| {
+        let root = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
+        let rel = path.strip_prefix(root).ok()?.to_str()?;
+        (!rel.is_empty() && invalid(rel).is_none()).then(|| (w, rel.to_owned()))
+    });
+    // The deepest writable directory that holds it.
+    let Some((w, rel)) = holder.min_by_key(|(_, rel)| rel.len()) else {
+        return;
+    };
+    match keep(w, &rel, out) {
+        Err(Errno::ENOENT) => absent.watch(w, &rel),
+        Err(Errno::ELOOP) if links < 8 => {
+            let ends = rel.match_indices('/').map(|(i, _)| i);
+            for end in ends {
+                let on_the_way = &rel[..end];
+                if !matches!(beneath(w, on_the_way), Ok((_, true))) {
+                    continue;
+                }
+                let _ = keep(w, on_the_way, out);
+                let link = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()))
+                    .join(on_the_way);
+                if let Ok(target) = std::fs::canonicalize(&link) {
+                    keep_path(
+                        writable,
+                        &target.join(&rel[end + 1..]),
+                        out,
+                        absent,
+                        links + 1,
+                    );
+                }
+                return;
+            }
+        }
+        Ok(()) => {
+            if let Some(target) = out.last().filter(|k| k.link).map(|k| k.place.path.clone()) {
+                keep_target(writable, &target, out);
+            }
+        }
+        Err(_) => {}
+    }
 }
 
 /// What the protected link at `link` leads to, kept read-only (and the directories on the

@@ -122,11 +122,18 @@ impl Delegated {
     }
 }
 
-/// What the repository whose top is `root` hands to its worktree; `read` gives the text of a
-/// file beneath it by its relative name, or nothing.
+/// What the repository whose top is `root` hands to its worktree, from its own configs
+/// ([`CONFIGS`]); `read` gives the text of a file by its name (relative to `root`, or
+/// absolute), or nothing.
+#[cfg(test)]
 pub fn of(root: &Path, read: impl Fn(&str) -> Option<String>) -> Delegated {
+    of_configs(root, &CONFIGS.map(str::to_owned), read)
+}
+
+/// [`of`] from the configs `configs` (a linked worktree's are its main repository's).
+fn of_configs(root: &Path, configs: &[String], read: impl Fn(&str) -> Option<String>) -> Delegated {
     let mut out = Delegated::default();
-    let mut queue: VecDeque<(String, usize)> = CONFIGS.iter().map(|c| (c.to_string(), 0)).collect();
+    let mut queue: VecDeque<(String, usize)> = configs.iter().map(|c| (c.clone(), 0)).collect();
     let mut seen: Vec<String> = Vec::new();
     // Breadth first: a file is read at the least depth it is included at.
     while let Some((name, depth)) = queue.pop_front() {
@@ -155,9 +162,11 @@ pub fn of(root: &Path, read: impl Fn(&str) -> Option<String>) -> Delegated {
                     }
                 }
                 _ if runs(&e, value) => {
-                    // Git runs commands from the top of the worktree.
+                    // Git runs commands from the top of the worktree. A word without a `/` is
+                    // a path only as a file there (`sh fsm.sh`), not a program on the PATH.
                     let named = words(value)
                         .into_iter()
+                        .filter(|w| w.contains('/') || read(w).is_some())
                         .filter_map(|w| inside(root, "", &w));
                     out.commands.extend(named);
                 }
@@ -181,10 +190,11 @@ fn runs(e: &gitconfig::Entry, value: &str) -> bool {
     COMMANDS.iter().any(matches) || (value.starts_with('!') && BANG_COMMANDS.iter().any(matches))
 }
 
-/// The words of the command `value` that name a path (hold a `/`), as a shell splits them:
-/// quotes and `\` taken away, `;`, `&`, `|`, `(`, `)`, `<`, `>` and backquotes between words,
-/// `--option=` and `NAME=` before a path dropped; a word with `$` (a variable) or a URL is
-/// none.
+/// The words of the command `value` that may name a path, as a shell splits them: quotes and
+/// `\` taken away, `;`, `&`, `|`, `(`, `)`, `<`, `>` and backquotes between words, `--option=`
+/// and `NAME=` before a path dropped; what a variable or a command's output starts a word with
+/// (`$(git rev-parse --show-toplevel)/x`, `$PWD/x`, `${GIT_DIR}/../x`) taken for the top of the
+/// worktree (`x`, `../x`); an option or a URL is none.
 fn words(value: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
@@ -203,8 +213,15 @@ fn words(value: &str) -> Vec<String> {
             }
             _ => w,
         };
-        if w.contains('/') && !w.contains(['$', '\0']) && !w.contains("://") && !w.starts_with('-')
-        {
+        // After the last expansion, its first `/`: what follows is the path beneath it.
+        let w = match w.rfind('$') {
+            Some(at) => match w[at..].find('/') {
+                Some(slash) => w[at + slash + 1..].to_owned(),
+                None => String::new(),
+            },
+            None => w,
+        };
+        if !w.is_empty() && !w.contains('\0') && !w.contains("://") && !w.starts_with('-') {
             out.push(w);
         }
     };
@@ -223,22 +240,75 @@ fn words(value: &str) -> Vec<String> {
 }
 
 /// `value` (relative to `dir` beneath `root`, or absolute) as a protected name beneath
-/// `root`: `..` applied, and `None` outside `root`, through `~` or `%(prefix)`, or with nothing
-/// left. Git's `:(optional)` before a path is taken away.
+/// `root`, `..` applied; outside `root`, its absolute path (a hooks directory shared by the
+/// workspace's projects: kept where a call may write it, `protected::keep_path`). `None`
+/// through `~` or `%(prefix)` (outside every workspace), or with nothing left. Git's
+/// `:(optional)` before a path is taken away.
 fn inside(root: &Path, dir: &str, value: &str) -> Option<String> {
     let value = value.strip_prefix(":(optional)").unwrap_or(value);
-    if value.is_empty() || value.starts_with(['~', '%']) {
+    if value.is_empty() || value.starts_with(['~', '%']) || value.contains('\0') {
         return None;
     }
     let path = crate::sandbox::resolve::normalize(&root.join(dir).join(value));
-    let name = path.strip_prefix(root).ok()?.to_str()?.to_owned();
-    (!name.is_empty() && super::invalid(&name).is_none()).then_some(name)
+    match path.strip_prefix(root) {
+        Ok(rel) => {
+            let name = rel.to_str()?.to_owned();
+            (!name.is_empty() && super::invalid(&name).is_none()).then_some(name)
+        }
+        Err(_) => path.to_str().map(str::to_owned),
+    }
 }
 
-/// What the repository at `w` hands to its worktree (`of`), read beneath it.
+/// What the repository at `w` hands to its worktree (`of`), read beneath it; for a linked
+/// worktree or a submodule (`.git` a file), from the git directory it names and that one's
+/// common directory. Each a name beneath `w`, or an absolute path outside it.
 pub fn names(w: &Writable) -> Vec<String> {
     let root = Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
-    of(root, |name| read(w, root, name)).names()
+    let read_at = |name: &str| match name.starts_with('/') {
+        true => read_outside(Path::new(name)),
+        false => read(w, root, name),
+    };
+    let configs = match git_dir(root, read(w, root, ".git")) {
+        Some(dirs) => dirs,
+        None => CONFIGS.map(str::to_owned).to_vec(),
+    };
+    of_configs(root, &configs, read_at).names()
+}
+
+/// The configs of the git directory a `.git` file (`text`) names for the worktree at `root`:
+/// its common directory's `config` and its own `config.worktree`.
+fn git_dir(root: &Path, text: Option<String>) -> Option<Vec<String>> {
+    let text = text?;
+    let named = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let dir = crate::sandbox::resolve::normalize(&root.join(named));
+    let common = match read_outside(&dir.join("commondir")) {
+        Some(c) => crate::sandbox::resolve::normalize(&dir.join(c.trim())),
+        None => dir.clone(),
+    };
+    let shown = |p: std::path::PathBuf| p.to_str().map(str::to_owned);
+    Some(
+        [
+            shown(common.join("config")),
+            shown(dir.join("config.worktree")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+    )
+}
+
+/// The text of the regular file at the absolute `path` (a linked worktree's configs, in its
+/// main repository): its last component not followed, read without blocking and bounded.
+fn read_outside(path: &Path) -> Option<String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    file.metadata().ok().filter(std::fs::Metadata::is_file)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_SIZE), &mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// What the repository whose top is the directory `top` hands to its worktree, for a check
@@ -265,20 +335,22 @@ pub fn names_at(top: &Path) -> Vec<String> {
     names(&w)
 }
 
-/// What `path` is, or lies beneath, of what the config of a repository above it (one whose
-/// `.git` is a directory) hands to its worktree: Claude Code's own writes are held to these
-/// as to the protected names (`client::hook`).
+/// What `path` is, or lies beneath, of what the config of a repository above it hands to its
+/// worktree, within it or elsewhere (a linked worktree's and a submodule's too): Claude Code's
+/// own writes are held to these as to the protected names (`client::hook`).
 pub fn handed(path: &Path) -> Option<String> {
     for top in path.ancestors().skip(1) {
-        let repository =
-            std::fs::symlink_metadata(top.join(".git")).is_ok_and(|m| m.file_type().is_dir());
+        if std::fs::symlink_metadata(top.join(".git")).is_err() {
+            continue;
+        }
         let Ok(rel) = path.strip_prefix(top) else {
             continue;
         };
-        if !repository {
-            continue;
-        }
-        if let Some(name) = names_at(top).into_iter().find(|n| rel.starts_with(n)) {
+        let at = |n: &String| match n.starts_with('/') {
+            true => path.starts_with(n),
+            false => rel.starts_with(n),
+        };
+        if let Some(name) = names_at(top).into_iter().find(at) {
             return Some(name);
         }
     }

@@ -32,18 +32,20 @@ fn the_hooks_path_is_read_whatever_the_layout() {
         .filter(|config| hooks(config) != [".githooks"])
         .collect();
     assert!(missed.is_empty(), "{missed:#?}");
-    // What is not a hooks path: another section's key, a subsection's, one outside, a home's.
+    // What is not a hooks path: another section's key, a subsection's, a home's.
     for config in [
         "[core \"x\"]\n\thooksPath = .githooks\n",
         "[core.x]\n\thooksPath = .githooks\n",
         "[other]\n\thooksPath = .githooks\n",
-        "[core]\n\thooksPath = ../elsewhere\n",
         "[core]\n\thooksPath = ~/hooks\n",
         "[core]\n\t# hooksPath = .githooks\n",
         "[core]\n\tx = \"a\\\nhooksPath = .githooks\"\n",
     ] {
         assert_eq!(hooks(config), Vec::<String>::new(), "{config:?}");
     }
+    // Beside the repository, in the workspace (an outside pass's F1): named by its path, and
+    // kept wherever a call may write it.
+    assert_eq!(hooks("[core]\n\thooksPath = ../shared\n"), ["/shared"]);
 }
 
 #[test]
@@ -108,6 +110,8 @@ fn the_programs_commands_run_from_the_worktree_are_named() {
             "tools/fsm.sh",
             "bin/ssh",
             "ed.sh",
+            // Outside the repository: kept where a call may write it, else nothing to keep.
+            "/usr/bin/askpass",
             "scripts/seq.sh",
             "conv/x",
             "d/cmd",
@@ -134,11 +138,21 @@ fn the_programs_commands_run_from_the_worktree_are_named() {
 
 #[test]
 fn words_are_split_as_a_shell_splits_them() {
+    let paths =
+        |v: &str| -> Vec<String> { words(v).into_iter().filter(|w| w.contains('/')).collect() };
     assert_eq!(
-        words("!f() { ./a/b \"c d/e\" 'g/h'\\ i; }; f `./j/k` $(./l/m)>o/p"),
+        paths("!f() { ./a/b \"c d/e\" 'g/h'\\ i; }; f `./j/k` $(./l/m)>o/p"),
         ["./a/b", "c d/e", "g/h i", "./j/k", "./l/m", "o/p"]
     );
-    assert!(words("https://x/y $X/z --opt -o/x").is_empty());
+    assert!(paths("https://x/y --opt -o/x").is_empty());
+    // An interpreter and its script (an outside pass's F3); what an expansion starts a word
+    // with, taken for the top (F4).
+    assert_eq!(words("sh fsm.sh"), ["sh", "fsm.sh"]);
+    assert_eq!(
+        words("\"$(git rev-parse --show-toplevel)\"/tools/conv.sh"),
+        ["tools/conv.sh"]
+    );
+    assert_eq!(words("$GIT_DIR/../x ${PWD}/y"), ["../x", "y"]);
 }
 
 /// Read from the disk: a FIFO holds nothing up, a link is followed only within the
