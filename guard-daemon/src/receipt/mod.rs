@@ -284,17 +284,16 @@ impl Receipts {
     /// refused by the kernel, and a divergence, ending the call where divergences do.
     pub fn attempted(&self, cgroup_id: u64, attempt: crate::sandbox::writes::Attempt, bus: &Bus) {
         if let Some(draft) = self.lock().get_mut(&cgroup_id) {
-            use crate::sandbox::writes::AttemptKind;
-            let effect = match attempt.kind {
-                AttemptKind::Exec => Effect::Exec {
+            let effect = if attempt.exec {
+                Effect::Exec {
                     path: attempt.path,
                     by_landlock: true,
-                },
-                AttemptKind::WriteOpen => Effect::WriteOpen {
+                }
+            } else {
+                Effect::WriteOpen {
                     path: attempt.path,
                     flags: attempt.flags,
-                },
-                AttemptKind::UnixConnect => Effect::UnixConnect { path: attempt.path },
+                }
             };
             draft.diverge(effect, Some(attempt.pid), false, bus);
         }
