@@ -363,17 +363,24 @@ fn abuse_a_tool_cannot_connect_to_guardds_socket_even_when_its_mode_allows() {
         return;
     }
     let s = Setup::new();
-    let guardd = Guardd::start(&s.policy("", ""));
+    let guardd = Guardd::start(&s.policy("on_divergence = \"deny\"", ""));
     fs::set_permissions(&guardd.socket, fs::Permissions::from_mode(0o666)).expect("chmod");
-    // seccomp: without the `unix` effect a call gets no AF_UNIX socket to connect with.
+    // Without the `unix` effect a call in a network namespace of its own has Unix stream
+    // sockets, whose connects guardd makes: not to guardd's socket, outside the call's places
+    // (EACCES), and a divergence.
     let out = call(
         &guardd,
         &["unix-connect", &guardd.socket.display().to_string()],
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).starts_with("ERR EPERM "),
+        String::from_utf8_lossy(&out.stderr).starts_with("ERR EACCES "),
         "{out:?}"
+    );
+    let row = super::escape::last_receipt(&guardd);
+    assert_eq!(
+        row["effects_observed"]["divergences"][0]["effect"], "unix_connect",
+        "{row:#}"
     );
     // Nor a datagram socketpair, whose sendto(2) would reach any pathname datagram socket.
     let out = call(&guardd, &["socketpair-dgram"]);

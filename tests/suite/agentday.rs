@@ -662,13 +662,13 @@ fn agentday_a_c_test_built_with_addresssanitizer_passes() {
 /// A project's own Unix sockets work through guard as they do directly: Python's
 /// `multiprocessing.Manager()`, the `forkserver` start method (the default on Linux from Python
 /// 3.14, for every Pool and ProcessPoolExecutor) and a server on a socket file in a temporary
-/// directory (`pyproj/unix/`), and Node's `net` server on a socket file in the project. Today
-/// the default shell's seccomp refuses `socket(AF_UNIX)` (EPERM): each fails, and the receipt
-/// says the call conformed while guard-exec says nothing.
+/// directory (`pyproj/unix/`), and Node's `net` server on a socket file in the project. The
+/// default shell's seccomp refused `socket(AF_UNIX)` (EPERM), unreported: each failed. Now a
+/// call in a network namespace of its own has Unix stream sockets, and guardd makes their
+/// connects (`sandbox::writes::unix`).
 #[test]
-#[ignore = "open: the default shell refuses socket(AF_UNIX), unreported: multiprocessing's Manager and forkserver, servers on socket files fail"]
-fn agentday_open_a_projects_own_unix_sockets_work() {
-    if !support::privileged("agentday_open_a_projects_own_unix_sockets_work") {
+fn agentday_a_projects_own_unix_sockets_work() {
+    if !support::privileged("agentday_a_projects_own_unix_sockets_work") {
         return;
     }
     let root = Root::new();
@@ -732,4 +732,90 @@ fn three_ways(
         }
     }
     (direct, direct_left, wrong)
+}
+
+/// What a call's Unix stream sockets reach: its own (a server it started, whose peer
+/// credentials name the call's user, not guardd's root), nothing else. A service's socket
+/// outside the call's places, even one every user may connect to, is refused (EACCES) and a
+/// divergence, from its main thread or another (an outside pass's second thread went
+/// unjudged); through a link the call made, the same; an abstract name of the host's is not in
+/// the call's network namespace.
+#[test]
+fn agentday_a_call_reaches_no_unix_socket_but_its_own() {
+    if !support::privileged("agentday_a_call_reaches_no_unix_socket_but_its_own") {
+        return;
+    }
+    let root = Root::new();
+    let ws = workspace(&root);
+    let guardd = guardd_in(&ws);
+    // The host's services: a socket file anyone may connect to, and an abstract name.
+    let host = root.0.join("svc");
+    std::fs::create_dir(&host).expect("mkdir");
+    let path = host.join("svc.sock");
+    let served = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let name = support::unique("guard-abstract");
+    let abstract_addr = {
+        use std::os::linux::net::SocketAddrExt as _;
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name")
+    };
+    let _abstract = std::os::unix::net::UnixListener::bind_addr(&abstract_addr).expect("bind");
+    let probe = format!(
+        "import os, socket, struct\n\
+         def attempt(addr):\n\
+         \x20   s = socket.socket(socket.AF_UNIX)\n\
+         \x20   try:\n\
+         \x20       s.connect(addr)\n\
+         \x20       return 'connected'\n\
+         \x20   except OSError as e:\n\
+         \x20       return type(e).__name__\n\
+         print('host', attempt('{host}'))\n\
+         import threading\n\
+         got = []\n\
+         t = threading.Thread(target=lambda: got.append(attempt('{host}')))\n\
+         t.start()\n\
+         t.join()\n\
+         print('thread', got[0])\n\
+         os.symlink('{host}', 'l.sock')\n\
+         print('link', attempt('l.sock'))\n\
+         print('abstract', attempt('\\0{name}'))\n\
+         srv = socket.socket(socket.AF_UNIX)\n\
+         srv.bind('own.sock')\n\
+         srv.listen()\n\
+         c = socket.socket(socket.AF_UNIX)\n\
+         c.connect('own.sock')\n\
+         a, _ = srv.accept()\n\
+         pid, uid, gid = struct.unpack('3i', a.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))\n\
+         print('peer', uid == os.getuid(), gid == os.getgid())\n",
+        host = path.display(),
+    );
+    std::fs::write(ws.join("probe.py"), probe).expect("probe");
+    let before = finished_rows(&guardd).len();
+    let out = run(&guardd, &ws, Via::Guard, "python3 probe.py", &ws);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said,
+        "host PermissionError\nthread PermissionError\nlink PermissionError\nabstract \
+         ConnectionRefusedError\npeer True True\n",
+        "{out:?}"
+    );
+    let rows = new_finished(&guardd, before);
+    let refused: Vec<&Value> = rows
+        .iter()
+        .flat_map(|r| {
+            r["effects_observed"]["divergences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter(|d| d["effect"] == "unix_connect")
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|d| d["path"] == path.display().to_string().as_str()),
+        "{rows:#?}"
+    );
+    drop(served);
 }

@@ -844,3 +844,58 @@ fn a_child_execs_the_tool_only_past_an_open_gate_and_leaves_before_it_otherwise(
     let outcome = to_end(*launched, &cg, &p).expect("run");
     assert_eq!(outcome.exit_code, 3, "{outcome:?}");
 }
+
+/// The kernel's backstop behind guardd's Unix connects (`writes::backstop`): linked to a call's
+/// cgroup, it refuses (EPERM) every Unix connect a task there makes itself, whatever the path,
+/// so that what guardd lets go on in the kernel (a descriptor swapped under its look) reaches
+/// nothing; guardd's own cgroup (here the test's) still connects. Unlinked, the same connects.
+#[test]
+fn sandbox_the_unix_backstop_refuses_a_calls_own_unix_connects() {
+    if !support::privileged("sandbox_the_unix_backstop_refuses_a_calls_own_unix_connects") {
+        return;
+    }
+    use guard::sandbox::writes::backstop::{UnixBackstop, own_cgroup_id};
+    use std::os::unix::process::CommandExt as _;
+    let dir = support::TempDir::new("guard-backstop");
+    let path = dir.0.join("s.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    let cg = call_cgroup();
+    let own = own_cgroup_id(&cgroup::unified_mount().expect("v2")).expect("own cgroup");
+    let backstop = UnixBackstop::load(own).expect("load: this kernel has connect_unix");
+    let connect = |cg: &Cgroup| -> String {
+        let procs = cg.procs_fd().expect("procs");
+        let mut c = Command::new("python3");
+        c.args([
+            "-c",
+            "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    \
+             s.connect(sys.argv[1]); print('connected')\nexcept OSError as e: print(e.errno)",
+        ])
+        .arg(&path);
+        // SAFETY: write(2) on a descriptor opened before fork is async-signal-safe.
+        unsafe {
+            let fd = procs.as_raw_fd();
+            c.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = c.output().expect("python3");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let cg_dir = cg.dir_fd().expect("dir");
+    let link = backstop
+        .link(std::os::fd::AsFd::as_fd(&cg_dir))
+        .expect("link");
+    assert_eq!(
+        connect(&cg),
+        format!("{}\n", libc::EPERM),
+        "refused in the kernel"
+    );
+    // The test's own (standing for guardd's) connects.
+    let mine = std::os::unix::net::UnixStream::connect(&path);
+    assert!(mine.is_ok(), "{mine:?}");
+    drop(link);
+    assert_eq!(connect(&cg), "connected\n", "unlinked, the same connect");
+}

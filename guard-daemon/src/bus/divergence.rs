@@ -51,6 +51,9 @@ pub enum Effect {
     /// A write-open outside its write rules, which the read-only mount view and landlock
     /// refuse; guardd saw it through the call's seccomp listener before the kernel went on.
     WriteOpen { path: String, flags: u32 },
+    /// A connect to a Unix socket outside the places the call may make sockets (a service's,
+    /// guardd's), which guardd refused for it (`sandbox::writes::unix`).
+    UnixConnect { path: String },
     /// A protected name (`sandbox::protected`) that was not there when the call started and is
     /// there at its end: made by the call, unrefused, and what programs outside guard may run;
     /// moved aside at the call's end (`moved_to`), or, where that failed, left (`kept`: why).
@@ -155,6 +158,7 @@ impl Effect {
             Effect::Socket { .. } => "socket",
             Effect::Open { .. } => "open",
             Effect::WriteOpen { .. } => "write_open",
+            Effect::UnixConnect { .. } => "unix_connect",
             Effect::Planted { .. } => "planted",
             Effect::WritesOutside { .. } => "writes_outside",
             Effect::EventsLost { .. } => "events_lost",
@@ -177,7 +181,8 @@ impl Effect {
         match self {
             Effect::Exec { path, .. }
             | Effect::Open { path, .. }
-            | Effect::WriteOpen { path, .. } => path.clone(),
+            | Effect::WriteOpen { path, .. }
+            | Effect::UnixConnect { path } => path.clone(),
             Effect::Planted {
                 path,
                 moved_to,
@@ -227,6 +232,7 @@ impl Effect {
             Effect::Socket { .. } => "eBPF socket check",
             Effect::Open { .. } | Effect::WritesOutside { .. } => "eBPF open observer",
             Effect::WriteOpen { .. } => "the read-only mount view and landlock",
+            Effect::UnixConnect { .. } => "guardd's connect for the call",
             Effect::Planted { .. } => "guardd's check of the protected names at the call's end",
             Effect::EventsLost { .. } => "eBPF ring buffer",
             Effect::Refused(r) => r.stopped_by.as_str(),

@@ -202,7 +202,9 @@ impl Daemon {
         ));
 
         let monitor = kernel_programs(&root, &options, &mut layers)?;
+        let unix_backstop = monitor.as_ref().and_then(|_| unix_backstop());
         let launch = sandbox::LaunchOptions {
+            unix_backstop,
             limits: sandbox::detect_limits(root.path()),
             allow_without_landlock: options.allow_unenforced,
             spares: sandbox::limits::Spares::new(&cgroup_name),
@@ -385,6 +387,27 @@ fn kernel_programs(
     let proof = "canary: connect denied (EPERM), unapproved exec killed";
     layers.push(Layer::new("ebpf self-test", LayerState::Active, proof));
     Ok(Some(Mutex::new(monitor)))
+}
+
+/// The kernel's refusal of a call's own Unix connects (`sandbox::writes::backstop`), where the
+/// kernel has the hook (6.7) and guardd's own cgroup can be named: a call in a network
+/// namespace of its own then gets Unix stream sockets, whose connects guardd makes for it.
+/// Elsewhere it gets none, as before, and guardd says so once.
+fn unix_backstop() -> Option<std::sync::Arc<sandbox::writes::backstop::UnixBackstop>> {
+    use sandbox::writes::backstop::{UnixBackstop, own_cgroup_id};
+    let loaded = cgroup::unified_mount()
+        .map_err(|e| e.to_string())
+        .and_then(|mount| own_cgroup_id(&mount).ok_or_else(|| "no cgroup v2 of guardd's".into()))
+        .and_then(|id| UnixBackstop::load(id).map_err(|e| e.to_string()));
+    let backstop = match loaded {
+        Ok(b) => Some(std::sync::Arc::new(b)),
+        Err(e) => {
+            tracing::warn!("{e}: calls get no Unix sockets unless their policy says `unix`");
+            None
+        }
+    };
+    sandbox::seccomp::set_unix_connects(backstop.is_some());
+    backstop
 }
 
 #[cfg(test)]

@@ -284,16 +284,17 @@ impl Receipts {
     /// refused by the kernel, and a divergence, ending the call where divergences do.
     pub fn attempted(&self, cgroup_id: u64, attempt: crate::sandbox::writes::Attempt, bus: &Bus) {
         if let Some(draft) = self.lock().get_mut(&cgroup_id) {
-            let effect = if attempt.exec {
-                Effect::Exec {
+            use crate::sandbox::writes::AttemptKind;
+            let effect = match attempt.kind {
+                AttemptKind::Exec => Effect::Exec {
                     path: attempt.path,
                     by_landlock: true,
-                }
-            } else {
-                Effect::WriteOpen {
+                },
+                AttemptKind::WriteOpen => Effect::WriteOpen {
                     path: attempt.path,
                     flags: attempt.flags,
-                }
+                },
+                AttemptKind::UnixConnect => Effect::UnixConnect { path: attempt.path },
             };
             draft.diverge(effect, Some(attempt.pid), false, bus);
         }

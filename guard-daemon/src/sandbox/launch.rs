@@ -49,6 +49,8 @@ pub enum SandboxError {
     EmptyArgv,
     #[error(transparent)]
     Protected(#[from] super::protected::Unkept),
+    #[error(transparent)]
+    UnixBackstop(#[from] super::writes::backstop::BackstopError),
     #[error("argv[0] {0:?} is not an absolute path")]
     RelativeProgram(PathBuf),
     #[error("NUL byte in {what}")]
@@ -115,6 +117,9 @@ pub struct LaunchOptions {
     /// The kernel programs watch every call (not `--allow-unenforced` without them): their
     /// `sock_create` then refuses and reports the inet sockets a call may not have.
     pub kernel_watches: bool,
+    /// The kernel's refusal of a call's own Unix connects, linked to the cgroup of each call in
+    /// a network namespace of its own, whose Unix connects guardd makes (`writes::unix`).
+    pub unix_backstop: Option<Arc<super::writes::backstop::UnixBackstop>>,
 }
 
 impl Default for LaunchOptions {
@@ -125,6 +130,7 @@ impl Default for LaunchOptions {
             default_user: DEFAULT_USER.to_owned(),
             spares: Spares::new("guard"),
             kernel_watches: false,
+            unix_backstop: None,
         }
     }
 }

@@ -26,6 +26,7 @@ use serde::Serialize;
 
 pub use bpf::{BpfProgram, compiled};
 pub use rules::{table, write_opens};
+pub use socket::{set_unix_connects, unix_connects};
 
 /// Errors of building or compiling the filter.
 #[derive(Debug, thiserror::Error)]

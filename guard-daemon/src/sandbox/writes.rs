@@ -18,7 +18,9 @@
 //! call's file-system identity: a name that leads into a stalled file system stalls that
 //! call's judge, not guardd's workers, and a name the call could not look up is not found.
 
+pub mod backstop;
 mod listener;
+mod unix;
 mod walk;
 
 use std::{
@@ -56,8 +58,18 @@ pub struct Attempt {
     pub path: String,
     /// The open's flags.
     pub flags: u32,
-    /// An exec, not an open.
-    pub exec: bool,
+    pub kind: AttemptKind,
+}
+
+/// What a call attempted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptKind {
+    /// An open for writing outside its write rules.
+    WriteOpen,
+    /// An exec of a program it may not run.
+    Exec,
+    /// A connect to a Unix socket outside its places ([`unix`]).
+    UnixConnect,
 }
 
 /// The rights a call's landlock rules grant, by the identity (device, inode) of each rule's
@@ -233,13 +245,25 @@ fn serve_as_user(
             // nothing granted meanwhile.
             slash = call_root(n.pid);
         }
-        if let Some(attempt) = judge(listener, rules, slash.as_ref(), &n) {
+        let (attempt, answer) = if n.nr == libc::SYS_connect {
+            match unix::connect(listener, rules, slash.as_ref(), &n) {
+                unix::Answer::GoOn => (None, None),
+                unix::Answer::Done(errno, attempt) => (attempt, Some(errno)),
+            }
+        } else {
+            (judge(listener, rules, slash.as_ref(), &n), None)
+        };
+        if let Some(attempt) = attempt {
             let (recorded, done) = tokio::sync::oneshot::channel();
             if attempts.send((attempt, recorded)).is_ok() {
                 let _ = done.blocking_recv();
             }
         }
-        if let Err(e) = listener.go_on(n.id) {
+        let answered = match answer {
+            Some(errno) => listener.answer(n.id, errno),
+            None => listener.go_on(n.id),
+        };
+        if let Err(e) = answered {
             tracing::error!("answering a call's write-open: {e}");
             return;
         }
@@ -275,7 +299,7 @@ fn judge(
         pid: n.pid,
         path: String::from_utf8_lossy(&name).into_owned(),
         flags: flags as u32,
-        exec: false,
+        kind: AttemptKind::WriteOpen,
     };
     let in_root;
     let root = if open.in_root {
@@ -316,7 +340,7 @@ fn judge(
         pid: n.pid,
         path: shown(&reached, name.as_deref()),
         flags: flags as u32,
-        exec: false,
+        kind: AttemptKind::WriteOpen,
     })
 }
 
@@ -359,7 +383,7 @@ fn judge_exec(
         pid: n.pid,
         path: shown(&fd, None),
         flags: 0,
-        exec: true,
+        kind: AttemptKind::Exec,
     })
 }
 

@@ -100,6 +100,9 @@ fn a_divergence_of_every_effect_reads_back_on_the_wire() {
             path: "/etc/passwd".into(),
             flags: 1,
         },
+        Effect::UnixConnect {
+            path: "/run/docker.sock".into(),
+        },
         Effect::Planted {
             path: "/srv/w/.git/commondir".into(),
             moved_to: Some("/srv/w/.git/commondir.guard-planted-1".into()),
@@ -114,6 +117,7 @@ fn a_divergence_of_every_effect_reads_back_on_the_wire() {
             | Effect::Socket { .. }
             | Effect::Open { .. }
             | Effect::WriteOpen { .. }
+            | Effect::UnixConnect { .. }
             | Effect::Planted { .. }
             | Effect::WritesOutside { .. }
             | Effect::EventsLost { .. }

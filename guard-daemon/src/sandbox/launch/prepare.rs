@@ -147,6 +147,8 @@ pub struct Bound {
     pub(super) limits: CallLimits,
     pub(super) cgroup_procs: OwnedFd,
     pub(super) cgroup_dir: OwnedFd,
+    /// The Unix-connect backstop's link to the call's cgroup, held while the call runs.
+    pub(super) _unix_link: Option<OwnedFd>,
     pub(super) stages: Stages,
 }
 
@@ -171,6 +173,13 @@ impl Bound {
         let limits = CallLimits::setup(opts.limits, &opts.spares, cgroup, &plan.confinement)?;
         let cgroup_procs = cgroup.procs_fd()?;
         let cgroup_dir = cgroup.dir_fd()?;
+        // Before the call's first process: its own Unix connects are the kernel's to refuse.
+        let unix_link = match &opts.unix_backstop {
+            Some(b) if plan.own_network() && seccomp::unix_connects() => {
+                Some(b.link(std::os::fd::AsFd::as_fd(&cgroup_dir))?)
+            }
+            _ => None,
+        };
         stages.lap("limits");
         Ok(Self {
             command,
@@ -182,6 +191,7 @@ impl Bound {
             limits,
             cgroup_procs,
             cgroup_dir,
+            _unix_link: unix_link,
             stages,
         })
     }

@@ -4,7 +4,7 @@
 use super::lists::*;
 use super::{
     Action, Cond, EPERM, Mode, Op, Rule, SeccompError, SeccompTable, int_eq,
-    socket::{error_queue_rules, group_join_rules, socket_rules},
+    socket::{self, error_queue_rules, group_join_rules, socket_rules},
 };
 use crate::{
     call::plan::LaunchPlan,
@@ -60,9 +60,13 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
 
     let effects = &plan.effects;
     rules.extend(
-        socket_rules(!effects.connect.is_empty() || inet_by_ebpf, effects.unix)
-            .into_iter()
-            .filter(|r| !allowed(r.name)),
+        socket_rules(
+            !effects.connect.is_empty() || inet_by_ebpf,
+            effects.unix,
+            plan.own_network() && socket::unix_connects(),
+        )
+        .into_iter()
+        .filter(|r| !allowed(r.name)),
     );
     // setsockopt's rules by level: a run on one level compiles to one load and compare of it.
     let mut options = error_queue_rules();
@@ -327,6 +331,11 @@ pub fn write_opens(plan: &LaunchPlan) -> SeccompTable {
     // kernel's exec check never meets.
     rules.push(always("execve", libc::SYS_execve, Action::Notify));
     rules.push(always("execveat", libc::SYS_execveat, Action::Notify));
+    // A call in a network namespace of its own may make Unix stream sockets; guardd connects
+    // them for it (`sandbox::writes::unix`), and lets any other socket's connect go on.
+    if plan.own_network() && socket::unix_connects() {
+        rules.push(always("connect", libc::SYS_connect, Action::Notify));
+    }
     if plan.confinement.allows_syscall(landlock::OPEN_HOW) {
         rules.push(always(
             landlock::OPEN_HOW,

@@ -2,7 +2,24 @@
 //! create, by its effects; and on setsockopt(2), the options that open a socket's error queue
 //! to ICMP errors from anyone, and those that join a multicast group.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::{Action, Cond, EPERM, Op, Rule, int_eq, int_ne};
+
+/// Whether guardd makes the Unix connects of calls in network namespaces of their own, with
+/// the kernel's backstop attached (`monitor::unix_backstop`): set once at start, by the host's
+/// kernel; without it such calls get no Unix socket, as every call without `unix`.
+static UNIX_CONNECTS: AtomicBool = AtomicBool::new(false);
+
+/// Says that guardd makes the Unix connects of calls in network namespaces of their own.
+pub fn set_unix_connects(on: bool) {
+    UNIX_CONNECTS.store(on, Ordering::Relaxed);
+}
+
+/// Whether a call in a network namespace of its own gets Unix stream sockets.
+pub fn unix_connects() -> bool {
+    UNIX_CONNECTS.load(Ordering::Relaxed)
+}
 
 /// The socket type lives in the low 4 bits of socket(2)'s `type`; SOCK_NONBLOCK and SOCK_CLOEXEC
 /// sit above (the kernel's SOCK_TYPE_MASK).
@@ -76,12 +93,15 @@ pub(super) fn group_join_rules() -> Vec<Rule> {
         .collect()
 }
 
-/// socket(2): AF_UNIX only with the `unix` effect, AF_INET/AF_INET6 only with connect effects
-/// and then of type SOCK_STREAM or SOCK_DGRAM. Never AF_PACKET, AF_NETLINK or SOCK_RAW.
+/// socket(2): AF_UNIX only with the `unix` effect, or, in a network namespace of the call's own
+/// (`own_network`), of type SOCK_STREAM or SOCK_SEQPACKET, whose connects guardd makes for it
+/// (`sandbox::writes::unix`; a datagram socket's sendto reaches any path with no connect);
+/// AF_INET/AF_INET6 only with connect effects and then of type SOCK_STREAM or SOCK_DGRAM. Never
+/// AF_PACKET, AF_NETLINK or SOCK_RAW.
 /// socketpair(2) of datagram sockets (SOCK_DGRAM, and SOCK_RAW, which AF_UNIX makes a datagram
 /// socket) needs the `unix` effect too: sendto(2) on one reaches any pathname datagram socket
 /// (syslog, journald). Each rule below matches a denied case.
-pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
+pub(super) fn socket_rules(may_connect: bool, may_unix: bool, own_network: bool) -> Vec<Rule> {
     let rule = |nr, when| Rule {
         name: if nr == libc::SYS_socket {
             "socket"
@@ -93,7 +113,7 @@ pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
         when,
     };
     let mut families = Vec::new();
-    if may_unix {
+    if may_unix || own_network {
         families.push(libc::AF_UNIX);
     }
     if may_connect {
@@ -121,10 +141,14 @@ pub(super) fn socket_rules(may_connect: bool, may_unix: bool) -> Vec<Rule> {
     }
     if !may_unix {
         // Types 2 and 3: AF_UNIX makes a SOCK_RAW socket a SOCK_DGRAM one (unix_create).
-        rules.push(rule(
-            libc::SYS_socketpair,
-            vec![type_is(SOCK_TYPE_MASK & !1, libc::SOCK_DGRAM as u64)],
-        ));
+        let datagram = || type_is(SOCK_TYPE_MASK & !1, libc::SOCK_DGRAM as u64);
+        rules.push(rule(libc::SYS_socketpair, vec![datagram()]));
+        if own_network {
+            rules.push(rule(
+                libc::SYS_socket,
+                vec![int_eq(0, libc::AF_UNIX), datagram()],
+            ));
+        }
     }
     // A pair of any other family reaches that family's code (and, on a kernel with modules, the
     // loading of its module), which socket(2)'s rules keep from a call.

@@ -312,8 +312,8 @@ fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
     let t = table(&plan(), false).expect("table");
     let s = libc::SYS_socket;
     for (family, ty) in [
-        (libc::AF_UNIX, libc::SOCK_STREAM),
         (libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC),
+        (libc::AF_UNIX, libc::SOCK_RAW),
         (libc::AF_INET, libc::SOCK_STREAM),
         (libc::AF_INET6, libc::SOCK_DGRAM),
         (libc::AF_PACKET, libc::SOCK_RAW),
@@ -335,6 +335,15 @@ fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
     );
     // AF_UNIX makes a SOCK_RAW socket a SOCK_DGRAM one.
     assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, libc::SOCK_RAW)), EPERM_);
+    // In a network namespace of its own, Unix stream sockets, whose connects guardd makes
+    // (`writes::unix`) where the kernel's backstop is attached; sharing the host's, none.
+    super::set_unix_connects(true);
+    let t = table(&plan(), false).expect("table");
+    for ty in [libc::SOCK_STREAM | libc::SOCK_CLOEXEC, libc::SOCK_SEQPACKET] {
+        assert_eq!(t.verdict(s, sock(libc::AF_UNIX, ty)), Action::Allow, "{ty}");
+    }
+    let t = table(&with_connect(), false).expect("table");
+    assert_eq!(t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_STREAM)), EPERM_);
 
     let mut p = plan();
     p.effects.unix = true;
@@ -363,7 +372,7 @@ fn with_the_kernel_programs_watching_inet_sockets_are_theirs_to_refuse_and_repor
         Action::Allow
     );
     assert_eq!(t.verdict(s, sock(libc::AF_INET, libc::SOCK_RAW)), EPERM_);
-    assert_eq!(t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_STREAM)), EPERM_);
+    assert_eq!(t.verdict(s, sock(libc::AF_UNIX, libc::SOCK_DGRAM)), EPERM_);
     assert_eq!(t.verdict(s, sock(libc::AF_PACKET, libc::SOCK_RAW)), EPERM_);
 }
 
@@ -718,6 +727,13 @@ fn write_opens_stop_for_guardd_and_nothing_else_does() {
     openat2.confinement.allow_syscalls = vec!["openat2".into()];
     let t2 = write_opens(&openat2);
     assert_eq!(t2.verdict(libc::SYS_openat2, NONE), Action::Notify);
+    // A call in a network namespace of its own: each connect stops, for guardd to make the Unix
+    // ones (where the kernel's backstop is attached); sharing the host's, none does.
+    super::set_unix_connects(true);
+    let t = write_opens(&plan());
+    assert_eq!(t.verdict(libc::SYS_connect, NONE), Action::Notify);
+    let shared = write_opens(&with_connect());
+    assert_eq!(shared.verdict(libc::SYS_connect, NONE), Action::Allow);
     // A refusal of the plan's filter outranks the notification: seccomp's refusal stands.
     let both = SeccompTable {
         rules: [t.rules.clone(), table(&plan(), true).expect("table").rules].concat(),

@@ -138,6 +138,38 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// Answers notification `id` in the kernel's stead: its syscall returns 0, or fails with
+    /// `errno`. A thread that is gone meanwhile is no error.
+    pub fn answer(&self, id: u64, errno: nix::errno::Errno) -> io::Result<()> {
+        let resp = libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: if errno as i32 == 0 {
+                0
+            } else {
+                -(errno as i32)
+            },
+            flags: 0,
+        };
+        // SAFETY: SEND reads one seccomp_notif_resp from this stack.
+        let rc = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SEND,
+                &resp as *const libc::seccomp_notif_resp,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The NUL-terminated string at `addr` in `pid`'s memory, up to `max` bytes; `None` when it
 /// cannot be read (a bad pointer, which fails the syscall too) or has no NUL within `max`.
 pub(super) fn read_cstr(pid: i32, addr: u64, max: usize) -> Option<Vec<u8>> {
