@@ -819,3 +819,78 @@ fn agentday_a_call_reaches_no_unix_socket_but_its_own() {
     );
     drop(served);
 }
+
+/// The kernel's backstop holds while the call runs (an outside pass found its link closed at
+/// the tool's exec, and won this race at its 13th try): a call that swaps one descriptor number
+/// between a TCP socket (its stderr, whose connect guardd lets go on in the kernel) and a Unix
+/// socket, while another thread connects that number to a socket outside its places, never
+/// connects.
+#[test]
+fn agentday_a_descriptor_swapped_under_guardds_look_connects_nowhere() {
+    if !support::privileged("agentday_a_descriptor_swapped_under_guardds_look_connects_nowhere") {
+        return;
+    }
+    let root = Root::new();
+    let ws = workspace(&root);
+    let guardd = guardd_in(&ws);
+    let host = root.0.join("svc");
+    std::fs::create_dir(&host).expect("mkdir");
+    let path = host.join("svc.sock");
+    let _served = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let race = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+static int u;
+static void *swap(void *x) { for (;;) { dup2(2, 50); dup2(u, 50); } return x; }
+int main(int argc, char **argv) {
+    u = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (u < 0) { printf("no unix socket\n"); return 1; }
+    int d = -1; socklen_t l = sizeof d;
+    if (getsockopt(2, SOL_SOCKET, SO_DOMAIN, &d, &l) != 0 || d != AF_INET) { printf("stderr is no inet socket\n"); return 1; }
+    pthread_t t;
+    pthread_create(&t, 0, swap, 0);
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+    for (int i = 0; i < 2000; i++)
+        if (connect(50, (struct sockaddr *)&a, sizeof a) == 0) { printf("connected at %d\n", i); return 0; }
+    printf("never\n");
+    return 0;
+}
+"#;
+    std::fs::write(ws.join("race.c"), race).expect("race.c");
+    let built = run(
+        &guardd,
+        &ws,
+        Via::Direct,
+        "gcc -O1 -pthread -o race race.c",
+        &ws,
+    );
+    assert!(built.status.success(), "{built:?}");
+    // Its stderr: an unconnected TCP socket of the caller's (a caller's stdio reaches the tool).
+    // SAFETY: integer arguments; the descriptor is owned at once.
+    let tcp = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    assert!(tcp >= 0, "socket");
+    // SAFETY: a descriptor just made, owned by nothing else.
+    let tcp = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(tcp) };
+    let args = json!({ "command": format!("./race {}", path.display()) }).to_string();
+    let mut c = Command::new(support::bin("guard-exec"));
+    c.arg("--socket")
+        .arg(&guardd.socket)
+        .args(["--args", &args, "shell"])
+        .current_dir(&ws)
+        .stderr(std::process::Stdio::from(tcp));
+    as_developer(&mut c);
+    c.stdout(std::process::Stdio::piped());
+    let child = {
+        let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
+        c.spawn().expect("guard-exec")
+    };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "never\n", "{out:?}");
+}

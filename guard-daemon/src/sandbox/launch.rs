@@ -177,6 +177,9 @@ pub struct Launched {
     /// The attempts its write-opens and execs judge finds (`writes`), served since before its
     /// clone, until [`run_to_end`] records them.
     pub(super) attempts: Option<tokio::sync::mpsc::UnboundedReceiver<super::writes::Reported>>,
+    /// The Unix-connect backstop's link to its cgroup (`writes::backstop`), held until the call
+    /// is over: closing it detaches the program (an outside pass found it closed at the exec).
+    _unix_link: Option<OwnedFd>,
 }
 
 impl Launched {
@@ -387,6 +390,7 @@ impl Ready {
             stages,
             limits: self.bound.limits,
             attempts,
+            _unix_link: self.bound._unix_link,
         })
     }
 }
