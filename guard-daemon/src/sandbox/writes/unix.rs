@@ -16,10 +16,12 @@
 //! - An abstract socket is connected in the call's network namespace, whose abstract names are
 //!   its own.
 //! - guardd connects with the call's uid and gid as its thread's effective ids, so the peer's
-//!   `SO_PEERCRED` names the call's user, not root.
+//!   `SO_PEERCRED` names the call's user, not root (its pid is guardd's, though).
+//! - A connect to a peer whose backlog is full waits at most 5 s ([`BACKLOG_WAIT`]), and the
+//!   call's other stopped syscalls with it: ETIMEDOUT, where the call's own would wait on.
 //!
 //! Any other socket's connect goes on in the kernel, where the cgroup programs judge it; and
-//! there, a Unix connect that is not guardd's own is refused (`monitor::unix_backstop`): a
+//! there, a Unix connect that is not guardd's own is refused ([`super::backstop`]): a
 //! descriptor the call swaps between guardd's look and the kernel's connect reaches nothing.
 
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
@@ -49,8 +51,8 @@ pub(super) enum Answer {
     Done(Errno, Option<Attempt>),
 }
 
-/// The connect `n` asks for, done for the call when its socket is a Unix one. `netns` is the
-/// call's network namespace; `slash` its root.
+/// The connect `n` asks for, done for the call when its socket is a Unix one; `slash` is the
+/// call's root.
 pub(super) fn connect(
     listener: &Listener,
     rules: &WriteRules,
