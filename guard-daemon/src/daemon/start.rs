@@ -399,15 +399,13 @@ fn unix_backstop() -> Option<std::sync::Arc<sandbox::writes::backstop::UnixBacks
         .map_err(|e| e.to_string())
         .and_then(|mount| own_cgroup_id(&mount).ok_or_else(|| "no cgroup v2 of guardd's".into()))
         .and_then(|id| UnixBackstop::load(id).map_err(|e| e.to_string()));
-    let backstop = match loaded {
+    match loaded {
         Ok(b) => Some(std::sync::Arc::new(b)),
         Err(e) => {
             tracing::warn!("{e}: calls get no Unix sockets unless their policy says `unix`");
             None
         }
-    };
-    sandbox::seccomp::set_unix_connects(backstop.is_some());
-    backstop
+    }
 }
 
 #[cfg(test)]

@@ -25,8 +25,7 @@ mod tests;
 use serde::Serialize;
 
 pub use bpf::{BpfProgram, compiled};
-pub use rules::{table, write_opens};
-pub use socket::{set_unix_connects, unix_connects};
+pub use rules::{table, table_with, write_opens, write_opens_with};
 
 /// Errors of building or compiling the filter.
 #[derive(Debug, thiserror::Error)]

@@ -163,9 +163,10 @@ impl Bound {
         let user = plan.confinement.run_as.as_deref();
         let command = Command::new(plan, user.unwrap_or(&opts.default_user))?;
         stages.lap("prepare");
-        let table = seccomp::table(plan, opts.kernel_watches)?;
+        let unix_by_guardd = opts.unix_backstop.is_some();
+        let table = seccomp::table_with(plan, opts.kernel_watches, unix_by_guardd)?;
         let programs = seccomp::compiled(&table)?;
-        let write_opens = seccomp::compiled(&seccomp::write_opens(plan))?;
+        let write_opens = seccomp::compiled(&seccomp::write_opens_with(plan, unix_by_guardd))?;
         let names = plan.confinement.capabilities.iter().map(String::as_str);
         let capabilities =
             caps::set(names).map_err(|name| SandboxError::Capability(name.to_owned()))?;
@@ -175,9 +176,7 @@ impl Bound {
         let cgroup_dir = cgroup.dir_fd()?;
         // Before the call's first process: its own Unix connects are the kernel's to refuse.
         let unix_link = match &opts.unix_backstop {
-            Some(b) if plan.own_network() && seccomp::unix_connects() => {
-                Some(b.link(std::os::fd::AsFd::as_fd(&cgroup_dir))?)
-            }
+            Some(b) if plan.own_network() => Some(b.link(std::os::fd::AsFd::as_fd(&cgroup_dir))?),
             _ => None,
         };
         stages.lap("limits");

@@ -300,9 +300,15 @@ fn git_dir(root: &Path, text: Option<String>) -> Option<Vec<String>> {
 /// The text of the regular file at the absolute `path` (a linked worktree's configs, in its
 /// main repository): its last component not followed, read without blocking and bounded.
 fn read_outside(path: &Path) -> Option<String> {
+    read_bounded(path, libc::O_NOFOLLOW)
+}
+
+/// The text of the regular file at `path`, opened with `flags` and without blocking (a call
+/// may have left a FIFO), its first [`MAX_SIZE`] bytes.
+fn read_bounded(path: &Path, flags: libc::c_int) -> Option<String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NONBLOCK | flags)
         .open(path)
         .ok()?;
     file.metadata().ok().filter(std::fs::Metadata::is_file)?;
@@ -370,20 +376,14 @@ fn read(w: &Writable, root: &Path, name: &str) -> Option<String> {
             _ => return None,
         };
     }
+    // A FIFO is not opened at all: opening one for reading is itself a change a writer sees.
     let regular = nix::sys::stat::fstat(&place.pin)
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
     if !regular {
         return None;
     }
     let path = format!("/proc/self/fd/{}", place.pin.as_raw_fd());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_SIZE), &mut bytes).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    read_bounded(Path::new(&path), 0)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::lists::*;
 use super::{
     Action, Cond, EPERM, Mode, Op, Rule, SeccompError, SeccompTable, int_eq,
-    socket::{self, error_queue_rules, group_join_rules, socket_rules},
+    socket::{error_queue_rules, group_join_rules, socket_rules},
 };
 use crate::{
     call::plan::LaunchPlan,
@@ -27,6 +27,17 @@ fn always(name: &'static str, nr: i64, action: Action) -> Rule {
 /// reports, the inet sockets of a call without connect effects; seccomp then lets those through
 /// to it (stream and datagram only), because seccomp's refusal is one nobody sees.
 pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, SeccompError> {
+    table_with(plan, inet_by_ebpf, false)
+}
+
+/// [`table`]; `unix_by_guardd`: guardd makes the Unix connects of a call in a network namespace
+/// of its own, behind the kernel's backstop (`writes::backstop`), so such a call gets Unix
+/// stream sockets.
+pub fn table_with(
+    plan: &LaunchPlan,
+    inet_by_ebpf: bool,
+    unix_by_guardd: bool,
+) -> Result<SeccompTable, SeccompError> {
     let c = &plan.confinement;
     for name in &c.allow_syscalls {
         sysname::number(name).ok_or_else(|| SeccompError::UnknownSyscall {
@@ -63,7 +74,7 @@ pub fn table(plan: &LaunchPlan, inet_by_ebpf: bool) -> Result<SeccompTable, Secc
         socket_rules(
             !effects.connect.is_empty() || inet_by_ebpf,
             effects.unix,
-            plan.own_network() && socket::unix_connects(),
+            plan.own_network() && unix_by_guardd,
         )
         .into_iter()
         .filter(|r| !allowed(r.name)),
@@ -304,6 +315,12 @@ fn strict_allows(syscalls: &[String]) -> Result<Vec<Rule>, SeccompError> {
 /// still refuse what they refuse. Installed before the plan's own filter, with a listener;
 /// everything else it allows, so the kernel caches its answer for every other syscall.
 pub fn write_opens(plan: &LaunchPlan) -> SeccompTable {
+    write_opens_with(plan, false)
+}
+
+/// [`write_opens`]; with `unix_by_guardd` (see [`table_with`]), a call in a network namespace
+/// of its own stops at each connect too.
+pub fn write_opens_with(plan: &LaunchPlan, unix_by_guardd: bool) -> SeccompTable {
     let accmode = libc::O_ACCMODE as u64;
     let notify = |name: &'static str, nr: i64, arg: u8, mask: u64, value: u64| Rule {
         name,
@@ -333,7 +350,7 @@ pub fn write_opens(plan: &LaunchPlan) -> SeccompTable {
     rules.push(always("execveat", libc::SYS_execveat, Action::Notify));
     // A call in a network namespace of its own may make Unix stream sockets; guardd connects
     // them for it (`sandbox::writes::unix`), and lets any other socket's connect go on.
-    if plan.own_network() && socket::unix_connects() {
+    if plan.own_network() && unix_by_guardd {
         rules.push(always("connect", libc::SYS_connect, Action::Notify));
     }
     if plan.confinement.allows_syscall(landlock::OPEN_HOW) {

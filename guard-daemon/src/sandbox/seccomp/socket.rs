@@ -2,24 +2,7 @@
 //! create, by its effects; and on setsockopt(2), the options that open a socket's error queue
 //! to ICMP errors from anyone, and those that join a multicast group.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use super::{Action, Cond, EPERM, Op, Rule, int_eq, int_ne};
-
-/// Whether guardd makes the Unix connects of calls in network namespaces of their own, with
-/// the kernel's backstop attached (`monitor::unix_backstop`): set once at start, by the host's
-/// kernel; without it such calls get no Unix socket, as every call without `unix`.
-static UNIX_CONNECTS: AtomicBool = AtomicBool::new(false);
-
-/// Says that guardd makes the Unix connects of calls in network namespaces of their own.
-pub fn set_unix_connects(on: bool) {
-    UNIX_CONNECTS.store(on, Ordering::Relaxed);
-}
-
-/// Whether a call in a network namespace of its own gets Unix stream sockets.
-pub fn unix_connects() -> bool {
-    UNIX_CONNECTS.load(Ordering::Relaxed)
-}
 
 /// The socket type lives in the low 4 bits of socket(2)'s `type`; SOCK_NONBLOCK and SOCK_CLOEXEC
 /// sit above (the kernel's SOCK_TYPE_MASK).

@@ -337,8 +337,7 @@ fn sockets_without_effects_are_denied_and_unix_needs_its_effect() {
     assert_eq!(t.verdict(pair, sock(libc::AF_UNIX, libc::SOCK_RAW)), EPERM_);
     // In a network namespace of its own, Unix stream sockets, whose connects guardd makes
     // (`writes::unix`) where the kernel's backstop is attached; sharing the host's, none.
-    super::set_unix_connects(true);
-    let t = table(&plan(), false).expect("table");
+    let t = super::table_with(&plan(), false, true).expect("table");
     for ty in [libc::SOCK_STREAM | libc::SOCK_CLOEXEC, libc::SOCK_SEQPACKET] {
         assert_eq!(t.verdict(s, sock(libc::AF_UNIX, ty)), Action::Allow, "{ty}");
     }
@@ -729,8 +728,7 @@ fn write_opens_stop_for_guardd_and_nothing_else_does() {
     assert_eq!(t2.verdict(libc::SYS_openat2, NONE), Action::Notify);
     // A call in a network namespace of its own: each connect stops, for guardd to make the Unix
     // ones (where the kernel's backstop is attached); sharing the host's, none does.
-    super::set_unix_connects(true);
-    let t = write_opens(&plan());
+    let t = super::write_opens_with(&plan(), true);
     assert_eq!(t.verdict(libc::SYS_connect, NONE), Action::Notify);
     let shared = write_opens(&with_connect());
     assert_eq!(shared.verdict(libc::SYS_connect, NONE), Action::Allow);

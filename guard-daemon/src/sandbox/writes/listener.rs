@@ -114,35 +114,18 @@ impl Listener {
     /// after seccomp (landlock, the mount view, permissions) decide it. A thread that is gone
     /// meanwhile is no error.
     pub fn go_on(&self, id: u64) -> io::Result<()> {
-        let resp = libc::seccomp_notif_resp {
+        self.send(libc::seccomp_notif_resp {
             id,
             val: 0,
             error: 0,
             flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-        };
-        // SAFETY: SEND reads one seccomp_notif_resp from this stack.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_SEND,
-                &resp as *const libc::seccomp_notif_resp,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                return Err(e);
-            }
-        }
-        Ok(())
+        })
     }
-}
 
-impl Listener {
     /// Answers notification `id` in the kernel's stead: its syscall returns 0, or fails with
     /// `errno`. A thread that is gone meanwhile is no error.
     pub fn answer(&self, id: u64, errno: nix::errno::Errno) -> io::Result<()> {
-        let resp = libc::seccomp_notif_resp {
+        self.send(libc::seccomp_notif_resp {
             id,
             val: 0,
             error: if errno as i32 == 0 {
@@ -151,7 +134,11 @@ impl Listener {
                 -(errno as i32)
             },
             flags: 0,
-        };
+        })
+    }
+
+    /// Sends `resp`; a notification whose thread is gone (ENOENT) is no error.
+    fn send(&self, resp: libc::seccomp_notif_resp) -> io::Result<()> {
         // SAFETY: SEND reads one seccomp_notif_resp from this stack.
         let rc = unsafe {
             libc::ioctl(
