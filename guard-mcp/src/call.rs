@@ -25,7 +25,7 @@ use rmcp::{
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 
-use connect::{Started, start};
+pub(crate) use connect::{Started, start};
 
 /// The most of each of stdout and stderr a result carries; the rest is counted, not kept.
 const MAX_OUTPUT: usize = 1 << 20;
@@ -77,26 +77,53 @@ pub struct Progress {
     pub token: Option<ProgressToken>,
 }
 
-/// Runs `tool` with `args` through guardd at `socket`; returns when it ended, or when `cancel`
-/// fired (the connection is closed, which makes guardd kill the call or withdraw a held one).
+/// What a held call does to [`run`]: it waits with the client, telling it so (progress), or
+/// it is answered at once ([`Ran::Held`]) for the client to release later (`release`).
+pub enum OnHold {
+    Wait(Progress),
+    Answer,
+}
+
+/// How a call through [`run`] ended for the client.
+pub enum Ran {
+    /// The result the client gets.
+    Done(CallToolResult),
+    /// Held for a human, and [`OnHold::Answer`] said not to wait.
+    Held(Hold),
+}
+
+/// Sends `request` (an exec or a resume) to guardd at `socket`; returns when the call ended,
+/// when it was held and `on_hold` says not to wait, or when `cancel` fired (the connection is
+/// closed, which makes guardd kill the call or withdraw a held one it waits with).
 /// A call held when guardd goes away stays held on guardd's disk: it is resumed once guardd is
 /// back, as guard-exec does.
 pub async fn run(
     socket: &Path,
-    (tool, args, cwd): (String, JsonObject, Option<PathBuf>),
-    progress: Progress,
+    request: &Request,
+    on_hold: OnHold,
     cancel: impl std::future::Future<Output = ()>,
-) -> CallToolResult {
+) -> Ran {
+    match follow(socket, request, on_hold, cancel).await {
+        Ok(held) => Ran::Held(held),
+        Err(done) => Ran::Done(done),
+    }
+}
+
+/// [`run`]'s replies, followed: `Ok` with the hold when it returns at one, `Err` with the
+/// result otherwise (so that `?` ends the call wherever it ends).
+async fn follow(
+    socket: &Path,
+    request: &Request,
+    on_hold: OnHold,
+    cancel: impl std::future::Future<Output = ()>,
+) -> Result<Hold, CallToolResult> {
     tokio::pin!(cancel);
-    let started = match start(socket, &exec(tool, args, cwd)).await {
-        Ok(s) => s,
-        Err(e) => return result(Vec::new(), Outcome::failed(e), None),
-    };
+    let failed = |e: String| result(Vec::new(), Outcome::failed(e), None);
     let Started {
         stream,
         mut stdout,
         mut stderr,
-    } = started;
+    } = start(socket, request).await.map_err(failed)?;
     let mut lines = BufReader::new(stream).lines();
     // The call's start, and its cgroup: what tells a stopped call from a running one.
     let mut begun: Option<StartedReply> = None;
@@ -107,12 +134,12 @@ pub async fn run(
     loop {
         let line = tokio::select! {
             () = &mut cancel => {
-                return result(Vec::new(), Outcome::failed("cancelled: guardd withdrew the call, or stopped it"), None);
+                return Err(failed("cancelled: guardd withdrew the call, or stopped it".into()));
             }
             _ = tick.tick(), if hold.is_some() => {
                 waited += PROGRESS_EVERY.as_secs_f64();
-                if let Some((h, _)) = &hold {
-                    notify(&progress, h, waited).await;
+                if let (Some((h, _)), OnHold::Wait(progress)) = (&hold, &on_hold) {
+                    notify(progress, h, waited).await;
                 }
                 continue;
             }
@@ -122,42 +149,39 @@ pub async fn run(
             Ok(Some(line)) => line,
             Ok(None) | Err(_) if hold.is_some() => {
                 let Some((h, until)) = &hold else { continue };
-                match comeback(socket, &h.call_id, *until, cancel.as_mut()).await {
-                    Ok(s) => {
-                        lines = BufReader::new(s.stream).lines();
-                        (stdout, stderr) = (s.stdout, s.stderr);
-                        continue;
-                    }
-                    Err(e) => return result(Vec::new(), Outcome::failed(e), None),
-                }
+                let s = comeback(socket, &h.call_id, *until, cancel.as_mut())
+                    .await
+                    .map_err(failed)?;
+                lines = BufReader::new(s.stream).lines();
+                (stdout, stderr) = (s.stdout, s.stderr);
+                continue;
             }
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return result(Vec::new(), Outcome::failed(format!("guardd: {e}")), None);
+                return Err(failed(format!("guardd: {e}")));
             }
-            Ok(None) | Err(_) => return lost(begun).await,
+            Ok(None) | Err(_) => return Err(lost(begun).await),
         };
-        let reply = match protocol::parse_reply::<ExecReply>(line.as_bytes()) {
-            Ok(r) => r,
-            Err(e) => return result(Vec::new(), Outcome::failed(e), None),
-        };
-        match reply {
+        match protocol::parse_reply::<ExecReply>(line.as_bytes()).map_err(failed)? {
             ExecReply::Decision(d) if d.decision == Decision::Allow => {
                 // Answered: no longer held, and a guardd that goes away now takes it along.
                 hold = None;
             }
-            ExecReply::Decision(d) => return refused(d),
+            ExecReply::Decision(d) => return Err(refused(d)),
             ExecReply::Pending(h) => {
-                notify(&progress, &h, waited).await;
+                let OnHold::Wait(progress) = &on_hold else {
+                    return Ok(h);
+                };
+                notify(progress, &h, waited).await;
                 let until = Instant::now() + Duration::from_secs(h.timeout_s.saturating_add(60));
                 hold = Some((h, until));
                 tick.reset();
             }
             ExecReply::Started(s) => begun = Some(s),
-            ExecReply::Error(e) => return result(Vec::new(), Outcome::failed(e.error), None),
+            ExecReply::Error(e) => return Err(failed(e.error)),
             ExecReply::Exit(exit) => {
                 let out = stdout.finish().await;
                 let err = stderr.finish().await;
-                return ended(exit, out, err);
+                return Err(ended(exit, out, err));
             }
         }
     }
@@ -174,13 +198,14 @@ async fn lost(begun: Option<StartedReply>) -> CallToolResult {
 
 /// The `exec` of a call. An MCP client has no input stream to give: it says so, and guardd
 /// refuses a tool that would read one rather than run it on the /dev/null sent as its stdin.
-/// `cwd` picks the call's workspace (`roots`).
-fn exec(tool: String, args: JsonObject, cwd: Option<PathBuf>) -> Request {
+/// `cwd` picks the call's workspace (`roots`); `no_wait`: a held call stays held when we leave.
+pub fn exec(tool: String, args: JsonObject, cwd: Option<PathBuf>, no_wait: bool) -> Request {
     Request::ExecWith(ExecWith {
         call: ExecRequest { tool, args },
         options: CallOptions {
             stdin: CallerStdin::None,
             cwd,
+            no_wait,
             ..CallOptions::default()
         },
     })
@@ -194,9 +219,7 @@ async fn comeback(
     until: Instant,
     mut cancel: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> Result<Started, String> {
-    let request = Request::Resume(ResumeRequest {
-        call_id: call_id.to_owned(),
-    });
+    let request = Request::Resume(ResumeRequest::wait(call_id));
     while Instant::now() < until {
         tokio::select! {
             () = &mut cancel => {
@@ -217,7 +240,7 @@ async fn comeback(
 
 /// One output pipe, read to its end on the runtime (a task, not a thread: a call's start does
 /// not wait for two threads to be made), keeping the first [`MAX_OUTPUT`] bytes.
-struct Capture {
+pub(crate) struct Capture {
     kept: Arc<Mutex<(Vec<u8>, u64)>>,
     done: tokio::sync::oneshot::Receiver<()>,
     reading: tokio::task::JoinHandle<()>,
@@ -276,7 +299,7 @@ async fn notify(progress: &Progress, hold: &Hold, waited: f64) {
 }
 
 /// A call guardd did not run: the message the policy lets the caller hear.
-fn refused(d: CallDecision) -> CallToolResult {
+pub fn refused(d: CallDecision) -> CallToolResult {
     let message = d.message.unwrap_or_else(|| "blocked by policy".to_owned());
     let text = format!("guard: {message} (call {})", d.call_id);
     let outcome = Outcome {

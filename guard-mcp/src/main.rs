@@ -7,6 +7,7 @@ mod call;
 #[cfg(test)]
 mod fixtures;
 mod params;
+mod release;
 mod roots;
 mod schema;
 mod stdio;
@@ -47,6 +48,19 @@ struct Cli {
     /// guardd's socket.
     #[arg(long, env = "GUARD_SOCKET")]
     socket: Option<PathBuf>,
+    /// What a call held for a human's review answers: `release`, at once, with its id, for the
+    /// model to fetch its result with `retrieve_quarantined_tool_response` once approved; or
+    /// `wait`, when approved and run, the request kept open with progress notifications
+    /// meanwhile (a client's request timeout ends the wait and withdraws the call).
+    #[arg(long, value_enum, default_value_t = Held::Release)]
+    held: Held,
+}
+
+/// [`Cli::held`].
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Held {
+    Release,
+    Wait,
 }
 
 /// The server: guardd's socket, the client's roots, and guardd's tool list as its feed keeps it.
@@ -55,6 +69,8 @@ struct Guard {
     socket: Arc<PathBuf>,
     roots: Arc<roots::Roots>,
     followed: Followed,
+    /// The session's held calls, when they are released rather than waited for.
+    releases: Option<Arc<release::Releases>>,
 }
 
 /// The tool list guardd's feed ([`follow`]) last gave, while it is connected: a call's
@@ -123,7 +139,12 @@ impl ServerHandler for Guard {
         let tools = match self.fetch().await? {
             Ok(list) => {
                 let offered = list.tools.iter().filter(|t| params::offered(t));
-                offered.map(schema::tool).collect()
+                let mut tools: Vec<_> = offered.map(schema::tool).collect();
+                if let Some(releases) = &self.releases {
+                    tools.retain(|t| released_apart(&t.name));
+                    tools.push(releases.tool());
+                }
+                tools
             }
             // Fail closed: no guardd, no tools; the client's log says why.
             Err(e) => {
@@ -145,6 +166,9 @@ impl ServerHandler for Guard {
         };
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
+        if let Some(releases) = self.releases.as_ref().filter(|_| tool == release::TOOL) {
+            return Ok(releases.retrieve(&args).await.into());
+        }
         match self.check(&tool, &args).await {
             Ok(()) => {}
             Err(params::Malformed::Tool(e)) => return Err(e),
@@ -153,9 +177,19 @@ impl ServerHandler for Guard {
         }
         let cwd = self.roots.cwd(&context.peer).await;
         let cancel = context.ct.cancelled();
-        Ok(call::run(&self.socket, (tool, args, cwd), progress, cancel)
-            .await
-            .into())
+        let (on_hold, no_wait) = match &self.releases {
+            Some(_) => (call::OnHold::Answer, true),
+            None => (call::OnHold::Wait(progress), false),
+        };
+        let request = call::exec(tool.clone(), args, cwd, no_wait);
+        let result = match call::run(&self.socket, &request, on_hold, cancel).await {
+            call::Ran::Done(result) => result,
+            call::Ran::Held(hold) => match &self.releases {
+                Some(releases) => releases.held(tool, &hold),
+                None => unreachable!("only OnHold::Answer returns a hold"),
+            },
+        };
+        Ok(result.into())
     }
 
     async fn on_roots_list_changed(
@@ -216,6 +250,19 @@ async fn feed(
     Ok(())
 }
 
+/// Whether a tool of guardd's keeps its name beside the release tool: one of the policy's
+/// named as it is would be shadowed, and is not offered (guardd still decides it if called
+/// through another client).
+fn released_apart(name: &str) -> bool {
+    if name == release::TOOL {
+        tracing::warn!(
+            "the policy's tool {name} is not offered: guard-mcp's release tool has its name"
+        );
+        return false;
+    }
+    true
+}
+
 /// `notifications/tools/list_changed`; false when the client is gone.
 async fn notify(peer: &Peer<RoleServer>) -> bool {
     peer.notify_tool_list_changed().await.is_ok()
@@ -236,16 +283,22 @@ async fn main() -> anyhow::Result<()> {
     guard::client::cli::generate_if_asked(<Cli as clap::CommandFactory>::command);
     let cli = Cli::parse();
     let socket = Arc::new(client::socket_path(cli.socket));
+    let releases =
+        (cli.held == Held::Release).then(|| Arc::new(release::Releases::new(Arc::clone(&socket))));
     let server = Guard {
         socket: Arc::clone(&socket),
         roots: Arc::default(),
         followed: Followed::default(),
+        releases: releases.clone(),
     };
     let followed = Arc::clone(&server.followed);
     let running = server
         .serve(stdio::transport().context("guard-mcp's stdio")?)
         .await
         .context("MCP initialisation on stdio")?;
+    if let Some(releases) = &releases {
+        releases.tell(running.peer().clone());
+    }
     let feed = tokio::spawn(follow(socket, running.peer().clone(), followed));
     let quit = running.waiting().await;
     feed.abort();

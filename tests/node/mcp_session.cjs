@@ -14,6 +14,11 @@
 //                                         (a structuredContent its outputSchema does not fit)
 //                                         or the server answered with a JSON-RPC error
 //   {"ping": true}                     -> {"pong": true}
+//   {"run": [argv...]}                 -> {"code", "stdout", "stderr"}: a command the test
+//                                         needs run mid-session (guardctl approve)
+//   {"await_list_changed": SECONDS}    -> {"list_changed": bool}
+// A step with "call_id_of": N takes the call_id of step N's structured content: a call's
+// arguments get it as "call_id", and "{call_id}" in a run's argv is replaced by it.
 "use strict";
 
 const { createRequire } = require("node:module");
@@ -22,12 +27,45 @@ const [modules, serverJson, planJson] = process.argv.slice(2);
 const sdk = createRequire(`${modules}/`);
 const { Client } = sdk("@modelcontextprotocol/sdk/client/index.js");
 const { StdioClientTransport } = sdk("@modelcontextprotocol/sdk/client/stdio.js");
+const { ToolListChangedNotificationSchema } = sdk("@modelcontextprotocol/sdk/types.js");
+const { spawnSync } = require("node:child_process");
+
+// Set when the server said its tool list changed; awaited and reset by a step.
+const changed = { seen: false, wake: null };
 
 function out(obj) {
   process.stdout.write(`${JSON.stringify(obj)}\n`);
 }
 
+function withCallId(s, earlier) {
+  const callId = earlier.structured.call_id;
+  const out = { ...s };
+  if (s.call) out.arguments = { ...(s.arguments ?? {}), call_id: callId };
+  if (s.run) out.run = s.run.map((a) => a.replace("{call_id}", callId));
+  return out;
+}
+
+async function listChanged(seconds) {
+  if (!changed.seen) {
+    await new Promise((resolve) => {
+      changed.wake = resolve;
+      setTimeout(resolve, seconds * 1000);
+    });
+  }
+  const seen = changed.seen;
+  changed.seen = false;
+  changed.wake = null;
+  return { list_changed: seen };
+}
+
 async function step(client, s) {
+  if (s.run) {
+    const done = spawnSync(s.run[0], s.run.slice(1), { encoding: "utf8" });
+    return { code: done.status, stdout: done.stdout, stderr: done.stderr };
+  }
+  if (s.await_list_changed !== undefined) {
+    return listChanged(s.await_list_changed);
+  }
   if (s.list) {
     const listed = await client.listTools();
     return { tools: listed.tools };
@@ -61,9 +99,17 @@ async function main() {
     stderr: "inherit",
   });
   const client = new Client({ name: "guard-tests", version: "0" });
+  client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+    changed.seen = true;
+    if (changed.wake) changed.wake();
+  });
   await client.connect(transport);
-  for (const s of JSON.parse(planJson)) {
-    out(await step(client, s));
+  const results = [];
+  for (let s of JSON.parse(planJson)) {
+    if (s.call_id_of !== undefined) s = withCallId(s, results[s.call_id_of]);
+    const result = await step(client, s);
+    out(result);
+    results.push(result);
   }
   await client.close();
 }

@@ -25,6 +25,9 @@ Rust test (tests/suite/mcp.rs) to assert on:
                                                one per uid, started as it)
 Calls and runs also say how long they took, in "ms" (the bench's agent session).
   {"await_list_changed": SECONDS}           -> {"list_changed": bool}
+A step with "call_id_of": N takes the call_id of step N's structured content: a call's
+arguments get it as "call_id", and "{call_id}" in a run's argv is replaced by it (a held call
+released, approved or denied by the test mid-session).
   {"roots": [URI, ...]}                     -> {"roots_changed": true}: the client's roots now,
                                                and a roots/list_changed notification sent
 
@@ -91,90 +94,111 @@ async def main(server, plan):
         async with ClientSession(read, write, message_handler=on_message,
                                  list_roots_callback=callback) as session:
             await session.initialize()
+            results = []
             for step in plan:
-                if "list" in step:
-                    result = await session.list_tools()
-                    output_schemas.update({t.name: t.output_schema for t in result.tools})
-                    out({"tools": [
-                        {
-                            "name": t.name,
-                            "description": t.description,
-                            "inputSchema": t.input_schema,
-                            "outputSchema": t.output_schema,
-                            "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
-                            if t.annotations else None,
-                        }
-                        for t in result.tools
-                    ]})
-                elif "call" in step and step.get("cancel_after_progress"):
-                    progress = []
-                    got = anyio.Event()
+                if "call_id_of" in step:
+                    step = with_call_id(step, results[step["call_id_of"]])
+                result = await run_step(session, step, output_schemas, changed, roots)
+                out(result)
+                results.append(result)
 
-                    async def on_progress(value, total, message):
-                        progress.append({"progress": value, "total": total, "message": message})
-                        got.set()
 
-                    async with anyio.create_task_group() as tg:
-                        async def call():
-                            await session.call_tool(step["call"], step.get("arguments", {}),
-                                                    progress_callback=on_progress)
-                        tg.start_soon(call)
-                        with anyio.fail_after(30):
-                            await got.wait()
-                        tg.cancel_scope.cancel()
-                    out({"progress": progress, "cancelled": True})
-                elif "call" in step and "cancel_after" in step:
-                    async with anyio.create_task_group() as tg:
-                        async def call():
-                            await session.call_tool(step["call"], step.get("arguments", {}))
-                        tg.start_soon(call)
-                        await anyio.sleep(step["cancel_after"])
-                        tg.cancel_scope.cancel()
-                    out({"cancelled": True})
-                elif "call" in step:
-                    started = time.perf_counter()
-                    try:
-                        r = await session.call_tool(step["call"], step.get("arguments", {}))
-                    except MCPError as e:
-                        out({"error": {"code": e.code, "message": e.message, "data": e.data}})
-                        continue
-                    # What the agent waited for: the test's own schema check below is not.
-                    ms = (time.perf_counter() - started) * 1e3
-                    schema = output_schemas.get(step["call"])
-                    errors = None if schema is None else [
-                        e.message for e in
-                        jsonschema.validators.validator_for(schema)(schema).iter_errors(
-                            r.structured_content)
-                    ]
-                    out({
-                        "ms": ms,
-                        "isError": bool(r.is_error),
-                        "texts": [c.text for c in r.content if getattr(c, "type", "") == "text"],
-                        "structured": r.structured_content,
-                        "schema_errors": errors,
-                    })
-                elif "run" in step:
-                    started = time.perf_counter()
-                    done = subprocess.run(step["run"], capture_output=True, text=True,
-                                          cwd=step.get("cwd"), env=step.get("env"),
-                                          user=step.get("uid"), group=step.get("uid"),
-                                          extra_groups=[] if "uid" in step else None)
-                    ms = (time.perf_counter() - started) * 1e3
-                    out({"ms": ms, "code": done.returncode, "stdout": done.stdout,
-                         "stderr": done.stderr})
-                elif "direct" in step:
-                    out(direct(step))
-                elif "roots" in step:
-                    roots["uris"] = step["roots"]
-                    await session.send_roots_list_changed()
-                    out({"roots_changed": True})
-                elif "await_list_changed" in step:
-                    with anyio.move_on_after(step["await_list_changed"]):
-                        await changed["event"].wait()
-                    out({"list_changed": changed["event"].is_set()})
-                    changed["event"] = anyio.Event()
-                else:
-                    raise SystemExit(f"unknown step {step!r}")
+def with_call_id(step, earlier):
+    """`step` with the call_id of the `earlier` step's result in its arguments or argv."""
+    call_id = earlier["structured"]["call_id"]
+    step = dict(step)
+    if "call" in step:
+        step["arguments"] = {**step.get("arguments", {}), "call_id": call_id}
+    if "run" in step:
+        step["run"] = [a.replace("{call_id}", call_id) for a in step["run"]]
+    return step
+
+
+async def run_step(session, step, output_schemas, changed, roots):
+    """Runs one step; returns its outcome."""
+    if "list" in step:
+        result = await session.list_tools()
+        output_schemas.update({t.name: t.output_schema for t in result.tools})
+        return {"tools": [
+            {
+                "name": t.name,
+                "description": t.description,
+                "inputSchema": t.input_schema,
+                "outputSchema": t.output_schema,
+                "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
+                if t.annotations else None,
+            }
+            for t in result.tools
+        ]}
+    elif "call" in step and step.get("cancel_after_progress"):
+        progress = []
+        got = anyio.Event()
+
+        async def on_progress(value, total, message):
+            progress.append({"progress": value, "total": total, "message": message})
+            got.set()
+
+        async with anyio.create_task_group() as tg:
+            async def call():
+                await session.call_tool(step["call"], step.get("arguments", {}),
+                                        progress_callback=on_progress)
+            tg.start_soon(call)
+            with anyio.fail_after(30):
+                await got.wait()
+            tg.cancel_scope.cancel()
+        return {"progress": progress, "cancelled": True}
+    elif "call" in step and "cancel_after" in step:
+        async with anyio.create_task_group() as tg:
+            async def call():
+                await session.call_tool(step["call"], step.get("arguments", {}))
+            tg.start_soon(call)
+            await anyio.sleep(step["cancel_after"])
+            tg.cancel_scope.cancel()
+        return {"cancelled": True}
+    elif "call" in step:
+        started = time.perf_counter()
+        try:
+            r = await session.call_tool(step["call"], step.get("arguments", {}))
+        except MCPError as e:
+            return {"error": {"code": e.code, "message": e.message, "data": e.data}}
+        # What the agent waited for: the test's own schema check below is not.
+        ms = (time.perf_counter() - started) * 1e3
+        schema = output_schemas.get(step["call"])
+        errors = None if schema is None else [
+            e.message for e in
+            jsonschema.validators.validator_for(schema)(schema).iter_errors(
+                r.structured_content)
+        ]
+        return {
+            "ms": ms,
+            "isError": bool(r.is_error),
+            "texts": [c.text for c in r.content if getattr(c, "type", "") == "text"],
+            "structured": r.structured_content,
+            "schema_errors": errors,
+        }
+    elif "run" in step:
+        started = time.perf_counter()
+        done = subprocess.run(step["run"], capture_output=True, text=True,
+                              cwd=step.get("cwd"), env=step.get("env"),
+                              user=step.get("uid"), group=step.get("uid"),
+                              extra_groups=[] if "uid" in step else None)
+        ms = (time.perf_counter() - started) * 1e3
+        return {"ms": ms, "code": done.returncode, "stdout": done.stdout,
+                "stderr": done.stderr}
+    elif "direct" in step:
+        return direct(step)
+    elif "roots" in step:
+        roots["uris"] = step["roots"]
+        await session.send_roots_list_changed()
+        return {"roots_changed": True}
+    elif "await_list_changed" in step:
+        with anyio.move_on_after(step["await_list_changed"]):
+            await changed["event"].wait()
+        seen = changed["event"].is_set()
+        changed["event"] = anyio.Event()
+        return {"list_changed": seen}
+    else:
+        raise SystemExit(f"unknown step {step!r}")
 
 
 if __name__ == "__main__":

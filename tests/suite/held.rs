@@ -216,6 +216,50 @@ fn no_wait_then_resume_runs_the_held_arguments_whatever_is_sent_now() {
     assert_eq!(finished, 2);
 }
 
+/// `--resume ID --no-wait` is a release (guard-mcp's `retrieve_quarantined_tool_response`
+/// sends the same): before the answer it says the call is still held and leaves it so, and a
+/// stranger learns nothing of it; once approved it runs what was held.
+#[test]
+fn a_release_before_the_answer_leaves_the_call_held_and_runs_it_once_approved() {
+    if !support::privileged("a_release_before_the_answer_leaves_the_call_held") {
+        return;
+    }
+    let guardd = start(&policy(), &[]);
+    let out = output(exec_as_caller(
+        &guardd,
+        &["--no-wait"],
+        &["deploy", "target=alpha"],
+    ));
+    let id = text(&out.stdout).trim().to_owned();
+    let early = output(exec_as_caller(
+        &guardd,
+        &["--resume", &id, "--no-wait"],
+        &[],
+    ));
+    assert_eq!(early.status.code(), Some(75), "{early:?}");
+    assert_eq!(text(&early.stdout).trim(), id, "{early:?}");
+    // Asked of a call that is not its own, a release says nothing of it.
+    let mut stranger = guardd.exec("x", &[]);
+    stranger.args(["--resume", &id, "--no-wait"]);
+    let stranger = output(stranger);
+    assert_ne!(stranger.status.code(), Some(0), "{stranger:?}");
+    assert!(
+        text(&stranger.stderr).contains("not permitted"),
+        "{stranger:?}"
+    );
+    assert!(!text(&stranger.stdout).contains(&id), "{stranger:?}");
+    assert_eq!(held(&guardd, 1)[0]["call_id"], id.as_str());
+    assert!(ctl(&guardd, &["approve", &id]).status.success());
+    let ran = output(exec_as_caller(
+        &guardd,
+        &["--resume", &id, "--no-wait"],
+        &[],
+    ));
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert_eq!(text(&ran.stdout), "deployed alpha\n", "{ran:?}");
+    held(&guardd, 0);
+}
+
 /// Waits until the held call has a caller waiting for it (guardd's `pending` does not say; the
 /// call's `held` event does, so watch for the resumer's pending reply through the audit-free
 /// way: a short pause bounded by the call being still held).

@@ -62,6 +62,14 @@ pub(super) fn session(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> 
     session_with(python, &server, plan)
 }
 
+/// [`session`] with guard-mcp keeping a held call's request open until it is answered
+/// (`--held wait`), as before the release tool.
+pub(super) fn session_waiting(python: &Path, socket: &Path, plan: &Value) -> Vec<Value> {
+    let args = json!(["--socket", socket, "--held", "wait"]);
+    let server = json!({"command": support::bin("guard-mcp"), "args": args});
+    session_with(python, &server, plan)
+}
+
 /// Runs the session script with `plan` on `server` (`{command, args, env}`); returns one JSON
 /// value per step.
 pub(super) fn session_with(python: &Path, server: &Value, plan: &Value) -> Vec<Value> {
@@ -125,7 +133,18 @@ fn mcp_sdk_lists_schemas_runs_an_allowed_call_and_reports_block_and_kill() {
     // The list: the policy's runnable tools within the ceiling, with schemas and annotations.
     let listed = steps[0]["tools"].as_array().expect("tools");
     let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["echo", "mail", "net", "slow"], "{listed:?}");
+    // And guard-mcp's own release tool, for held calls (`mcp_release`).
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "mail",
+            "net",
+            "slow",
+            "retrieve_quarantined_tool_response"
+        ],
+        "{listed:?}"
+    );
     let echo = &listed[0];
     assert_eq!(echo["inputSchema"]["required"], json!(["words"]));
     assert_eq!(echo["inputSchema"]["additionalProperties"], false);
@@ -217,7 +236,7 @@ fn mcp_reload_is_a_list_changed_and_a_held_call_is_withdrawn_on_cancel() {
         {"call": "mail", "arguments": {"to": "x"}, "cancel_after_progress": true},
         {"call": "slow", "arguments": {}, "cancel_after": 2},
     ]);
-    let mut steps = session(&python, &guardd.socket, &plan);
+    let mut steps = session_waiting(&python, &guardd.socket, &plan);
     assert_eq!(steps[1]["code"], 0, "{steps:?}");
     let added = steps.remove(2);
     assert_eq!(added["isError"], false, "{added}");
@@ -800,7 +819,7 @@ type = "string"
     let socket = guardd.socket.clone();
     let session = std::thread::spawn(move || {
         let plan = json!([{"call": "mail", "arguments": {"to": "bob"}}]);
-        session(&python, &socket, &plan)
+        session_waiting(&python, &socket, &plan)
     });
     let id = super::approval::held(&guardd, 1)[0]["call_id"]
         .as_str()

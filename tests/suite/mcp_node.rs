@@ -12,7 +12,7 @@ use super::support::{self, Guardd, ToolDir};
 /// Runs tests/node/mcp_session.cjs with `plan` on guard-mcp at `socket`: one JSON value a
 /// step, and what the session wrote on stderr (guard-mcp's log among it: the SDK lets the
 /// server's stderr through).
-fn session(modules: &Path, socket: &Path, plan: &Value) -> (Vec<Value>, String) {
+pub(super) fn session(modules: &Path, socket: &Path, plan: &Value) -> (Vec<Value>, String) {
     let server = json!({
         "command": support::bin("guard-mcp"),
         "args": ["--socket", socket],
@@ -63,7 +63,15 @@ fn mcp_typescript_sdk_lists_runs_an_allowed_call_and_reports_a_block() {
     let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["count", "echo", "mail", "net", "say", "slow"],
+        [
+            "count",
+            "echo",
+            "mail",
+            "net",
+            "say",
+            "slow",
+            "retrieve_quarantined_tool_response"
+        ],
         "{listed:?}"
     );
     assert_eq!(listed[1]["inputSchema"]["required"], json!(["words"]));

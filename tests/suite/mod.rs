@@ -21,6 +21,7 @@ mod judges;
 mod mcp;
 mod mcp_calls;
 mod mcp_node;
+mod mcp_release;
 mod metrics;
 mod otlp;
 mod planted;

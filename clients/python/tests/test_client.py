@@ -20,7 +20,7 @@ import threading
 import unittest
 
 import guard_client
-from guard_client import Blocked, Client, RequestError, Unreachable
+from guard_client import Blocked, Client, Held, RequestError, Unreachable
 
 
 class ClientTest(unittest.TestCase):
@@ -101,6 +101,22 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(holds[0].decision, "escalate")
         self.assertEqual((result.exit_code, result.stdout), (0, b"alice\n"))
         self.assertEqual(result.approved_by, 0)
+
+    def test_a_held_call_not_waited_for_is_released_once_approved(self):
+        with self.assertRaises(Held) as caught:
+            self.guard.run("mail", {"to": "bob"}, no_wait=True)
+        call_id = caught.exception.call_id
+        # Released too early: still held, and it stays so.
+        with self.assertRaises(Held):
+            self.guard.release(call_id)
+        subprocess.run([os.environ["GUARD_CTL"], "approve", call_id], check=True,
+                       capture_output=True)
+        result = self.guard.release(call_id)
+        self.assertEqual((result.call_id, result.exit_code, result.stdout),
+                         (call_id, 0, b"bob\n"))
+        # Run once: released again, it is gone.
+        with self.assertRaises(Blocked):
+            self.guard.release(call_id)
 
     def test_a_bad_request_names_its_field(self):
         with self.assertRaises(RequestError) as caught:

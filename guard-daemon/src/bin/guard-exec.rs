@@ -15,7 +15,7 @@ use guard::{
     policy::StdinSpec,
     protocol::{
         CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, MAX_FRAME, Reply, Request,
-        ResumeRequest, ToolsRequest,
+        ResumeMode, ResumeRequest, ToolsRequest,
     },
 };
 use serde_json::{Map, Value};
@@ -76,7 +76,8 @@ struct Cli {
     #[arg(long)]
     no_wait: bool,
     /// Wait for the held call ID and run it as it was held (any tool and arguments given now
-    /// are not used).
+    /// are not used); with --no-wait, run it only if it was approved, else exit 75 and leave
+    /// it held.
     #[arg(long, value_name = "ID")]
     resume: Option<String>,
     /// The caller's session (an agent's conversation): an approver may terminate it.
@@ -314,8 +315,15 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
                      arguments given now are not used"
                 );
             }
+            // With --no-wait, a release: it runs if approved, else stays held (exit 75).
+            let mode = if cli.no_wait {
+                ResumeMode::Release
+            } else {
+                ResumeMode::Wait
+            };
             Request::Resume(ResumeRequest {
                 call_id: call_id.clone(),
+                mode,
             })
         }
         None => Request::ExecWith(ExecWith {

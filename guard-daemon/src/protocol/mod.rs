@@ -57,6 +57,42 @@ pub struct WhyRequest {
 #[serde(deny_unknown_fields)]
 pub struct ResumeRequest {
     pub call_id: String,
+    /// What to do while the call is still held: wait for its answer (the default), answer at
+    /// once, or wait for its answer without running it.
+    #[serde(default, skip_serializing_if = "ResumeMode::is_wait")]
+    pub mode: ResumeMode,
+}
+
+impl ResumeRequest {
+    /// Resume `call_id`, waiting for its answer and running it once approved.
+    pub fn wait(call_id: &str) -> Self {
+        Self {
+            call_id: call_id.to_owned(),
+            mode: ResumeMode::Wait,
+        }
+    }
+}
+
+/// How a `resume` meets a call that is still held. A caller that leaves never withdraws the
+/// call in `release` or `watch`: it is held as `no_wait` is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeMode {
+    /// Wait for the answer; run the call once approved.
+    #[default]
+    Wait,
+    /// Run the call if it was approved; if it is still held, say so (`pending`) and end: the
+    /// release an agent asks for (guard-mcp's `retrieve_quarantined_tool_response`).
+    Release,
+    /// Wait for the answer and say it (a `decision` of `allow` with `approved_by`, or the
+    /// refusal), without running the call: it stays approved for a `release`.
+    Watch,
+}
+
+impl ResumeMode {
+    fn is_wait(&self) -> bool {
+        *self == Self::Wait
+    }
 }
 
 /// The sessions an approver terminated (admins).

@@ -21,7 +21,7 @@ use crate::{
     callers::access::Role,
     daemon::Daemon,
     protocol::{
-        ExecReply,
+        ExecReply, ResumeMode, ResumeRequest,
         conn::Conn,
         reply::{CallDecision, Hold},
     },
@@ -126,9 +126,12 @@ pub async fn hold(
             .await
             .map(|()| Waited::Done);
     }
-    let rx = match daemon.approvals.attach(&call_id, peer.uid) {
-        Ok(Attached::Waiting(rx)) => Some(rx),
-        Ok(Attached::Approved(_)) | Err(_) => None,
+    // A caller that does not wait is no waiter, even for a moment: a `resume` it sends as
+    // soon as it hears of the hold (guard-mcp's watch) finds the call free to attach to.
+    let attached = (!h.no_wait).then(|| daemon.approvals.attach(&call_id, peer.uid));
+    let rx = match attached {
+        Some(Ok(Attached::Waiting(rx))) => Some(rx),
+        Some(Ok(Attached::Approved(_)) | Err(_)) | None => None,
     };
     let timeout_s = daemon.approvals.timeout.as_secs();
     let waiting = Hold {
@@ -163,10 +166,7 @@ pub async fn hold(
         return Err(e);
     }
     match rx {
-        Some(_) if h.no_wait => {
-            daemon.approvals.detach(&call_id);
-            Ok(Waited::Done)
-        }
+        None if h.no_wait => Ok(Waited::Done),
         Some(rx) => wait(daemon, &call_id, decision, rx, conn, false).await,
         None => refuse(conn, &call_id, decision, "withdrawn".into())
             .await
@@ -226,13 +226,16 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
 }
 
 /// Meets a held call again (`resume`): waits for its answer as its caller, or collects it
-/// when it was approved meanwhile. Only the uid that submitted the call may.
+/// when it was approved meanwhile; in `release` mode a call still held is only said to be
+/// (`pending`), and in `watch` mode its answer is said and the call not run. Only the uid that
+/// submitted the call may.
 pub async fn resume(
     daemon: &Daemon,
     peer: &Peer,
-    call_id: &str,
+    req: &ResumeRequest,
     conn: &mut Conn,
 ) -> io::Result<Waited> {
+    let (call_id, mode) = (req.call_id.as_str(), req.mode);
     let block = Decision::Block;
     let held = daemon.approvals.get(call_id);
     if let Some(why) = held.as_ref().and_then(|h| not_its_agent(daemon, peer, h)) {
@@ -240,24 +243,27 @@ pub async fn resume(
             .await
             .map(|()| Waited::Done);
     }
-    match (daemon.approvals.attach(call_id, peer.uid), held) {
-        (Ok(Attached::Approved(by)), _) => Ok(Waited::Approved(by)),
+    // Another uid's call is refused below, as `attach` refuses it, telling nothing of it.
+    if mode == ResumeMode::Release
+        && let Some(h) = (held.as_ref()).filter(|h| h.approved_by.is_none() && h.uid == peer.uid)
+    {
+        // Not attached: a watcher of the call (guard-mcp's) keeps waiting for its answer.
+        conn.reply(&ExecReply::Pending(pending(daemon, h))).await?;
+        return Ok(Waited::Done);
+    }
+    let waited = match (daemon.approvals.attach(call_id, peer.uid), held) {
+        (Ok(Attached::Approved(by)), _) => Waited::Approved(by),
         (Ok(Attached::Waiting(rx)), Some(held)) => {
-            let waiting = Hold {
-                call_id: call_id.to_owned(),
-                decision: held.decision,
-                message: "held for review".into(),
-                timeout_s: daemon.approvals.timeout.as_secs(),
-                digest: held.digest,
-            };
-            conn.reply(&ExecReply::Pending(waiting)).await?;
-            wait(daemon, call_id, held.decision, rx, conn, held.no_wait).await
+            conn.reply(&ExecReply::Pending(pending(daemon, &held)))
+                .await?;
+            // Only a caller waiting as it was held withdraws the call by leaving.
+            let stays = held.no_wait || mode != ResumeMode::Wait;
+            wait(daemon, call_id, held.decision, rx, conn, stays).await?
         }
         (Ok(Attached::Waiting(_)), None) => {
             let e = ApprovalError::NotHeld(call_id.to_owned());
-            refuse(conn, call_id, block, e.to_string())
-                .await
-                .map(|()| Waited::Done)
+            refuse(conn, call_id, block, e.to_string()).await?;
+            Waited::Done
         }
         (Err(e), _) => {
             let message = match e {
@@ -267,10 +273,35 @@ pub async fn resume(
                 ),
                 e => e.to_string(),
             };
-            refuse(conn, call_id, block, message)
-                .await
-                .map(|()| Waited::Done)
+            refuse(conn, call_id, block, message).await?;
+            Waited::Done
         }
+    };
+    match waited {
+        Waited::Approved(by) if mode == ResumeMode::Watch => {
+            daemon.approvals.detach(call_id);
+            conn.reply(&ExecReply::Decision(CallDecision {
+                call_id: call_id.to_owned(),
+                decision: Decision::Allow,
+                message: Some(format!("approved: release call {call_id} to run it")),
+                approved_by: Some(by),
+                terminated: false,
+            }))
+            .await?;
+            Ok(Waited::Done)
+        }
+        waited => Ok(waited),
+    }
+}
+
+/// What a caller of held call `held` is told while it waits.
+fn pending(daemon: &Daemon, held: &Held) -> Hold {
+    Hold {
+        call_id: held.call_id.clone(),
+        decision: held.decision,
+        message: "held for review".into(),
+        timeout_s: daemon.approvals.timeout.as_secs(),
+        digest: held.digest.clone(),
     }
 }
 

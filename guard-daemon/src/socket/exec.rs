@@ -7,7 +7,7 @@ use crate::{
     call::{calls::Admission, intent::Intent, peer::Peer, plan::LaunchPlan, stages::Stages},
     daemon::Daemon,
     launch::{Start, carry_out},
-    protocol::{CallOptions, ErrorReply, ExecReply, ExecRequest, conn::Conn},
+    protocol::{CallOptions, ErrorReply, ExecReply, ExecRequest, ResumeRequest, conn::Conn},
     review::{self, hold},
 };
 
@@ -88,14 +88,15 @@ pub(super) async fn exec(
 pub(super) async fn resume(
     daemon: &Arc<Daemon>,
     peer: &Peer,
-    call_id: &str,
+    req: &ResumeRequest,
     mut conn: Conn,
 ) -> io::Result<()> {
+    let call_id = req.call_id.as_str();
     let mut stages = Stages::start();
     let Some(stdio) = admit::stdio(&mut conn).await? else {
         return Ok(());
     };
-    let hold::Waited::Approved(by) = hold::resume(daemon, peer, call_id, &mut conn).await? else {
+    let hold::Waited::Approved(by) = hold::resume(daemon, peer, req, &mut conn).await? else {
         return Ok(());
     };
     stages.lap("approval");

@@ -268,7 +268,7 @@ async fn handle(
                 return exec::exec(daemon, &peer, w.call, w.options, conn).await;
             }
             Request::Resume(req) => {
-                return exec::resume(daemon, &peer, &req.call_id, conn).await;
+                return exec::resume(daemon, &peer, &req, conn).await;
             }
             Request::Subscribe(req) => {
                 conn.take_fds();

@@ -19,8 +19,8 @@ use super::Capture;
 const TAKEN_POLL: Duration = Duration::from_millis(20);
 
 /// A call on its way: the connection that carries its replies and the output being read.
-pub(super) struct Started {
-    pub(super) stream: UnixStream,
+pub(crate) struct Started {
+    pub(crate) stream: UnixStream,
     pub(super) stdout: Capture,
     pub(super) stderr: Capture,
 }
@@ -31,7 +31,7 @@ pub(super) struct Started {
 /// server's thread; the wait for guardd to take the call is bounded by the reply timeout (the
 /// environment's, `GUARD_CONNECT_TIMEOUT` and `GUARD_REPLY_TIMEOUT`), and past either the call
 /// is an error result saying guardd is busy: nothing ran.
-pub(super) async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
+pub(crate) async fn start(socket: &Path, request: &Request) -> Result<Started, String> {
     let timeouts = guard::client::Timeouts::from_env().map_err(|e| e.to_string())?;
     let frame = protocol::frame(request);
     // Connected at once, the common case, and sent from here when the frame fits in the

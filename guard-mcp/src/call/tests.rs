@@ -18,11 +18,15 @@ fn is(v: &Value, ty: &str) -> bool {
 
 #[test]
 fn every_exec_says_it_has_no_stdin_to_give() {
-    let frame = protocol::frame(&exec("t".into(), JsonObject::new(), Some("/srv".into())));
-    let sent: Value = serde_json::from_slice(&frame).expect("JSON");
-    assert_eq!(sent["stdin"], "none", "{sent}");
-    assert_eq!(sent["type"], "exec", "{sent}");
-    assert_eq!(sent["cwd"], "/srv", "{sent}");
+    for no_wait in [false, true] {
+        let request = exec("t".into(), JsonObject::new(), Some("/srv".into()), no_wait);
+        let sent: Value = serde_json::from_slice(&protocol::frame(&request)).expect("JSON");
+        assert_eq!(sent["stdin"], "none", "{sent}");
+        assert_eq!(sent["type"], "exec", "{sent}");
+        assert_eq!(sent["cwd"], "/srv", "{sent}");
+        // A call released later stays held when guard-mcp leaves.
+        assert_eq!(sent["no_wait"] == true, no_wait, "{sent}");
+    }
 }
 
 #[test]

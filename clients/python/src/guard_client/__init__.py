@@ -25,6 +25,7 @@ __all__ = [
     "Decision",
     "Result",
     "Hold",
+    "Held",
     "GuardError",
     "Unreachable",
     "NotPermitted",
@@ -93,6 +94,17 @@ class CallFailed(GuardError):
         self.call_id = call_id
 
 
+class Held(GuardError):
+    """The call is held for a human, and the caller did not wait for the answer (`run` with
+    `no_wait`, or `release` before the answer): it stays held; `release(call_id)` runs it once
+    it is approved."""
+
+    def __init__(self, hold: "Hold"):
+        super().__init__(f"call {hold.call_id} is held for review; release it once approved")
+        self.hold = hold
+        self.call_id = hold.call_id
+
+
 @dataclass
 class Decision:
     """The answer to `check`: the decision row and the plan an allowed call would run with."""
@@ -139,6 +151,10 @@ def _with_cwd(request: Dict[str, Any], cwd: Optional[str]) -> Dict[str, Any]:
             return request
     request["cwd"] = cwd
     return request
+
+
+def _raise_held(hold: Hold) -> None:
+    raise Held(hold)
 
 
 def _raise_error(reply: Dict[str, Any]) -> None:
@@ -363,6 +379,7 @@ class Client:
         on_hold: Optional[Callable[[Hold], None]] = None,
         cwd: Optional[str] = None,
         label: Optional[str] = None,
+        no_wait: bool = False,
     ) -> Result:
         """Runs a tool through guardd and returns how it ended, with its output.
 
@@ -376,15 +393,31 @@ class Client:
         process's working directory) picks the call's workspace, where the policy has them.
         `label` says what the caller is within its agent (a subagent, a role): it is recorded,
         and may only narrow what the agent may call (`[agents.NAME.labels.LABEL]`).
+        With `no_wait`, a held call raises `Held` at once and stays held: `release` it later.
         """
         request: Dict[str, Any] = {"type": "exec", "tool": tool, "args": dict(args or {})}
         _with_cwd(request, cwd)
         if label is not None:
             request["label"] = label
+        if no_wait:
+            request["no_wait"] = True
         if input is None:
             request["stdin"] = "none"
         elif self._input_argument(tool, request["args"], input):
             input = None  # given as the argument; guardd writes it to the tool's stdin
+        return self._call(request, input, on_hold, no_wait)
+
+    def release(self, call_id: str) -> Result:
+        """Runs held call `call_id` of this caller's if an admin approved it, as it was held,
+        and returns how it ended. Still waiting, it raises `Held` and stays held; refused (or
+        gone), `Blocked`. MCP clients get the same from guard-mcp's
+        `retrieve_quarantined_tool_response`."""
+        request = {"type": "resume", "call_id": call_id, "mode": "release"}
+        return self._call(request, None, None, True)
+
+    def _call(self, request, input, on_hold, held_raises) -> Result:
+        """Sends `request` (an exec or a resume) with pipes as the call's stdio, and follows
+        it to its end."""
         conn = self._connect()
         pipes = [os.pipe() for _ in range(3)]
         (in_r, in_w), (out_r, out_w), (err_r, err_w) = pipes
@@ -403,6 +436,8 @@ class Client:
         # Each of ours closed once: a number closed twice may by then be another thread's file.
         open_fds = {in_w, out_r, err_r}
         try:
+            if held_raises:
+                on_hold = _raise_held
             return self._follow(conn, in_w, input or b"", out_r, err_r, on_hold, open_fds)
         finally:
             conn.close()

@@ -99,9 +99,7 @@ fn reconnect(
     timeouts: client::Timeouts,
 ) -> Option<Client> {
     eprintln!("guard-exec: guardd went away; call {call_id} stays held: waiting for guardd");
-    let request = Request::Resume(ResumeRequest {
-        call_id: call_id.to_owned(),
-    });
+    let request = Request::Resume(ResumeRequest::wait(call_id));
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(200));
         let Ok(mut client) = Client::connect_with(socket, timeouts) else {
