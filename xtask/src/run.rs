@@ -176,8 +176,10 @@ fn own_file_system(dir: &Path) -> Result<()> {
 
 pub fn test(opts: &TestOptions) -> Result<()> {
     setup::run(&setup::Options::default())?;
-    // The end-to-end tests run the real binaries, so build them first.
+    // The end-to-end tests run the real binaries, so build them first; the book too, so that
+    // CI fails on a page that does not build or a link that leads nowhere.
     build(&BuildOptions { release: false })?;
+    crate::docs::docs()?;
     let mut cmd = cargo();
     cmd.arg("test");
     if !opts.args.is_empty() {
