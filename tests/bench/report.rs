@@ -241,7 +241,8 @@ fn commit() -> Option<String> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     };
     let head = git(&["rev-parse", "--short", "HEAD"])?;
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     Some(if dirty { format!("{head}-dirty") } else { head })
 }
 

@@ -161,7 +161,11 @@ fn every_policy_snippet_of_the_book_loads() {
                     )
                 }
             };
-            assert_eq!(code, Some(0), "{at} ({kind:?}) does not load:\n{said}\n---\n{body}");
+            assert_eq!(
+                code,
+                Some(0),
+                "{at} ({kind:?}) does not load:\n{said}\n---\n{body}"
+            );
             loaded += 1;
         }
     }
@@ -215,7 +219,10 @@ fn every_getting_started_block_is_run_by_a_test() {
         }
     }
     for (name, test) in RUN {
-        assert!(seen.iter().any(|s| s == name), "{test} runs {name}, which no page has");
+        assert!(
+            seen.iter().any(|s| s == name),
+            "{test} runs {name}, which no page has"
+        );
     }
     let book = std::fs::read_to_string(root.join("docs/book/src/getting-started.md"))
         .expect("getting started");
@@ -262,10 +269,15 @@ fn the_readme_walk_through_runs_as_written() {
     let mut script = String::new();
     for (i, line) in lines.iter().enumerate() {
         let line = line
-            .replace("/run/guard-dev/guard.sock", &guardd.socket.display().to_string())
+            .replace(
+                "/run/guard-dev/guard.sock",
+                &guardd.socket.display().to_string(),
+            )
             .replace("$PWD/target/debug", &bin_dir)
             .replace("/srv/agent/workspace", &ws.0.display().to_string());
-        script.push_str(&format!("{line}\necho \"@@ {i} $?\"; echo \"@@ {i}\" >&2\n"));
+        script.push_str(&format!(
+            "{line}\necho \"@@ {i} $?\"; echo \"@@ {i}\" >&2\n"
+        ));
     }
     let out = {
         let _forking = support::FORK_LOCK.read().unwrap_or_else(|e| e.into_inner());
@@ -278,9 +290,9 @@ fn the_readme_walk_through_runs_as_written() {
     let (mut said, mut rest) = (Vec::new(), stdout.as_str());
     for (i, line) in lines.iter().enumerate() {
         let marker = format!("@@ {i} ");
-        let at = rest.find(&marker).unwrap_or_else(|| {
-            panic!("line {i} `{line}` never ended:\n{stdout}\n{stderr}")
-        });
+        let at = rest
+            .find(&marker)
+            .unwrap_or_else(|| panic!("line {i} `{line}` never ended:\n{stdout}\n{stderr}"));
         let after = &rest[at + marker.len()..];
         let (code, next) = after.split_once('\n').unwrap_or((after, ""));
         let code: i32 = code.trim().parse().expect("an exit code");
@@ -305,9 +317,20 @@ fn the_readme_walk_through_runs_as_written() {
         .and_then(|r| r["call_id"].as_str())
         .expect("the held call's row")
         .to_owned();
-    assert!(said[4].is_empty(), "a blocked call prints nothing on stdout: {}", said[4]);
-    assert!(stderr.contains("blocked"), "the blocked line says so: {stderr}");
-    assert!(said[6].contains(&id), "pending shows the held call: {}", said[6]);
+    assert!(
+        said[4].is_empty(),
+        "a blocked call prints nothing on stdout: {}",
+        said[4]
+    );
+    assert!(
+        stderr.contains("blocked"),
+        "the blocked line says so: {stderr}"
+    );
+    assert!(
+        said[6].contains(&id),
+        "pending shows the held call: {}",
+        said[6]
+    );
     assert!(
         said[8].contains("alice@example.com") && said[8].contains("The build is green."),
         "the stand-in mailer printed the message: {}",

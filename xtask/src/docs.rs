@@ -93,12 +93,15 @@ pub fn docs() -> Result<PathBuf> {
     let report = root.join("target/bench/report.json");
     if report.exists() {
         let text = fs::read_to_string(&report)?;
-        let json: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("reading {}", report.display()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", report.display()))?;
         let page = staged.join(PERFORMANCE);
         let with_table = with_report(&fs::read_to_string(&page)?, &crate::report::render(&json))?;
         fs::write(&page, with_table)?;
-        println!("docs: the performance page has the table of {}", report.display());
+        println!(
+            "docs: the performance page has the table of {}",
+            report.display()
+        );
     }
     repo::check(
         Command::new(mdbook)
@@ -161,7 +164,8 @@ mod tests {
 
     #[test]
     fn the_report_replaces_the_marked_region_only() {
-        let page = "before\n<!-- BENCH-REPORT: x -->\nold table\n<!-- BENCH-REPORT-END -->\nafter\n";
+        let page =
+            "before\n<!-- BENCH-REPORT: x -->\nold table\n<!-- BENCH-REPORT-END -->\nafter\n";
         assert_eq!(
             with_report(page, "NEW").expect("region"),
             "before\nNEW\nafter\n"

@@ -33,7 +33,11 @@ pub fn check(root: &Path, files: &[PathBuf]) -> Result<Vec<String>> {
     for file in files {
         let text =
             fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let shown = file.strip_prefix(root).unwrap_or(file).display().to_string();
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         for (n, line) in prose_lines(&text) {
             let (links, spans) = scan(line);
             for target in links {
@@ -44,7 +48,9 @@ pub fn check(root: &Path, files: &[PathBuf]) -> Result<Vec<String>> {
             for span in spans.iter().filter(|s| is_repo_path(s)) {
                 let path = span.trim_end_matches('/');
                 if !root.join(path).exists() {
-                    broken.push(format!("{shown}:{n}: `{span}`: no such path in the repository"));
+                    broken.push(format!(
+                        "{shown}:{n}: `{span}`: no such path in the repository"
+                    ));
                 }
             }
         }

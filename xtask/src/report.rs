@@ -127,11 +127,19 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| check p50 | 39.2 µs | 41.0 µs (echo server) | 0.96x | ratio <= 1.2 | yes |"),
+            text.contains(
+                "| check p50 | 39.2 µs | 41.0 µs (echo server) | 0.96x | ratio <= 1.2 | yes |"
+            ),
             "{text}"
         );
-        assert!(text.contains("| a \\| b | 2.25 ms |  |  | info | info |"), "{text}");
+        assert!(
+            text.contains("| a \\| b | 2.25 ms |  |  | info | info |"),
+            "{text}"
+        );
         assert!(text.contains("- a \\| b: why"), "{text}");
-        assert!(text.contains("Not measured: firejail: not installed"), "{text}");
+        assert!(
+            text.contains("Not measured: firejail: not installed"),
+            "{text}"
+        );
     }
 }

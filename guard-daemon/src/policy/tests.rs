@@ -588,12 +588,7 @@ fn docs_examples_parse() {
                     _ => panic!("policy page block {i}: no text block with its errors after it"),
                 };
                 let want = format!("{e}\nbad.toml: {} error(s)\n", e.len());
-                assert_eq!(
-                    shown,
-                    &want,
-                    "policy page block {} is out of date",
-                    i + 1
-                );
+                assert_eq!(shown, &want, "policy page block {} is out of date", i + 1);
                 checked += 1;
             }
             "toml fragment" | "toml project" | "toml with-default" => {}
