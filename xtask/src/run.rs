@@ -143,8 +143,8 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .arg(&socket)
         .arg("--audit")
         .arg(dir.join("audit.jsonl"))
-        // `nobody` stands in for an agent's user in the README's walk-through: an admin may
-        // not approve a call of their own uid.
+        // `nobody` stands in for an agent's user in the walk-throughs (the README's, getting
+        // started's): an admin may not approve a call of their own uid.
         .args(["--socket-group", "nogroup"])
         .args(&opts.guardd_args)
         .exec();
