@@ -69,8 +69,16 @@ pub fn ensure_mdbook() -> Result<Option<String>, String> {
     }
 }
 
-/// Checks the book's links, builds it, and returns the directory of its HTML.
+/// Checks the book's links, builds it in `target/book`, and returns the directory of its HTML.
 pub fn docs() -> Result<PathBuf> {
+    build(&repo::root().join("target/book"))
+}
+
+/// Checks the book's links and builds it from a copy in `staged` (a directory of `target/`,
+/// removed first), and returns the directory of its HTML, `staged/html`. Installs build in a
+/// directory of their own, so that two at once (the tests run them side by side) do not remove
+/// each other's.
+pub fn build(staged: &Path) -> Result<PathBuf> {
     let root = repo::root();
     let source = root.join(BOOK);
     let mut pages = links::markdown_files(&source.join("src"))?;
@@ -82,14 +90,19 @@ pub fn docs() -> Result<PathBuf> {
     let Some(mdbook) = mdbook() else {
         bail!("mdbook {MDBOOK_VERSION} is not installed: run `cargo xtask setup`");
     };
-    // The copy sits as deep as the source, so the pages' `{{#include ../../../README.md}}`
-    // finds the README from either.
-    let staged = root.join("target/book");
+    // The copy sits as deep as the source (target/NAME/src), so the pages'
+    // `{{#include ../../../README.md}}` finds the README from either.
+    if staged.parent() != Some(root.join("target").as_path()) {
+        bail!(
+            "the book is staged in a directory of target/, not {}",
+            staged.display()
+        );
+    }
     let html = staged.join("html");
     if staged.exists() {
-        fs::remove_dir_all(&staged).with_context(|| format!("removing {}", staged.display()))?;
+        fs::remove_dir_all(staged).with_context(|| format!("removing {}", staged.display()))?;
     }
-    copy_dir(&source, &staged)?;
+    copy_dir(&source, staged)?;
     let report = root.join("target/bench/report.json");
     if report.exists() {
         let text = fs::read_to_string(&report)?;
@@ -106,7 +119,7 @@ pub fn docs() -> Result<PathBuf> {
     repo::check(
         Command::new(mdbook)
             .arg("build")
-            .arg(&staged)
+            .arg(staged)
             .arg("--dest-dir")
             .arg(&html),
     )?;

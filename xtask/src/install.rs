@@ -254,12 +254,16 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
 
 /// The book's HTML, built now (its links checked), under `PREFIX/share/doc/guard`.
 fn book(w: &mut Writer, prefix: &Path) -> Result<()> {
-    let html = docs::docs()?;
+    let staged = repo::root()
+        .join("target")
+        .join(format!("book.install-{}", std::process::id()));
+    let html = docs::build(&staged)?;
     let files = docs::files_beneath(&html)?;
     for rel in &files {
         let bytes = fs::read(html.join(rel))?;
         w.put(&prefix.join(DOC_DIR).join(rel), &bytes, 0o644)?;
     }
+    fs::remove_dir_all(&staged).with_context(|| format!("removing {}", staged.display()))?;
     println!(
         "install: the book, {} files, in {}",
         files.len(),
