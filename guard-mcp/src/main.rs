@@ -42,7 +42,8 @@ const RECONNECT: Duration = Duration::from_secs(1);
 #[command(
     name = "guard-mcp",
     version,
-    about = "An MCP server (stdio) for the tools guardd lets you run, each call confined by guard"
+    about = "An MCP server (stdio) for the tools guardd lets you run, each call confined by guard",
+    after_help = guard::client::cli::BOOK_HELP
 )]
 struct Cli {
     /// guardd's socket.

@@ -202,10 +202,12 @@ impl Report {
             .collect();
         json!({
             "quick": quick,
+            "commit": commit(),
             "host": {
                 "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
                 "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
                     .unwrap_or_default().trim(),
+                "cpu": cpu_model(),
             },
             "goals": {"met": self.score().0, "of": self.score().1},
             "rows": rows,
@@ -221,6 +223,34 @@ impl Report {
             serde_json::to_string_pretty(&self.json(quick)).map_err(std::io::Error::other)?;
         std::fs::write(path, text + "\n")
     }
+}
+
+/// The commit the bench ran at (`git rev-parse --short HEAD` of this checkout), `-dirty` when
+/// tracked files differ from it; None outside a git checkout. The book's performance page
+/// prints it beside the numbers (`cargo xtask docs`).
+fn commit() -> Option<String> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
+}
+
+/// The CPU's model name, from /proc/cpuinfo.
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("model name"))?;
+    Some(line.split_once(':')?.1.trim().to_owned())
 }
 
 /// Median and 99th percentile (nearest rank) of `samples`, which it sorts.

@@ -315,7 +315,7 @@ fn abuse_a_client_outside_clients_is_not_permitted_and_nothing_runs() {
         });
     }
     let out = output(cmd);
-    // The README's code for a refused caller.
+    // The code the book gives a refused caller (guard-exec's exit codes).
     assert_eq!(out.status.code(), Some(126), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not permitted"),

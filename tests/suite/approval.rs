@@ -254,29 +254,22 @@ fn only_admins_see_and_answer_held_calls() {
     );
 }
 
-/// The shell lines of the README's walk-through: each fenced block of its section, in order.
-fn readme_walk_through() -> Vec<Vec<String>> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let section = readme
-        .split("### Walk-through: a call that needs a human")
-        .nth(1)
-        .and_then(|rest| rest.split("\n#").next())
-        .expect("the README has its walk-through");
-    section
-        .split("```sh\n")
-        .skip(1)
-        .map(|block| {
-            let block = block.split("```").next().unwrap_or_default();
-            block.lines().map(str::to_owned).collect()
-        })
-        .collect()
+/// The shell lines of getting started's approval in two terminals: the caller's block and
+/// the admin's.
+fn getting_started_approval() -> (Vec<String>, Vec<String>) {
+    let page = "docs/book/src/getting-started.md";
+    let lines = |name| {
+        support::doc_block(page, name)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    (lines("approval-caller"), lines("approval-admin"))
 }
 
 #[test]
-fn the_readme_walk_through_works_as_written() {
-    if !support::privileged("the_readme_walk_through_works_as_written") {
+fn the_getting_started_approval_works_as_written() {
+    if !support::privileged("the_getting_started_approval_works_as_written") {
         return;
     }
     let policy = std::fs::read_to_string(
@@ -290,7 +283,7 @@ fn the_readme_walk_through_works_as_written() {
         .expect("bin dir")
         .display()
         .to_string();
-    // Runs one README line in a shell, as a person would, against this test's guardd.
+    // Runs one line of the page in a shell, as a person would, against this test's guardd.
     let shell = |line: &str| {
         let mut cmd = std::process::Command::new("/bin/sh");
         cmd.arg("-c")
@@ -298,9 +291,7 @@ fn the_readme_walk_through_works_as_written() {
             .env("GUARD_SOCKET", &guardd.socket);
         cmd
     };
-    let blocks = readme_walk_through();
-    assert_eq!(blocks.len(), 2, "two terminals: {blocks:?}");
-    let (sender, admin) = (&blocks[0], &blocks[1]);
+    let (sender, admin) = getting_started_approval();
     let export = "export GUARD_SOCKET=/run/guard-dev/guard.sock";
     assert_eq!(sender[0], export);
     assert_eq!(admin[0], export);
@@ -312,7 +303,7 @@ fn the_readme_walk_through_works_as_written() {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("the README's guard-exec line")
+            .expect("the page's guard-exec line")
     };
     let id = held(&guardd, 1)[0]["call_id"]
         .as_str()
@@ -321,12 +312,12 @@ fn the_readme_walk_through_works_as_written() {
     let pending = output(shell(&admin[1]));
     assert!(
         pending.status.success() && String::from_utf8_lossy(&pending.stdout).contains(&id),
-        "the README's pending line shows the held call: {pending:?}"
+        "the page's pending line shows the held call: {pending:?}"
     );
     let approve = output(shell(&admin[2].replace("CALL_ID", &id)));
     assert!(
         approve.status.success(),
-        "the README's approve line: {approve:?}"
+        "the page's approve line: {approve:?}"
     );
     let out = caller.wait_with_output().expect("guard-exec");
     let stdout = String::from_utf8_lossy(&out.stdout);

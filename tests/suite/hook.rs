@@ -213,7 +213,7 @@ fn run_with_stdin(mut cmd: Command, input: &Value) -> Value {
     serde_json::from_slice(&out.stdout).expect("the hook answers JSON")
 }
 
-/// The hook of docs/integrations.md's `.claude/settings.json`, as written but for the socket and
+/// The hook of the book's `.claude/settings.json` (docs/book/src/agents/claude-code.md), as written but for the socket and
 /// with the binaries on PATH, on guardd with the default policy.
 #[test]
 fn integrations_md_hook_recipe_works_as_written() {
@@ -221,7 +221,7 @@ fn integrations_md_hook_recipe_works_as_written() {
         return;
     }
     let settings: Value = serde_json::from_str(&support::doc_block(
-        "docs/integrations.md",
+        "docs/book/src/agents/claude-code.md",
         "claude-code-hook",
     ))
     .expect("settings JSON");
@@ -451,7 +451,7 @@ fn hook_fails_closed_when_guardd_hangs_or_it_cannot_run() {
     assert!(out.get("updatedInput").is_none(), "{answer}");
 
     let settings: Value = serde_json::from_str(&support::doc_block(
-        "docs/integrations.md",
+        "docs/book/src/agents/claude-code.md",
         "claude-code-hook",
     ))
     .expect("settings JSON");
@@ -488,7 +488,7 @@ fn run_bounded(mut cmd: Command, input: &Value) -> (std::process::ExitStatus, Ve
     (status, stdout)
 }
 
-/// docs/integrations.md's advice for what outlives a shell call: a workspace with group
+/// The book's advice (docs/book/src/agents/claude-code.md) for what outlives a shell call: a workspace with group
 /// `guard-tool`, mode 1775, and `.git` and `.claude` owned by the user: the Bash command, run
 /// confined, writes new files but cannot plant a git hook, edit git's config or Claude Code's
 /// settings, nor move them aside to put its own in their place.

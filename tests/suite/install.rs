@@ -73,6 +73,9 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
         "usr/local/share/fish/vendor_completions.d/guardd.fish",
         "etc/systemd/system/guardd.service",
         "etc/guard/policy.toml",
+        "usr/local/share/doc/guard/index.html",
+        "usr/local/share/doc/guard/getting-started.html",
+        "usr/local/share/doc/guard/policy/index.html",
     ] {
         assert!(
             files.iter().any(|f| f == want),
@@ -127,7 +130,7 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
         .find_map(|l| l.split("exposure level for guardd.service: ").nth(1))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level in: {report}"));
-    // The unit before hardening scored 9.6; README says what is left and why.
+    // The unit before hardening scored 9.6; the book's install page says what is left and why.
     assert!(exposure <= 5.0, "exposure {exposure}: {report}");
 
     // An edited policy survives uninstall; everything else install wrote goes.
@@ -288,6 +291,13 @@ fn man_pages_refer_only_to_installed_pages_and_document_guard_socket_and_the_hoo
             text.contains(&format!(".TH {name} {section} ")),
             "{file}: title of another section"
         );
+        // The book the page points readers to is the one install put there.
+        let text_plain = text.replace("\\-", "-");
+        assert!(
+            text_plain.contains("/usr/local/share/doc/guard/index.html"),
+            "{file} does not point at the installed book"
+        );
+        assert!(root.join("usr/local/share/doc/guard/index.html").exists());
         let refs = page_references(&text);
         assert!(refs.len() >= 3, "{file} refers to no other page: {refs:?}");
         for r in refs {

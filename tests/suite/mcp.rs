@@ -586,7 +586,7 @@ fn mcp_on_a_record_socket_refuses_to_start() {
     assert!(said.contains("stdin is a SeqPacket socket"), "{said}");
 }
 
-/// The server named `guard` in each MCP recipe of docs/integrations.md, as written but for the
+/// The server named `guard` in each MCP recipe of the book (docs/book/src/agents/mcp.md), as written but for the
 /// binary's directory and the socket.
 #[test]
 fn integrations_md_mcp_recipes_work_as_written() {
@@ -606,7 +606,7 @@ fn integrations_md_mcp_recipes_work_as_written() {
         "cursor",
         "vscode",
     ] {
-        let text = support::doc_block("docs/integrations.md", recipe);
+        let text = support::doc_block("docs/book/src/agents/mcp.md", recipe);
         let server = if recipe == "codex" {
             let config: toml::Table = toml::from_str(&text).expect("codex TOML");
             serde_json::to_value(&config["mcp_servers"]["guard"]).expect("as JSON")

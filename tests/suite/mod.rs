@@ -9,6 +9,7 @@ mod approvers;
 mod audit;
 mod bounds;
 mod daemon;
+mod docs;
 mod ebpf;
 mod escape;
 mod events;

@@ -272,10 +272,10 @@ fn every_audit_row_and_event_reaches_a_real_collector_with_its_place_in_the_chai
     assert_eq!(export["dropped"], 0, "{export}");
 }
 
-/// Runs docs/fleet.md's check of a chain from its records on `records` (by seq): it says they
+/// Runs the book's check (docs/book/src/operating/fleet.md) of a chain from its records on `records` (by seq): it says they
 /// hold, and that one changed body breaks them.
 fn chain_checks(python: &std::path::Path, records: &HashMap<u64, Value>) {
-    let check = support::doc_block("docs/fleet.md", "otlp-chain");
+    let check = support::doc_block("docs/book/src/operating/fleet.md", "otlp-chain");
     let run = |input: String| {
         let mut child = Command::new(python)
             .args(["-c", &check])

@@ -1,6 +1,6 @@
 //! Nothing planted for later (issue 49): the names git, direnv and an agent run or follow with
 //! the developer's rights (`.git/hooks`, `.git/config`, `.claude`, `.envrc`...) are the
-//! developer's in every project beneath the workspace root, the layout docs/integrations.md
+//! developer's in every project beneath the workspace root, the layout the book's Claude Code page
 //! recommends, not at the root only: through the default `shell` tool, and through Claude
 //! Code's own Write and Edit, one list. Each attack sits beside its control: the developer's
 //! own hook still runs when the developer commits, and ordinary writes go through.

@@ -139,7 +139,7 @@ fn python_client_is_installed_in_the_venv_by_pip() {
     );
 }
 
-/// docs/integrations.md's Python recipe, as written, on guardd with the default policy.
+/// The book's Python recipe (docs/book/src/agents/python.md), as written, on guardd with the default policy.
 #[test]
 fn integrations_md_python_recipe_works_as_written() {
     if !support::privileged("integrations_md_python_recipe_works_as_written") {
@@ -151,7 +151,7 @@ fn integrations_md_python_recipe_works_as_written() {
     support::default_workspace();
     let default = support::workspace().join("policies/default.toml");
     let guardd = Guardd::start(&std::fs::read_to_string(default).expect("default policy"));
-    let recipe = support::doc_block("docs/integrations.md", "python-client");
+    let recipe = support::doc_block("docs/book/src/agents/python.md", "python-client");
     let mut cmd = std::process::Command::new(python);
     // An agent in its workspace, where the default policy's tools work.
     cmd.current_dir(support::default_workspace())

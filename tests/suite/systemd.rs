@@ -306,21 +306,20 @@ fn the_unit_runs_reloads_and_stops_under_a_real_systemd() {
     let holding = String::from_utf8_lossy(&audit.stdout);
     assert!(holding.trim().is_empty(), "the value in: {holding}");
 
-    // The exposure the README quotes is the real unit's.
+    // The exposure the book's install page quotes is the real unit's.
     let security = sys.ok("systemd-analyze security guardd.service --no-pager");
     let exposure = security
         .lines()
         .find_map(|l| l.split("exposure level for guardd.service: ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no exposure level in: {security}"));
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README");
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/book/src/install.md");
+    let page = std::fs::read_to_string(page).expect("the install page");
     assert!(
-        readme.contains(&format!(
+        page.contains(&format!(
             "`systemd-analyze security` rates it **{exposure} (OK)**"
         )),
-        "README does not quote the unit's exposure {exposure}"
+        "the install page does not quote the unit's exposure {exposure}"
     );
 
     // A clean stop drains the calls running (KillMode=mixed: SIGTERM to guardd alone, which

@@ -1,13 +1,16 @@
-//! The README's walk-through of agents, projects and secrets, run as written: its setup lines,
+//! Getting started's walk-through of agents, projects and secrets, run as written: its setup lines,
 //! its policy file, then its calls, each line in a shell as a person would type it, against a
-//! guardd started as `cargo xtask run --policy DIR` would start it. Paths the README names on
+//! guardd started as `cargo xtask run --policy DIR` would start it. Paths the page names on
 //! the host (`/etc/guard-walk`, `/srv/agent/workspace`) are this test's own directories.
 
 use std::path::Path;
 
 use super::support::{self, Guardd, TempDir, output};
 
-/// One README line, its host paths made this test's, run by `sh` from `dir`.
+/// The page whose lines this test runs.
+const PAGE: &str = "docs/book/src/getting-started.md";
+
+/// One line of the page, its host paths made this test's, run by `sh` from `dir`.
 fn line(text: &str, paths: &[(&str, String)], socket: &Path, bin: &str) -> std::process::Output {
     let mut text = text.to_owned();
     for (from, to) in paths {
@@ -23,8 +26,8 @@ fn line(text: &str, paths: &[(&str, String)], socket: &Path, bin: &str) -> std::
 }
 
 #[test]
-fn the_readme_agents_walk_through_works_as_written() {
-    if !support::privileged("the_readme_agents_walk_through_works_as_written") {
+fn the_getting_started_agents_walk_through_works_as_written() {
+    if !support::privileged("the_getting_started_agents_walk_through_works_as_written") {
         return;
     }
     let root = TempDir::new("guard-walk");
@@ -39,11 +42,11 @@ fn the_readme_agents_walk_through_works_as_written() {
         ("/srv/agent/workspace", ws.display().to_string()),
     ];
     let socket_placeholder = Path::new("/nonexistent");
-    for l in support::doc_block("README.md", "agents-setup").lines() {
+    for l in support::doc_block(PAGE, "agents-setup").lines() {
         let out = line(l, &paths, socket_placeholder, &bin_dir);
         assert!(out.status.success(), "`{l}`: {out:?}");
     }
-    let added = support::doc_block("README.md", "agents-policy")
+    let added = support::doc_block(PAGE, "agents-policy")
         .replace("/etc/guard-walk", &etc.display().to_string());
     std::fs::write(etc.join("agents.toml"), &added).expect("agents.toml");
     // The directory as guardd loads it, in one text (the files merge as one policy).
@@ -53,7 +56,7 @@ fn the_readme_agents_walk_through_works_as_written() {
     let policy = default + &added;
     let guardd = Guardd::start_with(&policy, &["--socket-group", "nogroup"]);
 
-    let calls: Vec<String> = support::doc_block("README.md", "agents-calls")
+    let calls: Vec<String> = support::doc_block(PAGE, "agents-calls")
         .lines()
         .map(str::to_owned)
         .collect();

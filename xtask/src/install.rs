@@ -1,5 +1,5 @@
 //! `cargo xtask install` and `uninstall`: the binaries, their man pages and completions, the
-//! systemd unit and the default policy, under a prefix and, for packaging, a staging root
+//! book, the systemd unit and the default policy, under a prefix and, for packaging, a staging root
 //! (`--root`, like DESTDIR). Install records what it wrote in a manifest; uninstall removes
 //! exactly that, and keeps (and names) a file that was changed since, such as an edited policy.
 
@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use sha2::{Digest as _, Sha256};
 
-use crate::{repo, run, setup};
+use crate::{docs, repo, run, setup};
 
 /// The binaries, with the man section of each: the pages `guard::client::cli::PAGES` lets a page refer
 /// to (a test installs them and checks every reference).
@@ -34,6 +34,8 @@ const POLICY_DIR: &str = "/etc/guard/policies";
 const SETTINGS_PATH: &str = "/etc/guard/guardd.toml";
 const AUDIT_DIR: &str = "/var/lib/guard";
 const WORKSPACE: &str = "/srv/agent/workspace";
+/// Where the book's HTML goes, under the prefix: the man pages and `--help` texts name it.
+const DOC_DIR: &str = "share/doc/guard";
 
 #[derive(clap::Args)]
 pub struct InstallOptions {
@@ -151,6 +153,13 @@ impl Writer<'_> {
     }
 
     fn file(&mut self, target: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+        self.put(target, bytes, mode)?;
+        println!("install: {}", under(self.root, target).display());
+        Ok(())
+    }
+
+    /// [`Writer::file`] without its line: for the many files of the book.
+    fn put(&mut self, target: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         if let Some(dir) = target.parent() {
             self.dirs(dir)?;
         }
@@ -161,7 +170,6 @@ impl Writer<'_> {
         fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
         fs::rename(&tmp, &dst).with_context(|| format!("installing {}", dst.display()))?;
         self.manifest.files.insert(target.to_owned(), sha256(bytes));
-        println!("install: {}", dst.display());
         Ok(())
     }
 }
@@ -218,6 +226,7 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
             w.file(&prefix.join(path), &generated(&binary, shell)?, 0o644)?;
         }
     }
+    book(&mut w, prefix)?;
     let unit = UNIT.replace("{bin}", &prefix.join("bin").display().to_string());
     w.file(Path::new(UNIT_PATH), unit.as_bytes(), 0o644)?;
     // Never over an operator's policy: an edited one stays as it is.
@@ -239,6 +248,26 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
     println!(
         "install: done; as root: `systemctl daemon-reload && systemctl enable --now guardd`; \
          `cargo xtask uninstall` with the same --prefix and --root removes it"
+    );
+    Ok(())
+}
+
+/// The book's HTML, built now (its links checked), under `PREFIX/share/doc/guard`.
+fn book(w: &mut Writer, prefix: &Path) -> Result<()> {
+    let staged = repo::root()
+        .join("target")
+        .join(format!("book.install-{}", std::process::id()));
+    let html = docs::build(&staged)?;
+    let files = docs::files_beneath(&html)?;
+    for rel in &files {
+        let bytes = fs::read(html.join(rel))?;
+        w.put(&prefix.join(DOC_DIR).join(rel), &bytes, 0o644)?;
+    }
+    fs::remove_dir_all(&staged).with_context(|| format!("removing {}", staged.display()))?;
+    println!(
+        "install: the book, {} files, in {}",
+        files.len(),
+        under(w.root, &prefix.join(DOC_DIR)).display()
     );
     Ok(())
 }

@@ -1,11 +1,14 @@
 //! `cargo xtask`: what cargo alone cannot do for guard: prepare the host, run the daemon,
-//! run the privileged tests, the lints and the benchmarks, install.
+//! run the privileged tests, the lints and the benchmarks, build the book, install.
+mod docs;
 mod fuzz;
 mod imports;
 mod install;
+mod links;
 mod lint;
 mod node;
 mod repo;
+mod report;
 mod run;
 mod setup;
 mod toolchain;
@@ -33,12 +36,14 @@ enum Command {
     Test(run::TestOptions),
     /// Check formatting, clippy (warnings are errors) and the length of product files.
     Lint,
+    /// Check the book's links and build it (docs/book) into target/book/html with mdbook.
+    Docs,
     /// Set up (with the peers to compare against), build in release, run the benchmarks.
     Bench(run::BenchOptions),
     /// Run each cargo-fuzz target for a while (installs cargo-fuzz if missing).
     Fuzz(fuzz::FuzzOptions),
-    /// Build in release and install the binaries, man pages, completions, the default policy
-    /// and a systemd unit (`--root` stages them under a directory).
+    /// Build in release and install the binaries, man pages, completions, the book, the default
+    /// policy and a systemd unit (`--root` stages them under a directory).
     Install(install::InstallOptions),
     /// Remove exactly what `install` wrote (a file changed since is kept and named).
     Uninstall(install::UninstallOptions),
@@ -51,6 +56,7 @@ fn main() -> Result<()> {
         Command::Run(opts) => run::run(&opts),
         Command::Test(opts) => run::test(&opts),
         Command::Lint => lint::lint(),
+        Command::Docs => docs::docs().map(drop),
         Command::Bench(opts) => run::bench(&opts),
         Command::Install(opts) => install::install(&opts),
         Command::Uninstall(opts) => install::uninstall(&opts),

@@ -143,8 +143,8 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .arg(&socket)
         .arg("--audit")
         .arg(dir.join("audit.jsonl"))
-        // `nobody` stands in for an agent's user in the README's walk-through: an admin may
-        // not approve a call of their own uid.
+        // `nobody` stands in for an agent's user in the walk-throughs (the README's, getting
+        // started's): an admin may not approve a call of their own uid.
         .args(["--socket-group", "nogroup"])
         .args(&opts.guardd_args)
         .exec();
@@ -176,8 +176,10 @@ fn own_file_system(dir: &Path) -> Result<()> {
 
 pub fn test(opts: &TestOptions) -> Result<()> {
     setup::run(&setup::Options::default())?;
-    // The end-to-end tests run the real binaries, so build them first.
+    // The end-to-end tests run the real binaries, so build them first; the book too, so that
+    // CI fails on a page that does not build or a link that leads nowhere.
     build(&BuildOptions { release: false })?;
+    crate::docs::docs()?;
     let mut cmd = cargo();
     cmd.arg("test");
     if !opts.args.is_empty() {

@@ -154,6 +154,10 @@ const CHECKS: &[Check] = &[
         name: "node packages",
         run: node_packages,
     },
+    Check {
+        name: "mdbook",
+        run: mdbook,
+    },
 ];
 
 pub fn run(opts: &Options) -> Result<()> {
@@ -462,6 +466,15 @@ fn tool_user(ctx: &Ctx) -> Result<Outcome> {
 /// The tests' Node packages (the MCP TypeScript SDK); no root needed.
 fn node_packages(_: &Ctx) -> Result<Outcome> {
     Ok(match node::ensure() {
+        Ok(None) => Outcome::Present,
+        Ok(Some(what)) => Outcome::Fixed(what),
+        Err(why) => Outcome::Missing(why),
+    })
+}
+
+/// mdbook, which builds the book (`cargo xtask docs`); no root needed.
+fn mdbook(_: &Ctx) -> Result<Outcome> {
+    Ok(match crate::docs::ensure_mdbook() {
         Ok(None) => Outcome::Present,
         Ok(Some(what)) => Outcome::Fixed(what),
         Err(why) => Outcome::Missing(why),

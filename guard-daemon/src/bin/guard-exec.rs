@@ -48,7 +48,10 @@ listen queue within --connect-timeout, the call not taken within --reply-timeout
 audit log has room again: the tool did not run, try later; or the call is held and --no-wait was given (its id is on stdout)\n  \
 69               guardd is unreachable: the tool did not run\n  \
 70               guardd could not carry out an approved call\n  \
-64               bad usage or a request guardd rejected"
+64               bad usage or a request guardd rejected\n\n\
+DOCUMENTATION:\n  guard's book (the policy language, agents, operating, the protocol): \
+/usr/local/share/doc/guard/index.html,\n  or share/doc/guard under the prefix guard was installed to; \
+in a checkout, docs/book (cargo xtask docs builds it)"
 )]
 struct Cli {
     /// guardd's socket.
@@ -120,7 +123,9 @@ within --timeout seconds (30; keep it below the hook's timeout in Claude Code's 
 hook that times out lets the call through).
 
 It exits 2, Claude Code's block, on bad flags or a crash. guard-exec hook claude-code --help \
-lists the flags; guard's docs/integrations.md has the .claude/settings.json that installs it.",
+lists the flags; guard's book (share/doc/guard under the install prefix, \
+/usr/local/share/doc/guard by default) has the .claude/settings.json that installs it, on its \
+page on Claude Code's Bash.",
     )],
     environment: &[],
 };

@@ -22,6 +22,12 @@ use clap_mangen::{
 
 /// The hidden first argument that asks a binary for its completions or man page
 /// (`--generate=bash|zsh|fish|man`); read before anything else, and only as `argv[1]`.
+/// Where guard's book is, for each command's `--help` (its man page says the same under SEE
+/// ALSO): `cargo xtask install` puts the book's HTML in `share/doc/guard` under its prefix.
+pub const BOOK_HELP: &str = "DOCUMENTATION:\n  guard's book (the policy language, agents, operating, the protocol): \
+/usr/local/share/doc/guard/index.html,\n  or share/doc/guard under the prefix guard was installed to; \
+in a checkout, docs/book (cargo xtask docs builds it)";
+
 pub const GENERATE_FLAG: &str = "--generate=";
 
 /// The variable the installed completion scripts set (to the shell's name) when they run a
@@ -183,8 +189,9 @@ fn man(cmd: clap::Command, page: &Page) -> io::Result<Vec<u8>> {
         refs.extend([roman(sep), bold(*other), roman(format!("({section})"))]);
     }
     refs.push(roman(
-        ". The policy language, the protocol and the integrations with agents are described \
-         in guard's docs/ (policy.md, protocol.md, integrations.md).",
+        ". guard's book describes the policy language, the protocol and the integrations with \
+         agents: cargo xtask install puts it in share/doc/guard under its prefix \
+         (/usr/local/share/doc/guard/index.html by default); in a checkout it is docs/book.",
     ));
     roff.text(refs);
     roff.to_writer(&mut out)?;

@@ -553,41 +553,45 @@ fn fenced_blocks(md: &str) -> Vec<(&str, String)> {
     blocks
 }
 
-/// docs/policy.md cannot rot: each `toml` block is a whole policy that loads; each
-/// `toml invalid` block fails with exactly the errors of the `text` block after it (as
-/// `guardctl policy check bad.toml` prints them); `toml fragment` blocks are parts, skipped.
+/// The book's policy pages (docs/book/src/policy/) cannot rot: each `toml` block is a whole
+/// policy that loads; each `toml invalid` block fails with exactly the errors of the `text`
+/// block after it; blocks of the other kinds (`fragment`, `project`, `with-default`) are
+/// loaded by the e2e suite's `docs::every_policy_snippet_of_the_book_loads`, or skipped.
 #[test]
 fn docs_examples_parse() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/policy.md");
-    let md = std::fs::read_to_string(&path).expect("read docs/policy.md");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/book/src/policy");
+    let mut pages: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the book's policy pages")
+        .map(|e| e.expect("a page").path())
+        .collect();
+    pages.sort();
+    let md: String = pages
+        .iter()
+        .map(|p| std::fs::read_to_string(p).expect("a policy page"))
+        .collect();
     let blocks = fenced_blocks(&md);
     let mut checked = 0;
     for (i, (info, body)) in blocks.iter().enumerate() {
         match *info {
             "toml" => {
                 if let Err(e) = Policy::parse(Path::new("docs.toml"), body) {
-                    panic!("docs/policy.md block {i} does not load:\n{e}\n---\n{body}");
+                    panic!("policy page block {i} does not load:\n{e}\n---\n{body}");
                 }
                 checked += 1;
             }
             "toml invalid" => {
                 let Err(e) = Policy::parse(Path::new("bad.toml"), body) else {
-                    panic!("docs/policy.md block {i} loads but is marked invalid:\n{body}");
+                    panic!("policy page block {i} loads but is marked invalid:\n{body}");
                 };
                 let shown = match blocks.get(i + 1) {
                     Some(("text", shown)) => shown,
-                    _ => panic!("docs/policy.md block {i}: no text block with its errors after it"),
+                    _ => panic!("policy page block {i}: no text block with its errors after it"),
                 };
                 let want = format!("{e}\nbad.toml: {} error(s)\n", e.len());
-                assert_eq!(
-                    shown,
-                    &want,
-                    "docs/policy.md block {} is out of date",
-                    i + 1
-                );
+                assert_eq!(shown, &want, "policy page block {} is out of date", i + 1);
                 checked += 1;
             }
-            "toml fragment" => {}
+            "toml fragment" | "toml project" | "toml with-default" => {}
             other if other.starts_with("toml") => panic!("unknown block kind {other:?}"),
             _ => {}
         }

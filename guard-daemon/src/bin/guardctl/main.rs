@@ -15,7 +15,12 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "guardctl", version, about = "Inspect and operate guard")]
+#[command(
+    name = "guardctl",
+    version,
+    about = "Inspect and operate guard",
+    after_help = guard::client::cli::BOOK_HELP
+)]
 struct Cli {
     /// guardd's socket (for status and events).
     #[arg(long, global = true, env = "GUARD_SOCKET")]

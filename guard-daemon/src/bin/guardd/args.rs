@@ -15,7 +15,8 @@ use super::{config, default_policy};
 #[command(
     name = "guardd",
     version,
-    about = "Decide, confine and watch AI agents' tool calls"
+    about = "Decide, confine and watch AI agents' tool calls",
+    after_help = guard::client::cli::BOOK_HELP
 )]
 pub(crate) struct Args {
     /// Settings file; each flag given overrides its key [default: /etc/guard/guardd.toml, if present]

@@ -349,8 +349,11 @@ fn the_cache_reads_the_file_again_when_it_changes_and_a_refused_one_blocks_every
 
 #[test]
 fn the_docs_project_policy_merges_with_the_default_policy() {
-    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/policy.md");
-    let docs = std::fs::read_to_string(docs).expect("docs/policy.md");
+    let docs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/book/src/policy/project.md"
+    );
+    let docs = std::fs::read_to_string(docs).expect("the book's project policy page");
     let start = docs
         .find("# /srv/agent/workspace/.guard/policy.toml")
         .expect("the docs' project policy");
