@@ -40,7 +40,7 @@ const SESSION: &[(&str, &str)] = &[
         "find . -name '*.toml' -not -path './.git/*' | sort | head",
         ".",
     ),
-    ("wc -l README.md docs/policy.md", "."),
+    ("wc -l README.md docs/book/src/policy/tools.md", "."),
     ("python3 -c 'import sys; print(sys.version_info[0])'", "."),
     ("echo hello > NOTES.md && cat NOTES.md", "."),
     (

@@ -2,7 +2,7 @@
 //! and the resource they come from.
 //!
 //! A record's body is the row's line exactly as the log wrote it (so its hash can be checked
-//! from the body alone: see `docs/fleet.md`), or the event as `guardctl events --json` prints
+//! from the body alone: see the book's `operating/fleet.md`), or the event as `guardctl events --json` prints
 //! it. Its attributes name what a store filters on: `guard.kind`, `guard.call_id`, `guard.tool`,
 //! `guard.decision`, and for a row its place in the chain (`guard.row_seq`, `guard.row_hash`,
 //! `guard.row_prev`). Rows are in the scope `guard.audit`, events in `guard.events`.

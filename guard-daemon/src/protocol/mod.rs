@@ -1,7 +1,7 @@
 //! The wire protocol between guardd and its clients: newline-delimited JSON, one object per
 //! line, versioned by `"v": 1`. Requests are parsed in two steps, the envelope (`v`, `type`)
 //! and then the request's own struct, so that an error names the field at fault; then each
-//! string a caller chooses is held to its length ([`limits`]). See `docs/protocol.md`. The
+//! string a caller chooses is held to its length ([`limits`]). See the book's `reference/protocol.md`. The
 //! replies are in [`reply`].
 
 pub mod conn;

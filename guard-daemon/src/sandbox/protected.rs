@@ -31,7 +31,7 @@ pub use planted::{Absent, Planted};
 
 /// The names kept read-only beneath each writable directory: the union of what careful peers
 /// protect. A name whose parent is not there, or that is a symlink, is not protected (see the
-/// README's security table).
+/// the book's security table).
 pub const NAMES: &[&str] = &[
     ".git/hooks",
     ".git/config",

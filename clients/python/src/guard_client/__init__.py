@@ -1,4 +1,4 @@
-"""guard's Python client: guardd's socket protocol (docs/protocol.md), standard library only.
+"""guard's Python client: guardd's socket protocol (the book's reference/protocol.md), standard library only.
 
 A tool call goes to guardd like any other: guardd decides it, records it in its audit log, and
 runs it confined. `run()` passes the tool's stdin, stdout and stderr as descriptors

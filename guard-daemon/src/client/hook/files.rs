@@ -7,7 +7,7 @@
 //! file the shell tool's user could not open for that is refused too. Anything else is denied
 //! with the reason. Paths are compared as the hook resolves them, symlinks followed, since
 //! Claude Code follows them; what changes between the answer and Claude Code's open (a link
-//! swapped by a call still running in the background) is not seen (docs/integrations.md).
+//! swapped by a call still running in the background) is not seen (the book's `agents/claude-code.md`).
 
 use std::{
     os::unix::fs::MetadataExt as _,
