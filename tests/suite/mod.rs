@@ -5,6 +5,7 @@ mod agentday;
 mod agents;
 mod approval;
 mod approval_attacks;
+mod approval_file;
 mod approvers;
 mod audit;
 mod bounds;

@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use self::{bounds::Bounds, digest::CallForm, store::Store};
-use crate::call::decision::Decision;
+use crate::{call::decision::Decision, policy::helpers::Choices};
 
 /// What a waiting caller learns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +82,14 @@ pub struct Held {
     /// (`stdin = "caller"`): its size, digest and beginning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<input::Shown>,
+    /// What an admin may answer it with: its human approver's `choices` (by default approve,
+    /// reject and terminate).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub choices: Choices,
+}
+
+fn is_default(c: &Choices) -> bool {
+    *c == Choices::default()
 }
 
 /// A held call as stored: what admins see, and the call whole.

@@ -32,6 +32,7 @@ fn record(id: &str) -> Record {
             label: None,
             holds_secret: false,
             input: None,
+            choices: crate::policy::helpers::Choices::default(),
         },
         form,
         expires: 0,

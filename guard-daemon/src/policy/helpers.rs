@@ -116,12 +116,33 @@ impl Outcome {
 pub enum ApproverKind {
     /// Always the same outcome (inspect_ai's `auto` approver).
     Auto(Outcome),
-    /// An admin, with `guardctl approve|deny`: the call is held.
-    Human,
+    /// An admin, with `guardctl approve|deny`: the call is held, and answered within these
+    /// choices.
+    Human(Choices),
     /// A judge of `[judges]`: allowed is approve, rejected is reject.
     Judge(String),
     /// A program: the call on stdin, an Approval on stdout.
     Command(Helper),
+}
+
+/// What an admin may answer a call a human approver holds with, as inspect_ai's human
+/// approver's `choices` say: by default approve, reject and terminate. A denial is always
+/// possible (refusing never widens), whatever the choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choices {
+    /// `guardctl approve`.
+    pub approve: bool,
+    /// `guardctl deny --terminate`: the caller's session is terminated too.
+    pub terminate: bool,
+}
+
+impl Default for Choices {
+    fn default() -> Self {
+        Self {
+            approve: true,
+            terminate: true,
+        }
+    }
 }
 
 /// One `[[approvers]]`: who answers the escalated calls of the tools its globs match.
@@ -136,7 +157,7 @@ impl Approver {
     pub fn name(&self) -> String {
         match &self.kind {
             ApproverKind::Auto(_) => "auto".into(),
-            ApproverKind::Human => "human".into(),
+            ApproverKind::Human(_) => "human".into(),
             ApproverKind::Judge(n) => format!("judge:{n}"),
             ApproverKind::Command(_) => "command".into(),
         }

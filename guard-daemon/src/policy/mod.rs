@@ -248,7 +248,8 @@ pub struct Verdict {
 }
 
 impl Policy {
-    /// Loads a policy file, or every `*.toml` file of a directory (in name order) merged.
+    /// Loads a policy file, or every `*.toml` file of a directory (in name order) merged, with
+    /// the approval policies file it names.
     pub fn load(path: &Path) -> Result<Policy, PolicyErrors> {
         let mut files = Vec::new();
         if path.is_dir() {
@@ -279,6 +280,9 @@ impl Policy {
                 Err(e) => errors.push(PolicyError::file(f, e)),
             }
         }
+        if errors.is_empty() {
+            errors = parse::approval_file::read(path, &mut src);
+        }
         if !errors.is_empty() {
             return Err(PolicyErrors(errors));
         }
@@ -294,10 +298,7 @@ impl Policy {
 
     fn from_sources(src: &Sources) -> Result<Policy, PolicyErrors> {
         let mut d = Diag::new(src);
-        let mut docs = Vec::new();
-        for (i, (_, text)) in src.files.iter().enumerate() {
-            docs.push(parse::parse_file(&mut d, i, text));
-        }
+        let mut docs = parse::documents(&mut d, &src.files);
         let mut examples = Vec::new();
         for doc in &mut docs {
             for t in &mut doc.tools {

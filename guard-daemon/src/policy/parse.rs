@@ -3,6 +3,7 @@
 
 use toml::de::{DeTable, DeValue};
 
+pub(crate) mod approval_file;
 mod values;
 
 pub(crate) use values::valid_account_name;
@@ -105,9 +106,47 @@ fn settings(d: &mut Diag, mut t: Table) -> RawSettings {
         run_as: t.take::<Account>(d, "run_as").map(|a| a.v.0),
         enforce: t.take(d, "enforce"),
         judges: t.list(d, "judges"),
+        approval_policies: t.take(d, "approval_policies"),
     };
     t.finish(d);
     s
+}
+
+/// The documents of `files` (a policy's sources): each TOML file parsed, and the approvers of each
+/// approval policies file (which `Policy::load` added for a `[settings] approval_policies`)
+/// after those of the last TOML file.
+pub(crate) fn documents(d: &mut Diag, files: &[(std::path::PathBuf, String)]) -> Vec<RawDoc> {
+    let (policies, approvals): (Vec<_>, Vec<_>) = (files.iter().enumerate())
+        .partition(|(_, (path, _))| !approval_file::is_approval_file(path));
+    let mut docs: Vec<RawDoc> = (policies.into_iter())
+        .map(|(i, (_, text))| parse_file(d, i, text))
+        .collect();
+    let mut added = Vec::new();
+    for (i, (_, text)) in approvals {
+        added.extend(approval_file::approvers(d, i, text));
+    }
+    // A file named here but not added was never read: only `Policy::load` reads them.
+    for doc in &docs {
+        let Some(named) = doc
+            .settings
+            .as_ref()
+            .and_then(|s| s.approval_policies.as_ref())
+        else {
+            continue;
+        };
+        if !files
+            .iter()
+            .any(|(p, _)| approval_file::is_approval_file(p))
+        {
+            let msg = "the approval policies file is read only where guardd loads its policy \
+                       (guardd --policy, guardctl policy check FILE)";
+            d.err(&named.at, "settings.approval_policies", msg);
+        }
+    }
+    if let Some(last) = docs.last_mut() {
+        last.approvers.extend(added);
+    }
+    docs
 }
 
 fn agent(d: &mut Diag, name: S<String>, mut t: Table) -> Option<RawAgent> {
@@ -205,6 +244,7 @@ pub(super) fn approver(d: &mut Diag, index: usize, mut t: Table) -> Option<RawAp
         tools,
         approver,
         decision: t.take(d, "decision"),
+        choices: t.given("choices").is_some().then(|| t.list(d, "choices")),
         timeout: t.take(d, "timeout"),
         effects: t
             .table(d, "effects")

@@ -76,6 +76,8 @@ pub(crate) struct RawSettings {
     pub enforce: Option<S<crate::call::plan::Enforce>>,
     /// The judges of every tool that names none of its own.
     pub judges: Vec<S<String>>,
+    /// inspect_ai's approval policies file (JSON or YAML), its approvers after the TOML's.
+    pub approval_policies: Option<S<String>>,
 }
 
 /// `[workspaces]` as written: where projects live.
@@ -245,6 +247,8 @@ pub(crate) struct RawApprover {
     pub approver: Option<S<String>>,
     /// `auto`'s outcome.
     pub decision: Option<S<String>>,
+    /// `human`'s choices (inspect_ai's): what an admin may answer its calls with.
+    pub choices: Option<Vec<S<String>>>,
     pub timeout: Option<S<i64>>,
     pub effects: RawEffects,
 }

@@ -149,6 +149,10 @@ pub struct DenyRequest {
     /// Told to the caller and written to the audit log.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Terminate the caller's session too (inspect_ai's `terminate`): its later calls are
+    /// blocked until an admin clears it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
 }
 
 /// Run a tool. The frame carries the caller's stdin, stdout and stderr as SCM_RIGHTS.

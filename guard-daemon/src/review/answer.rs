@@ -11,6 +11,7 @@ use crate::{
     bus::What,
     call::{decision::Decision, intent::Intent},
     daemon::Daemon,
+    policy::helpers::Choices,
 };
 
 /// An answer, as its audit row records it.
@@ -80,6 +81,12 @@ pub enum AnswerError {
     Barred { call_id: String, why: String },
     #[error("not answered: the audit log is unavailable")]
     Unrecorded,
+    /// The held call's human approver does not offer this choice (its `choices`).
+    #[error(
+        "call {call_id} is not answered: its approver's choices do not include '{choice}' \
+         (the policy's human approver, choices)"
+    )]
+    NotAChoice { call_id: String, choice: String },
 }
 
 impl AnswerError {
@@ -95,24 +102,56 @@ impl AnswerError {
                 | ApprovalError::Store(_),
             )
             | Self::Unrecorded => None,
-            Self::Refused(_) | Self::Barred { .. } => Some("call_id"),
+            Self::Refused(_) | Self::Barred { .. } | Self::NotAChoice { .. } => Some("call_id"),
         }
     }
 }
 
-/// An admin's answer (`deny` none: approve) to held call `call_id`, bound to `digest` when
-/// given. Recorded before the call learns it.
+/// What an admin answers a held call with: inspect_ai's human choices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminAnswer {
+    Approve,
+    /// Reject; with `terminate`, the caller's session and agent are blocked too.
+    Deny {
+        reason: Option<String>,
+        terminate: bool,
+    },
+}
+
+impl AdminAnswer {
+    /// The choice it is, when the held call's approver may not offer it.
+    fn outside(&self, choices: Choices) -> Option<&'static str> {
+        match self {
+            Self::Approve if !choices.approve => Some("approve"),
+            Self::Deny {
+                terminate: true, ..
+            } if !choices.terminate => Some("terminate"),
+            _ => None,
+        }
+    }
+}
+
+/// An admin's answer to held call `call_id`, bound to `digest` when given. Recorded before the
+/// call learns it.
 pub async fn answer(
     daemon: &Daemon,
     call_id: &str,
     by: u32,
-    deny: Option<Option<String>>,
+    given: AdminAnswer,
     digest: Option<&str>,
 ) -> Result<Held, AnswerError> {
     let _one = daemon.approvals.answering.lock().await;
     let allow_self = daemon.policy().settings().allow_self_approval;
-    let approve_by = deny.is_none().then_some(by);
+    let approve_by = (given == AdminAnswer::Approve).then_some(by);
     let held = (daemon.approvals).check(call_id, approve_by, digest, allow_self)?;
+    if let Some(choice) = given.outside(held.choices) {
+        let (call_id, choice) = (call_id.to_owned(), choice.to_owned());
+        return Err(AnswerError::NotAChoice { call_id, choice });
+    }
+    let (deny, terminate) = match given {
+        AdminAnswer::Approve => (None, false),
+        AdminAnswer::Deny { reason, terminate } => (Some(reason), terminate),
+    };
     if approve_by.is_some()
         && let Some(why) = (daemon.approvals.form(call_id)).and_then(|f| barred(daemon, &held, &f))
     {
@@ -129,6 +168,10 @@ pub async fn answer(
     };
     if !record_answer(daemon, call_id, &held.tool, a).await {
         return Err(AnswerError::Unrecorded);
+    }
+    if terminate {
+        let by = format!("uid {by}");
+        super::terminate::held(daemon, &held, &by).await;
     }
     match reason {
         None => daemon.approvals.approve(call_id, by)?,

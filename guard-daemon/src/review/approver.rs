@@ -10,13 +10,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
-    approval::sessions::Terminated,
     audit::Row,
     call::{decision::Decision, intent::Intent, peer::Peer, plan::LaunchPlan},
     daemon::Daemon,
     policy::{
         Policy,
-        helpers::{Approver, ApproverKind, Helper, Outcome},
+        helpers::{Approver, ApproverKind, Choices, Helper, Outcome},
     },
     protocol::CallOptions,
     review::{
@@ -64,8 +63,8 @@ pub struct ModifiedCall {
 pub enum Approved {
     /// Run this plan.
     Run(Box<LaunchPlan>),
-    /// A human answers it: hold it.
-    Human,
+    /// A human answers it, within these choices: hold it.
+    Human(Choices),
     /// Refused; tell the caller this (and that its session is terminated).
     Refused { message: String, terminated: bool },
 }
@@ -83,7 +82,7 @@ pub struct Escalated<'a> {
 pub async fn approvers(daemon: &Daemon, policy: &Policy, e: &Escalated<'_>) -> Approved {
     for approver in policy.approvers_of(&e.intent.tool) {
         let (outcome, explanation, modified) = match ask(daemon, policy, approver, e).await {
-            Asked::Human => return Approved::Human,
+            Asked::Human(c) => return Approved::Human(c),
             Asked::Answer(o, x, m) => (o, x, m),
         };
         let redacted = modified.as_ref().map(|m| {
@@ -124,7 +123,7 @@ pub async fn approvers(daemon: &Daemon, policy: &Policy, e: &Escalated<'_>) -> A
             }
         }
     }
-    Approved::Human
+    Approved::Human(Choices::default())
 }
 
 fn refused(message: String, terminated: bool) -> Approved {
@@ -136,13 +135,13 @@ fn refused(message: String, terminated: bool) -> Approved {
 
 /// What one approver said.
 enum Asked {
-    Human,
+    Human(Choices),
     Answer(Outcome, Option<String>, Option<Map<String, Value>>),
 }
 
 async fn ask(daemon: &Daemon, policy: &Policy, approver: &Approver, e: &Escalated<'_>) -> Asked {
     match &approver.kind {
-        ApproverKind::Human => Asked::Human,
+        ApproverKind::Human(c) => Asked::Human(*c),
         ApproverKind::Auto(o) => Asked::Answer(*o, None, None),
         ApproverKind::Judge(name) => match policy.judge(name) {
             Some(j) => {
@@ -222,32 +221,9 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
         return refused(format!("{message} (no session to terminate)"), true);
     }
     for (session, uid) in blocked.into_iter().flatten() {
-        block(daemon, &e.subject.call_id, by, session, uid).await;
+        super::terminate::block(daemon, &e.subject.call_id, by, session, uid).await;
     }
     refused(message, true)
-}
-
-/// Records `session` (of `uid`, or of every uid) terminated, after its row.
-async fn block(daemon: &Daemon, call_id: &str, by: &str, session: String, uid: Option<u32>) {
-    let row = Row::Session {
-        session: session.clone(),
-        terminated: true,
-        call_id: Some(call_id.to_owned()),
-        by: None,
-    };
-    if let Err(x) = daemon.audit.record(&row).await {
-        tracing::error!(call = %call_id, "audit log unavailable for the session row: {x}");
-    }
-    let t = Terminated {
-        session,
-        uid,
-        call_id: call_id.to_owned(),
-        by: by.to_owned(),
-        since: crate::audit::ts::now(),
-    };
-    if let Err(x) = daemon.sessions.terminate(t) {
-        tracing::error!(call = %call_id, "keeping the terminated session: {x}");
-    }
 }
 
 /// The approver's arguments, decided again by the policy and recorded as a decision row of

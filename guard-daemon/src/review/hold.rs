@@ -20,6 +20,7 @@ use crate::{
     },
     callers::access::Role,
     daemon::Daemon,
+    policy::helpers::Choices,
     protocol::{
         ExecReply, ResumeMode, ResumeRequest,
         conn::Conn,
@@ -54,6 +55,8 @@ pub struct ToHold {
     pub policy: String,
     /// The caller's working directory, as the call was decided with it.
     pub cwd: Option<std::path::PathBuf>,
+    /// What an admin may answer it with (its human approver's `choices`).
+    pub choices: Choices,
 }
 
 /// What became of a waiting caller's call.
@@ -217,6 +220,7 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
         label: h.label.clone(),
         holds_secret: h.holds_secret,
         input: None,
+        choices: h.choices,
     };
     Record {
         held,

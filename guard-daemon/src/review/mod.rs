@@ -13,6 +13,7 @@ pub mod hold;
 pub mod input;
 pub mod judge;
 pub mod notifier;
+mod terminate;
 
 use std::{io, sync::Arc};
 
@@ -27,7 +28,7 @@ use crate::{
         stages::Stages,
     },
     daemon::Daemon,
-    policy::{Policy, Verdict},
+    policy::{Policy, Verdict, helpers::Choices},
     protocol::{CallOptions, CallerStdin, ExecReply, conn::Conn, reply::CallDecision},
     review::hold::ToHold,
 };
@@ -156,6 +157,7 @@ impl Review<'_> {
         if decision == Decision::Allow {
             return self.unless_reloaded(&policy, Box::new(plan), conn).await;
         }
+        let mut choices = Choices::default();
         if decision == Decision::Escalate {
             let escalated = Escalated {
                 peer: self.peer,
@@ -166,7 +168,7 @@ impl Review<'_> {
             };
             match approver::approvers(daemon, &policy, &escalated).await {
                 Approved::Run(plan) => return self.unless_reloaded(&policy, plan, conn).await,
-                Approved::Human => {}
+                Approved::Human(c) => choices = c,
                 Approved::Refused {
                     message,
                     terminated,
@@ -177,9 +179,9 @@ impl Review<'_> {
                 }
             }
         }
-        Ok(Next::Hold(Box::new(
-            self.to_hold(&policy, verdict, plan, message),
-        )))
+        let mut held = self.to_hold(&policy, verdict, plan, message);
+        held.choices = choices;
+        Ok(Next::Hold(Box::new(held)))
     }
 
     /// The call to hold for a human, as `policy` decided it (`verdict`, `plan`); its caller is
@@ -219,6 +221,7 @@ impl Review<'_> {
             },
             policy: policy.version().to_owned(),
             cwd: self.intent.cwd.clone(),
+            choices: Choices::default(),
         }
     }
 

@@ -22,6 +22,7 @@ use crate::{
         },
     },
     review,
+    review::answer::AdminAnswer,
 };
 
 use super::listing;
@@ -95,11 +96,15 @@ pub(super) async fn answer(
         }),
         Request::Approve(req) => {
             let digest = req.digest.as_deref();
-            return resolve(daemon, conn, &req.call_id, peer.uid, None, digest).await;
+            let answer = AdminAnswer::Approve;
+            return resolve(daemon, conn, &req.call_id, peer.uid, answer, digest).await;
         }
         Request::Deny(req) => {
-            let deny = Some(req.reason);
-            return resolve(daemon, conn, &req.call_id, peer.uid, deny, None).await;
+            let answer = AdminAnswer::Deny {
+                reason: req.reason,
+                terminate: req.terminate,
+            };
+            return resolve(daemon, conn, &req.call_id, peer.uid, answer, None).await;
         }
         Request::Sessions(_) => Reply::Sessions(SessionList {
             sessions: daemon.sessions.list(),
@@ -192,11 +197,11 @@ async fn resolve(
     conn: &mut Conn,
     call_id: &str,
     by: u32,
-    deny: Option<Option<String>>,
+    answer: AdminAnswer,
     digest: Option<&str>,
 ) -> io::Result<()> {
-    let approved = deny.is_none();
-    match review::answer::answer(daemon, call_id, by, deny, digest).await {
+    let approved = answer == AdminAnswer::Approve;
+    match review::answer::answer(daemon, call_id, by, answer, digest).await {
         Ok(held) => {
             let resolved = Resolved {
                 call_id: call_id.to_owned(),

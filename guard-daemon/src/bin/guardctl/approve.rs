@@ -214,21 +214,8 @@ pub fn agents(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
 }
 
 /// Denies a held call.
-pub fn resolve(
-    socket: Option<PathBuf>,
-    call_id: &str,
-    deny: Option<Option<String>>,
-    as_json: bool,
-) -> ExitCode {
-    let call_id = call_id.to_owned();
-    let request = match deny {
-        None => Request::Approve(ApproveRequest {
-            call_id,
-            digest: None,
-        }),
-        Some(reason) => Request::Deny(DenyRequest { call_id, reason }),
-    };
-    answered(ask(socket, &request), as_json)
+pub fn deny(socket: Option<PathBuf>, request: DenyRequest, as_json: bool) -> ExitCode {
+    answered(ask(socket, &Request::Deny(request)), as_json)
 }
 
 /// Prints guardd's answer to `approve` or `deny`.

@@ -13,6 +13,7 @@ mod term;
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
+use guard::protocol::DenyRequest;
 
 #[derive(Parser)]
 #[command(
@@ -155,6 +156,10 @@ enum Command {
         /// Told to the caller and written to the audit log.
         #[arg(long)]
         reason: Option<String>,
+        /// Terminate the caller's session and its agent's too: their later calls are blocked
+        /// until `guardctl sessions --clear` (inspect_ai's `terminate` choice).
+        #[arg(long)]
+        terminate: bool,
         /// guardd's answer as one JSON object.
         #[arg(long)]
         json: bool,
@@ -363,7 +368,16 @@ fn main() -> ExitCode {
         Command::Deny {
             call_id,
             reason,
+            terminate,
             json,
-        } => approve::resolve(cli.socket, &call_id, Some(reason), json),
+        } => approve::deny(
+            cli.socket,
+            DenyRequest {
+                call_id,
+                reason,
+                terminate,
+            },
+            json,
+        ),
     }
 }

@@ -33,9 +33,7 @@ pub(super) fn merged(base: &Policy, ws: &Path, file: &ProjectFile) -> Result<Pol
     }
     let at = src.add(file.path.clone(), file.text.clone());
     let mut d = Diag::new(&src);
-    let docs: Vec<RawDoc> = (0..at)
-        .map(|i| parse::parse_file(&mut d, i, &src.files[i].1))
-        .collect();
+    let docs: Vec<RawDoc> = parse::documents(&mut d, &src.files[..at]);
     let project = project_parse::parse(&mut d, at, &file.text);
     check(&mut d, base, ws, &docs, &project);
     if !d.errors.is_empty() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::tool::Templates;
 use crate::policy::{
-    helpers::{Approver, ApproverKind, Helper, Judge, Outcome},
+    helpers::{Approver, ApproverKind, Choices, Helper, Judge, Outcome},
     raw::{RawApprover, RawHelper, RawJudge},
     rules::{glob_match, is_glob},
     source::{Diag, S},
@@ -158,7 +158,7 @@ pub(super) fn approver(
             };
             ApproverKind::Auto(outcome)
         }
-        "human" => ApproverKind::Human,
+        "human" => ApproverKind::Human(choices(d, a, &key("choices"))),
         n if n.starts_with("judge:") => {
             let judge = S {
                 v: n["judge:".len()..].to_owned(),
@@ -196,14 +196,59 @@ pub(super) fn approver(
             return None;
         }
     };
+    misplaced(d, a, &kind);
+    Some(Approver {
+        tools: a.tools.iter().map(|g| g.v.clone()).collect(),
+        kind,
+    })
+}
+
+/// Reports `decision` on an approver that is not `auto`, and `choices` on one not `human`.
+fn misplaced(d: &mut Diag, a: &RawApprover, kind: &ApproverKind) {
+    let key = |k: &str| format!("approvers[{}].{k}", a.index);
     if let Some(s) = &a.decision
         && !matches!(kind, ApproverKind::Auto(_))
     {
         let msg = "only an auto approver takes a decision";
         d.err(&s.at, &key("decision"), msg);
     }
-    Some(Approver {
-        tools: a.tools.iter().map(|g| g.v.clone()).collect(),
-        kind,
-    })
+    if let Some(c) = a.choices.as_ref().and_then(|c| c.first())
+        && !matches!(kind, ApproverKind::Human(_))
+    {
+        d.err(
+            &c.at,
+            &key("choices"),
+            "only a human approver takes choices",
+        );
+    }
+}
+
+/// A human approver's `choices`: inspect_ai's approve, reject and terminate, which an admin
+/// answers with `guardctl approve`, `deny` and `deny --terminate`. `modify` and `escalate`
+/// are inspect_ai's too, but guard's admin has no such answer: an error, never a choice
+/// quietly dropped.
+fn choices(d: &mut Diag, a: &RawApprover, key: &str) -> Choices {
+    let Some(given) = &a.choices else {
+        return Choices::default();
+    };
+    let mut c = Choices {
+        approve: false,
+        terminate: false,
+    };
+    for choice in given {
+        match choice.v.as_str() {
+            "approve" => c.approve = true,
+            "terminate" => c.terminate = true,
+            "reject" => {}
+            other => {
+                let msg = format!(
+                    "guard's human approver has no choice '{other}': an admin answers with \
+                     approve (guardctl approve), reject (guardctl deny) or terminate \
+                     (guardctl deny --terminate)"
+                );
+                d.err(&choice.at, key, msg);
+            }
+        }
+    }
+    c
 }
