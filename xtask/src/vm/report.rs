@@ -1,0 +1,114 @@
+//! A guest's report, as one line of the matrix: the kernel, the layers guardd found active,
+//! whether `bpf` is among the kernel's LSMs, the four calls and the end-to-end tests.
+
+use serde_json::Value;
+
+/// The row's text and whether everything that ran passed.
+pub fn summary(r: &Value, quick: bool) -> (String, bool) {
+    let mut parts = vec![r["release"].as_str().unwrap_or("?").to_owned()];
+    let mut passed = true;
+    let g = &r["guardd"];
+    if g["started"] == true {
+        parts.push(format!(
+            "guardd up in {:.1} s",
+            g["start_s"].as_f64().unwrap_or(0.0)
+        ));
+        parts.push(format!("layers: {}", layers(&g["layers"])));
+        let (calls, ok) = calls(&g["calls"]);
+        parts.push(format!("calls: {calls}"));
+        passed &= ok;
+    } else {
+        passed = false;
+        let why = g["error"].as_str().unwrap_or("?");
+        let said = g["stderr"]
+            .as_str()
+            .unwrap_or("")
+            .lines()
+            .last()
+            .unwrap_or("");
+        parts.push(format!("guardd REFUSED TO START: {why}: {said}"));
+    }
+    let lsm = r["lsm"].as_str().unwrap_or("");
+    let bpf = lsm.split(',').any(|l| l == "bpf");
+    parts.push(format!(
+        "bpf LSM {}",
+        if bpf {
+            "in the LSM list"
+        } else {
+            "not in the LSM list"
+        }
+    ));
+    if !quick {
+        let tests = r["tests"].as_array().cloned().unwrap_or_default();
+        let ok = tests.iter().filter(|t| t["ok"] == true).count();
+        let failed: Vec<&str> = tests
+            .iter()
+            .filter(|t| t["ok"] != true)
+            .filter_map(|t| t["name"].as_str())
+            .map(|n| n.rsplit("::").next().unwrap_or(n))
+            .collect();
+        passed &= failed.is_empty() && !tests.is_empty();
+        let mut text = format!("e2e {ok}/{}", tests.len());
+        if !failed.is_empty() {
+            text.push_str(&format!(" (FAILED: {})", failed.join(", ")));
+        }
+        parts.push(text);
+    }
+    if let Some(m) = r["mount_failures"].as_array().filter(|m| !m.is_empty()) {
+        let m: Vec<&str> = m.iter().filter_map(Value::as_str).collect();
+        parts.push(format!("not mounted: {}", m.join(", ")));
+    }
+    (parts.join("; "), passed)
+}
+
+/// The active layers, the landlock one with its detail, the kernel programs counted.
+fn layers(layers: &Value) -> String {
+    let mut out = Vec::new();
+    let mut programs = 0;
+    for l in layers.as_array().into_iter().flatten() {
+        let (name, state) = (
+            l["name"].as_str().unwrap_or("?"),
+            l["state"].as_str().unwrap_or("?"),
+        );
+        if name.starts_with("ebpf:") {
+            programs += usize::from(state == "active");
+            continue;
+        }
+        let shown = match name {
+            "landlock" => format!("landlock {}", l["detail"].as_str().unwrap_or("")),
+            _ => name.to_owned(),
+        };
+        out.push(if state == "active" {
+            shown
+        } else {
+            format!("{shown} ({state})")
+        });
+    }
+    out.push(format!("{programs} kernel programs"));
+    out.join(", ")
+}
+
+/// The four calls, each with what it met; whether each met what it should.
+fn calls(c: &Value) -> (String, bool) {
+    let code = |k: &str| c[k]["code"].as_i64();
+    let err = |k: &str| c[k]["stderr"].as_str().unwrap_or("").to_owned();
+    let exec = code("approved_exec") == Some(0);
+    let killed = code("undeclared_exec") == Some(137);
+    let connect = code("approved_connect") == Some(0);
+    let refused =
+        code("undeclared_connect") == Some(1) && err("undeclared_connect").starts_with("ERR EPERM");
+    let said = |ok: bool, good: &str, k: &str| {
+        if ok {
+            good.to_owned()
+        } else {
+            format!("{k} UNEXPECTED ({:?} {})", code(k), err(k))
+        }
+    };
+    let text = [
+        said(exec, "approved exec ran", "approved_exec"),
+        said(killed, "undeclared exec killed", "undeclared_exec"),
+        said(connect, "approved connect made", "approved_connect"),
+        said(refused, "undeclared connect EPERM", "undeclared_connect"),
+    ];
+    (text.join(", "), exec && killed && connect && refused)
+}
