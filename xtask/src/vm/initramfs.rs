@@ -227,6 +227,7 @@ fn libraries(path: &Path) -> Result<Vec<PathBuf>> {
 /// A stripped copy of `from` in `stage` (the workspace's debug builds carry hundreds of
 /// megabytes of debug information the guest has no use for).
 pub fn stripped(from: &Path, stage: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(stage)?;
     let to = stage.join(from.file_name().context("a file name")?);
     let fresh = fs::metadata(&to)
         .and_then(|t| Ok(t.mtime() >= fs::metadata(from)?.mtime()))
