@@ -8,7 +8,7 @@ use std::{
     ffi::CString,
     fs,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -68,7 +68,12 @@ fn run() -> Value {
     let release = uname_release();
     let lsm = fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
     let guardd = self_test();
-    let tests = e2e();
+    // Every end-to-end test starts its own guardd: none can pass where it does not start.
+    let tests = if guardd["started"] == true {
+        e2e()
+    } else {
+        json!([])
+    };
     json!({
         "release": release,
         "landlock_abi": landlock_abi(),
@@ -184,7 +189,8 @@ fn landlock_abi() -> i64 {
 }
 
 /// Starts guardd, waits for its socket (its self-test runs before it listens), asks for its
-/// layers and makes the four calls; stops it.
+/// layers and makes the four calls; stops it. When it refuses to start, says why, and does it
+/// all again under `--allow-unenforced`, to show what the layers it has still hold.
 fn self_test() -> Value {
     let _ = fs::create_dir_all("/run/guard");
     let listen = || std::net::TcpListener::bind("127.0.0.1:0");
@@ -192,33 +198,45 @@ fn self_test() -> Value {
         return json!({"started": false, "error": "no listener on 127.0.0.1 (is lo up?)"});
     };
     let port = |l: &std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
-    let (approved_port, other_port) = (port(&approved), port(&other));
-    if let Err(e) = fs::write("/run/guard/policy.toml", policy(approved_port)) {
+    let ports = (port(&approved), port(&other));
+    if let Err(e) = fs::write("/run/guard/policy.toml", policy(ports.0)) {
         return json!({"started": false, "error": format!("writing the policy: {e}")});
     }
+    match guardd(&[], ports) {
+        Ok(up) => up,
+        Err(mut refused) => {
+            refused["unenforced"] = guardd(&["--allow-unenforced"], ports).unwrap_or_else(|e| e);
+            refused
+        }
+    }
+}
+
+/// One guardd with `extra` flags: its start time, layers and calls, or why it did not start.
+fn guardd(extra: &[&str], (approved, other): (u16, u16)) -> Result<Value, Value> {
+    let log = "/run/guard/guardd.stderr";
+    let refused = |why: String| {
+        let stderr = fs::read_to_string(log).unwrap_or_default();
+        println!("GUARD-VM: guardd {extra:?} did not start: {why}\n{stderr}");
+        json!({"started": false, "error": why, "stderr": stderr})
+    };
     let started = Instant::now();
-    let child = Command::new(format!("{BIN}/guardd"))
+    let stderr = fs::File::create(log).map_err(|e| refused(format!("{log}: {e}")))?;
+    let _ = fs::remove_file("/run/guard-audit/audit.jsonl");
+    let mut child = Command::new(format!("{BIN}/guardd"))
         .args(["--policy", "/run/guard/policy.toml", "--socket", SOCKET])
         .args(["--audit", "/run/guard-audit/audit.jsonl"])
+        .args(extra)
         .env("RUST_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return json!({"started": false, "error": format!("spawn guardd: {e}")}),
-    };
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| refused(format!("spawn guardd: {e}")))?;
     if let Err(why) = wait_listening(&mut child, Duration::from_secs(300)) {
         let _ = child.kill();
-        let out = child
-            .wait_with_output()
-            .map(|o| o.stderr)
-            .unwrap_or_default();
-        let stderr = String::from_utf8_lossy(&out).into_owned();
-        println!("GUARD-VM: guardd did not start: {why}\n{stderr}");
-        return json!({"started": false, "error": why, "stderr": stderr});
+        let _ = child.wait();
+        return Err(refused(why));
     }
     let start_s = started.elapsed().as_secs_f64();
-    println!("GUARD-VM: guardd listening after {start_s:.1} s");
+    println!("GUARD-VM: guardd {extra:?} listening after {start_s:.1} s");
     let status = Command::new(format!("{BIN}/guardctl"))
         .args(["--socket", SOCKET, "status", "--json"])
         .output()
@@ -228,13 +246,13 @@ fn self_test() -> Value {
     let calls = json!({
         "approved_exec": call(&["exec", "/usr/bin/true"]),
         "undeclared_exec": call(&["exec", "/usr/bin/touch", "/tmp/touched"]),
-        "approved_connect": call(&["connect", &format!("127.0.0.1:{approved_port}")]),
-        "undeclared_connect": call(&["connect", &format!("127.0.0.1:{other_port}")]),
+        "approved_connect": call(&["connect", &format!("127.0.0.1:{approved}")]),
+        "undeclared_connect": call(&["connect", &format!("127.0.0.1:{other}")]),
     });
     // SAFETY: kill takes no pointers; the pid is our child's.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
-    json!({"started": true, "start_s": start_s, "layers": status["layers"], "calls": calls})
+    Ok(json!({"started": true, "start_s": start_s, "layers": status["layers"], "calls": calls}))
 }
 
 fn wait_listening(child: &mut Child, within: Duration) -> Result<(), String> {

@@ -19,14 +19,25 @@ pub fn summary(r: &Value, quick: bool) -> (String, bool) {
         passed &= ok;
     } else {
         passed = false;
-        let why = g["error"].as_str().unwrap_or("?");
         let said = g["stderr"]
             .as_str()
             .unwrap_or("")
             .lines()
-            .last()
-            .unwrap_or("");
-        parts.push(format!("guardd REFUSED TO START: {why}: {said}"));
+            .rev()
+            .find(|l| l.starts_with("guardd:"));
+        let why = said.or(g["error"].as_str()).unwrap_or("?");
+        parts.push(format!("guardd REFUSED TO START: {}", first_line(why, 160)));
+        if let Some(v) = verifier(g["stderr"].as_str().unwrap_or("")) {
+            parts.push(format!("the verifier: {v}"));
+        }
+        let u = &g["unenforced"];
+        if u["started"] == true {
+            parts.push(format!(
+                "with --allow-unenforced: layers: {}",
+                layers(&u["layers"])
+            ));
+            parts.push(format!("calls (unenforced): {}", outcomes(&u["calls"])));
+        }
     }
     let lsm = r["lsm"].as_str().unwrap_or("");
     let bpf = lsm.split(',').any(|l| l == "bpf");
@@ -48,11 +59,15 @@ pub fn summary(r: &Value, quick: bool) -> (String, bool) {
             .map(|n| n.rsplit("::").next().unwrap_or(n))
             .collect();
         passed &= failed.is_empty() && !tests.is_empty();
-        let mut text = format!("e2e {ok}/{}", tests.len());
-        if !failed.is_empty() {
-            text.push_str(&format!(" (FAILED: {})", failed.join(", ")));
+        if tests.is_empty() {
+            parts.push("e2e not run (guardd does not start enforced)".into());
+        } else {
+            let mut text = format!("e2e {ok}/{}", tests.len());
+            if !failed.is_empty() {
+                text.push_str(&format!(" (FAILED: {})", failed.join(", ")));
+            }
+            parts.push(text);
         }
-        parts.push(text);
     }
     if let Some(m) = r["mount_failures"].as_array().filter(|m| !m.is_empty()) {
         let m: Vec<&str> = m.iter().filter_map(Value::as_str).collect();
@@ -111,4 +126,49 @@ fn calls(c: &Value) -> (String, bool) {
         said(refused, "undeclared connect EPERM", "undeclared_connect"),
     ];
     (text.join(", "), exec && killed && connect && refused)
+}
+
+/// The first line of `text`, cut at `max` characters.
+fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line.to_owned(),
+    }
+}
+
+/// The verifier's last word before its statistics, when a program was refused.
+fn verifier(stderr: &str) -> Option<&str> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("verification time"))?;
+    lines.get(at.checked_sub(1)?).copied()
+}
+
+/// What each of the four calls met, without expectations (a guardd running unenforced).
+fn outcomes(c: &Value) -> String {
+    [
+        "approved_exec",
+        "undeclared_exec",
+        "approved_connect",
+        "undeclared_connect",
+    ]
+    .iter()
+    .map(|k| {
+        let code = c[k]["code"].as_i64().map_or("-".into(), |c| c.to_string());
+        let err = c[k]["stderr"].as_str().unwrap_or("");
+        let err = err.split(" (").next().unwrap_or(err);
+        format!(
+            "{} exit {code}{}",
+            k.replace('_', " "),
+            if err.is_empty() {
+                String::new()
+            } else {
+                format!(" {err}")
+            }
+        )
+    })
+    .collect::<Vec<_>>()
+    .join(", ")
 }

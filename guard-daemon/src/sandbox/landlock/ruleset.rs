@@ -150,8 +150,8 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         });
     }
     let handled = handled(abi);
-    // Best effort drops from each rule what the kernel's ABI lacks, as it does from the
-    // handled set; `abi::admit` has refused what nothing else would cover.
+    // Only the rights the kernel has are handled, and each rule is cut to them below;
+    // `abi::admit` has refused what nothing else would cover.
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(handled)?;
@@ -175,7 +175,9 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         {
             executable.push((st.st_dev, st.st_ino));
         }
-        created = created.add_rule(PathBeneath::new(fd, rule.access))?;
+        // Within what the ruleset handles: the crate refuses a rule with a right it does not,
+        // even best effort (Truncate on ABI 1 and 2).
+        created = created.add_rule(PathBeneath::new(fd, rule.access & handled))?;
     }
     for &port in &rules.connect_ports {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
