@@ -28,8 +28,8 @@ use crate::{
 
 /// The end-to-end tests each kernel runs: a call's exec, connect and write refused by the layer
 /// that should (the kernel programs, landlock and the mount view), truncation and links (the
-/// landlock rights ABI 2 and 3 added: a launch that needs Truncate is refused without it), and
-/// seccomp.
+/// landlock rights ABI 2 and 3 added: a launch that needs Truncate is refused without it),
+/// seccomp, and each landlock ABI up to the kernel's enforcing its own rights (no guardd).
 pub const DEFAULT_TESTS: &[&str] = &[
     "suite::escape::escape_the_approved_host_on_another_port_is_refused",
     "suite::escape::escape_a_program_the_call_may_read_but_not_run_is_killed_and_reported_untraced",
@@ -37,6 +37,8 @@ pub const DEFAULT_TESTS: &[&str] = &[
     "suite::escape::escape_a_file_a_call_may_only_read_is_not_truncated",
     "suite::escape::escape_symlinks_and_hardlinks_do_not_widen_file_access",
     "suite::escape::escape_io_uring_is_refused",
+    "suite::landlock_abi::landlock_abi_1_to_3_enforce_their_own_rights_and_no_more",
+    "suite::landlock_abi::landlock_below_abi_3_refuses_a_launch_that_opens_up_a_directory",
 ];
 
 /// The kernels booted when none is named.

@@ -366,4 +366,4 @@ pub use open::Writable;
 
 /// A set of landlock's file-system rights.
 pub type Access = BitFlags<AccessFs>;
-pub use ruleset::{LandlockStatus, Prepared, kernel_abi, prepare};
+pub use ruleset::{LandlockStatus, Prepared, kernel_abi, prepare, prepare_for};

@@ -60,7 +60,7 @@ pub fn summary(r: &Value, quick: bool) -> (String, bool) {
             .collect();
         passed &= failed.is_empty() && !tests.is_empty();
         if tests.is_empty() {
-            parts.push("e2e not run (guardd does not start enforced)".into());
+            parts.push("no e2e test ran".into());
         } else {
             let mut text = format!("e2e {ok}/{}", tests.len());
             if !failed.is_empty() {

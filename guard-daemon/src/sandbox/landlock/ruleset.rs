@@ -134,7 +134,20 @@ fn handled(abi: i32) -> super::Access {
 /// that needs one it lacks, or any launch on a kernel without landlock, unless `allow_without`
 /// ([`abi::admit`]; then a kernel without landlock gives a disabled `Prepared`).
 pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, LandlockError> {
-    let abi = kernel_abi();
+    prepare_for(kernel_abi(), rules, allow_without)
+}
+
+/// As [`prepare`], for a kernel of landlock ABI `abi` at most: with the rights of the older of
+/// `abi` and the running kernel's. A ruleset of an older ABI's rights is enforced by a newer
+/// kernel as the older one would (a right not handled is not restricted; REFER not handled
+/// refuses every move into another directory, as ABI 1 does), which lets the end-to-end tests
+/// check ABI 1 to 3 on any kernel (`tests/suite/landlock_abi.rs`).
+pub fn prepare_for(
+    abi: i32,
+    rules: &LandlockRules,
+    allow_without: bool,
+) -> Result<Prepared, LandlockError> {
+    let abi = abi.min(kernel_abi());
     if abi::admit(abi, rules, allow_without)? == Admit::Without {
         let mut writable = Vec::new();
         for rule in rules.fs.iter().filter(|r| r.access.intersects(changes())) {
