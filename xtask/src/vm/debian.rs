@@ -115,7 +115,7 @@ fn packages(cache: &Path, suite: &str, release: &str) -> Result<String> {
     let Some(want) = release_sha256(release, FILE) else {
         bail!("{suite}'s InRelease names no {FILE}");
     };
-    let kept = cache.join("index").join(format!("{want}.Packages"));
+    let kept = cache.join("index").join(format!("{suite}-{want}.Packages"));
     if let Ok(text) = fs::read_to_string(&kept) {
         return Ok(text);
     }
@@ -133,7 +133,18 @@ fn packages(cache: &Path, suite: &str, release: &str) -> Result<String> {
     if !out.status.success() {
         bail!("xz -dc {} failed", xz.display());
     }
-    fs::create_dir_all(kept.parent().expect("index dir"))?;
+    let dir = kept.parent().expect("index dir");
+    fs::create_dir_all(dir)?;
+    // The suite's older indices: superseded.
+    for old in fs::read_dir(dir)?.filter_map(Result::ok) {
+        if old
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{suite}-"))
+        {
+            let _ = fs::remove_file(old.path());
+        }
+    }
     fs::write(&kept, &out.stdout)?;
     fs::remove_file(&xz)?;
     Ok(String::from_utf8(out.stdout)?)
@@ -198,6 +209,10 @@ pub fn kernel(cache: &Path, suite: &str) -> Result<Kernel> {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
         check(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&dir))?;
+        // The image is all a boot needs: its modules (most of the package) go.
+        for unused in ["lib", "usr"] {
+            let _ = fs::remove_dir_all(dir.join(unused));
+        }
         fs::write(dir.join(".verified"), &sha)?;
         fs::remove_file(&deb)?;
     }

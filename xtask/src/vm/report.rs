@@ -26,6 +26,7 @@ pub fn summary(r: &Value, quick: bool) -> (String, bool) {
             .rev()
             .find(|l| l.starts_with("guardd:"));
         let why = said.or(g["error"].as_str()).unwrap_or("?");
+        let why = why.split(" Verifier output").next().unwrap_or(why);
         parts.push(format!("guardd REFUSED TO START: {}", first_line(why, 160)));
         if let Some(v) = verifier(g["stderr"].as_str().unwrap_or("")) {
             parts.push(format!("the verifier: {v}"));
