@@ -61,7 +61,13 @@ fn main() -> Result<()> {
         Command::Lint => lint::lint(),
         Command::Bench(opts) => run::bench(&opts),
         Command::Install(opts) => install::install(&opts),
-        Command::Vm(opts) => vm::vm(&opts),
+        Command::Vm(opts) => {
+            if !opts.prebuilt {
+                setup::run(&setup::Options::default())?;
+                run::build(&run::BuildOptions { release: false })?;
+            }
+            vm::vm(&opts)
+        }
         Command::Uninstall(opts) => install::uninstall(&opts),
         Command::Fuzz(opts) => fuzz::fuzz(&repo::root(), &opts),
     }

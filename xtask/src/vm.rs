@@ -21,10 +21,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{
-    repo::{cargo, root, target_dir},
-    run, setup,
-};
+use crate::repo::{cargo, root, target_dir};
 
 /// The end-to-end tests each kernel runs: a call's exec, connect and write refused by the layer
 /// that should (the kernel programs, landlock and the mount view), truncation and links (the
@@ -94,11 +91,9 @@ fn cache() -> PathBuf {
     root().join("target").join("vm")
 }
 
+/// Boots each kernel of `opts` with the binaries built (`main` sets up and builds first,
+/// unless `--prebuilt`) and prints the matrix.
 pub fn vm(opts: &VmOptions) -> Result<()> {
-    if !opts.prebuilt {
-        setup::run(&setup::Options::default())?;
-        run::build(&run::BuildOptions { release: false })?;
-    }
     let suite = if opts.quick {
         None
     } else {
