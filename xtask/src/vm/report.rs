@@ -173,3 +173,80 @@ fn outcomes(c: &Value) -> String {
     .collect::<Vec<_>>()
     .join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn call(code: i64, stderr: &str) -> Value {
+        json!({"code": code, "stderr": stderr})
+    }
+
+    fn report(undeclared_connect: Value) -> Value {
+        json!({
+            "release": "6.12.0",
+            "lsm": "landlock,bpf",
+            "guardd": {
+                "started": true,
+                "start_s": 4.0,
+                "layers": [
+                    {"name": "landlock", "state": "active", "detail": "ABI 6"},
+                    {"name": "seccomp", "state": "active", "detail": ""},
+                    {"name": "ebpf:exec", "state": "active", "detail": "attached"},
+                    {"name": "ebpf:syscalls", "state": "off", "detail": ""},
+                ],
+                "calls": {
+                    "approved_exec": call(0, ""),
+                    "undeclared_exec": call(137, "denied"),
+                    "approved_connect": call(0, ""),
+                    "undeclared_connect": undeclared_connect,
+                },
+            },
+            "tests": [{"name": "suite::escape::x", "ok": true}],
+        })
+    }
+
+    #[test]
+    fn a_row_passes_only_when_every_call_meets_what_it_should() {
+        let (line, passed) = summary(&report(call(1, "ERR EPERM 1 (connect)")), false);
+        assert!(passed, "{line}");
+        assert!(
+            line.contains("landlock ABI 6, seccomp, 1 kernel programs"),
+            "{line}"
+        );
+        assert!(
+            line.contains("undeclared connect EPERM") && line.contains("e2e 1/1"),
+            "{line}"
+        );
+        assert!(line.contains("bpf LSM in the LSM list"), "{line}");
+        // A connect that went through fails the row, and says what it met.
+        let (line, passed) = summary(&report(call(0, "")), false);
+        assert!(
+            !passed && line.contains("undeclared_connect UNEXPECTED"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_refused_start_fails_the_row_with_guardds_reason_and_the_verifiers_last_word() {
+        let stderr = "WARN x\nguardd: kernel layer ebpf unavailable: program egress. Verifier output: 0: r1\n\
+                      unknown func bpf_get_current_pid_tgid#14\nverification time 3 usec\n";
+        let r = json!({"release": "6.1.0", "lsm": "landlock", "guardd": {
+            "started": false, "error": "exited", "stderr": stderr}, "tests": []});
+        let (line, passed) = summary(&r, true);
+        assert!(!passed);
+        assert!(
+            line.contains(
+                "REFUSED TO START: guardd: kernel layer ebpf unavailable: program egress."
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("the verifier: unknown func bpf_get_current_pid_tgid#14"),
+            "{line}"
+        );
+        assert!(line.contains("bpf LSM not in the LSM list"), "{line}");
+    }
+}
