@@ -21,8 +21,8 @@ const BENCH_PACKAGES: &[&str] = &["bubblewrap", "firejail", "hyperfine"];
 /// Debian packages the agent-day suite's commands use (`tests/suite/agentday.rs`): zip and
 /// unzip, and the system Python's venv with wheel, for an editable install without an index.
 const AGENT_DAY_PACKAGES: &[&str] = &["zip", "unzip", "python3-venv", "python3-wheel"];
-/// The Debian package `cargo xtask vm` boots its kernels with.
-const VM_PACKAGES: &[&str] = &["qemu-system-x86"];
+/// The Debian packages `cargo xtask vm` boots its kernels with, and fetches them with.
+const VM_PACKAGES: &[&str] = &["qemu-system-x86", "curl"];
 /// The unprivileged user that confined tools run as by default.
 pub const TOOL_USER: &str = "guard-tool";
 
