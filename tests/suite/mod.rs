@@ -20,6 +20,7 @@ mod held;
 mod hook;
 mod install;
 mod judges;
+mod landlock_abi;
 mod mcp;
 mod mcp_calls;
 mod mcp_node;

@@ -13,6 +13,7 @@ mod run;
 mod setup;
 mod toolchain;
 mod venv;
+mod vm;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -45,11 +46,18 @@ enum Command {
     /// Build in release and install the binaries, man pages, completions, the book, the default
     /// policy and a systemd unit (`--root` stages them under a directory).
     Install(install::InstallOptions),
+    /// Boot Debian's kernels (and the host's) under qemu and run guard's self-test and a few
+    /// end-to-end tests in each; one summary line per kernel.
+    Vm(vm::VmOptions),
     /// Remove exactly what `install` wrote (a file changed since is kept and named).
     Uninstall(install::UninstallOptions),
 }
 
 fn main() -> Result<()> {
+    // In a guest of `cargo xtask vm`, this binary is the kernel's first process.
+    if std::process::id() == 1 {
+        vm::guest::main();
+    }
     match Cli::parse().command {
         Command::Setup(opts) => setup::run(&opts),
         Command::Build(opts) => run::build(&opts),
@@ -59,6 +67,13 @@ fn main() -> Result<()> {
         Command::Docs => docs::docs().map(drop),
         Command::Bench(opts) => run::bench(&opts),
         Command::Install(opts) => install::install(&opts),
+        Command::Vm(opts) => {
+            if !opts.prebuilt {
+                setup::run(&setup::Options::default())?;
+                run::build(&run::BuildOptions { release: false })?;
+            }
+            vm::vm(&opts)
+        }
         Command::Uninstall(opts) => install::uninstall(&opts),
         Command::Fuzz(opts) => fuzz::fuzz(&repo::root(), &opts),
     }

@@ -186,8 +186,14 @@ pub fn test(opts: &TestOptions) -> Result<()> {
         cmd.arg("--").args(&opts.args);
     }
     check(&mut cmd)?;
+    let ci = env::var("CI").is_ok_and(|v| v == "true");
+    // CI also boots the kernel matrix's rows that pass (`crate::vm::CI_KERNELS`), with the
+    // binaries just built.
+    if ci && opts.args.is_empty() {
+        crate::vm::vm(&crate::vm::VmOptions::ci())?;
+    }
     // CI also fuzzes, each target as long as `cargo xtask fuzz` does by default.
-    if env::var("CI").is_ok_and(|v| v == "true") {
+    if ci {
         crate::fuzz::fuzz(
             &root(),
             &crate::fuzz::FuzzOptions {

@@ -316,28 +316,31 @@ fn claim(options: &Options) -> Result<(StateLock, Cgroup, String, Vec<Swept>), S
     Ok((held, root, name, swept))
 }
 
-/// landlock, ABI 4 at least (TCP rules), or unenforced by the operator's choice.
+/// landlock at any ABI, with the rights that ABI has: each one it lacks is said once, with
+/// what stands in for it (`landlock::abi`), and the launches that would need one are refused
+/// then. No landlock at all: refused, or unenforced by the operator's choice.
 fn landlock_layer(enforced: bool) -> Result<Layer, StartError> {
-    let abi = sandbox::landlock::kernel_abi();
-    if abi >= 4 {
-        return Ok(Layer::new(
-            "landlock",
-            LayerState::Active,
-            format!("ABI {abi}"),
-        ));
+    use sandbox::landlock::abi;
+    let found = sandbox::landlock::kernel_abi();
+    if found >= 1 {
+        for m in abi::missing(found) {
+            tracing::warn!(
+                "landlock ABI {found} has no {} right (ABI {}): {}",
+                m.right,
+                m.since,
+                m.meaning
+            );
+        }
+        let detail = abi::describe(found);
+        return Ok(Layer::new("landlock", LayerState::Active, detail));
     }
     if enforced {
-        let found = if abi < 0 {
-            "not enabled".to_owned()
-        } else {
-            format!("ABI {abi} < 4")
-        };
-        return Err(layer_err("landlock", found));
+        return Err(layer_err("landlock", "not enabled".to_owned()));
     }
     Ok(Layer::new(
         "landlock",
         LayerState::Unenforced,
-        format!("ABI {abi}"),
+        format!("not enabled (errno {})", -found),
     ))
 }
 

@@ -138,6 +138,12 @@ pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
         btf.offset(s, m)
             .map_err(|e| MonitorError::Btf(e.to_string()))
     };
+    // `struct file_lock`'s members moved into its `c` (`struct file_lock_core`) in Linux 6.9,
+    // `fl_file` becoming `flc_file`; before, they are its own.
+    let lock = |core: &str, own: &str| match at("file_lock", "c") {
+        Ok(c) => Ok(c + at("file_lock_core", core)?),
+        Err(_) => at("file_lock", own),
+    };
     Ok(Layout {
         bprm_file: at("linux_binprm", "file")?,
         bprm_filename: at("linux_binprm", "filename")?,
@@ -153,9 +159,9 @@ pub(super) fn exec_layout() -> Result<Layout, MonitorError> {
         files_fdt: at("files_struct", "fdt")?,
         fdt_fd: at("fdtable", "fd")?,
         fdt_max_fds: at("fdtable", "max_fds")?,
-        lock_file: at("file_lock", "c")? + at("file_lock_core", "flc_file")?,
-        lock_type: at("file_lock", "c")? + at("file_lock_core", "flc_type")?,
-        lock_flags: at("file_lock", "c")? + at("file_lock_core", "flc_flags")?,
+        lock_file: lock("flc_file", "fl_file")?,
+        lock_type: lock("flc_type", "fl_type")?,
+        lock_flags: lock("flc_flags", "fl_flags")?,
         inode_mode: at("inode", "i_mode")?,
     })
 }

@@ -19,18 +19,21 @@ use ::landlock::{ABI, Access as _, AccessFs, BitFlags};
 use super::resolve;
 use crate::call::plan::LaunchPlan;
 
-/// The oldest landlock ABI the guard accepts without an explicit opt-out: ABI 4 (Linux 6.7) is
-/// the first to restrict TCP connect, without which `effects.connect` is not enforced in-kernel.
-pub const MIN_ABI: i32 = 4;
-
 /// Errors of building or enforcing the rule set.
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
     #[error(
-        "landlock ABI {abi} is older than {MIN_ABI} (TCP connect rules); refusing to launch \
-         without the explicit opt-out"
+        "landlock is not available (errno {}); refusing to launch without the explicit opt-out",
+        -abi
     )]
-    TooOld { abi: i32 },
+    Unavailable { abi: i32 },
+    #[error("tool {tool}: landlock ABI {abi} of this kernel has no {right} right: {why}")]
+    Lacks {
+        tool: String,
+        abi: i32,
+        right: &'static str,
+        why: String,
+    },
     #[error("landlock rule for {path}: {source}")]
     Path {
         path: PathBuf,
@@ -76,6 +79,8 @@ pub enum Origin {
 /// The rule set as data.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LandlockRules {
+    /// The tool the rules are for, named when a kernel lacks a right they need.
+    pub tool: String,
     /// One rule per path, sorted by path.
     pub fs: Vec<FsRule>,
     /// TCP ports the call may connect to (sorted, deduplicated).
@@ -226,7 +231,10 @@ pub fn rules(plan: &LaunchPlan) -> LandlockRules {
 /// The rules for `plan`; `probe` says what a path is, `None` when it does not exist.
 pub fn rules_with(plan: &LaunchPlan, probe: impl Fn(&Path) -> Option<Kind>) -> LandlockRules {
     let mut fs: BTreeMap<PathBuf, BitFlags<AccessFs>> = BTreeMap::new();
-    let mut out = LandlockRules::default();
+    let mut out = LandlockRules {
+        tool: plan.tool.clone(),
+        ..LandlockRules::default()
+    };
     let mut grant =
         |path: &Path, access: BitFlags<AccessFs>, skipped: &mut Vec<PathBuf>| match probe(path) {
             Some(kind) => {
@@ -348,6 +356,7 @@ impl LandlockRules {
     }
 }
 
+pub mod abi;
 mod open;
 mod ruleset;
 #[cfg(test)]
@@ -357,4 +366,4 @@ pub use open::Writable;
 
 /// A set of landlock's file-system rights.
 pub type Access = BitFlags<AccessFs>;
-pub use ruleset::{LandlockStatus, Prepared, kernel_abi, prepare};
+pub use ruleset::{LandlockStatus, Prepared, kernel_abi, prepare, prepare_for};

@@ -106,8 +106,9 @@ pub fn io_sys(op: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
 pub struct LaunchOptions {
     /// How memory and pids limits are enforced ([`super::limits::detect`]).
     pub limits: LimitsMode,
-    /// Launch without landlock when the kernel's ABI is below [`landlock::MIN_ABI`]. Off by
-    /// default: the guard refuses rather than silently dropping file and network confinement.
+    /// Launch without landlock when the kernel has none, and with the rights it has when it
+    /// lacks one a launch needs ([`landlock::abi::admit`]). Off by default: the guard refuses
+    /// rather than silently dropping file and network confinement.
     pub allow_without_landlock: bool,
     /// The user a call runs as when its plan names none.
     pub default_user: String,

@@ -15,7 +15,9 @@ use nix::errno::Errno;
 use serde::Serialize;
 
 use super::{
-    LandlockError, LandlockRules, MIN_ABI, READ_FILE, READ_TREE, changes,
+    LandlockError, LandlockRules, READ_FILE, READ_TREE,
+    abi::{self, Admit},
+    changes,
     open::{Writable, open_rule},
 };
 
@@ -79,6 +81,8 @@ pub enum LandlockStatus {
     Full,
     /// File system and TCP only: ABI 4 or 5, no scopes.
     NoScopes,
+    /// File system only, with the rights of ABI 1 to 3 ([`abi::missing`] says which are not).
+    FileSystem,
     /// Not applied: the kernel is too old and the caller opted out.
     Disabled,
     /// Not applied: the call runs in shadow (`enforce = "shadow"`).
@@ -90,6 +94,9 @@ pub enum LandlockStatus {
 pub struct Prepared {
     /// The ruleset; `None` when landlock is disabled.
     fd: Option<OwnedFd>,
+    /// The file-system rights the ruleset handles: the ones a rule added in the child may
+    /// carry (the kernel refuses a rule with a right its ruleset does not handle).
+    handled: u64,
     pub abi: i32,
     pub status: LandlockStatus,
     /// What the call may change, as the rules found it: writable in its mount view.
@@ -108,32 +115,59 @@ struct PathBeneathAttr {
 
 const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
 
-/// Creates the kernel ruleset for `rules`. Refuses an ABI below [`MIN_ABI`] unless
-/// `allow_without` (then returns a disabled `Prepared`).
+/// The file-system rights guard handles on a kernel of landlock `abi` (1 or later): those of
+/// ABI 5 it has. Pinned to the ABI versions this code was tested with (the crate's advice),
+/// not to whatever the kernel offers: a newer right handled here but not granted would break
+/// tools in ways no test has seen.
+fn handled(abi: i32) -> super::Access {
+    let kernel = match abi {
+        ..=1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        _ => ABI::V5,
+    };
+    AccessFs::from_all(ABI::V5) & AccessFs::from_all(kernel)
+}
+
+/// Creates the kernel ruleset for `rules`, with the rights the kernel has; refuses a launch
+/// that needs one it lacks, or any launch on a kernel without landlock, unless `allow_without`
+/// ([`abi::admit`]; then a kernel without landlock gives a disabled `Prepared`).
 pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, LandlockError> {
-    let abi = kernel_abi();
-    if abi < MIN_ABI {
-        if allow_without {
-            let mut writable = Vec::new();
-            for rule in rules.fs.iter().filter(|r| r.access.intersects(changes())) {
-                writable.push(Writable::of(&open_rule(rule)?, rule)?);
-            }
-            return Ok(Prepared {
-                fd: None,
-                abi,
-                status: LandlockStatus::Disabled,
-                writable,
-                executable: Vec::new(),
-            });
+    prepare_for(kernel_abi(), rules, allow_without)
+}
+
+/// As [`prepare`], for a kernel of landlock ABI `abi` at most: with the rights of the older of
+/// `abi` and the running kernel's. A ruleset of an older ABI's rights is enforced by a newer
+/// kernel as the older one would (a right not handled is not restricted; REFER not handled
+/// refuses every move into another directory, as ABI 1 does), which lets the end-to-end tests
+/// check ABI 1 to 3 on any kernel (`tests/suite/landlock_abi.rs`).
+pub fn prepare_for(
+    abi: i32,
+    rules: &LandlockRules,
+    allow_without: bool,
+) -> Result<Prepared, LandlockError> {
+    let abi = abi.min(kernel_abi());
+    if abi::admit(abi, rules, allow_without)? == Admit::Without {
+        let mut writable = Vec::new();
+        for rule in rules.fs.iter().filter(|r| r.access.intersects(changes())) {
+            writable.push(Writable::of(&open_rule(rule)?, rule)?);
         }
-        return Err(LandlockError::TooOld { abi });
+        return Ok(Prepared {
+            fd: None,
+            handled: 0,
+            abi,
+            status: LandlockStatus::Disabled,
+            writable,
+            executable: Vec::new(),
+        });
     }
-    // Handled rights are pinned to the ABI versions this code was tested with (the crate's
-    // advice), not to whatever the kernel offers: a newer right handled here but not granted
-    // would break tools in ways no test has seen. Best effort only drops what ABI 4/5 lack.
+    let handled = handled(abi);
+    // Only the rights the kernel has are handled, and each rule is cut to them below;
+    // `abi::admit` has refused what nothing else would cover.
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(ABI::V5))?;
+        .handle_access(handled)?;
     if !rules.kernel_judges {
         ruleset = ruleset.handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)?;
     }
@@ -154,19 +188,24 @@ pub fn prepare(rules: &LandlockRules, allow_without: bool) -> Result<Prepared, L
         {
             executable.push((st.st_dev, st.st_ino));
         }
-        created = created.add_rule(PathBeneath::new(fd, rule.access))?;
+        // Within what the ruleset handles: the crate refuses a rule with a right it does not,
+        // even best effort (Truncate on ABI 1 and 2).
+        created = created.add_rule(PathBeneath::new(fd, rule.access & handled))?;
     }
     for &port in &rules.connect_ports {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
     }
     let fd: Option<OwnedFd> = created.into();
-    let status = if abi >= 6 {
+    let status = if abi >= abi::SCOPES {
         LandlockStatus::Full
-    } else {
+    } else if abi >= abi::TCP {
         LandlockStatus::NoScopes
+    } else {
+        LandlockStatus::FileSystem
     };
     Ok(Prepared {
         fd,
+        handled: handled.bits(),
         abi,
         status,
         writable,
@@ -214,11 +253,11 @@ impl Prepared {
             return Err(Errno::last_raw());
         }
         let added = if whole {
-            add_proc_rule(fd, dir, c".", true)
+            add_proc_rule(fd, dir, c".", true, self.handled)
         } else {
             PROC_SELF
                 .iter()
-                .try_for_each(|&(name, tree)| add_proc_rule(fd, dir, name, tree))
+                .try_for_each(|&(name, tree)| add_proc_rule(fd, dir, name, tree, self.handled))
         };
         // SAFETY: dir is the fd opened above, owned here.
         unsafe { libc::close(dir) };
@@ -227,7 +266,12 @@ impl Prepared {
         // a path up through its mounts, so the rule of the directory it is in does not reach it
         // there.
         if let Some(access) = shm {
-            add_rule_at(fd, libc::AT_FDCWD, c"/dev/shm", access)?;
+            add_rule_at(
+                fd,
+                libc::AT_FDCWD,
+                c"/dev/shm",
+                access.bits() & self.handled,
+            )?;
         }
         // SAFETY: fd is a landlock ruleset fd; flags 0.
         if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
@@ -237,21 +281,24 @@ impl Prepared {
     }
 }
 
-/// Grants read on `name` in the directory `dir` (a tree when `tree`), to the ruleset `ruleset`.
-/// An entry this kernel lacks is skipped. Raw syscalls only: it runs in the child.
-fn add_proc_rule(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, tree: bool) -> Result<(), i32> {
-    let access = if tree { READ_TREE } else { READ_FILE } | AccessFs::Truncate;
-    add_rule_at(ruleset, dir, name, access)
-}
-
-/// Grants `access` on `name` in the directory `dir` to the ruleset `ruleset`; a name that is
-/// not there is skipped. Raw syscalls only: it runs in the child.
-fn add_rule_at(
+/// Grants read on `name` in the directory `dir` (a tree when `tree`), to the ruleset `ruleset`,
+/// as far as it `handled` those rights. An entry this kernel lacks is skipped. Raw syscalls
+/// only: it runs in the child.
+fn add_proc_rule(
     ruleset: &OwnedFd,
     dir: libc::c_int,
     name: &CStr,
-    access: super::Access,
+    tree: bool,
+    handled: u64,
 ) -> Result<(), i32> {
+    let access = if tree { READ_TREE } else { READ_FILE } | AccessFs::Truncate;
+    add_rule_at(ruleset, dir, name, access.bits() & handled)
+}
+
+/// Grants `access` (landlock's bits, within what the ruleset handles) on `name` in the
+/// directory `dir` to the ruleset `ruleset`; a name that is not there is skipped. Raw syscalls
+/// only: it runs in the child.
+fn add_rule_at(ruleset: &OwnedFd, dir: libc::c_int, name: &CStr, access: u64) -> Result<(), i32> {
     // SAFETY: name is NUL-terminated; openat returns a new fd or -1.
     let entry = unsafe { libc::openat(dir, name.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if entry < 0 {
@@ -261,7 +308,7 @@ fn add_rule_at(
         };
     }
     let attr = PathBeneathAttr {
-        allowed_access: access.bits(),
+        allowed_access: access,
         parent_fd: entry,
     };
     // SAFETY: attr is a valid landlock_path_beneath_attr that outlives the call.
