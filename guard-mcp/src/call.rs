@@ -189,11 +189,19 @@ async fn follow(
 
 /// The result of a call whose guardd went away before its end: what became of it, once its
 /// processes were seen gone (waited for off this thread).
+/// One that started says so (`decision` allow, its id, no exit code): it may have done what
+/// it does, and is never to be taken for a call that did not run.
 async fn lost(begun: Option<StartedReply>) -> CallToolResult {
+    let call_id = begun.as_ref().map(|b| b.call_id.clone());
     let said = tokio::task::spawn_blocking(move || guard::client::lost(begun.as_ref()))
         .await
         .unwrap_or_else(|e| format!("guardd closed the connection: {e}"));
-    result(Vec::new(), Outcome::failed(said), None)
+    let outcome = Outcome {
+        decision: call_id.is_some().then_some(Decision::Allow),
+        call_id,
+        ..Outcome::failed(said)
+    };
+    result(Vec::new(), outcome, None)
 }
 
 /// The `exec` of a call. An MCP client has no input stream to give: it says so, and guardd

@@ -168,7 +168,8 @@ impl ServerHandler for Guard {
         let args = request.arguments.unwrap_or_default();
         let tool = request.name.into_owned();
         if let Some(releases) = self.releases.as_ref().filter(|_| tool == release::TOOL) {
-            return Ok(releases.retrieve(&args).await.into());
+            let cancel = context.ct.cancelled();
+            return Ok(releases.retrieve(&args, cancel).await.into());
         }
         match self.check(&tool, &args).await {
             Ok(()) => {}

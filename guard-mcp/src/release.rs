@@ -16,9 +16,12 @@ use std::{
     time::Duration,
 };
 
-use guard::protocol::{
-    self, ExecReply, Request, ResumeMode, ResumeRequest,
-    reply::{CallDecision, Hold},
+use guard::{
+    call::decision::Decision,
+    protocol::{
+        self, ExecReply, Request, ResumeMode, ResumeRequest,
+        reply::{CallDecision, Hold},
+    },
 };
 use rmcp::{
     Peer, RoleServer,
@@ -34,16 +37,27 @@ pub const TOOL: &str = "retrieve_quarantined_tool_response";
 
 /// How many ran calls' results are kept for a second retrieval.
 const KEPT_RESULTS: usize = 8;
+/// How many of the session's held calls the release tool's description names.
+const LISTED: usize = 16;
 /// How long a watcher waits before trying guardd again.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// Where a held call of this session stands, as guard-mcp last heard.
+/// Where a held call of this session stands, as guard-mcp last heard. Only what guardd said
+/// moves it: a release that failed for another reason (guardd away, busy) leaves it as it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Held,
     Approved,
+    /// Denied, or its wait ran out.
     NotApproved,
+    /// No longer held, and guard-mcp did not see how (another caller ran it, or it was
+    /// withdrawn).
+    Gone,
     Ran,
+    /// Released and started, and its end was not seen (guardd went away meanwhile).
+    Started,
+    /// Ran, and its result is no longer kept.
+    Forgotten,
 }
 
 impl State {
@@ -52,7 +66,10 @@ impl State {
             Self::Held => "held for review",
             Self::Approved => "approved: ready to release",
             Self::NotApproved => "not approved",
+            Self::Gone => "no longer held",
             Self::Ran => "ran: its result can be retrieved again",
+            Self::Started => "started: its end was not seen",
+            Self::Forgotten => "ran: its result is no longer kept",
         }
     }
 }
@@ -62,6 +79,8 @@ struct Call {
     tool: String,
     state: State,
     result: Option<CallToolResult>,
+    /// Its place in the session's order: the newest are listed, the oldest results dropped.
+    seq: u64,
 }
 
 /// The held calls of one MCP session, and how to reach guardd and the client.
@@ -85,7 +104,8 @@ impl Releases {
         *self.client.lock().unwrap_or_else(PoisonError::into_inner) = Some(peer);
     }
 
-    /// The release tool, its description naming this session's held calls as they stand.
+    /// The release tool, its description naming this session's latest held calls as they
+    /// stand.
     pub fn tool(&self) -> Tool {
         let mut description = String::from(
             "Returns the result of a tool call that guard held for a human's review, given the \
@@ -95,10 +115,15 @@ impl Releases {
              retrieve this one instead.",
         );
         let calls = self.lock();
-        if !calls.is_empty() {
-            description.push_str(" Calls of this session:");
-            for (id, call) in calls.iter() {
+        let mut latest: Vec<(&String, &Call)> = calls.iter().collect();
+        latest.sort_by_key(|(_, c)| std::cmp::Reverse(c.seq));
+        if !latest.is_empty() {
+            description.push_str(" Calls of this session, the latest first:");
+            for (id, call) in latest.iter().take(LISTED) {
                 description.push_str(&format!(" {id} ({}): {};", call.tool, call.state.says()));
+            }
+            if latest.len() > LISTED {
+                description.push_str(&format!(" and {} earlier.", latest.len() - LISTED));
             }
         }
         let schema = json!({
@@ -126,19 +151,27 @@ impl Releases {
 
     /// A call of `tool` guardd held: remembered, watched for its answer, and answered now.
     pub fn held(self: &Arc<Self>, tool: String, hold: &Hold) -> CallToolResult {
+        let mut calls = self.lock();
+        let seq = calls.values().map(|c| c.seq + 1).max().unwrap_or(0);
         let call = Call {
             tool,
             state: State::Held,
             result: None,
+            seq,
         };
-        self.lock().insert(hold.call_id.clone(), call);
+        calls.insert(hold.call_id.clone(), call);
+        drop(calls);
         tokio::spawn(Arc::clone(self).watch(hold.call_id.clone()));
         waiting(hold, "is held for review")
     }
 
     /// The release tool's call: the result of the held call its `call_id` names, run now if
-    /// it was approved.
-    pub async fn retrieve(&self, args: &JsonObject) -> CallToolResult {
+    /// it was approved; `cancel` withdraws the release (a run it started is stopped).
+    pub async fn retrieve(
+        &self,
+        args: &JsonObject,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> CallToolResult {
         let Some(call_id) = args.get("call_id").and_then(|v| v.as_str()) else {
             return call::malformed(format!("{TOOL} takes call_id, a string"));
         };
@@ -148,62 +181,69 @@ impl Releases {
                 ..
             }) => return result.clone(),
             Some(c) if c.state == State::NotApproved => return not_approved(call_id),
+            Some(c) if c.state == State::Forgotten => return forgotten(call_id),
             Some(_) | None => {}
         }
         let request = Request::Resume(ResumeRequest {
             call_id: call_id.to_owned(),
             mode: ResumeMode::Release,
         });
-        match call::run(
-            &self.socket,
-            &request,
-            OnHold::Answer,
-            std::future::pending(),
-        )
-        .await
-        {
+        match call::run(&self.socket, &request, OnHold::Answer, cancel).await {
             Ran::Held(hold) => waiting(&hold, "is still held for review"),
-            Ran::Done(result) => {
-                let ran = result
-                    .structured_content
-                    .as_ref()
-                    .is_some_and(|s| !s["exit_code"].is_null());
-                let state = if ran { State::Ran } else { State::NotApproved };
-                self.settle(call_id, state, ran.then(|| result.clone()));
-                result
-            }
+            Ran::Done(result) => match learnt(&result) {
+                Some(State::NotApproved) => {
+                    self.settle(call_id, State::NotApproved, None);
+                    not_approved(call_id)
+                }
+                Some(state @ (State::Ran | State::Started)) => {
+                    self.settle(call_id, state, Some(result.clone()));
+                    result
+                }
+                Some(state) => {
+                    self.settle(call_id, state, None);
+                    result
+                }
+                None => result,
+            },
         }
     }
 
-    /// Waits with guardd for held call `call_id`'s answer (trying again while guardd is away,
-    /// until the call is answered or gone), then tells the client.
+    /// Waits with guardd for held call `call_id`'s answer (trying again while guardd is away
+    /// or another caller waits for it, until the call is answered or gone), then tells the
+    /// client.
     async fn watch(self: Arc<Self>, call_id: String) {
         let request = Request::Resume(ResumeRequest {
             call_id: call_id.clone(),
             mode: ResumeMode::Watch,
         });
         loop {
-            match answer(&self.socket, &request).await {
-                Some(d) => {
-                    let approved = d.decision == guard::call::decision::Decision::Allow;
-                    let state = if approved {
-                        State::Approved
-                    } else {
-                        State::NotApproved
-                    };
-                    self.settle(&call_id, state, None);
-                    break;
-                }
-                None if self
-                    .lock()
-                    .get(&call_id)
-                    .is_some_and(|c| c.state == State::Held) =>
+            let state = match answer(&self.socket, &request).await {
+                Some(d) if d.decision == Decision::Allow => Some(State::Approved),
+                // The held call's own decision comes back when it is denied or expires.
+                Some(d) if d.decision != Decision::Block => Some(State::NotApproved),
+                Some(d)
+                    if d.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("waiting for it")) =>
                 {
-                    tokio::time::sleep(RETRY).await;
+                    None
                 }
-                // Released meanwhile: nothing left to watch.
-                None => return,
+                Some(_) => Some(State::Gone),
+                None => None,
+            };
+            if let Some(state) = state {
+                self.settle(&call_id, state, None);
+                break;
             }
+            if !self
+                .lock()
+                .get(&call_id)
+                .is_some_and(|c| c.state == State::Held)
+            {
+                // Released or answered meanwhile: nothing left to watch.
+                return;
+            }
+            tokio::time::sleep(RETRY).await;
         }
         let client = self
             .client
@@ -217,31 +257,50 @@ impl Releases {
         }
     }
 
-    /// Records where call `call_id` stands now (unless it already ran), with its result; keeps
-    /// at most [`KEPT_RESULTS`] results.
+    /// Records where call `call_id` stands now, with its result; a call that ran or started
+    /// stays so. Keeps at most [`KEPT_RESULTS`] results, the latest.
     fn settle(&self, call_id: &str, state: State, result: Option<CallToolResult>) {
         let mut calls = self.lock();
         let Some(call) = calls.get_mut(call_id) else {
             return;
         };
-        if call.state == State::Ran {
+        if matches!(call.state, State::Ran | State::Started | State::Forgotten) {
             return;
         }
         call.state = state;
         call.result = result;
-        let kept: Vec<String> = (calls.iter())
+        let mut kept: Vec<(u64, String)> = (calls.iter())
             .filter(|(_, c)| c.result.is_some())
-            .map(|(id, _)| id.clone())
+            .map(|(id, c)| (c.seq, id.clone()))
             .collect();
-        for id in kept.iter().take(kept.len().saturating_sub(KEPT_RESULTS)) {
-            if let Some(c) = calls.get_mut(id) {
+        kept.sort();
+        let over = kept.len().saturating_sub(KEPT_RESULTS);
+        for (_, id) in kept.into_iter().take(over) {
+            if let Some(c) = calls.get_mut(&id) {
                 c.result = None;
+                c.state = State::Forgotten;
             }
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Call>> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a release's `result` says of its call: it ran (an exit code), it started and its end
+/// was not seen (allowed, no exit code), it was not approved (the held call's own decision:
+/// denied, expired, or barred at its run), guardd holds it no more (`block`); `None` when
+/// guardd never answered for the call (away, busy), which says nothing of it.
+fn learnt(result: &CallToolResult) -> Option<State> {
+    let said = result.structured_content.as_ref()?;
+    if !said["exit_code"].is_null() {
+        return Some(State::Ran);
+    }
+    match said["decision"].as_str()? {
+        "allow" => Some(State::Started),
+        "block" => Some(State::Gone),
+        _ => Some(State::NotApproved),
     }
 }
 
@@ -277,6 +336,24 @@ fn not_approved(call_id: &str) -> CallToolResult {
     r
 }
 
+/// The answer for a call that ran, once its result is no longer kept.
+fn forgotten(call_id: &str) -> CallToolResult {
+    let text = format!(
+        "guard: call {call_id} ran; its result is no longer kept (guardctl show {call_id})."
+    );
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(json!({
+        "call_id": call_id,
+        "decision": "allow",
+        "exit_code": null,
+        "diverged": false,
+        "stopped": false,
+        "error": "its result is no longer kept",
+        "receipt": null,
+    }));
+    r
+}
+
 /// The generic answer for held call `hold`: that it `is` held, and how to get its result.
 fn waiting(hold: &Hold, is: &str) -> CallToolResult {
     let text = format!(
@@ -296,3 +373,6 @@ fn waiting(hold: &Hold, is: &str) -> CallToolResult {
     }));
     r
 }
+
+#[cfg(test)]
+mod tests;

@@ -151,3 +151,58 @@ fn mcp_typescript_sdk_releases_a_held_call_once_approved() {
     assert!(!log.contains("panicked"), "{log}");
     assert_released(&guardd, &steps);
 }
+
+/// A caller that would wait for a held call itself (`guard-exec --resume ID`) is not shut out
+/// by guard-mcp's watch of it: it takes the watch's place and runs the call once approved, and
+/// guard-mcp then says the call is no longer held, never that it was not approved (an outside
+/// pass's F4).
+#[test]
+fn mcp_a_callers_own_wait_displaces_the_watch_and_nothing_says_not_approved() {
+    let test = "mcp_a_callers_own_wait_displaces_the_watch";
+    if !support::privileged(test) {
+        return;
+    }
+    let Some(python) = support::python(test) else {
+        return;
+    };
+    let guardd = Guardd::start(POLICY);
+    let out = guardd.dir.join("resumed.out");
+    let resume = format!(
+        "{} --socket {} --resume {{call_id}} > {} 2>&1 &",
+        support::bin("guard-exec").display(),
+        guardd.socket.display(),
+        out.display()
+    );
+    let approve = json!([
+        support::bin("guardctl"),
+        "--socket",
+        guardd.socket,
+        "approve",
+        "{call_id}"
+    ]);
+    let plan = json!([
+        {"call": "mail", "arguments": {"to": "carol"}},
+        {"run": ["sh", "-c", resume], "call_id_of": 0},
+        {"run": ["sleep", "1"]},
+        {"run": approve, "call_id_of": 0},
+        {"run": ["sh", "-c", format!("sleep 2; cat {}", out.display())]},
+        {"call": RELEASE, "call_id_of": 0},
+        {"await_list_changed": 5},
+        {"list": true},
+    ]);
+    let steps = super::mcp::session(&python, &guardd.socket, &plan);
+    // guard-exec's notice that it waits, then the call's output.
+    let resumed = steps[4]["stdout"].as_str().unwrap_or_default();
+    assert!(resumed.ends_with("\nmailed carol\n"), "{steps:#?}");
+    let released = &steps[5];
+    let text = released["texts"][0].as_str().unwrap_or_default();
+    assert!(
+        !text.contains("not approved") && !text.contains("mailed"),
+        "{released}"
+    );
+    let listed = steps[7]["tools"].as_array().expect("tools");
+    let about = (listed.iter().find(|t| t["name"] == RELEASE))
+        .and_then(|t| t["description"].as_str())
+        .unwrap_or_default();
+    assert!(about.contains("(mail): no longer held"), "{about}");
+}

@@ -105,6 +105,9 @@ pub struct Record {
 struct Entry {
     record: Record,
     waiter: Option<oneshot::Sender<Resolution>>,
+    /// The waiter only watches for the answer (`resume` in `watch` mode): a caller that
+    /// would wait to run the call takes its place.
+    watching: bool,
     /// Its caller has been told it is held (or it came from the store): listed to admins. A
     /// call held and not yet told is its caller's to learn of first, so that a guardd stopped
     /// between the two leaves no caller that an admin's answer overtook.
@@ -228,6 +231,7 @@ impl Approvals {
                 Entry {
                     record,
                     waiter: None,
+                    watching: false,
                     told: true,
                 },
             );
@@ -263,6 +267,7 @@ impl Approvals {
             Entry {
                 record,
                 waiter: None,
+                watching: false,
                 told: false,
             },
         );
@@ -276,8 +281,15 @@ impl Approvals {
         }
     }
 
-    /// Makes `uid` the waiter of held call `call_id`.
-    pub fn attach(&self, call_id: &str, uid: u32) -> Result<Attached, ApprovalError> {
+    /// Makes `uid` the waiter of held call `call_id`; `watching`: one that only watches for
+    /// the answer, which a waiter that would run the call displaces (its channel closes
+    /// while the call is still held: see `review::hold`).
+    pub fn attach(
+        &self,
+        call_id: &str,
+        uid: u32,
+        watching: bool,
+    ) -> Result<Attached, ApprovalError> {
         let mut map = self.lock();
         let entry = map
             .get_mut(call_id)
@@ -288,11 +300,13 @@ impl Approvals {
         if let Some(by) = entry.record.held.approved_by {
             return Ok(Attached::Approved(by));
         }
-        if entry.waiter.as_ref().is_some_and(|w| !w.is_closed()) {
+        let live = entry.waiter.as_ref().is_some_and(|w| !w.is_closed());
+        if live && (watching || !entry.watching) {
             return Err(ApprovalError::Waited(call_id.to_owned()));
         }
         let (tx, rx) = oneshot::channel();
         entry.waiter = Some(tx);
+        entry.watching = watching;
         Ok(Attached::Waiting(rx))
     }
 

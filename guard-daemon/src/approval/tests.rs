@@ -40,7 +40,7 @@ fn record(id: &str) -> Record {
 }
 
 fn waiting(a: &Approvals, id: &str) -> oneshot::Receiver<Resolution> {
-    match a.attach(id, 1000).expect("attach") {
+    match a.attach(id, 1000, false).expect("attach") {
         Attached::Waiting(rx) => rx,
         Attached::Approved(_) => panic!("not approved yet"),
     }
@@ -117,17 +117,47 @@ fn an_approval_binds_to_the_digest_and_only_the_submitter_resumes() {
     ));
     assert!(a.check("c1", Some(0), Some(&digest), false).is_ok());
     assert_eq!(
-        a.attach("c1", 1001).err(),
+        a.attach("c1", 1001, false).err(),
         Some(ApprovalError::NotYours("c1".into()))
     );
     let _rx = waiting(&a, "c1");
     assert_eq!(
-        a.attach("c1", 1000).err(),
+        a.attach("c1", 1000, false).err(),
         Some(ApprovalError::Waited("c1".into()))
     );
     a.detach("c1");
     a.approve("c1", 0).expect("approve without a waiter");
-    assert!(matches!(a.attach("c1", 1000), Ok(Attached::Approved(0))));
+    assert!(matches!(
+        a.attach("c1", 1000, false),
+        Ok(Attached::Approved(0))
+    ));
+}
+
+#[test]
+fn a_caller_that_would_run_the_call_displaces_a_watcher_and_nothing_else() {
+    let a = Approvals::new(4, Duration::from_secs(60), None);
+    a.hold(record("c1"), false).expect("hold");
+    let Ok(Attached::Waiting(mut watched)) = a.attach("c1", 1000, true) else {
+        panic!("a watcher attaches");
+    };
+    // A second watcher does not displace the first.
+    assert_eq!(
+        a.attach("c1", 1000, true).err(),
+        Some(ApprovalError::Waited("c1".into()))
+    );
+    // A waiter does: the watcher's channel closes, with the call still held.
+    let rx = waiting(&a, "c1");
+    assert_eq!(
+        watched.try_recv(),
+        Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+    );
+    assert!(a.get("c1").is_some());
+    // And a watcher does not displace a waiter.
+    assert_eq!(
+        a.attach("c1", 1000, true).err(),
+        Some(ApprovalError::Waited("c1".into()))
+    );
+    drop(rx);
 }
 
 #[test]

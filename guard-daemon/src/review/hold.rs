@@ -131,7 +131,7 @@ pub async fn hold(
     }
     // A caller that does not wait is no waiter, even for a moment: a `resume` it sends as
     // soon as it hears of the hold (guard-mcp's watch) finds the call free to attach to.
-    let attached = (!h.no_wait).then(|| daemon.approvals.attach(&call_id, peer.uid));
+    let attached = (!h.no_wait).then(|| daemon.approvals.attach(&call_id, peer.uid, false));
     let rx = match attached {
         Some(Ok(Attached::Waiting(rx))) => Some(rx),
         Some(Ok(Attached::Approved(_)) | Err(_)) | None => None,
@@ -255,7 +255,8 @@ pub async fn resume(
         conn.reply(&ExecReply::Pending(pending(daemon, h))).await?;
         return Ok(Waited::Done);
     }
-    let waited = match (daemon.approvals.attach(call_id, peer.uid), held) {
+    let watching = mode == ResumeMode::Watch;
+    let waited = match (daemon.approvals.attach(call_id, peer.uid, watching), held) {
         (Ok(Attached::Approved(by)), _) => Waited::Approved(by),
         (Ok(Attached::Waiting(rx)), Some(held)) => {
             conn.reply(&ExecReply::Pending(pending(daemon, &held)))
@@ -271,7 +272,8 @@ pub async fn resume(
         }
         (Err(e), _) => {
             let message = match e {
-                ApprovalError::NotHeld(_) => format!(
+                // Another uid's call is told apart from none: the same words.
+                ApprovalError::NotHeld(_) | ApprovalError::NotYours(_) => format!(
                     "no call {call_id} is held: it was denied, expired, withdrawn or has run \
                      (guardctl show {call_id})"
                 ),
@@ -345,7 +347,17 @@ async fn wait(
     no_wait: bool,
 ) -> io::Result<Waited> {
     let answer = tokio::select! {
-        answer = rx => answer.unwrap_or(Resolution::Denied { reason: "withdrawn".into() }),
+        answer = rx => match answer {
+            Ok(answer) => answer,
+            // A watcher a caller displaced, the call still held: it is no answer.
+            Err(_) if daemon.approvals.get(call_id).is_some() => {
+                let why = format!("another caller of call {call_id} is waiting for it now");
+                return refuse(conn, call_id, Decision::Block, why)
+                    .await
+                    .map(|()| Waited::Done);
+            }
+            Err(_) => Resolution::Denied { reason: "withdrawn".into() },
+        },
         _ = conn.closed() => {
             if no_wait {
                 daemon.approvals.detach(call_id);
