@@ -116,12 +116,26 @@ pub fn current_call() -> Option<(u64, CallConfig)> {
     Some((cgroup_id, *config))
 }
 
-/// Reserves an event with its common header filled in; counts a drop when the buffer is full.
+/// Reserves an event with its common header filled in, the current task's pid and tid;
+/// counts a drop when the buffer is full.
 #[inline(always)]
 pub fn reserve_event(
     kind: u32,
     action: u32,
     cgroup_id: u64,
+) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<Event>> {
+    reserve_event_of(kind, action, cgroup_id, bpf_get_current_pid_tgid())
+}
+
+/// [`reserve_event`] for a program that may not ask for the current task (a packet's: 6.1's
+/// verifier refuses a cgroup_skb program that calls a helper of the task), its event's pid and
+/// tid those of `pid_tgid` (0: not known).
+#[inline(always)]
+pub fn reserve_event_of(
+    kind: u32,
+    action: u32,
+    cgroup_id: u64,
+    pid_tgid: u64,
 ) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<Event>> {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         if let Some(dropped) = COUNTERS.get_ptr_mut(COUNTER_DROPPED) {
@@ -136,7 +150,6 @@ pub fn reserve_event(
         }
         return None;
     };
-    let pid_tgid = bpf_get_current_pid_tgid();
     let event = entry.as_mut_ptr();
     // SAFETY: `event` points at a reserved, writable, correctly sized ring buffer slot.
     unsafe {

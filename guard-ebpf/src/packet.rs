@@ -26,9 +26,7 @@
 //! task's, which in softirq (a TCP retransmit, a packet arriving) is whoever the CPU was running.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, generated::bpf_skb_cgroup_id},
-    macros::cgroup_skb,
-    programs::SkBuffContext,
+    helpers::generated::bpf_skb_cgroup_id, macros::cgroup_skb, programs::SkBuffContext,
 };
 use guard_common::{
     call::{FLAG_OWN_NET, FLAG_SHADOW},
@@ -36,7 +34,7 @@ use guard_common::{
     net::{Dest4, Dest6, LOOPBACK4, PROTO_TCP, PROTO_UDP, ip4_bytes, ip6_bytes},
 };
 
-use crate::maps::{ALLOW4, ALLOW6, CALL_STATS, CALLS, add, in_net4, in_net6, reserve_event};
+use crate::maps::{ALLOW4, ALLOW6, CALL_STATS, CALLS, add, in_net4, in_net6, reserve_event_of};
 
 const PASS: i32 = 1;
 const DROP: i32 = 0;
@@ -132,17 +130,15 @@ pub fn egress(ctx: SkBuffContext) -> i32 {
 /// Reports a call's dropped packet: its destination when it could be read.
 #[inline(always)]
 fn report(cgroup_id: u64, seen: Option<Seen>) {
-    let Some(mut entry) = reserve_event(KIND_PACKET, ACTION_DENIED, cgroup_id) else {
+    // No pid: a packet program may not ask for the current task on every kernel (6.1's
+    // verifier refuses the helpers), and a retransmit runs in softirq on behalf of whichever
+    // task the CPU was running anyway. The call is known by its cgroup.
+    let Some(mut entry) = reserve_event_of(KIND_PACKET, ACTION_DENIED, cgroup_id, 0) else {
         return;
     };
     let event = entry.as_mut_ptr();
-    // SAFETY: a reserved slot whose header reserve_event initialised.
+    // SAFETY: a reserved slot whose header reserve_event_of initialised.
     unsafe {
-        // A retransmit runs in softirq, on behalf of whichever task the CPU was running.
-        if bpf_get_current_cgroup_id() != cgroup_id {
-            (*event).pid = 0;
-            (*event).tid = 0;
-        }
         if let Some(s) = seen {
             (*event).family = s.family;
             (*event).port = s.port;
