@@ -22,6 +22,7 @@ pub fn tool(name: &str) -> ToolSpec {
         on_divergence: OnDivergence::Kill,
         args: Vec::new(),
         stdin: None,
+        runnable: true,
     }
 }
 

@@ -37,6 +37,13 @@ pub fn check(list: &ToolList, tool: &str, args: &JsonObject) -> Result<(), Malfo
         );
         return Err(Malformed::Tool(invalid(why, tool, None)));
     }
+    if !spec.runnable {
+        let why = format!(
+            "tool '{tool}' has no command in guard's policy: it can be checked, not run; it is \
+             not offered over MCP"
+        );
+        return Err(Malformed::Tool(invalid(why, tool, None)));
+    }
     arguments(spec, args).map_err(Malformed::Arguments)
 }
 
@@ -72,9 +79,10 @@ fn arguments(spec: &ToolSpec, args: &JsonObject) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether a tool is offered over MCP: not one that reads its caller's stdin stream.
+/// Whether a tool is offered over MCP: one that can run (it has a command) and does not read
+/// its caller's stdin stream.
 pub fn offered(spec: &ToolSpec) -> bool {
-    spec.stdin != Some(StdinSpec::Caller)
+    spec.runnable && spec.stdin != Some(StdinSpec::Caller)
 }
 
 /// Whether `v` has the JSON type guardd accepts for `ty` (as `policy::args` reads it).
@@ -139,6 +147,10 @@ mod tests {
                     None,
                 ),
                 tool("cat", Vec::new(), Some(StdinSpec::Caller)),
+                ToolSpec {
+                    runnable: false,
+                    ..fixtures::tool("decided")
+                },
             ],
         }
     }
@@ -155,6 +167,7 @@ mod tests {
         for (tool, says) in [
             ("nope", "unknown tool 'nope'"),
             ("cat", "reads its caller's stdin"),
+            ("decided", "has no command"),
         ] {
             let Err(Malformed::Tool(e)) = call(tool, json!({})) else {
                 panic!("{tool}: not a protocol error");
@@ -192,5 +205,6 @@ mod tests {
         call("t", json!({"s": "NOT lowercase", "n": 3, "b": true})).expect("well-typed");
         call("t", json!({"s": "a", "n": null})).expect("null is left out");
         assert!(!offered(&list().tools[1]) && offered(&list().tools[0]));
+        assert!(!offered(&list().tools[2]), "a tool without a command");
     }
 }

@@ -76,6 +76,9 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
         "usr/local/share/doc/guard/index.html",
         "usr/local/share/doc/guard/getting-started.html",
         "usr/local/share/doc/guard/policy/index.html",
+        "usr/local/libexec/guard/security-judge",
+        "usr/local/libexec/guard/shell-reviewer",
+        "usr/local/share/guard/examples/aegis.toml",
     ] {
         assert!(
             files.iter().any(|f| f == want),
@@ -91,6 +94,8 @@ fn install_then_uninstall_into_a_staging_root_leaves_nothing_and_touches_nothing
     };
     assert_eq!(mode("etc/guard/policy.toml"), 0o640);
     assert_eq!(mode("usr/local/bin/guardd"), 0o755);
+    // The examples' stand-ins are where the examples name them, runnable.
+    assert_eq!(mode("usr/local/libexec/guard/notify-chat"), 0o755);
     let man =
         std::fs::read_to_string(root.join("usr/local/share/man/man1/guardctl.1")).expect("man");
     assert!(man.contains(".TH guardctl 1"), "{man}");

@@ -14,6 +14,7 @@ mod docs;
 mod ebpf;
 mod escape;
 mod events;
+mod examples;
 mod fair;
 mod gitconfig;
 mod held;

@@ -206,7 +206,11 @@ fn default_policy() {
 fn every_shipped_policy_is_valid() {
     let mut files = vec![policies().join("default.toml")];
     for e in std::fs::read_dir(policies().join("examples")).expect("examples dir") {
-        files.push(e.expect("entry").path());
+        // Beside them, `libexec/`: the stand-ins they name.
+        let path = e.expect("entry").path();
+        if path.extension().is_some_and(|x| x == "toml") {
+            files.push(path);
+        }
     }
     for f in files {
         let out = Command::new(support::bin("guardctl"))

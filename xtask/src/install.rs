@@ -227,6 +227,7 @@ pub fn install(opts: &InstallOptions) -> Result<()> {
         }
     }
     book(&mut w, prefix)?;
+    examples(&mut w, prefix)?;
     let unit = UNIT.replace("{bin}", &prefix.join("bin").display().to_string());
     w.file(Path::new(UNIT_PATH), unit.as_bytes(), 0o644)?;
     // Never over an operator's policy: an edited one stays as it is.
@@ -269,6 +270,25 @@ fn book(w: &mut Writer, prefix: &Path) -> Result<()> {
         files.len(),
         under(w.root, &prefix.join(DOC_DIR)).display()
     );
+    Ok(())
+}
+
+/// The example policies (`PREFIX/share/guard/examples`) and the stand-in judges, approver and
+/// notifier they name (`PREFIX/libexec/guard`), so that each runs as shipped.
+fn examples(w: &mut Writer, prefix: &Path) -> Result<()> {
+    let dir = repo::root().join("policies/examples");
+    for (from, to, mode) in [
+        (dir.join("libexec"), prefix.join("libexec/guard"), 0o755),
+        (dir.clone(), prefix.join("share/guard/examples"), 0o644),
+    ] {
+        for entry in fs::read_dir(&from).with_context(|| format!("{}", from.display()))? {
+            let path = entry?.path();
+            if path.is_file() {
+                let name = path.file_name().context("a file name")?;
+                w.file(&to.join(name), &fs::read(&path)?, mode)?;
+            }
+        }
+    }
     Ok(())
 }
 

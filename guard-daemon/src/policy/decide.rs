@@ -42,7 +42,12 @@ pub const TOLD: &[&str] = &[
     "stdin",
     "agent",
     crate::policy::project::CHECK,
+    NO_COMMAND,
 ];
+
+/// The check of an `exec` of a tool the policy gives no command: it can be decided (`check`,
+/// a hook) but nothing can run it. Told to the caller: it is the policy's mistake, not a rule.
+pub const NO_COMMAND: &str = "no_command";
 
 impl Policy {
     /// What the caller (the agent) is told. Generic unless `disclose_reasons`: explaining a

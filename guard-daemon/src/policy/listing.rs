@@ -44,6 +44,9 @@ pub struct ToolSpec {
     /// Where the input it reads on stdin comes from; absent: it reads none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinSpec>,
+    /// It has a command: without one it can be decided (`check`, a hook) but not run.
+    #[serde(default = "unknown")]
+    pub runnable: bool,
 }
 
 /// A fact a listing does not state (an older guardd's), taken as the worst case: a client must
@@ -164,6 +167,7 @@ impl Policy {
                 ToolStdin::Caller => Some(StdinSpec::Caller),
                 ToolStdin::Arg(i) => t.args.get(i).map(|a| StdinSpec::Arg(a.name.clone())),
             },
+            runnable: t.command.is_some(),
         }
     }
 }

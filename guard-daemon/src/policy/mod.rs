@@ -11,7 +11,7 @@ pub mod addr;
 pub mod agents;
 pub(crate) mod args;
 mod decide;
-pub use decide::TOLD;
+pub use decide::{NO_COMMAND, TOLD};
 pub mod detect;
 pub mod helpers;
 mod listing;

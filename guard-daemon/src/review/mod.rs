@@ -268,10 +268,21 @@ impl Review<'_> {
         conn.reply(&reply).await.map(|()| Next::Done)
     }
 
-    /// The policy's verdict; a terminated session's calls are blocked whatever it says.
+    /// The policy's verdict; a terminated session's calls are blocked whatever it says, and
+    /// a call of a tool without a command is blocked saying so (an `exec` of it would have
+    /// nothing to run; a `check` of it is decided as the policy says).
     fn decide(&self, policy: &Policy) -> Verdict {
         let mut verdict = policy.decide(self.intent);
         verdict.row.set_audit_entry_id(self.call_id.to_owned());
+        if verdict.plan.is_none() && verdict.row.decision != Decision::Block {
+            verdict.row.decision = Decision::Block;
+            verdict.row.check_name = crate::policy::NO_COMMAND.into();
+            verdict.row.reason = format!(
+                "tool '{}' has no command in the policy: it can be checked (guardctl check, \
+                 a hook) but not run; give it a command to run it",
+                self.intent.tool
+            );
+        }
         let session = self.ctx.session.as_deref();
         if let Some(t) = session.and_then(|s| self.daemon.sessions.blocks(self.peer.uid, s)) {
             verdict.row.decision = Decision::Block;
