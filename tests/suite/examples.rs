@@ -119,7 +119,10 @@ fn a_tool_without_a_command_is_refused_saying_so_and_still_checked() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("has no command"), "{said}");
     let rows = guardd.audit_rows();
-    let row = rows.iter().find(|r| r["kind"] == "decision").expect("a decision row");
+    let row = rows
+        .iter()
+        .find(|r| r["kind"] == "decision")
+        .expect("a decision row");
     assert_eq!(row["decision"]["check_name"], "no_command", "{row}");
     let policy = guardd.dir.join("policy.toml");
     let policy = policy.to_str().expect("a UTF-8 path");
