@@ -180,3 +180,30 @@ fn a_tool_that_runs_as_root_or_as_its_workspaces_owner_is_never_in_shadow() {
         assert!(e.contains("cannot run in shadow"), "{e}");
     }
 }
+
+#[test]
+fn a_tool_in_shadow_meets_its_examples_by_what_it_would_decide() {
+    let text = r#"
+[tools.cat]
+tier = "low"
+enforce = "shadow"
+command = ["/bin/cat", "{path}"]
+[tools.cat.args.path]
+type = "path"
+within = ["/srv"]
+[[tools.cat.examples]]
+args = { path = "/etc/shadow" }
+expect = "block"
+[[tools.cat.examples]]
+args = { path = "/srv/a" }
+expect = "allow"
+"#;
+    Policy::parse(Path::new("p.toml"), text).expect("its examples hold in shadow");
+    let wrong = text.replace("expect = \"block\"", "expect = \"allow\"");
+    let err = Policy::parse(Path::new("p.toml"), &wrong).expect_err("would block");
+    assert!(
+        err.to_string()
+            .contains("expects allow but the policy decides block"),
+        "{err}"
+    );
+}

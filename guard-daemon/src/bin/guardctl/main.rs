@@ -294,7 +294,7 @@ fn check(
         Ok(guard::call::decision::Decision::Block) => ExitCode::from(126),
         Ok(_) => ExitCode::from(75),
         Err(e) => {
-            term::say_err!("guardctl: {e:#}");
+            term::say_err_lines!("guardctl: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -66,13 +66,9 @@ pub fn check_policy(path: &Path, as_json: bool) -> ExitCode {
             ExitCode::FAILURE
         }
         Err(errors) => {
-            // An error is a line and the source lines it points at: each its own line, each
-            // escaped as any line for people is.
-            for line in errors.iter().flat_map(|e| {
-                let text = e.to_string();
-                text.lines().map(str::to_owned).collect::<Vec<_>>()
-            }) {
-                crate::term::say_err!("{line}");
+            // An error is a line and the source lines it points at.
+            for e in errors.iter() {
+                crate::term::say_err_lines!("{e}");
             }
             crate::term::say_err!("{}: {} error(s)", path.display(), errors.len());
             ExitCode::FAILURE

@@ -97,7 +97,7 @@ fn refused(mut out: Merged, e: &ProjectError, json: bool) -> ExitCode {
         return ExitCode::FAILURE;
     }
     for e in &out.errors {
-        crate::term::say_err!("{e}");
+        crate::term::say_err_lines!("{e}");
     }
     // Outside every workspace there is no project policy, and no call of it to block.
     if !matches!(e, ProjectError::Place(_)) {

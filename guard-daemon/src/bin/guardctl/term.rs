@@ -23,4 +23,15 @@ macro_rules! say_err {
     };
 }
 
-pub(crate) use {say, say_err};
+/// As [`say_err!`], each line of the text its own line: for guard's own multi-line messages
+/// (a policy error and the source lines it points at), whose line breaks are guard's, while
+/// each line is still escaped.
+macro_rules! say_err_lines {
+    ($($arg:tt)*) => {
+        for line in format!($($arg)*).lines() {
+            eprintln!("{}", $crate::term::printable(line))
+        }
+    };
+}
+
+pub(crate) use {say, say_err, say_err_lines};

@@ -25,7 +25,6 @@ struct File {
 
 /// One approval policy: the approver's name, its tools, and the approver's arguments.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Entry {
     name: String,
     tools: Tools,
@@ -38,6 +37,10 @@ struct Entry {
     /// A `command:[...]` approver's, in seconds.
     #[serde(default)]
     timeout: Option<i64>,
+    /// Any other argument: an approver of inspect_ai's registry takes its own
+    /// (`bash_allowlist`'s `allowed_commands`), which the name's error says first.
+    #[serde(flatten)]
+    other: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// `tools`: one name or glob, or a list of them.
@@ -164,6 +167,15 @@ fn entry(d: &mut Diag, cursor: &mut Cursor, i: usize, e: Entry) -> Option<RawApp
             d.err(&name.at, &key("name"), msg);
             return None;
         }
+    }
+    for k in e.other.keys() {
+        let at = cursor.find(k);
+        let msg = format!(
+            "'{k}' is no argument of guard's '{}' approver (auto takes decision, human \
+             choices, command:[...] timeout)",
+            name.v
+        );
+        d.err(&at.at, &key(k), msg);
     }
     let choices = e
         .choices

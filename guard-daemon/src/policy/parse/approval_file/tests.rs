@@ -105,9 +105,9 @@ fn the_file_of_inspect_ais_documentation_loads_as_its_approvers() {
 fn what_guard_cannot_use_is_an_error_at_its_line() {
     let dir = Dir::new("errors");
     let cases = [
-        // An approver of inspect_ai's Python registry.
+        // An approver of inspect_ai's Python registry, with its own arguments.
         (
-            "approvers:\n  - name: auto\n    tools: python\n  - name: bash_allowlist\n    tools: bash\n",
+            "approvers:\n  - name: auto\n    tools: python\n  - name: bash_allowlist\n    tools: bash\n    allowed_commands: [ls]\n",
             "approval.yaml:4:",
             "approver 'bash_allowlist' is none guard runs",
         ),
@@ -121,7 +121,7 @@ fn what_guard_cannot_use_is_an_error_at_its_line() {
         (
             "approvers:\n  - name: auto\n    tools: bash\n    decison: reject\n",
             "approval.yaml:4:",
-            "unknown field `decison`",
+            "'decison' is no argument of guard's 'auto' approver",
         ),
         // A glob that matches no tool, and an auto decision that is none.
         (
