@@ -9,6 +9,7 @@ mod approval_file;
 mod approvers;
 mod audit;
 mod bounds;
+mod conversation;
 mod daemon;
 mod docs;
 mod ebpf;

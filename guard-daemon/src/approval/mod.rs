@@ -82,6 +82,9 @@ pub struct Held {
     /// (`stdin = "caller"`): its size, digest and beginning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<input::Shown>,
+    /// The model's message and history the call came with, each secret masked as in `args`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Value>,
     /// What an admin may answer it with: its human approver's `choices` (by default approve,
     /// reject and terminate).
     #[serde(default, skip_serializing_if = "is_default")]

@@ -33,6 +33,7 @@ fn record(id: &str) -> Record {
             holds_secret: false,
             input: None,
             choices: crate::policy::helpers::Choices::default(),
+            conversation: None,
         },
         form,
         expires: 0,

@@ -36,6 +36,10 @@ pub enum Row {
         /// written before guardd recorded it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<String>,
+        /// The model's message and history the call came with, redacted as its arguments are
+        /// (`protocol::context`); absent when it came with none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conversation: Option<Value>,
     },
     /// The policy's decision on a call a caller asked about (`check`) without running it: what
     /// a hook then lets its agent do itself, or a probe.

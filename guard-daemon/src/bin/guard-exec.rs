@@ -15,7 +15,7 @@ use guard::{
     policy::StdinSpec,
     protocol::{
         CallOptions, CallerStdin, ExecReply, ExecRequest, ExecWith, MAX_FRAME, Reply, Request,
-        ResumeMode, ResumeRequest, ToolsRequest,
+        ResumeMode, ResumeRequest, ToolsRequest, context::AgentContext,
     },
 };
 use serde_json::{Map, Value};
@@ -93,6 +93,10 @@ struct Cli {
     /// may only narrow what the agent may call (`[agents.NAME.labels.LABEL]`).
     #[arg(long, env = "GUARD_LABEL")]
     label: Option<String>,
+    /// The model's message that came with the call, for its judges and approvers (and the
+    /// admin who answers it).
+    #[arg(long)]
+    message: Option<String>,
     /// The tool to run, as named in the policy.
     #[arg(
         required_unless_present = "resume",
@@ -344,6 +348,10 @@ fn request(cli: &Cli, args: Map<String, Value>) -> Request {
                 // Where the caller is: it picks the call's workspace, and `{cwd}` is it.
                 cwd: std::env::current_dir().ok(),
                 stdin: CallerStdin::Stream,
+                context: AgentContext {
+                    message: cli.message.clone(),
+                    history: Vec::new(),
+                },
             },
         }),
     }

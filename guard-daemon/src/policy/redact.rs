@@ -25,6 +25,19 @@ impl Policy {
         }
     }
 
+    /// `v` (a call's conversation: the agent's message and history) as the audit log keeps
+    /// `tool`'s arguments: each find of its detectors and of every secret-class one redacted,
+    /// each secret's value masked.
+    pub fn logged(&self, tool: &str, v: &Json) -> Json {
+        let set = (self.by_name.get(tool)).map_or(DetectorSet::SECRET_CLASS, |&i| {
+            self.tools[i].redact.union(DetectorSet::SECRET_CLASS)
+        });
+        match v {
+            Json::Object(m) => self.without_secrets(redact(m, set)),
+            other => self.without_secrets(other.clone()),
+        }
+    }
+
     /// `args` shown as [`Policy::shown`] shows them.
     pub fn shown_args(
         &self,

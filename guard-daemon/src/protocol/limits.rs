@@ -38,7 +38,14 @@ pub(super) fn check(request: &Request) -> Result<(), ProtocolError> {
             call(&w.call.tool, &w.call.args, o.cwd.as_deref())?;
             at_most("session", o.session.as_deref(), SESSION)?;
             at_most("label", o.label.as_deref(), LABEL)?;
-            at_most("task", o.task.as_deref(), TASK)
+            at_most("task", o.task.as_deref(), TASK)?;
+            match o.context.oversized() {
+                Some((field, message)) => Err(ProtocolError {
+                    message,
+                    field: Some(field.into()),
+                }),
+                None => Ok(()),
+            }
         }
         Request::Check(c) => call(&c.tool, &c.args, c.cwd.as_deref()),
         Request::Resume(r) => at_most("call_id", Some(&r.call_id), CALL_ID),
@@ -114,6 +121,7 @@ mod tests {
     #[test]
     fn each_long_field_is_refused_by_name_and_one_at_the_limit_is_not() {
         let long = "x".repeat(5000);
+        let longer = "x".repeat(super::super::context::TEXT_BYTES + 1);
         let at = |n: usize| "x".repeat(n);
         let cases = [
             (serde_json::json!({"v":1,"type":"exec","tool":long}), "tool"),
@@ -136,6 +144,20 @@ mod tests {
             (
                 serde_json::json!({"v":1,"type":"exec","tool":"t","task":long}),
                 "task",
+            ),
+            (
+                serde_json::json!({"v":1,"type":"exec","tool":"t","message":longer}),
+                "message",
+            ),
+            (
+                serde_json::json!({"v":1,"type":"exec","tool":"t",
+                    "history":vec![serde_json::json!({"role":"user","content":"hi"}); 17]}),
+                "history",
+            ),
+            (
+                serde_json::json!({"v":1,"type":"exec","tool":"t",
+                    "history":[{"role":"user","content":longer}]}),
+                "history",
             ),
             (
                 serde_json::json!({"v":1,"type":"check","tool":"t","cwd":format!("/{long}")}),
@@ -168,6 +190,8 @@ mod tests {
         let fits = serde_json::json!({
             "v": 1, "type": "exec", "tool": at(super::TOOL), "args": {at(super::ARG_NAME): 1},
             "session": at(super::SESSION), "label": at(super::LABEL), "task": at(super::TASK),
+            "message": at(super::super::context::TEXT_BYTES),
+            "history": vec![serde_json::json!({"role": "user", "content": "hi"}); 16],
         });
         let text = fits.to_string();
         assert!(parse_request(text.as_bytes()).is_ok());

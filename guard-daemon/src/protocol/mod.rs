@@ -5,6 +5,7 @@
 //! replies are in [`reply`].
 
 pub mod conn;
+pub mod context;
 pub mod limits;
 pub mod reply;
 pub mod status;
@@ -199,6 +200,10 @@ pub struct CallOptions {
     /// What the stdin descriptor sent with the frame carries (see [`CallerStdin`]).
     #[serde(default, skip_serializing_if = "CallerStdin::is_stream")]
     pub stdin: CallerStdin,
+    /// The model's message with the call and the conversation before it, for its judges and
+    /// approvers ([`context`]).
+    #[serde(flatten)]
+    pub context: context::AgentContext,
 }
 
 /// `exec`'s `stdin`: whether the caller's stdin descriptor is an input stream a tool may read.
@@ -256,6 +261,10 @@ struct ExecFrame {
     cwd: Option<std::path::PathBuf>,
     #[serde(default)]
     stdin: CallerStdin,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    history: Vec<context::Turn>,
 }
 
 impl From<ExecFrame> for ExecWith {
@@ -272,6 +281,10 @@ impl From<ExecFrame> for ExecWith {
                 no_wait: f.no_wait,
                 cwd: f.cwd,
                 stdin: f.stdin,
+                context: context::AgentContext {
+                    message: f.message,
+                    history: f.history,
+                },
             },
         }
     }

@@ -30,6 +30,13 @@ fn parses_each_request_type() {
             no_wait: true,
             cwd: Some("/srv/w".into()),
             stdin: CallerStdin::None,
+            context: super::context::AgentContext {
+                message: Some("tidy the notes".into()),
+                history: vec![super::context::Turn {
+                    role: "user".into(),
+                    content: "the notes are a mess".into(),
+                }],
+            },
         },
     });
     let f = frame(&with);

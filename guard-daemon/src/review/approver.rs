@@ -34,6 +34,10 @@ pub struct ApproverInput {
     pub call: ProposedCall,
     pub session: Option<String>,
     pub task: Option<String>,
+    /// The model's message with the call and the conversation before it (inspect_ai's
+    /// approvers get both), each secret masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Value>,
 }
 
 /// A command approver's answer (inspect_ai's Approval).
@@ -178,6 +182,7 @@ async fn command(
         call: e.subject.call.clone(),
         session: e.ctx.session.clone(),
         task: e.ctx.task.clone(),
+        conversation: e.subject.conversation.clone(),
     };
     let input = serde_json::to_vec(&input).map_err(|x| x.to_string())?;
     let plan = helper.plan("approver", &[], &[]);
@@ -252,6 +257,7 @@ async fn modify(
         decision: Box::new(verdict.row.clone()),
         enforced: daemon.enforced(),
         policy: Some(policy.version().to_owned()),
+        conversation: None,
     };
     if daemon.audit.record(&row).await.is_err() {
         return refused("not run: the audit log is unavailable".into(), false);

@@ -57,6 +57,8 @@ pub struct ToHold {
     pub cwd: Option<std::path::PathBuf>,
     /// What an admin may answer it with (its human approver's `choices`).
     pub choices: Choices,
+    /// The model's message and history the call came with, shown as its arguments are.
+    pub conversation: Option<Value>,
 }
 
 /// What became of a waiting caller's call.
@@ -221,6 +223,7 @@ fn record_of(uid: u32, h: &ToHold, form: CallForm) -> Record {
         holds_secret: h.holds_secret,
         input: None,
         choices: h.choices,
+        conversation: h.conversation.clone(),
     };
     Record {
         held,

@@ -89,6 +89,9 @@ pub struct Payload {
     pub validation_context: &'static str,
     /// Tools this caller had blocked recently.
     pub policy_violations: Vec<String>,
+    /// The model's message with the call and the conversation before it, each secret masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<serde_json::Value>,
 }
 
 /// The call under judgement, as every judge of it sees it.
@@ -97,6 +100,8 @@ pub struct Subject {
     pub call_id: String,
     pub task: Option<String>,
     pub call: ProposedCall,
+    /// What the agent said with the call (`protocol::context`), shown as its arguments are.
+    pub conversation: Option<serde_json::Value>,
     pub plan: LaunchPlan,
     pub available_tools: Vec<String>,
     pub policy_violations: Vec<String>,
@@ -127,6 +132,7 @@ impl Subject {
             criteria: judge.criteria.clone(),
             validation_context: VALIDATION_CONTEXT,
             policy_violations: self.policy_violations.clone(),
+            conversation: self.conversation.clone(),
         }
     }
 }

@@ -222,6 +222,8 @@ impl Review<'_> {
             policy: policy.version().to_owned(),
             cwd: self.intent.cwd.clone(),
             choices: Choices::default(),
+            conversation: (!self.ctx.context.is_empty())
+                .then(|| policy.shown(self.ctx.context.as_json())),
         }
     }
 
@@ -367,6 +369,8 @@ impl Review<'_> {
             decision: Box::new(verdict.row.clone()),
             enforced: self.daemon.enforced(),
             policy: Some(policy.version().to_owned()),
+            conversation: (!self.ctx.context.is_empty())
+                .then(|| policy.logged(&self.intent.tool, &self.ctx.context.as_json())),
         };
         match self.daemon.audit.submit(&row).await {
             Ok((durable, gate)) => Some(Recording {
@@ -404,6 +408,8 @@ impl Review<'_> {
             call_id: self.call_id.to_owned(),
             task: self.ctx.task.clone(),
             call: ProposedCall::shown(policy, &self.intent.tool, &self.intent.args, plan),
+            conversation: (!self.ctx.context.is_empty())
+                .then(|| policy.shown(self.ctx.context.as_json())),
             plan: plan.clone(),
             available_tools: policy.tools().map(str::to_owned).collect(),
             policy_violations: (self.daemon.violations)

@@ -380,6 +380,8 @@ class Client:
         cwd: Optional[str] = None,
         label: Optional[str] = None,
         no_wait: bool = False,
+        message: Optional[str] = None,
+        history: Optional[List[Dict[str, str]]] = None,
     ) -> Result:
         """Runs a tool through guardd and returns how it ended, with its output.
 
@@ -394,6 +396,9 @@ class Client:
         `label` says what the caller is within its agent (a subagent, a role): it is recorded,
         and may only narrow what the agent may call (`[agents.NAME.labels.LABEL]`).
         With `no_wait`, a held call raises `Held` at once and stays held: `release` it later.
+        `message` (the model's message that came with the call) and `history` (the
+        conversation before it, `[{"role": ..., "content": ...}]`, at most 16 turns) go to the
+        call's judges and approvers and to the admin who answers it, secrets masked.
         """
         request: Dict[str, Any] = {"type": "exec", "tool": tool, "args": dict(args or {})}
         _with_cwd(request, cwd)
@@ -401,6 +406,10 @@ class Client:
             request["label"] = label
         if no_wait:
             request["no_wait"] = True
+        if message is not None:
+            request["message"] = message
+        if history:
+            request["history"] = list(history)
         if input is None:
             request["stdin"] = "none"
         elif self._input_argument(tool, request["args"], input):

@@ -60,12 +60,31 @@ pub fn pending(socket: Option<PathBuf>, as_json: bool) -> ExitCode {
         if let Some(input) = &call.input {
             say_input(input);
         }
+        if let Some(c) = &call.conversation {
+            say_conversation(c);
+        }
         say!("  {} ({state})", call.digest);
     }
     if calls.is_empty() && !as_json {
         say!("no call is waiting for approval");
     }
     ExitCode::SUCCESS
+}
+
+/// What the agent said with a held call: its message, then its history, each on a line of its
+/// own, escaped.
+fn say_conversation(c: &serde_json::Value) {
+    if let Some(m) = c["message"].as_str() {
+        say!("  message {m}");
+    }
+    for turn in c["history"].as_array().into_iter().flatten() {
+        let (role, content) = (turn["role"].as_str(), turn["content"].as_str());
+        say!(
+            "  history {}: {}",
+            role.unwrap_or("?"),
+            content.unwrap_or_default()
+        );
+    }
 }
 
 /// The input a held call's tool will read (`stdin = "caller"`, read when it was held): its

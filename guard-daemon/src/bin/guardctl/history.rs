@@ -221,6 +221,8 @@ pub struct CallRows {
     pub enforced: bool,
     /// The version of the policy that decided it.
     pub policy: Option<String>,
+    /// The model's message and history it came with, redacted.
+    pub conversation: Option<Value>,
     pub finished: Option<Box<Finished>>,
     /// Its hold, its judges' verdicts, the answers to it and its notifier's run, in order.
     pub review: Vec<Row>,
@@ -240,6 +242,7 @@ pub fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                 decision,
                 enforced,
                 policy,
+                conversation,
             } => {
                 if let Some(&i) = index.get(&call_id) {
                     // Its arguments decided again (an approver's modify): the later decision is
@@ -253,6 +256,7 @@ pub fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                         decision: Box::new(std::mem::replace(&mut call.decision, *decision)),
                         enforced: call.enforced,
                         policy: std::mem::replace(&mut call.policy, policy),
+                        conversation: call.conversation.clone(),
                     };
                     call.review.push(first);
                     continue;
@@ -267,6 +271,7 @@ pub fn calls_in(audit: &Path) -> Result<Vec<CallRows>, ExitCode> {
                     decision: *decision,
                     enforced,
                     policy,
+                    conversation,
                     finished: None,
                     review: Vec::new(),
                 });

@@ -49,6 +49,9 @@ fn json(call: &CallRows) {
         tool: &'a str,
         peer: &'a Peer,
         args: &'a Value,
+        /// The model's message and history the call came with, redacted.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        conversation: Option<&'a Value>,
         decision: &'a DecisionRow,
         enforced: bool,
         /// The version of the policy that decided it.
@@ -73,6 +76,7 @@ fn json(call: &CallRows) {
         tool: &call.tool,
         peer: &call.peer,
         args: &call.args,
+        conversation: call.conversation.as_ref(),
         decision: &call.decision,
         enforced: call.enforced,
         policy: call.policy.as_deref(),
@@ -113,6 +117,16 @@ fn human(call: &CallRows) -> Lines {
         ),
         ("args", call.args.to_string()),
     ];
+    if let Some(c) = &call.conversation {
+        if let Some(m) = c["message"].as_str() {
+            out.push(("message", m.to_owned()));
+        }
+        for turn in c["history"].as_array().into_iter().flatten() {
+            let (role, content) = (turn["role"].as_str(), turn["content"].as_str());
+            let said = format!("{}: {}", role.unwrap_or("?"), content.unwrap_or_default());
+            out.push(("history", said));
+        }
+    }
     if let Some(policy) = &call.policy {
         out.push(("policy", policy.clone()));
     }
