@@ -112,4 +112,59 @@ fn an_inspect_ai_approval_file_answers_calls_as_inspect_ai_would() {
     assert_eq!(session.len(), 1, "{session:#?}");
     assert_eq!(session[0]["session"], "conv-8");
     assert_eq!(session[0]["call_id"], id.as_str());
+    assert_eq!(session[0]["by"], 0, "the admin who terminated it");
+    let answered = rows
+        .iter()
+        .find(|r| r["kind"] == "approval" && r["call_id"] == id.as_str())
+        .expect("the answer's row");
+    assert_eq!(answered["outcome"], "terminate", "{answered}");
+    // Nothing to terminate: said, and the call stays held for a plain answer.
+    let mut lone = guardd.exec("mail", &[]);
+    lone.arg("--no-wait");
+    let lone = text(&output(lone).stdout).trim().to_owned();
+    let refused = output(guardd.ctl(&["deny", &lone, "--terminate"]));
+    assert!(
+        text(&refused.stderr).contains("nothing to terminate"),
+        "{refused:?}"
+    );
+    assert!(output(guardd.ctl(&["deny", &lone])).status.success());
+}
+
+/// What an admin may answer a held call with follows the approvers of the policy in force: a
+/// reload that narrows a human's choices binds the calls it already holds, and a quarantined
+/// call (which no approver answers) may not be approved where an auto approver would refuse
+/// the tool's calls (an outside pass's F-A and F-E).
+#[test]
+fn an_admins_choices_follow_the_approvers_in_force_and_bind_a_quarantine() {
+    if !support::privileged("an_admins_choices_follow_the_approvers_in_force") {
+        return;
+    }
+    let dir = TempDir::new("approval-file-reload");
+    let approvals = dir.join("approval.yaml");
+    std::fs::write(&approvals, APPROVALS).expect("approval.yaml");
+    let quarantine = "\n[tools.wipe]\ntier = \"low\"\ncommand = [\"/bin/echo\", \"wiped\"]\n\n\
+                      [[rules]]\nid = \"look-first\"\ntools = [\"wipe\"]\naction = \"quarantine\"\n\n\
+                      [[approvers]]\ntools = [\"wipe\"]\napprover = \"auto\"\ndecision = \"reject\"\n";
+    let guardd = Guardd::start(&(policy(&approvals) + quarantine));
+
+    // Held with approve among its choices; the approval file then says reject only.
+    let id = held(&guardd, "deploy", "conv-1");
+    let narrowed = APPROVALS.replace("choices: [approve, reject]", "choices: [reject]");
+    std::fs::write(&approvals, narrowed).expect("approval.yaml");
+    assert!(output(guardd.ctl(&["reload"])).status.success());
+    let refused = output(guardd.ctl(&["approve", &id]));
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(text(&refused.stderr).contains("'approve'"), "{refused:?}");
+    assert!(output(guardd.ctl(&["deny", &id])).status.success());
+
+    // Quarantined by a rule, past the auto approver that refuses the tool: deny only.
+    let id = held(&guardd, "wipe", "conv-2");
+    let refused = output(guardd.ctl(&["approve", &id]));
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(output(guardd.ctl(&["deny", &id])).status.success());
+    let finished = guardd.audit_rows();
+    assert!(
+        !finished.iter().any(|r| r["kind"] == "finished"),
+        "nothing ran"
+    );
 }

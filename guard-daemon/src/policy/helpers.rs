@@ -136,6 +136,44 @@ pub struct Choices {
     pub terminate: bool,
 }
 
+impl Choices {
+    /// No answer but a denial (an auto approver that refuses comes before any human).
+    pub const DENY_ONLY: Self = Self {
+        approve: false,
+        terminate: false,
+    };
+
+    /// What both allow.
+    #[must_use]
+    pub fn and(self, other: Self) -> Self {
+        Self {
+            approve: self.approve && other.approve,
+            terminate: self.terminate && other.terminate,
+        }
+    }
+
+    /// What an admin may answer a held call with, its tool's `approvers` (in policy order)
+    /// considered: the choices of the first human they reach, none to approve when an auto
+    /// approver that refuses comes first (it would have refused the call, and a quarantine or
+    /// a project's rule must not route a call around it), inspect_ai's default otherwise.
+    pub fn of(approvers: &[&Approver]) -> Self {
+        for a in approvers {
+            match &a.kind {
+                ApproverKind::Human(c) => return *c,
+                ApproverKind::Auto(Outcome::Reject) => return Self::DENY_ONLY,
+                ApproverKind::Auto(Outcome::Terminate) => {
+                    return Self {
+                        approve: false,
+                        terminate: true,
+                    };
+                }
+                ApproverKind::Auto(_) | ApproverKind::Judge(_) | ApproverKind::Command(_) => {}
+            }
+        }
+        Self::default()
+    }
+}
+
 impl Default for Choices {
     fn default() -> Self {
         Self {

@@ -81,6 +81,12 @@ pub enum AnswerError {
     Barred { call_id: String, why: String },
     #[error("not answered: the audit log is unavailable")]
     Unrecorded,
+    /// `deny --terminate` of a call made in no session and by no agent.
+    #[error(
+        "call {call_id} was made in no session and by no agent: there is nothing to \
+         terminate; deny it without --terminate"
+    )]
+    NothingToTerminate { call_id: String },
     /// The held call's human approver does not offer this choice (its `choices`).
     #[error(
         "call {call_id} is not answered: its approver's choices do not include '{choice}' \
@@ -102,7 +108,10 @@ impl AnswerError {
                 | ApprovalError::Store(_),
             )
             | Self::Unrecorded => None,
-            Self::Refused(_) | Self::Barred { .. } | Self::NotAChoice { .. } => Some("call_id"),
+            Self::Refused(_)
+            | Self::Barred { .. }
+            | Self::NotAChoice { .. }
+            | Self::NothingToTerminate { .. } => Some("call_id"),
         }
     }
 }
@@ -144,7 +153,10 @@ pub async fn answer(
     let allow_self = daemon.policy().settings().allow_self_approval;
     let approve_by = (given == AdminAnswer::Approve).then_some(by);
     let held = (daemon.approvals).check(call_id, approve_by, digest, allow_self)?;
-    if let Some(choice) = given.outside(held.choices) {
+    // The choices it was held with, and those of the policy in force now (a reload since
+    // may have narrowed them).
+    let now = Choices::of(&daemon.policy().approvers_of(&held.tool));
+    if let Some(choice) = given.outside(held.choices.and(now)) {
         let (call_id, choice) = (call_id.to_owned(), choice.to_owned());
         return Err(AnswerError::NotAChoice { call_id, choice });
     }
@@ -152,6 +164,14 @@ pub async fn answer(
         AdminAnswer::Approve => (None, false),
         AdminAnswer::Deny { reason, terminate } => (Some(reason), terminate),
     };
+    if terminate
+        && super::terminate::sessions_of(&held)
+            .iter()
+            .all(Option::is_none)
+    {
+        let call_id = call_id.to_owned();
+        return Err(AnswerError::NothingToTerminate { call_id });
+    }
     if approve_by.is_some()
         && let Some(why) = (daemon.approvals.form(call_id)).and_then(|f| barred(daemon, &held, &f))
     {
@@ -164,14 +184,15 @@ pub async fn answer(
         by: Some(by),
         reason: reason.clone(),
         digest: Some(held.digest.clone()),
+        // inspect_ai's name for the answer, where a plain approve or deny does not say it.
+        outcome: terminate.then(|| "terminate".to_owned()),
         ..Answer::default()
     };
     if !record_answer(daemon, call_id, &held.tool, a).await {
         return Err(AnswerError::Unrecorded);
     }
     if terminate {
-        let by = format!("uid {by}");
-        super::terminate::held(daemon, &held, &by).await;
+        super::terminate::held(daemon, &held, by).await;
     }
     match reason {
         None => daemon.approvals.approve(call_id, by)?,

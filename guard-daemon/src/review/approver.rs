@@ -226,7 +226,7 @@ async fn terminate(daemon: &Daemon, e: &Escalated<'_>, by: &str, message: String
         return refused(format!("{message} (no session to terminate)"), true);
     }
     for (session, uid) in blocked.into_iter().flatten() {
-        super::terminate::block(daemon, &e.subject.call_id, by, session, uid).await;
+        super::terminate::block(daemon, &e.subject.call_id, (by, None), session, uid).await;
     }
     refused(message, true)
 }

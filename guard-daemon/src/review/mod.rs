@@ -180,7 +180,10 @@ impl Review<'_> {
             }
         }
         let mut held = self.to_hold(&policy, verdict, plan, message);
-        held.choices = choices;
+        // A quarantined call meets no approver, but the first one that would refuse it still
+        // binds what its admin may answer.
+        let approvers = policy.approvers_of(&self.intent.tool);
+        held.choices = choices.and(Choices::of(&approvers));
         Ok(Next::Hold(Box::new(held)))
     }
 

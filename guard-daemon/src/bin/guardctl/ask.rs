@@ -103,7 +103,7 @@ pub fn why(socket: Option<std::path::PathBuf>, call_id: &str, as_json: bool) -> 
             ExitCode::SUCCESS
         }
         Ok(Reply::Error(e)) => {
-            crate::term::say_err!("guardctl: {}", e.error);
+            crate::term::say_err_lines!("guardctl: {}", e.error);
             ExitCode::FAILURE
         }
         Ok(other) => {

@@ -82,7 +82,7 @@ pub(crate) fn read(path: &Path, src: &mut Sources) -> Vec<PolicyError> {
             errors.push(PolicyError::file(at, msg));
             continue;
         }
-        match std::fs::read_to_string(&at) {
+        match read_guarded(&at) {
             Ok(text) => {
                 named.push(at.clone());
                 src.add(at, text);
@@ -103,6 +103,61 @@ pub(crate) fn read(path: &Path, src: &mut Sources) -> Vec<PolicyError> {
         }
     }
     errors
+}
+
+/// The most bytes an approval policies file may hold.
+const MAX_BYTES: u64 = 1 << 20;
+
+/// The text of approval policies file `path`, read only when it is what a file guardd trusts
+/// with its approvers must be: a regular file (a FIFO would hang every load and reload, a
+/// device feed it without end), at most [`MAX_BYTES`], owned by root or by guardd's own uid
+/// and writable by no one else (whoever can write it answers escalated calls).
+fn read_guarded(path: &Path) -> Result<String, String> {
+    use std::{
+        io::Read as _,
+        os::unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    let ours = effective_uid();
+    if meta.uid() != 0 && meta.uid() != ours {
+        return Err(format!(
+            "owned by uid {}: an approval policies file must be root's (or guardd's own),              since whoever may write it answers escalated calls",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "writable by its group or others (mode {:o}): chmod go-w it",
+            meta.mode() & 0o7777
+        ));
+    }
+    if meta.len() > MAX_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MAX_BYTES} allowed",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    (file.take(MAX_BYTES + 1))
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_BYTES {
+        return Err(format!("more than the {MAX_BYTES} bytes allowed"));
+    }
+    Ok(text)
+}
+
+/// guardd's effective uid.
+fn effective_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Whether `path` names an approval policies file (by its extension).
@@ -155,6 +210,10 @@ fn entry(d: &mut Diag, cursor: &mut Cursor, i: usize, e: Entry) -> Option<RawApp
         .into_iter()
         .map(|t| cursor.find(&t))
         .collect();
+    if tools.is_empty() {
+        let msg = "an approver must name at least one tool or glob";
+        d.err(&name.at, &key("tools"), msg);
+    }
     match name.v.as_str() {
         "human" | "auto" => {}
         n if n.starts_with("judge:") || n.starts_with("command:") => {}

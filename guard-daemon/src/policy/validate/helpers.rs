@@ -212,6 +212,15 @@ fn misplaced(d: &mut Diag, a: &RawApprover, kind: &ApproverKind) {
         let msg = "only an auto approver takes a decision";
         d.err(&s.at, &key("decision"), msg);
     }
+    if let Some(t) = &a.timeout
+        && !matches!(kind, ApproverKind::Command(_))
+    {
+        d.err(
+            &t.at,
+            &key("timeout"),
+            "only a command approver takes a timeout",
+        );
+    }
     if let Some(c) = a.choices.as_ref().and_then(|c| c.first())
         && !matches!(kind, ApproverKind::Human(_))
     {

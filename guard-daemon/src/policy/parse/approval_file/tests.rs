@@ -130,6 +130,17 @@ fn what_guard_cannot_use_is_an_error_at_its_line() {
             "glob 'nothing*' matches no tool",
         ),
         ("approvers: [\n", "approval.yaml:", "approvers"),
+        // No tool at all, and a timeout on an approver that runs nothing.
+        (
+            "approvers:\n  - name: auto\n    tools: []\n",
+            "approval.yaml:2:",
+            "at least one tool",
+        ),
+        (
+            "approvers:\n  - name: human\n    tools: bash\n    timeout: -7\n",
+            "approval.yaml:2:",
+            "only a command approver takes a timeout",
+        ),
     ];
     for (yaml, at, said) in cases {
         let errors = errors(&dir, "approval.yaml", yaml);
@@ -177,4 +188,35 @@ fn a_policy_parsed_alone_cannot_name_one() {
     let err = Policy::parse(std::path::Path::new("p.toml"), &policy("approval.yaml"))
         .expect_err("refused");
     assert!(err.to_string().contains("approval_policies"), "{err}");
+}
+
+#[test]
+fn only_a_file_of_roots_that_no_one_else_may_write_is_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = Dir::new("guarded");
+    let yaml = "approvers:\n  - name: auto\n    tools: bash\n";
+    let load = |name: &str| {
+        let p = dir.write("policy.toml", &policy(name));
+        Policy::load(&p).map_err(|e| e.to_string())
+    };
+    // Writable by others: whoever may write it would answer escalated calls.
+    let open = dir.write("open.yaml", yaml);
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    assert!(load("open.yaml").is_err_and(|e| e.contains("writable by its group or others")));
+    // A FIFO is refused at once rather than waited on (a hang of every load and reload).
+    let fifo = dir.0.join("fifo.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+    assert!(load("fifo.yaml").is_err_and(|e| e.contains("not a regular file")));
+    // A device through a link, which would be read without end.
+    std::os::unix::fs::symlink("/dev/zero", dir.0.join("zero.yaml")).expect("link");
+    assert!(load("zero.yaml").is_err_and(|e| e.contains("not a regular file")));
+    // Larger than an approval file has any need to be.
+    dir.write("huge.yaml", &format!("{yaml}#{}\n", "x".repeat(1 << 20)));
+    assert!(load("huge.yaml").is_err_and(|e| e.contains("allowed")));
+    // Another user's (root's tests only can give it away).
+    if nix::unistd::geteuid().is_root() {
+        let theirs = dir.write("theirs.yaml", yaml);
+        std::os::unix::fs::chown(&theirs, Some(65534), None).expect("chown");
+        assert!(load("theirs.yaml").is_err_and(|e| e.contains("owned by uid 65534")));
+    }
 }
