@@ -323,17 +323,7 @@ async fn answer(socket: &std::path::Path, request: &Request) -> Option<CallDecis
 /// and the caller's owner's to read: `guardctl why`).
 fn not_approved(call_id: &str) -> CallToolResult {
     let text = format!("guard: call {call_id} was not approved; it did not run.");
-    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
-    r.structured_content = Some(json!({
-        "call_id": call_id,
-        "decision": "block",
-        "exit_code": null,
-        "diverged": false,
-        "stopped": false,
-        "error": "not approved",
-        "receipt": null,
-    }));
-    r
+    said(call_id, json!("block"), "not approved", text)
 }
 
 /// The answer for a call that ran, once its result is no longer kept.
@@ -341,17 +331,12 @@ fn forgotten(call_id: &str) -> CallToolResult {
     let text = format!(
         "guard: call {call_id} ran; its result is no longer kept (guardctl show {call_id})."
     );
-    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
-    r.structured_content = Some(json!({
-        "call_id": call_id,
-        "decision": "allow",
-        "exit_code": null,
-        "diverged": false,
-        "stopped": false,
-        "error": "its result is no longer kept",
-        "receipt": null,
-    }));
-    r
+    said(
+        call_id,
+        json!("allow"),
+        "its result is no longer kept",
+        text,
+    )
 }
 
 /// The generic answer for held call `hold`: that it `is` held, and how to get its result.
@@ -361,14 +346,21 @@ fn waiting(hold: &Hold, is: &str) -> CallToolResult {
          {{\"call_id\": \"{id}\"}} to run it and get its result.",
         id = hold.call_id
     );
+    let error = format!("held for review: retrieve it with {TOOL}");
+    said(&hold.call_id, json!(hold.decision), &error, text)
+}
+
+/// An error result of call `call_id` that did not run now: `text` for the model, and the
+/// structured content every result has (`schema::output_schema`), with `decision` and `error`.
+fn said(call_id: &str, decision: serde_json::Value, error: &str, text: String) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
     r.structured_content = Some(json!({
-        "call_id": hold.call_id,
-        "decision": hold.decision,
+        "call_id": call_id,
+        "decision": decision,
         "exit_code": null,
         "diverged": false,
         "stopped": false,
-        "error": format!("held for review: retrieve it with {TOOL}"),
+        "error": error,
         "receipt": null,
     }));
     r
