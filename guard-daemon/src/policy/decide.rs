@@ -298,7 +298,7 @@ impl Policy {
             .filter(|&i| self.rules[i].applies_to(name))
             .collect();
         let set = applying.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
-            acc.union(self.rules[i].detect)
+            acc.union(self.rules[i].detectors())
         });
         let redacted_args = self.without_secrets(redact(&intent.args, set));
         let meta = |stage| RowMetadata {

@@ -4,7 +4,10 @@
 use toml::de::{DeTable, DeValue};
 
 pub(crate) mod approval_file;
+mod rules;
 mod values;
+
+pub(crate) use rules::rule;
 
 pub(crate) use values::valid_account_name;
 use values::{Account, Action, Size};
@@ -12,12 +15,11 @@ use values::{Account, Action, Size};
 use super::{
     raw::{
         Principal, RawAgent, RawApprovals, RawApprover, RawArg, RawDoc, RawEffects, RawExample,
-        RawHelper, RawJudge, RawRule, RawSecret, RawSettings, RawStdin, RawTool, RawWorkspaces,
+        RawHelper, RawJudge, RawSecret, RawSettings, RawStdin, RawTool, RawWorkspaces,
     },
     source::{Diag, Loc, S},
     table::{FromToml, Table},
 };
-use crate::policy::detect::Detector;
 
 /// The TOML document of `text` (file `file` of `d`'s sources); `None`, the syntax error
 /// reported, when it is none: TOML cannot be read past one reliably.
@@ -443,58 +445,4 @@ fn example(d: &mut Diag, index: usize, mut t: Table) -> Option<RawExample> {
         cwd,
         expect: expect?,
     })
-}
-
-pub(super) fn rule(d: &mut Diag, index: usize, mut t: Table) -> Option<RawRule> {
-    let at = t.at.clone();
-    let id = t.take(d, "id");
-    require(d, &t, "id", &at, &id, any);
-    let tools = t.list(d, "tools");
-    if tools.is_empty() {
-        d.err(
-            &at,
-            &t.key("tools"),
-            "a rule must name at least one tool or glob",
-        );
-    }
-    let arg = t.take(d, "arg");
-    let regex = t.take(d, "regex");
-    let equals = t.take(d, "equals");
-    let detect = detectors(d, &mut t);
-    let action = t.take::<Action>(d, "action");
-    require(d, &t, "action", &at, &action, string);
-    let message = t.take(d, "message").map(|s| s.v);
-    t.finish(d);
-    Some(RawRule {
-        index,
-        id: id?,
-        tools,
-        arg,
-        regex,
-        equals,
-        detect,
-        action: action.map(|a| S { v: a.v.0, at: a.at })?,
-        message,
-    })
-}
-
-/// `detect`: an unknown detector is reported under `detect` itself, not at its index, with
-/// the names a rule may use.
-fn detectors(d: &mut Diag, t: &mut Table) -> Vec<S<Detector>> {
-    let key = t.key("detect");
-    t.list::<String>(d, "detect")
-        .into_iter()
-        .filter_map(|s| match Detector::from_name(&s.v) {
-            Some(x) => Some(S { v: x, at: s.at }),
-            None => {
-                let names: Vec<_> = Detector::ALL.iter().map(|d| d.name()).collect();
-                d.err(
-                    &s.at,
-                    &key,
-                    format!("unknown detector '{}' ({})", s.v, names.join(" | ")),
-                );
-                None
-            }
-        })
-        .collect()
 }

@@ -207,8 +207,20 @@ pub(crate) struct RawRule {
     pub regex: Option<S<String>>,
     pub equals: Option<S<String>>,
     pub detect: Vec<S<Detector>>,
+    /// `[[rules.when]]`: conditions on other arguments, every one of which must hold too.
+    pub when: Vec<RawCondition>,
     pub action: S<Decision>,
     pub message: Option<String>,
+}
+
+/// One `[[rules.when]]` as written: a condition on one argument.
+#[derive(Debug)]
+pub(crate) struct RawCondition {
+    pub index: usize,
+    pub arg: Option<S<String>>,
+    pub regex: Option<S<String>>,
+    pub equals: Option<S<String>>,
+    pub detect: Vec<S<Detector>>,
 }
 
 /// `[approvals]`: how held calls may be answered.

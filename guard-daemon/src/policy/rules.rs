@@ -17,8 +17,40 @@ pub(crate) struct Rule {
     pub regex: Option<Regex>,
     pub equals: Option<String>,
     pub detect: DetectorSet,
+    /// Conditions on other arguments (`[[rules.when]]`), every one of which must hold too.
+    pub when: Vec<Condition>,
     pub action: Decision,
     pub message: String,
+}
+
+/// A condition on one argument: some string of it matches all that is given.
+#[derive(Debug)]
+pub(crate) struct Condition {
+    pub arg: String,
+    pub regex: Option<Regex>,
+    pub equals: Option<String>,
+    pub detect: DetectorSet,
+}
+
+impl Condition {
+    /// Whether some string of its argument among `subjects` matches it.
+    fn met(&self, subjects: &[Subject<'_>]) -> bool {
+        (subjects.iter()).filter(|s| s.arg == self.arg).any(|s| {
+            holds(
+                self.equals.as_deref(),
+                self.regex.as_ref(),
+                self.detect,
+                &s.text,
+            )
+        })
+    }
+}
+
+/// Whether `text` satisfies every condition given of `equals`, `regex` and `detect`.
+fn holds(equals: Option<&str>, regex: Option<&Regex>, detect: DetectorSet, text: &str) -> bool {
+    equals.is_none_or(|e| e == text)
+        && regex.is_none_or(|r| r.is_match(text))
+        && (detect.is_empty() || detect.iter().any(|d: Detector| d.is_match(text)))
 }
 
 /// One string a rule looks at: the top-level argument it came from, and its text.
@@ -35,22 +67,30 @@ impl Rule {
 
     /// The argument under which the rule matched, or `None`. A rule without conditions
     /// matches every call of its tools (a banned-tools rule); otherwise one single string
-    /// must satisfy every condition given.
+    /// must satisfy every condition of the rule's own, and each of its `when` conditions a
+    /// string of its own argument (as Invariant's patterns bind several arguments at once).
     pub fn matches<'a>(&self, subjects: &'a [Subject<'a>]) -> Option<Option<&'a str>> {
-        if self.regex.is_none() && self.equals.is_none() && self.detect.is_empty() {
-            return Some(None);
+        if !self.when.iter().all(|c| c.met(subjects)) {
+            return None;
         }
+        let first_when = || self.when.first().map(|c| c.arg.as_str());
+        if self.regex.is_none() && self.equals.is_none() && self.detect.is_empty() {
+            // The argument a `when` matched under: the subjects' own, for the borrow.
+            let arg = first_when().and_then(|a| subjects.iter().find(|s| s.arg == a));
+            return Some(arg.map(|s| s.arg));
+        }
+        let (equals, regex) = (self.equals.as_deref(), self.regex.as_ref());
         subjects
             .iter()
             .filter(|s| self.arg.as_deref().is_none_or(|a| a == s.arg))
-            .find(|s| self.holds(&s.text))
+            .find(|s| holds(equals, regex, self.detect, &s.text))
             .map(|s| Some(s.arg))
     }
 
-    fn holds(&self, text: &str) -> bool {
-        self.equals.as_deref().is_none_or(|e| e == text)
-            && self.regex.as_ref().is_none_or(|r| r.is_match(text))
-            && (self.detect.is_empty() || self.detect.iter().any(|d: Detector| d.is_match(text)))
+    /// Every detector the rule looks with, its `when` conditions' too: what the audit log
+    /// redacts from the arguments of its tools.
+    pub fn detectors(&self) -> DetectorSet {
+        (self.when.iter()).fold(self.detect, |acc, c| acc.union(c.detect))
     }
 }
 
@@ -120,6 +160,7 @@ mod tests {
             regex: Some(Regex::new(r"^(?:.*@disallowed\.com)$").unwrap()),
             equals: None,
             detect: [Detector::Email].into_iter().collect(),
+            when: Vec::new(),
             action: Decision::Block,
             message: String::new(),
         };

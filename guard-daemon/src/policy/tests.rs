@@ -704,3 +704,61 @@ write = ["{{workspace}}"]
     let plan = p.decide(&intent).plan.expect("plan");
     assert_eq!(plan.effects.protected, None);
 }
+
+/// Invariant's `tool:send_email({to: r".*@x.com", body: <EMAIL>})`: one rule over several
+/// arguments (`[[rules.when]]`), every condition holding for a string of its own argument.
+#[test]
+fn a_rule_over_several_arguments_matches_only_when_each_holds() {
+    let text = r#"
+[tools.send_email]
+tier = "low"
+command = ["/bin/true"]
+[tools.send_email.args.to]
+type = "string"
+[tools.send_email.args.body]
+type = "string"
+
+[[rules]]
+id = "no-addresses-to-x"
+tools = ["send_email"]
+action = "block"
+[[rules.when]]
+arg = "to"
+regex = '.*@x\.com'
+[[rules.when]]
+arg = "body"
+detect = ["email"]
+"#;
+    let p = Policy::parse(Path::new("p.toml"), text).expect("policy");
+    let decide = |to: &str, body: &str| {
+        let mut args = serde_json::Map::new();
+        args.insert("to".into(), json!(to));
+        args.insert("body".into(), json!(body));
+        let v = p.decide(&Intent::new("send_email", args));
+        (v.row.decision, v.row.check_name)
+    };
+    assert_eq!(decide("a@x.com", "write to bob@y.org").0, Decision::Block);
+    assert_eq!(decide("a@x.com", "hello").0, Decision::Allow);
+    assert_eq!(decide("a@y.com", "write to bob@y.org").0, Decision::Allow);
+    // The body's address is redacted from the log: the rule's detectors are the tool's.
+    let mut args = serde_json::Map::new();
+    args.insert("to".into(), json!("a@y.com"));
+    args.insert("body".into(), json!("write to bob@y.org"));
+    let v = p.decide(&Intent::new("send_email", args));
+    assert!(
+        !v.redacted_args.to_string().contains("bob@y.org"),
+        "{}",
+        v.redacted_args
+    );
+
+    // A condition on an argument no tool has, or with nothing to match, is an error.
+    let bad = text.replace("arg = \"body\"", "arg = \"bdy\"");
+    let err = Policy::parse(Path::new("p.toml"), &bad).expect_err("unknown argument");
+    assert!(err.to_string().contains("rules[0].when[1].arg"), "{err}");
+    let bad = text.replace("detect = [\"email\"]", "");
+    let err = Policy::parse(Path::new("p.toml"), &bad).expect_err("no condition");
+    assert!(
+        err.to_string().contains("needs regex, equals or detect"),
+        "{err}"
+    );
+}

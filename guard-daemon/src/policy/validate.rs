@@ -413,18 +413,30 @@ fn rule(d: &mut Diag, r: RawRule, tools: &[Tool], before: &[Rule]) -> Rule {
             );
         }
     }
-    if let Some(a) = &r.arg {
-        let known = tools
-            .iter()
-            .filter(|t| r.tools.iter().any(|g| glob_match(&g.v, &t.name)))
-            .any(|t| t.args.iter().any(|s| s.name == a.v));
-        if !known && !r.tools.is_empty() {
-            d.err(
-                &a.at,
-                &key("arg"),
-                format!("no tool this rule applies to has an argument '{}'", a.v),
-            );
+    let known = |a: &S<String>| {
+        r.tools.is_empty()
+            || (tools.iter())
+                .filter(|t| r.tools.iter().any(|g| glob_match(&g.v, &t.name)))
+                .any(|t| t.args.iter().any(|s| s.name == a.v))
+    };
+    let unknown = |a: &S<String>| format!("no tool this rule applies to has an argument '{}'", a.v);
+    if let Some(a) = r.arg.as_ref().filter(|a| !known(a)) {
+        d.err(&a.at, &key("arg"), unknown(a));
+    }
+    let mut when = Vec::new();
+    for c in &r.when {
+        let key = |k: &str| format!("rules[{}].when[{}].{k}", r.index, c.index);
+        // Its missing `arg` is reported where it was parsed.
+        let Some(arg) = c.arg.as_ref() else { continue };
+        if !known(arg) {
+            d.err(&arg.at, &key("arg"), unknown(arg));
         }
+        when.push(crate::policy::rules::Condition {
+            arg: arg.v.clone(),
+            regex: c.regex.as_ref().and_then(|s| anchored(d, s, &key("regex"))),
+            equals: c.equals.as_ref().map(|e| e.v.clone()),
+            detect: c.detect.iter().map(|x| x.v).collect(),
+        });
     }
     let regex = r.regex.as_ref().and_then(|s| anchored(d, s, &key("regex")));
     let message = r
@@ -437,6 +449,7 @@ fn rule(d: &mut Diag, r: RawRule, tools: &[Tool], before: &[Rule]) -> Rule {
         regex,
         equals: r.equals.map(|e| e.v),
         detect: r.detect.into_iter().map(|x| x.v).collect(),
+        when,
         action: r.action.v,
         message,
     }
@@ -453,7 +466,7 @@ fn link(tools: &mut [Tool], rules: &[Rule]) {
             .map(|(i, _)| i)
             .collect();
         t.redact = t.rules.iter().fold(DetectorSet::SECRET_CLASS, |acc, &i| {
-            acc.union(rules[i].detect)
+            acc.union(rules[i].detectors())
         });
     }
 }
