@@ -734,6 +734,18 @@ fn three_ways(
     (direct, direct_left, wrong)
 }
 
+/// A host's service outside every call's places: a Unix socket anyone may connect to, in
+/// `root`'s `svc/`, and its listener.
+fn host_service(root: &Root) -> (PathBuf, std::os::unix::net::UnixListener) {
+    let host = root.0.join("svc");
+    std::fs::create_dir(&host).expect("mkdir");
+    let path = host.join("svc.sock");
+    let served = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    (path, served)
+}
+
 /// What a call's Unix stream sockets reach: its own (a server it started, whose peer
 /// credentials name the call's user, not guardd's root), nothing else. A service's socket
 /// outside the call's places, even one every user may connect to, is refused (EACCES) and a
@@ -749,12 +761,7 @@ fn agentday_a_call_reaches_no_unix_socket_but_its_own() {
     let ws = workspace(&root);
     let guardd = guardd_in(&ws);
     // The host's services: a socket file anyone may connect to, and an abstract name.
-    let host = root.0.join("svc");
-    std::fs::create_dir(&host).expect("mkdir");
-    let path = host.join("svc.sock");
-    let served = std::os::unix::net::UnixListener::bind(&path).expect("bind");
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .expect("chmod");
+    let (path, served) = host_service(&root);
     let name = support::unique("guard-abstract");
     let abstract_addr = {
         use std::os::linux::net::SocketAddrExt as _;
@@ -833,12 +840,7 @@ fn agentday_a_descriptor_swapped_under_guardds_look_connects_nowhere() {
     let root = Root::new();
     let ws = workspace(&root);
     let guardd = guardd_in(&ws);
-    let host = root.0.join("svc");
-    std::fs::create_dir(&host).expect("mkdir");
-    let path = host.join("svc.sock");
-    let _served = std::os::unix::net::UnixListener::bind(&path).expect("bind");
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .expect("chmod");
+    let (path, _served) = host_service(&root);
     let race = r#"
 #include <pthread.h>
 #include <stdio.h>

@@ -803,19 +803,7 @@ fn mcp_held_call_survives_a_guardd_restart() {
     let Some(python) = support::python("mcp_held_restart") else {
         return;
     };
-    let mut guardd = Guardd::start(
-        r#"
-[approvals]
-allow_self = true
-
-[tools.mail]
-tier = "high"
-irreversible = true
-command = ["/bin/echo", "mailed", "{to}"]
-[tools.mail.args.to]
-type = "string"
-"#,
-    );
+    let mut guardd = Guardd::start(super::mcp_release::POLICY);
     let socket = guardd.socket.clone();
     let session = std::thread::spawn(move || {
         let plan = json!([{"call": "mail", "arguments": {"to": "bob"}}]);

@@ -11,7 +11,7 @@ use super::support::{self, Guardd};
 const RELEASE: &str = "retrieve_quarantined_tool_response";
 
 /// `mail` is held for a human; the test's root approves its own calls.
-const POLICY: &str = r#"
+pub(super) const POLICY: &str = r#"
 [approvals]
 allow_self = true
 

@@ -66,9 +66,13 @@ impl Tools {
 /// is an error: guard's policy files are TOML, and a file it would skip is never silently so.
 pub(crate) fn read(path: &Path, src: &mut Sources) -> Vec<PolicyError> {
     let mut errors = Vec::new();
-    let mut named = Vec::new();
-    for (file, text) in src.files.clone() {
-        let Ok(doc) = toml::from_str::<toml::Table>(&text) else {
+    let mut reads = Vec::new();
+    for (file, text) in &src.files {
+        // Most policies name none: they are not parsed twice to find out.
+        if !text.contains("approval_policies") {
+            continue;
+        }
+        let Ok(doc) = toml::from_str::<toml::Table>(text) else {
             continue; // its syntax error is reported where it is parsed
         };
         let given = doc.get("settings").and_then(|s| s.get("approval_policies"));
@@ -83,12 +87,13 @@ pub(crate) fn read(path: &Path, src: &mut Sources) -> Vec<PolicyError> {
             continue;
         }
         match read_guarded(&at) {
-            Ok(text) => {
-                named.push(at.clone());
-                src.add(at, text);
-            }
+            Ok(text) => reads.push((at, text)),
             Err(e) => errors.push(PolicyError::file(at, e)),
         }
+    }
+    let named: Vec<std::path::PathBuf> = reads.iter().map(|(at, _)| at.clone()).collect();
+    for (at, text) in reads {
+        src.add(at, text);
     }
     if path.is_dir()
         && let Ok(entries) = std::fs::read_dir(path)
